@@ -1,0 +1,75 @@
+#include "core/cpu/cpu_device.h"
+
+#include <omp.h>
+
+#include <cstdlib>
+#include <cstring>
+
+#include "core/cpu/cpu_ops.h"
+#include "core/error.h"
+
+namespace paralab::cpu {
+
+namespace {
+constexpr std::size_t kAlignment = 64;  // one cache line, and what AVX-512 loads like
+}
+
+CpuDevice::CpuDevice(int ordinal, int threads) : ordinal_(ordinal), threads_(threads) {
+  PARALAB_REQUIRE(threads >= 1,
+                  "cpu device: threads_per_device must be >= 1, got " + std::to_string(threads));
+  PARALAB_DNNL("engine", engine_ = dnnl::engine(dnnl::engine::kind::cpu, 0);
+               stream_ = dnnl::stream(engine_));
+  ops_ = make_ops(*this);
+}
+
+CpuDevice::~CpuDevice() = default;
+
+std::string CpuDevice::name() const { return "cpu:" + std::to_string(ordinal_); }
+
+nlohmann::json CpuDevice::describe() const {
+  return {{"name", name()}, {"kind", "cpu"}, {"threads", threads_}};
+}
+
+void* CpuDevice::allocate(std::size_t bytes) {
+  std::size_t rounded = (bytes + kAlignment - 1) / kAlignment * kAlignment;
+  void* p = std::aligned_alloc(kAlignment, rounded);
+  if (!p) throw Error(name() + ": out of memory allocating " + std::to_string(bytes) + " bytes");
+  return p;
+}
+
+void CpuDevice::deallocate(void* ptr) noexcept { std::free(ptr); }
+
+void CpuDevice::copy_from_host(void* dst, const void* src, std::size_t bytes) {
+  std::memcpy(dst, src, bytes);
+}
+
+void CpuDevice::copy_to_host(void* dst, const void* src, std::size_t bytes) {
+  std::memcpy(dst, src, bytes);
+}
+
+void CpuDevice::copy_on_device(void* dst, const void* src, std::size_t bytes) {
+  std::memmove(dst, src, bytes);
+}
+
+void CpuDevice::fill_zero(void* dst, std::size_t bytes) { std::memset(dst, 0, bytes); }
+
+// oneDNN's CPU stream executes synchronously (in order); wait() is cheap and keeps the contract.
+void CpuDevice::synchronize() { PARALAB_DNNL("stream wait", stream_.wait()); }
+
+// With the OpenMP runtime, a host thread's parallel regions (oneDNN's and ours) use the thread
+// count set here; each host thread driving a device gets a team of its own.
+void CpuDevice::bind_thread() { omp_set_num_threads(threads_); }
+
+void rethrow_dnnl(const dnnl::error& e, const char* op, const char* file, int line) {
+  throw_library_error(
+      "oneDNN",
+      std::string(e.what()) + " (status " + std::to_string(static_cast<int>(e.status)) + ")", op,
+      file, line);
+}
+
+std::string onednn_version() {
+  const dnnl_version_t* v = dnnl_version();
+  return std::to_string(v->major) + "." + std::to_string(v->minor) + "." + std::to_string(v->patch);
+}
+
+}  // namespace paralab::cpu

@@ -1,0 +1,64 @@
+// Device: one place that computes (a group of CPU cores, a GPU, a share of a GPU).
+//
+// Strategies and the runner talk to devices only through this interface and the layer ops it
+// hands out (core/ops.h); backends (core/cpu, core/cuda) implement both. A host thread that
+// drives a device calls bind_thread() first (CPU: its thread count; CUDA: the current device).
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+namespace paralab {
+
+class Ops;
+
+enum class DeviceKind { Cpu, Cuda };
+
+class Device {
+ public:
+  virtual ~Device() = default;
+  Device() = default;
+  Device(const Device&) = delete;
+  Device& operator=(const Device&) = delete;
+
+  virtual DeviceKind kind() const = 0;
+  // Position in its group, 0-based.
+  virtual int ordinal() const = 0;
+  // "cpu:0", "cuda:1", ...
+  virtual std::string name() const = 0;
+  // What a results file records about this device (model, threads, SMs, ...).
+  virtual nlohmann::json describe() const = 0;
+
+  virtual void* allocate(std::size_t bytes) = 0;
+  virtual void deallocate(void* ptr) noexcept = 0;
+  virtual void copy_from_host(void* dst, const void* src, std::size_t bytes) = 0;
+  virtual void copy_to_host(void* dst, const void* src, std::size_t bytes) = 0;
+  virtual void copy_on_device(void* dst, const void* src, std::size_t bytes) = 0;
+  virtual void fill_zero(void* dst, std::size_t bytes) = 0;
+
+  // Waits until all work queued on this device has finished (timing boundaries only).
+  virtual void synchronize() = 0;
+  // Prepares the calling host thread to drive this device.
+  virtual void bind_thread() = 0;
+
+  virtual Ops& ops() = 0;
+};
+
+struct DeviceOptions {
+  int threads_per_device = 1;  // CPU: worker threads each device owns
+};
+
+// Creates `count` devices of the named backend ("cpu", "cuda"; "auto" = cuda when a GPU is
+// usable, else cpu). Unknown names throw an Error listing the known ones.
+std::vector<std::unique_ptr<Device>> make_devices(const std::string& backend, int count,
+                                                  const DeviceOptions& options);
+// Backend names compiled into this build, and the name "auto" resolves to here.
+std::vector<std::string> known_backends();
+std::string resolve_backend(const std::string& backend);
+// Library versions linked into the build, e.g. {"onednn": "2.6.3"}.
+nlohmann::json backend_versions();
+
+}  // namespace paralab

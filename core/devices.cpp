@@ -1,0 +1,60 @@
+// The backend registry: names -> device factories. The only file of core/ outside a backend
+// folder that knows the backends exist.
+#include <algorithm>
+#include <functional>
+#include <map>
+
+#include "core/cpu/cpu_device.h"
+#include "core/device.h"
+#include "core/error.h"
+
+namespace paralab {
+
+namespace {
+
+using Factory = std::function<std::vector<std::unique_ptr<Device>>(int, const DeviceOptions&)>;
+
+const std::map<std::string, Factory>& registry() {
+  static const std::map<std::string, Factory> r = {
+      {"cpu",
+       [](int count, const DeviceOptions& o) {
+         std::vector<std::unique_ptr<Device>> devices;
+         for (int i = 0; i < count; ++i)
+           devices.push_back(std::make_unique<cpu::CpuDevice>(i, o.threads_per_device));
+         return devices;
+       }},
+  };
+  return r;
+}
+
+std::string joined(const std::vector<std::string>& names) {
+  std::string s;
+  for (const auto& n : names) s += (s.empty() ? "" : ", ") + n;
+  return s;
+}
+
+}  // namespace
+
+std::vector<std::string> known_backends() {
+  std::vector<std::string> names{"auto"};
+  for (const auto& [name, factory] : registry()) names.push_back(name);
+  return names;
+}
+
+// This build has no CUDA backend, so "auto" is the CPU.
+std::string resolve_backend(const std::string& backend) {
+  if (backend == "auto") return "cpu";
+  if (!registry().contains(backend))
+    throw Error("unknown backend '" + backend + "' (known: " + joined(known_backends()) + ")");
+  return backend;
+}
+
+std::vector<std::unique_ptr<Device>> make_devices(const std::string& backend, int count,
+                                                  const DeviceOptions& options) {
+  PARALAB_REQUIRE(count >= 1, "devices must be >= 1, got " + std::to_string(count));
+  return registry().at(resolve_backend(backend))(count, options);
+}
+
+nlohmann::json backend_versions() { return {{"onednn", cpu::onednn_version()}}; }
+
+}  // namespace paralab

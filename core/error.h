@@ -1,0 +1,30 @@
+// Error type and the generic check macro family used across ParaLab.
+//
+// Library code throws paralab::Error with one line that names what failed; main() catches it,
+// prints the line and returns non-zero. Destructors never throw: they log through log_error().
+#pragma once
+
+#include <stdexcept>
+#include <string>
+
+namespace paralab {
+
+class Error : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// Throws Error("<library>: <what> in `<call>` at <file>:<line>").
+[[noreturn]] void throw_library_error(const char* library, const std::string& what,
+                                      const char* call, const char* file, int line);
+
+// For destructors and other places that must not throw.
+void log_error(const std::string& message) noexcept;
+
+}  // namespace paralab
+
+// Checks a condition that callers could violate; throws Error with the formatted message.
+#define PARALAB_REQUIRE(cond, message)            \
+  do {                                            \
+    if (!(cond)) throw ::paralab::Error(message); \
+  } while (0)

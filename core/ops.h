@@ -1,0 +1,84 @@
+// The layer interface every backend implements: LeNet's op families, each a small object that a
+// backend may specialise and cache per shape (oneDNN primitives, cuDNN descriptors and algorithms).
+//
+// Conventions: tensors are NCHW float32 on the op's device; backward ops OVERWRITE their gradient
+// outputs (no accumulation); a null dx means "input gradient not needed" (the first layer).
+#pragma once
+
+#include <memory>
+
+#include "core/tensor.h"
+
+namespace paralab {
+
+// 2-D cross-correlation, stride 1, no padding.
+class Conv2d {
+ public:
+  virtual ~Conv2d() = default;
+  // x (N,C,H,W), w (K,C,R,S), b (K) -> y (N,K,H-R+1,W-S+1)
+  virtual void forward(const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y) = 0;
+  // dy (N,K,OH,OW) -> dx (N,C,H,W) unless null, dw (K,C,R,S), db (K)
+  virtual void backward(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor* dx, Tensor& dw,
+                        Tensor& db) = 0;
+};
+
+// ReLU; y may alias x.
+class Relu {
+ public:
+  virtual ~Relu() = default;
+  virtual void forward(const Tensor& x, Tensor& y) = 0;
+  // dx = dy where y > 0 else 0; dx may alias dy.
+  virtual void backward(const Tensor& y, const Tensor& dy, Tensor& dx) = 0;
+};
+
+// Average pooling 2x2, stride 2, floor mode (9x9 -> 4x4 drops the last row and column).
+class AvgPool2d {
+ public:
+  virtual ~AvgPool2d() = default;
+  // x (N,C,H,W) -> y (N,C,H/2,W/2)
+  virtual void forward(const Tensor& x, Tensor& y) = 0;
+  // dy (N,C,H/2,W/2) -> dx (N,C,H,W)
+  virtual void backward(const Tensor& dy, Tensor& dx) = 0;
+};
+
+// Fully connected as in the book: y = x W + b with W stored (in, out).
+class Linear {
+ public:
+  virtual ~Linear() = default;
+  // x (N,in), w (in,out), b (out) -> y (N,out)
+  virtual void forward(const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y) = 0;
+  // dy (N,out) -> dx (N,in) unless null, dw (in,out), db (out)
+  virtual void backward(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor* dx, Tensor& dw,
+                        Tensor& db) = 0;
+};
+
+// Softmax cross-entropy summed over the batch, fused with its gradient.
+class SoftmaxXent {
+ public:
+  virtual ~SoftmaxXent() = default;
+  // logits (N,classes), labels (N) int32 -> dlogits (N,classes) = softmax - onehot (gradient of
+  // the summed loss; may be null for evaluation), stats (2) = {summed loss, correct count}.
+  virtual void forward_backward(const Tensor& logits, const Tensor& labels, Tensor* dlogits,
+                                Tensor& stats) = 0;
+};
+
+class Ops {
+ public:
+  virtual ~Ops() = default;
+  virtual std::unique_ptr<Conv2d> make_conv2d() = 0;
+  virtual std::unique_ptr<Relu> make_relu() = 0;
+  virtual std::unique_ptr<AvgPool2d> make_avgpool2d() = 0;
+  virtual std::unique_ptr<Linear> make_linear() = 0;
+  virtual std::unique_ptr<SoftmaxXent> make_softmax_xent() = 0;
+
+  // The book's sgd: params -= step * grads, step = lr / global batch size. Equal sizes.
+  virtual void sgd(Tensor& params, const Tensor& grads, float step) = 0;
+  // dst += src, equal sizes (collectives' reduction).
+  virtual void add_inplace(Tensor& dst, const Tensor& src) = 0;
+  // Minibatch gather: for i in [0,count): x[i] = images[indices[offset+i]], y[i] = labels[...].
+  // images (M,1,28,28), labels (M) int32, indices (>= offset+count) int32, all on this device.
+  virtual void gather(const Tensor& images, const Tensor& labels, const Tensor& indices,
+                      int64_t offset, int64_t count, Tensor& x, Tensor& y) = 0;
+};
+
+}  // namespace paralab

@@ -1,0 +1,119 @@
+// bench_runner: runs an experiment descriptor and writes one results JSON.
+//
+//   bench_runner DESCRIPTOR.json [--out PATH] [--set key.path=value ...] [--data-dir DIR] [--quiet]
+//
+// Exit status: 0 when every run ended ok, skipped or diverged; 1 on bad input (one line on
+// stderr, no results file); 3 when a run failed (its reason is in the results file).
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <ctime>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "core/fashion_mnist.h"
+#include "experiments/descriptor.h"
+#include "experiments/progress.h"
+#include "experiments/results.h"
+#include "experiments/trainer.h"
+
+namespace {
+
+using nlohmann::json;
+
+std::string iso_utc_now() {
+  const std::time_t now = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&now, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+std::string cell(const json& v, const char* fmt) {
+  if (!v.is_number()) return "-";
+  char buf[32];
+  std::snprintf(buf, sizeof buf, fmt, v.get<double>());
+  return buf;
+}
+
+void print_summary(const json& runs) {
+  std::printf("\n%-28s %-9s %6s %9s %9s %11s %10s\n", "run", "status", "epochs", "test_acc",
+              "best_acc", "median_ms", "images/s");
+  for (const auto& r : runs) {
+    const json& eps = r["epochs"];
+    json last = eps.empty() ? json(nullptr) : eps.back()["test_acc"];
+    double best = -1;
+    for (const auto& e : eps) best = std::max(best, e["test_acc"].get<double>());
+    std::printf("%-28s %-9s %6zu %9s %9s %11s %10s\n", r["label"].get<std::string>().c_str(),
+                r["status"].get<std::string>().c_str(), eps.size(), cell(last, "%.4f").c_str(),
+                cell(best >= 0 ? json(best) : json(nullptr), "%.4f").c_str(),
+                cell(r["timing"]["median_iteration_ms"], "%.2f").c_str(),
+                cell(r["timing"]["samples_per_s"], "%.0f").c_str());
+    if (!r["reason"].is_null()) std::printf("    %s\n", r["reason"].get<std::string>().c_str());
+  }
+}
+
+int run(int argc, char** argv) {
+  CLI::App app{"bench_runner: runs a ParaLab experiment descriptor and writes a results JSON"};
+  std::string descriptor_file, out, data_dir;
+  std::vector<std::string> sets;
+  bool quiet = false;
+  app.add_option("descriptor", descriptor_file, "experiment descriptor (JSON)")->required();
+  app.add_option("--out", out, "results file (default results/<name>-<UTC time>.json)");
+  app.add_option("--set", sets,
+                 "override a descriptor key, e.g. --set training.epochs=2 --set runs.0.devices=2")
+      ->take_all();
+  app.add_option("--data-dir", data_dir, "Fashion-MNIST directory (overrides dataset.dir)");
+  app.add_flag("--quiet", quiet, "no progress and no summary table");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+
+  const std::string utc = iso_utc_now();
+  const paralab::Descriptor d = paralab::load_descriptor(
+      descriptor_file, sets, data_dir.empty() ? std::nullopt : std::optional(data_dir));
+  const std::string path = paralab::choose_results_path(
+      out.empty() ? std::nullopt : std::optional(out), d.name, paralab::utc_timestamp());
+  const paralab::FashionMnist data =
+      paralab::load_fashion_mnist(d.data_dir, d.train_limit, d.test_limit);
+
+  paralab::Progress progress(paralab::Progress::wanted(quiet));
+  progress.line("data: " + data.dir + " (" + std::to_string(data.train.count) + " train, " +
+                std::to_string(data.test.count) + " test)");
+  json doc;
+  doc["schema_version"] = paralab::kResultsSchemaVersion;
+  doc["environment"] = paralab::describe_environment(argc, argv, utc);
+  doc["descriptor"] = d.resolved;
+  doc["dataset"] = {
+      {"dir", data.dir}, {"train_examples", data.train.count}, {"test_examples", data.test.count}};
+  doc["runs"] = json::array();
+  bool failed = false;
+  for (std::size_t i = 0; i < d.runs.size(); ++i) {
+    paralab::RunContext ctx{&d, &data, &progress, static_cast<int>(i),
+                            static_cast<int>(d.runs.size())};
+    json r = paralab::run_training(d.runs[i], ctx);
+    failed = failed || r["status"] == "failed";
+    doc["runs"].push_back(std::move(r));
+  }
+  paralab::write_results_atomically(doc, path);
+  if (!quiet) {
+    print_summary(doc["runs"]);
+    std::printf("\nresults: %s\n", path.c_str());
+  }
+  return failed ? 3 : 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const std::exception& e) {
+    std::fflush(stdout);
+    std::fprintf(stderr, "bench_runner: %s\n", e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,280 @@
+#include "experiments/descriptor.h"
+
+#include <cmath>
+#include <fstream>
+#include <regex>
+#include <sstream>
+
+#include "core/device.h"
+#include "core/error.h"
+#include "strategies/strategy.h"
+
+namespace paralab {
+
+namespace {
+
+using nlohmann::json;
+
+std::string type_name(const json& v) {
+  if (v.is_null()) return "null";
+  if (v.is_boolean()) return "a boolean";
+  if (v.is_number_integer() || v.is_number_unsigned()) return "an integer";
+  if (v.is_number()) return "a number";
+  if (v.is_string()) return "a string";
+  if (v.is_array()) return "an array";
+  return "an object";
+}
+
+// Reads typed values out of a JSON object, with every error naming file and path.
+class Reader {
+ public:
+  explicit Reader(std::string file) : file_(std::move(file)) {}
+
+  [[noreturn]] void fail(const std::string& path, const std::string& what) const {
+    throw Error(file_ + ": " + path + ": " + what);
+  }
+
+  void only_keys(const json& obj, const std::string& path,
+                 const std::vector<std::string>& allowed) const {
+    if (!obj.is_object()) fail(path, "must be an object, got " + type_name(obj));
+    for (const auto& [key, value] : obj.items()) {
+      if (std::find(allowed.begin(), allowed.end(), key) != allowed.end()) continue;
+      std::string list;
+      for (const auto& a : allowed) list += (list.empty() ? "" : ", ") + a;
+      fail(join(path, key), "unknown key (allowed here: " + list + ")");
+    }
+  }
+
+  static std::string join(const std::string& path, const std::string& key) {
+    return path.empty() ? key : path + "." + key;
+  }
+
+  int64_t integer(const json& v, const std::string& path, int64_t min) const {
+    if (!(v.is_number_integer() || v.is_number_unsigned()))
+      fail(path, "must be an integer, got " + type_name(v));
+    if (v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX))
+      fail(path, "is too large");
+    const int64_t x = v.get<int64_t>();
+    if (x < min) fail(path, "must be >= " + std::to_string(min) + ", got " + std::to_string(x));
+    return x;
+  }
+
+  std::optional<int64_t> optional_integer(const json& v, const std::string& path,
+                                          int64_t min) const {
+    if (v.is_null()) return std::nullopt;
+    return integer(v, path, min);
+  }
+
+  double positive_number(const json& v, const std::string& path) const {
+    if (!v.is_number()) fail(path, "must be a number, got " + type_name(v));
+    const double x = v.get<double>();
+    if (!(x > 0.0) || !std::isfinite(x)) fail(path, "must be > 0, got " + v.dump());
+    return x;
+  }
+
+  std::string string(const json& v, const std::string& path) const {
+    if (!v.is_string()) fail(path, "must be a string, got " + type_name(v));
+    return v.get<std::string>();
+  }
+
+ private:
+  std::string file_;
+};
+
+const json& defaults() {
+  static const json d = {
+      {"backend", "auto"},
+      {"dataset", {{"dir", nullptr}, {"train_limit", nullptr}, {"test_limit", nullptr}}},
+      {"training",
+       {{"epochs", 1},
+        {"batch_size", 256},
+        {"lr", 0.2},
+        {"seed", 0},
+        {"max_iterations_per_epoch", nullptr},
+        {"warmup_iterations", 5},
+        {"threads_per_device", 1},
+        {"eval_batch_size", 1000}}},
+  };
+  return d;
+}
+
+const std::vector<std::string> kTopKeys = {"name",    "description", "backend",
+                                           "dataset", "training",    "runs"};
+const std::vector<std::string> kDatasetKeys = {"dir", "train_limit", "test_limit"};
+const std::vector<std::string> kTrainingKeys = {"epochs",
+                                                "batch_size",
+                                                "lr",
+                                                "seed",
+                                                "max_iterations_per_epoch",
+                                                "warmup_iterations",
+                                                "threads_per_device",
+                                                "eval_batch_size"};
+const std::vector<std::string> kRunCommonKeys = {"strategy", "devices", "label", "training"};
+
+TrainingConfig read_training(const Reader& r, const json& t, const std::string& path) {
+  r.only_keys(t, path, kTrainingKeys);
+  TrainingConfig c;
+  c.epochs = r.integer(t.at("epochs"), path + ".epochs", 1);
+  c.batch_size = r.integer(t.at("batch_size"), path + ".batch_size", 1);
+  c.lr = r.positive_number(t.at("lr"), path + ".lr");
+  c.seed = static_cast<uint64_t>(r.integer(t.at("seed"), path + ".seed", 0));
+  c.max_iterations_per_epoch =
+      r.optional_integer(t.at("max_iterations_per_epoch"), path + ".max_iterations_per_epoch", 1);
+  c.warmup_iterations = r.integer(t.at("warmup_iterations"), path + ".warmup_iterations", 0);
+  const int64_t threads = r.integer(t.at("threads_per_device"), path + ".threads_per_device", 1);
+  if (threads > 1024) r.fail(path + ".threads_per_device", "must be <= 1024");
+  c.threads_per_device = static_cast<int>(threads);
+  c.eval_batch_size = r.integer(t.at("eval_batch_size"), path + ".eval_batch_size", 1);
+  return c;
+}
+
+// Fills missing keys of `obj` from `defaults`, recursing into objects that both have.
+void fill_defaults(json& obj, const json& defs) {
+  if (!obj.is_object()) return;
+  for (const auto& [key, value] : defs.items()) {
+    if (!obj.contains(key))
+      obj[key] = value;
+    else if (value.is_object())
+      fill_defaults(obj[key], value);
+  }
+}
+
+}  // namespace
+
+void apply_override(json& doc, const std::string& assignment) {
+  const auto eq = assignment.find('=');
+  if (eq == std::string::npos || eq == 0)
+    throw Error("--set " + assignment + ": expected key.path=value");
+  const std::string path = assignment.substr(0, eq);
+  const std::string text = assignment.substr(eq + 1);
+  json value = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (value.is_discarded()) value = text;  // a bare word is a string
+
+  json* node = &doc;
+  std::string walked;
+  std::stringstream ss(path);
+  std::string part;
+  std::vector<std::string> parts;
+  while (std::getline(ss, part, '.')) parts.push_back(part);
+  for (std::size_t i = 0; i < parts.size(); ++i) {
+    const std::string& key = parts[i];
+    if (key.empty()) throw Error("--set " + path + ": empty key in path");
+    const bool last = i + 1 == parts.size();
+    if (node->is_array()) {
+      if (!std::regex_match(key, std::regex("[0-9]+")))
+        throw Error("--set " + path + ": " + (walked.empty() ? "the descriptor" : walked) +
+                    " is a list; '" + key + "' is not an index");
+      const std::size_t idx = std::stoul(key);
+      if (idx >= node->size())
+        throw Error("--set " + path + ": index " + key + " out of range (" + walked + " has " +
+                    std::to_string(node->size()) + " elements)");
+      node = &(*node)[idx];
+    } else if (node->is_object()) {
+      if (last) {
+        (*node)[key] = value;
+        return;
+      }
+      node = &(*node)[key];  // creates a missing object on the way (validation names it)
+      if (node->is_null()) *node = json::object();
+    } else {
+      throw Error("--set " + path + ": " + walked + " is " + type_name(*node) +
+                  ", not an object or list");
+    }
+    walked = walked.empty() ? key : walked + "." + key;
+    if (last) *node = value;
+  }
+}
+
+Descriptor parse_descriptor(json doc, const std::string& file) {
+  const Reader r(file);
+  if (!doc.is_object()) r.fail("(top level)", "must be an object, got " + type_name(doc));
+  fill_defaults(doc, defaults());
+  r.only_keys(doc, "", kTopKeys);
+
+  Descriptor d;
+  if (!doc.contains("name")) r.fail("name", "missing (a short name used in the results file name)");
+  d.name = r.string(doc["name"], "name");
+  if (!std::regex_match(d.name, std::regex("[A-Za-z0-9._-]{1,64}")))
+    r.fail("name", "'" + d.name + "' must be 1-64 characters of A-Z a-z 0-9 . _ -");
+  if (doc.contains("description")) r.string(doc["description"], "description");
+
+  d.backend = r.string(doc["backend"], "backend");
+  try {
+    resolve_backend(d.backend);
+  } catch (const Error& e) {
+    r.fail("backend", e.what());
+  }
+
+  const json& ds = doc["dataset"];
+  r.only_keys(ds, "dataset", kDatasetKeys);
+  if (!ds["dir"].is_null()) d.data_dir = r.string(ds["dir"], "dataset.dir");
+  d.train_limit = r.optional_integer(ds["train_limit"], "dataset.train_limit", 1);
+  d.test_limit = r.optional_integer(ds["test_limit"], "dataset.test_limit", 1);
+
+  const TrainingConfig base = read_training(r, doc["training"], "training");
+
+  if (!doc.contains("runs")) r.fail("runs", "missing (a list of runs)");
+  json& runs = doc["runs"];
+  if (!runs.is_array()) r.fail("runs", "must be a list, got " + type_name(runs));
+  if (runs.empty()) r.fail("runs", "must hold at least one run");
+  for (std::size_t i = 0; i < runs.size(); ++i) {
+    const std::string path = "runs." + std::to_string(i);
+    json& run = runs[i];
+    if (!run.is_object()) r.fail(path, "must be an object, got " + type_name(run));
+    RunSpec spec;
+    spec.path = path;
+    if (!run.contains("strategy")) r.fail(path + ".strategy", "missing");
+    spec.strategy = r.string(run["strategy"], path + ".strategy");
+    if (!run.contains("devices")) run["devices"] = 1;
+    const int64_t devices = r.integer(run["devices"], path + ".devices", 1);
+    if (devices > 4096) r.fail(path + ".devices", "must be <= 4096");
+    spec.devices = static_cast<int>(devices);
+    spec.label = run.contains("label") ? r.string(run["label"], path + ".label")
+                                       : spec.strategy + " x" + std::to_string(spec.devices);
+    json training = doc["training"];
+    if (run.contains("training")) {
+      r.only_keys(run["training"], path + ".training", kTrainingKeys);
+      training.update(run["training"]);
+    }
+    spec.training = read_training(r, training, path + ".training");
+    spec.options = json::object();
+    for (const auto& [key, value] : run.items())
+      if (std::find(kRunCommonKeys.begin(), kRunCommonKeys.end(), key) == kRunCommonKeys.end())
+        spec.options[key] = value;
+    try {
+      make_strategy(spec.strategy, spec.options, path);  // validates name and options
+    } catch (const Error& e) {
+      throw Error(file + ": " + e.what());
+    }
+    d.runs.push_back(std::move(spec));
+  }
+  (void)base;
+  d.resolved = std::move(doc);
+  return d;
+}
+
+Descriptor load_descriptor(const std::string& file, const std::vector<std::string>& overrides,
+                           const std::optional<std::string>& data_dir) {
+  std::ifstream in(file);
+  if (!in) throw Error(file + ": cannot open descriptor");
+  json doc;
+  try {
+    doc = json::parse(in);
+  } catch (const json::parse_error& e) {
+    throw Error(file + ": not valid JSON: " + e.what());
+  }
+  for (const auto& o : overrides) {
+    try {
+      apply_override(doc, o);
+    } catch (const Error& e) {
+      throw Error(file + ": " + e.what());
+    }
+  }
+  if (data_dir) {
+    if (!doc.is_object()) throw Error(file + ": (top level): must be an object");
+    doc["dataset"]["dir"] = *data_dir;
+  }
+  return parse_descriptor(std::move(doc), file);
+}
+
+}  // namespace paralab

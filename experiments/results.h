@@ -1,0 +1,32 @@
+// Results files: the path they go to, and the atomic, never-overwriting write.
+// The format is documented in results/README.md with a JSON Schema beside it.
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+
+namespace paralab {
+
+constexpr int kResultsSchemaVersion = 1;
+
+// "20261130T015310Z"
+std::string utc_timestamp();
+
+// --out when given (an Error if it exists: results are never overwritten), else
+// results/<name>-<timestamp>.json, with -2, -3, ... appended if that name is taken.
+std::string choose_results_path(const std::optional<std::string>& out, const std::string& name,
+                                const std::string& timestamp);
+
+// Writes `doc` to a temporary file beside `path`, then links it into place; fails (an Error,
+// nothing left behind) if `path` exists or anything cannot be written.
+void write_results_atomically(const nlohmann::json& doc, const std::string& path);
+
+// Environment block: CPU, cores, compiler, library versions, git commit and dirty flag, argv,
+// UTC time.
+nlohmann::json describe_environment(int argc, char** argv, const std::string& utc_time);
+
+// Percentile p (0..100) of `values` by linear interpolation between closest ranks.
+double percentile(std::vector<double> values, double p);
+
+}  // namespace paralab

@@ -1,0 +1,209 @@
+#include "experiments/trainer.h"
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+
+#include "core/device.h"
+#include "core/error.h"
+#include "core/lenet.h"
+#include "core/rng.h"
+#include "experiments/results.h"
+#include "strategies/strategy.h"
+
+namespace paralab {
+
+namespace {
+
+using nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+// The shuffle stream is separate from the initialisation stream (Rng(seed)), so changing the
+// number of epochs or the batch size never changes the initial weights.
+constexpr uint64_t kShuffleStream = 0x53485546464c45ULL;  // "SHUFFLE"
+
+json iteration_json(int64_t epoch, int64_t iteration, const StepResult& s) {
+  return {{"epoch", epoch},
+          {"iteration", iteration},
+          {"samples", s.samples},
+          {"forward_ms", s.times.forward_ms},
+          {"backward_ms", s.times.backward_ms},
+          {"communication_ms", s.times.communication_ms},
+          {"optimizer_ms", s.times.optimizer_ms},
+          {"total_ms", s.times.total_ms}};
+}
+
+json timing_json(const json& iterations, int64_t warmup) {
+  std::vector<double> totals;
+  double ms = 0, samples = 0;
+  for (const auto& it : iterations) {
+    totals.push_back(it["total_ms"].get<double>());
+    ms += it["total_ms"].get<double>();
+    samples += it["samples"].get<double>();
+  }
+  json t = {{"timed_iterations", totals.size()}, {"warmup_iterations", warmup}};
+  if (totals.empty()) {
+    for (const char* k : {"median_iteration_ms", "p10_iteration_ms", "p90_iteration_ms",
+                          "mean_iteration_ms", "samples_per_s"})
+      t[k] = nullptr;
+    return t;
+  }
+  t["median_iteration_ms"] = percentile(totals, 50);
+  t["p10_iteration_ms"] = percentile(totals, 10);
+  t["p90_iteration_ms"] = percentile(totals, 90);
+  t["mean_iteration_ms"] = ms / static_cast<double>(totals.size());
+  t["samples_per_s"] = samples / (ms / 1000.0);
+  return t;
+}
+
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+std::string fixed(double v, int digits) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.*f", digits, v);
+  return buf;
+}
+
+}  // namespace
+
+json run_training(const RunSpec& run, const RunContext& ctx) {
+  const TrainingConfig& tc = run.training;
+  const Descriptor& d = *ctx.descriptor;
+  const Dataset& train = ctx.data->train;
+  const Dataset& test = ctx.data->test;
+  const std::string backend = resolve_backend(d.backend);
+
+  json result;
+  result["label"] = run.label;
+  json config = {{"strategy", run.strategy},
+                 {"backend", backend},
+                 {"devices", run.devices},
+                 {"global_batch", tc.batch_size},
+                 {"per_device_batch", tc.batch_size / run.devices},
+                 {"lr", tc.lr},
+                 {"seed", tc.seed},
+                 {"epochs", tc.epochs},
+                 {"max_iterations_per_epoch",
+                  tc.max_iterations_per_epoch ? json(*tc.max_iterations_per_epoch) : json(nullptr)},
+                 {"warmup_iterations", tc.warmup_iterations},
+                 {"threads_per_device", tc.threads_per_device},
+                 {"eval_batch_size", tc.eval_batch_size},
+                 {"train_examples", train.count},
+                 {"test_examples", test.count}};
+  json iterations = json::array(), warmup = json::array(), epochs = json::array();
+  std::string status = "ok", reason;
+  const std::string prefix =
+      "[run " + std::to_string(ctx.index + 1) + "/" + std::to_string(ctx.total) + "] " + run.label;
+
+  try {
+    // Devices first: the strategy's tensors live on them and must be released before them.
+    auto devices = make_devices(backend, run.devices, {tc.threads_per_device});
+    auto strategy = make_strategy(run.strategy, run.options, run.path);
+    config["options"] = strategy->options();
+    json device_info = json::array();
+    std::vector<Device*> group;
+    for (auto& dev : devices) {
+      group.push_back(dev.get());
+      device_info.push_back(dev->describe());
+    }
+    config["device_list"] = device_info;
+
+    StrategySetup setup;
+    setup.devices = group;
+    setup.train = &train;
+    setup.test = &test;
+    setup.initial_parameters = lenet_initial_parameters(tc.seed);
+    setup.eval_batch = tc.eval_batch_size;
+    strategy->setup(setup);
+
+    Rng shuffle(tc.seed ^ kShuffleStream);
+    const int64_t full = (train.count + tc.batch_size - 1) / tc.batch_size;
+    const int64_t per_epoch =
+        tc.max_iterations_per_epoch ? std::min(full, *tc.max_iterations_per_epoch) : full;
+    const int64_t total_iters = per_epoch * tc.epochs;
+    int64_t done = 0;
+    double timed_seconds = 0;  // for the ETA
+    const auto run_start = Clock::now();
+
+    for (int64_t epoch = 1; epoch <= tc.epochs && status == "ok"; ++epoch) {
+      const std::vector<int32_t> order = random_permutation(train.count, shuffle);
+      strategy->begin_epoch(order);
+      double loss_sum = 0;
+      int64_t correct = 0, samples = 0;
+      const auto epoch_start = Clock::now();
+      for (int64_t it = 0; it < per_epoch; ++it) {
+        const int64_t offset = it * tc.batch_size;
+        const int64_t count = std::min(tc.batch_size, train.count - offset);
+        const StepResult s = strategy->train_step(offset, count, static_cast<float>(tc.lr));
+        ++done;
+        if (!std::isfinite(s.loss_sum)) {
+          status = "diverged";
+          reason = "loss became " + std::string(std::isnan(s.loss_sum) ? "NaN" : "Inf") +
+                   " at epoch " + std::to_string(epoch) + ", iteration " + std::to_string(it + 1);
+          result["diverged_at"] = {{"epoch", epoch}, {"iteration", it + 1}};
+          break;
+        }
+        loss_sum += s.loss_sum;
+        correct += s.correct;
+        samples += s.samples;
+        const bool is_warmup = done <= tc.warmup_iterations;
+        (is_warmup ? warmup : iterations).push_back(iteration_json(epoch, it + 1, s));
+        timed_seconds += s.times.total_ms / 1000.0;
+        if (ctx.progress->enabled()) {
+          const double per_iter = timed_seconds / static_cast<double>(done);
+          ctx.progress->status(
+              prefix + " | epoch " + std::to_string(epoch) + "/" + std::to_string(tc.epochs) +
+              " | iter " + std::to_string(it + 1) + "/" + std::to_string(per_epoch) + " | loss " +
+              fixed(s.loss_sum / static_cast<double>(s.samples), 4) + " | " +
+              fixed(static_cast<double>(s.samples) / (s.times.total_ms / 1000.0), 0) +
+              " img/s | ETA " +
+              format_duration(per_iter * static_cast<double>(total_iters - done)));
+        }
+      }
+      const double train_seconds = seconds_since(epoch_start);
+      if (status != "ok") break;
+      const auto eval_start = Clock::now();
+      const EvalResult e = strategy->evaluate();
+      const double eval_seconds = seconds_since(eval_start);
+      const double n = static_cast<double>(samples);
+      json ep = {{"epoch", epoch},
+                 {"iterations", per_epoch},
+                 {"samples", samples},
+                 {"train_loss", loss_sum / n},
+                 {"train_acc", static_cast<double>(correct) / n},
+                 {"test_loss", e.loss_sum / static_cast<double>(e.samples)},
+                 {"test_acc", static_cast<double>(e.correct) / static_cast<double>(e.samples)},
+                 {"seconds", train_seconds},
+                 {"eval_seconds", eval_seconds}};
+      ctx.progress->line(
+          prefix + " | epoch " + std::to_string(epoch) + "/" + std::to_string(tc.epochs) +
+          ": train loss " + fixed(ep["train_loss"].get<double>(), 4) + ", train acc " +
+          fixed(ep["train_acc"].get<double>(), 3) + ", test acc " +
+          fixed(ep["test_acc"].get<double>(), 3) + ", " + fixed(train_seconds, 1) + " s");
+      epochs.push_back(std::move(ep));
+      if (!std::isfinite(e.loss_sum)) {
+        status = "diverged";
+        reason = "test loss became non-finite after epoch " + std::to_string(epoch);
+        result["diverged_at"] = {{"epoch", epoch}, {"iteration", per_epoch}};
+      }
+    }
+    result["wall_seconds"] = seconds_since(run_start);
+  } catch (const Error& e) {
+    status = "failed";
+    reason = e.what();
+    ctx.progress->line(prefix + ": failed: " + reason);
+  }
+
+  result["config"] = std::move(config);
+  result["status"] = status;
+  result["reason"] = reason.empty() ? json(nullptr) : json(reason);
+  result["timing"] = timing_json(iterations, static_cast<int64_t>(warmup.size()));
+  result["iterations"] = std::move(iterations);
+  result["warmup"] = std::move(warmup);
+  result["epochs"] = std::move(epochs);
+  return result;
+}
+
+}  // namespace paralab

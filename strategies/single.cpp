@@ -1,0 +1,119 @@
+#include "strategies/single.h"
+
+#include <chrono>
+
+#include "core/error.h"
+#include "core/lenet.h"
+#include "core/ops.h"
+
+namespace paralab {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double ms_since(Clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+}
+
+class Single final : public Strategy {
+ public:
+  void setup(const StrategySetup& s) override {
+    PARALAB_REQUIRE(s.devices.size() == 1,
+                    "single: runs on exactly 1 device, got " + std::to_string(s.devices.size()));
+    device_ = s.devices[0];
+    device_->bind_thread();
+    model_ = std::make_unique<LeNet>(*device_);
+    model_->params().copy_from_host(s.initial_parameters);
+    upload(*s.train, train_x_, train_y_);
+    upload(*s.test, test_x_, test_y_);
+    eval_batch_ = s.eval_batch;
+    stats_ = Tensor::zeros(*device_, {2});
+    std::vector<int32_t> identity(static_cast<std::size_t>(s.test->count));
+    for (std::size_t i = 0; i < identity.size(); ++i) identity[i] = static_cast<int32_t>(i);
+    test_order_ = Tensor::from_host(*device_, {s.test->count}, identity);
+  }
+
+  void begin_epoch(std::span<const int32_t> order) override {
+    order_ = Tensor::from_host(*device_, {static_cast<int64_t>(order.size())}, order);
+  }
+
+  StepResult train_step(int64_t offset, int64_t count, float lr) override {
+    device_->bind_thread();
+    Ops& ops = device_->ops();
+    StepResult r;
+    const auto t0 = Clock::now();
+    auto t = t0;
+    Tensor& x = batch_x(count);
+    ops.gather(train_x_, train_y_, order_, offset, count, x, y_);
+    model_->forward(x, y_, stats_, /*training=*/true);
+    device_->synchronize();
+    r.times.forward_ms = ms_since(t);
+    t = Clock::now();
+    model_->backward();
+    device_->synchronize();
+    r.times.backward_ms = ms_since(t);
+    t = Clock::now();
+    ops.sgd(model_->params(), model_->grads(), lr / static_cast<float>(count));
+    device_->synchronize();
+    r.times.optimizer_ms = ms_since(t);
+    r.times.total_ms = ms_since(t0);
+    const std::vector<float> st = stats_.to_host_f32();
+    r.loss_sum = st[0];
+    r.correct = static_cast<int64_t>(st[1]);
+    r.samples = count;
+    return r;
+  }
+
+  EvalResult evaluate() override {
+    device_->bind_thread();
+    EvalResult e;
+    const int64_t total = test_x_.dim(0);
+    for (int64_t offset = 0; offset < total; offset += eval_batch_) {
+      const int64_t count = std::min(eval_batch_, total - offset);
+      Tensor& x = batch_x(count);
+      device_->ops().gather(test_x_, test_y_, test_order_, offset, count, x, y_);
+      model_->forward(x, y_, stats_, /*training=*/false);
+      const std::vector<float> st = stats_.to_host_f32();
+      e.loss_sum += st[0];
+      e.correct += static_cast<int64_t>(st[1]);
+      e.samples += count;
+    }
+    return e;
+  }
+
+  std::vector<float> parameters() override { return model_->params().to_host_f32(); }
+
+  nlohmann::json options() const override { return nlohmann::json::object(); }
+
+ private:
+  void upload(const Dataset& d, Tensor& x, Tensor& y) {
+    x = Tensor::from_host(*device_, {d.count, 1, d.rows, d.cols}, d.images);
+    y = Tensor::from_host(*device_, {d.count}, d.labels);
+  }
+
+  // Input buffers sized for `count` images (train and eval batches differ; reallocated rarely).
+  Tensor& batch_x(int64_t count) {
+    if (!x_.defined() || x_.dim(0) != count) {
+      x_ = Tensor::empty(*device_, {count, 1, kImageSide, kImageSide});
+      y_ = Tensor::empty(*device_, {count}, DType::I32);
+    }
+    return x_;
+  }
+
+  Device* device_ = nullptr;
+  std::unique_ptr<LeNet> model_;
+  Tensor train_x_, train_y_, test_x_, test_y_, order_, test_order_;
+  Tensor x_, y_, stats_;
+  int64_t eval_batch_ = 1000;
+};
+
+}  // namespace
+
+std::unique_ptr<Strategy> make_single(const nlohmann::json& options, const std::string& path) {
+  for (const auto& [key, value] : options.items())
+    throw Error(path + "." + key + ": unknown option for strategy 'single' (it takes none)");
+  return std::make_unique<Single>();
+}
+
+}  // namespace paralab

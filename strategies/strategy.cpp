@@ -1,0 +1,42 @@
+// The strategy registry: names -> factories.
+#include "strategies/strategy.h"
+
+#include <functional>
+#include <map>
+
+#include "core/error.h"
+#include "strategies/single.h"
+
+namespace paralab {
+
+namespace {
+
+using Factory = std::function<std::unique_ptr<Strategy>(const nlohmann::json&, const std::string&)>;
+
+const std::map<std::string, Factory>& registry() {
+  static const std::map<std::string, Factory> r = {
+      {"single", make_single},
+  };
+  return r;
+}
+
+}  // namespace
+
+std::vector<std::string> known_strategies() {
+  std::vector<std::string> names;
+  for (const auto& [name, factory] : registry()) names.push_back(name);
+  return names;
+}
+
+std::unique_ptr<Strategy> make_strategy(const std::string& name, const nlohmann::json& options,
+                                        const std::string& path) {
+  auto it = registry().find(name);
+  if (it == registry().end()) {
+    std::string known;
+    for (const auto& n : known_strategies()) known += (known.empty() ? "" : ", ") + n;
+    throw Error(path + ".strategy: unknown strategy '" + name + "' (known: " + known + ")");
+  }
+  return it->second(options, path);
+}
+
+}  // namespace paralab

@@ -1,0 +1,300 @@
+// The CPU backend against the double-precision reference: every op forward and backward on
+// random inputs, the whole LeNet (loss, logits, all gradients), SGD steps, and determinism.
+#include <gtest/gtest.h>
+
+#include "core/device.h"
+#include "core/lenet.h"
+#include "core/ops.h"
+#include "core/rng.h"
+#include "tests/reference/reference.h"
+#include "tests/test_util.h"
+
+namespace paralab {
+namespace {
+
+using testing::all_close;
+using testing::to_double;
+using testing::to_float;
+
+// Inputs are rounded to float first, so the reference sees exactly what the backend sees; the
+// remaining difference is float32 accumulation over at most ~800 terms: rtol 1e-4 leaves a wide
+// margin over its ~1e-6 typical error yet catches any wrong index or missing term (errors of
+// order 1). atol covers sums that cancel to near zero.
+constexpr double kRtol = 1e-4;
+constexpr double kAtol = 1e-5;
+
+ref::Vec random_vec(std::size_t n, uint64_t seed, double scale = 1.0) {
+  Rng rng(seed);
+  ref::Vec v(n);
+  for (auto& x : v) x = static_cast<float>(scale * rng.normal());
+  return v;
+}
+
+class CpuBackend : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    devices_ = make_devices("cpu", 1, {});
+    dev_ = devices_[0].get();
+    dev_->bind_thread();
+  }
+  Tensor put(const ref::Vec& v, Shape shape) {
+    return Tensor::from_host(*dev_, std::move(shape), to_float(v));
+  }
+  std::vector<std::unique_ptr<Device>> devices_;
+  Device* dev_ = nullptr;
+};
+
+TEST_F(CpuBackend, Conv2dMatchesReference) {
+  // Odd sizes so that a transposed or off-by-one index cannot pass.
+  const int N = 3, C = 4, H = 9, W = 8, K = 5, R = 3, S = 2;
+  const int OH = H - R + 1, OW = W - S + 1;
+  auto x = random_vec(N * C * H * W, 1), w = random_vec(K * C * R * S, 2), b = random_vec(K, 3),
+       dy = random_vec(N * K * OH * OW, 4);
+  auto conv = dev_->ops().make_conv2d();
+  Tensor tx = put(x, {N, C, H, W}), tw = put(w, {K, C, R, S}), tb = put(b, {K});
+  Tensor ty = Tensor::empty(*dev_, {N, K, OH, OW});
+  conv->forward(tx, tw, tb, ty);
+  EXPECT_TRUE(
+      all_close(ty.to_host_f32(), ref::conv2d_forward(x, w, b, N, C, H, W, K, R, S), kAtol, kRtol));
+  Tensor tdy = put(dy, {N, K, OH, OW});
+  Tensor tdx = Tensor::empty(*dev_, {N, C, H, W}), tdw = Tensor::empty(*dev_, {K, C, R, S}),
+         tdb = Tensor::empty(*dev_, {K});
+  conv->backward(tx, tw, tdy, &tdx, tdw, tdb);
+  ref::Vec dx, dw, db;
+  ref::conv2d_backward(x, w, dy, N, C, H, W, K, R, S, dx, dw, db);
+  EXPECT_TRUE(all_close(tdx.to_host_f32(), dx, kAtol, kRtol)) << "dx";
+  EXPECT_TRUE(all_close(tdw.to_host_f32(), dw, kAtol, kRtol)) << "dw";
+  EXPECT_TRUE(all_close(tdb.to_host_f32(), db, kAtol, kRtol)) << "db";
+}
+
+TEST_F(CpuBackend, Conv2dLeNetShapesMatchReference) {
+  // LeNet's two convolutions at their real shapes (blocked-layout kernels differ by shape).
+  struct Case {
+    int C, H, K, R;
+  };
+  for (const Case c : {Case{1, 28, 20, 3}, Case{20, 13, 50, 5}}) {
+    const int N = 2, OH = c.H - c.R + 1;
+    auto x = random_vec(N * c.C * c.H * c.H, 5), w = random_vec(c.K * c.C * c.R * c.R, 6, 0.1),
+         b = random_vec(c.K, 7), dy = random_vec(N * c.K * OH * OH, 8);
+    auto conv = dev_->ops().make_conv2d();
+    Tensor tx = put(x, {N, c.C, c.H, c.H}), tw = put(w, {c.K, c.C, c.R, c.R}), tb = put(b, {c.K});
+    Tensor ty = Tensor::empty(*dev_, {N, c.K, OH, OH});
+    conv->forward(tx, tw, tb, ty);
+    EXPECT_TRUE(all_close(ty.to_host_f32(),
+                          ref::conv2d_forward(x, w, b, N, c.C, c.H, c.H, c.K, c.R, c.R), kAtol,
+                          kRtol))
+        << "C=" << c.C;
+    Tensor tdx = Tensor::empty(*dev_, {N, c.C, c.H, c.H}),
+           tdw = Tensor::empty(*dev_, {c.K, c.C, c.R, c.R}), tdb = Tensor::empty(*dev_, {c.K});
+    conv->backward(tx, tw, put(dy, {N, c.K, OH, OH}), &tdx, tdw, tdb);
+    ref::Vec dx, dw, db;
+    ref::conv2d_backward(x, w, dy, N, c.C, c.H, c.H, c.K, c.R, c.R, dx, dw, db);
+    EXPECT_TRUE(all_close(tdx.to_host_f32(), dx, kAtol, kRtol)) << "dx C=" << c.C;
+    EXPECT_TRUE(all_close(tdw.to_host_f32(), dw, kAtol, kRtol)) << "dw C=" << c.C;
+    EXPECT_TRUE(all_close(tdb.to_host_f32(), db, kAtol, kRtol)) << "db C=" << c.C;
+  }
+}
+
+TEST_F(CpuBackend, AvgPoolMatchesReferenceIncludingFloorMode) {
+  for (const int H : {8, 9}) {  // 9x9 -> 4x4 drops the last row and column, as in LeNet
+    const int N = 2, C = 3, W = H, OH = H / 2;
+    auto x = random_vec(N * C * H * W, 11), dy = random_vec(N * C * OH * OH, 12);
+    auto pool = dev_->ops().make_avgpool2d();
+    Tensor ty = Tensor::empty(*dev_, {N, C, OH, OH});
+    pool->forward(put(x, {N, C, H, W}), ty);
+    EXPECT_TRUE(all_close(ty.to_host_f32(), ref::avgpool2_forward(x, N, C, H, W), 1e-6, 1e-6))
+        << "H=" << H;
+    Tensor tdx = Tensor::empty(*dev_, {N, C, H, W});
+    pool->backward(put(dy, {N, C, OH, OH}), tdx);
+    EXPECT_TRUE(all_close(tdx.to_host_f32(), ref::avgpool2_backward(dy, N, C, H, W), 1e-6, 1e-6))
+        << "H=" << H;
+  }
+}
+
+TEST_F(CpuBackend, ReluMatchesReference) {
+  auto x = random_vec(1000, 21), dy = random_vec(1000, 22);
+  auto relu = dev_->ops().make_relu();
+  Tensor tx = put(x, {1000}), ty = Tensor::empty(*dev_, {1000}), tdx = Tensor::empty(*dev_, {1000});
+  relu->forward(tx, ty);
+  EXPECT_TRUE(all_close(ty.to_host_f32(), ref::relu_forward(x), 0, 0));
+  relu->backward(ty, put(dy, {1000}), tdx);
+  EXPECT_TRUE(all_close(tdx.to_host_f32(), ref::relu_backward(x, dy), 0, 0));
+}
+
+TEST_F(CpuBackend, LinearMatchesReference) {
+  const int N = 7, in = 33, out = 17;
+  auto x = random_vec(N * in, 31), w = random_vec(in * out, 32), b = random_vec(out, 33),
+       dy = random_vec(N * out, 34);
+  auto fc = dev_->ops().make_linear();
+  Tensor tx = put(x, {N, in}), tw = put(w, {in, out});
+  Tensor ty = Tensor::empty(*dev_, {N, out});
+  fc->forward(tx, tw, put(b, {out}), ty);
+  EXPECT_TRUE(all_close(ty.to_host_f32(), ref::linear_forward(x, w, b, N, in, out), kAtol, kRtol));
+  Tensor tdx = Tensor::empty(*dev_, {N, in}), tdw = Tensor::empty(*dev_, {in, out}),
+         tdb = Tensor::empty(*dev_, {out});
+  fc->backward(tx, tw, put(dy, {N, out}), &tdx, tdw, tdb);
+  ref::Vec dx, dw, db;
+  ref::linear_backward(x, w, dy, N, in, out, dx, dw, db);
+  EXPECT_TRUE(all_close(tdx.to_host_f32(), dx, kAtol, kRtol)) << "dx";
+  EXPECT_TRUE(all_close(tdw.to_host_f32(), dw, kAtol, kRtol)) << "dw";
+  EXPECT_TRUE(all_close(tdb.to_host_f32(), db, kAtol, kRtol)) << "db";
+}
+
+TEST_F(CpuBackend, SoftmaxXentMatchesReference) {
+  const int N = 9, classes = 10;
+  auto z = random_vec(N * classes, 41, 3.0);
+  std::vector<int> labels;
+  std::vector<int32_t> labels32;
+  for (int i = 0; i < N; ++i) {
+    labels.push_back((i * 7) % classes);
+    labels32.push_back((i * 7) % classes);
+  }
+  auto xent = dev_->ops().make_softmax_xent();
+  Tensor tdz = Tensor::empty(*dev_, {N, classes}), stats = Tensor::empty(*dev_, {2});
+  xent->forward_backward(put(z, {N, classes}), Tensor::from_host(*dev_, {N}, labels32), &tdz,
+                         stats);
+  ref::Vec dz;
+  int correct = 0;
+  const double loss = ref::softmax_xent(z, labels, N, classes, dz, correct);
+  const auto s = stats.to_host_f32();
+  EXPECT_NEAR(s[0], loss, 1e-5 * std::abs(loss));
+  EXPECT_EQ(static_cast<int>(s[1]), correct);
+  EXPECT_TRUE(all_close(tdz.to_host_f32(), dz, 1e-6, 1e-5));
+}
+
+TEST_F(CpuBackend, SgdAndAddAreExact) {
+  auto p = random_vec(100, 51), g = random_vec(100, 52);
+  Tensor tp = put(p, {100}), tg = put(g, {100});
+  dev_->ops().sgd(tp, tg, 0.25f);  // powers of two: exact in float
+  ref::Vec expect(100);
+  for (int i = 0; i < 100; ++i) expect[i] = static_cast<float>(p[i] - 0.25 * g[i]);
+  EXPECT_TRUE(all_close(tp.to_host_f32(), expect, 0, 0));
+  dev_->ops().add_inplace(tp, tg);
+  for (int i = 0; i < 100; ++i) expect[i] = static_cast<float>(expect[i] + g[i]);
+  EXPECT_TRUE(all_close(tp.to_host_f32(), expect, 0, 0));
+}
+
+ref::LeNetParams to_ref_params(const std::vector<float>& flat) {
+  return ref::unflatten(to_double(flat));
+}
+
+TEST(LeNetLayout, HasTheBookShapesAndParameterCount) {
+  int64_t total = 0;
+  for (const auto& p : lenet_layout()) {
+    EXPECT_EQ(p.offset, total) << p.name;
+    total += shape_numel(p.shape);
+  }
+  EXPECT_EQ(total, kLeNetParameters);
+  EXPECT_EQ(kLeNetParameters, 129068);
+  EXPECT_EQ(lenet_layout()[4].shape, (Shape{800, 128}));
+}
+
+TEST(LeNetInit, IsSeededNormalWithZeroBiases) {
+  const auto a = lenet_initial_parameters(0), b = lenet_initial_parameters(0),
+             c = lenet_initial_parameters(1);
+  EXPECT_EQ(a, b);
+  EXPECT_NE(a, c);
+  double sum = 0, sq = 0;
+  int64_t n = 0;
+  for (int i = 0; i < kLeNetTensors; ++i) {
+    const auto& p = lenet_layout()[i];
+    for (int64_t j = 0; j < shape_numel(p.shape); ++j) {
+      const double v = a[static_cast<std::size_t>(p.offset + j)];
+      if (i % 2) {
+        EXPECT_EQ(v, 0.0) << p.name;
+      } else {
+        sum += v;
+        sq += v * v;
+        ++n;
+      }
+    }
+  }
+  EXPECT_NEAR(sum / n, 0.0, 2e-4);             // 128,860 draws: std error 2.8e-5
+  EXPECT_NEAR(std::sqrt(sq / n), 0.01, 1e-4);  // relative std error ~0.2 %
+}
+
+class LeNetCpu : public CpuBackend {};
+
+TEST_F(LeNetCpu, ForwardBackwardMatchesReference) {
+  const int N = 5;
+  // A larger init scale than training's 0.01 so that gradients are not vanishingly small.
+  const auto params = to_float(ref::flatten(ref::lenet_init(7, 0.1)));
+  auto images = random_vec(N * 28 * 28, 61);
+  for (auto& v : images) v = static_cast<float>(std::abs(v) / 3);
+  std::vector<int> labels{3, 1, 4, 1, 5};
+  std::vector<int32_t> labels32(labels.begin(), labels.end());
+
+  LeNet model(*dev_);
+  model.params().copy_from_host(params);
+  Tensor stats = Tensor::empty(*dev_, {2});
+  model.forward(put(images, {N, 1, 28, 28}), Tensor::from_host(*dev_, {N}, labels32), stats, true);
+  model.backward();
+
+  const auto r = ref::lenet_forward_backward(to_ref_params(params), images, labels, N);
+  const auto s = stats.to_host_f32();
+  EXPECT_NEAR(s[0], r.loss, 1e-5 * std::abs(r.loss));
+  EXPECT_EQ(static_cast<int>(s[1]), r.correct);
+  EXPECT_TRUE(all_close(model.logits().to_host_f32(), r.logits, kAtol, kRtol)) << "logits";
+  const auto ref_grads = ref::flatten(r.grads);
+  const auto grads = model.grads().to_host_f32();
+  for (int i = 0; i < kLeNetTensors; ++i) {
+    const auto& p = lenet_layout()[i];
+    const auto b = static_cast<std::size_t>(p.offset), e = b + shape_numel(p.shape);
+    const std::vector<float> g(grads.begin() + b, grads.begin() + e);
+    const ref::Vec rg(ref_grads.begin() + b, ref_grads.begin() + e);
+    EXPECT_TRUE(all_close(g, rg, kAtol, kRtol)) << "gradient of " << p.name;
+  }
+}
+
+TEST_F(LeNetCpu, TenSgdStepsMatchReference) {
+  const int N = 8;
+  const float lr = 0.5f;
+  auto params = to_float(ref::flatten(ref::lenet_init(3, 0.05)));
+  auto images = random_vec(N * 28 * 28, 71);
+  for (auto& v : images) v = static_cast<float>(std::abs(v) / 3);
+  std::vector<int> labels{0, 1, 2, 3, 4, 5, 6, 7};
+  std::vector<int32_t> labels32(labels.begin(), labels.end());
+
+  LeNet model(*dev_);
+  model.params().copy_from_host(params);
+  Tensor x = put(images, {N, 1, 28, 28}), y = Tensor::from_host(*dev_, {N}, labels32);
+  Tensor stats = Tensor::empty(*dev_, {2});
+  ref::LeNetParams rp = to_ref_params(params);
+  for (int step = 0; step < 10; ++step) {
+    model.forward(x, y, stats, true);
+    model.backward();
+    dev_->ops().sgd(model.params(), model.grads(), lr / N);
+    const auto r = ref::lenet_forward_backward(rp, images, labels, N);
+    ref::sgd(rp, r.grads, lr, N);
+    EXPECT_NEAR(stats.to_host_f32()[0], r.loss, 1e-4 * std::abs(r.loss)) << "step " << step;
+  }
+  // Ten steps compound float rounding: the bound is looser than one op's, still far below any
+  // real error (a wrong gradient moves parameters by ~lr * grad ~ 1e-2).
+  EXPECT_TRUE(all_close(model.params().to_host_f32(), ref::flatten(rp), 1e-5, 1e-3));
+}
+
+TEST_F(LeNetCpu, SameSeedGivesBitIdenticalLosses) {
+  auto run = [&] {
+    LeNet model(*dev_);
+    model.params().copy_from_host(lenet_initial_parameters(5));
+    auto images = random_vec(16 * 28 * 28, 81);
+    std::vector<int32_t> labels(16);
+    for (int i = 0; i < 16; ++i) labels[i] = i % 10;
+    Tensor x = put(images, {16, 1, 28, 28}), y = Tensor::from_host(*dev_, {16}, labels);
+    Tensor stats = Tensor::empty(*dev_, {2});
+    std::vector<float> losses;
+    for (int i = 0; i < 5; ++i) {
+      model.forward(x, y, stats, true);
+      model.backward();
+      dev_->ops().sgd(model.params(), model.grads(), 5.0f / 16);
+      losses.push_back(stats.to_host_f32()[0]);
+    }
+    return losses;
+  };
+  const auto a = run(), b = run();
+  EXPECT_EQ(a, b);
+  EXPECT_NE(a.front(), a.back());  // it trained
+}
+
+}  // namespace
+}  // namespace paralab
