@@ -184,7 +184,7 @@ double softmax_xent(const Vec& logits, const std::vector<int>& labels, int N, in
                     "ref: softmax_xent: label " + std::to_string(label) + " out of range");
     int argmax = 0;  // strict > keeps the lowest index on ties
     for (int c = 1; c < classes; ++c)
-      if (z[c] >= z[argmax]) argmax = c;
+      if (z[c] > z[argmax]) argmax = c;
     if (argmax == label) ++correct;
     // Shifting by the maximum keeps every exp() <= 1, so nothing overflows.
     const double zmax = z[argmax];
