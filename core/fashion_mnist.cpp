@@ -88,7 +88,6 @@ std::vector<uint8_t> read_all_bytes(const std::string& path) {
   if (file.get() == nullptr) {
     throw Error(path + ": cannot open: " + (errno != 0 ? std::strerror(errno) : "out of memory"));
   }
-  gzbuffer(file.get(), 1 << 18);  // zlib's default 8 KiB buffer makes inflate several times slower
 
   // Fashion-MNIST images inflate ~1.8x, so one read usually fills the first allocation.
   std::vector<uint8_t> bytes(std::max<uint64_t>(ec ? 0 : file_size * 2, 1 << 16));

@@ -40,11 +40,9 @@ LeNet::LeNet(Device& device)
     : device_(device),
       params_(Tensor::zeros(device, {kLeNetParameters})),
       grads_(Tensor::zeros(device, {kLeNetParameters})),
-      conv1_(device.ops().make_conv2d()),
-      conv2_(device.ops().make_conv2d()),
+      stage1_(device.ops().make_conv_relu_pool()),
+      stage2_(device.ops().make_conv_relu_pool()),
       relu_(device.ops().make_relu()),
-      pool1_(device.ops().make_avgpool2d()),
-      pool2_(device.ops().make_avgpool2d()),
       fc1_(device.ops().make_linear()),
       fc2_(device.ops().make_linear()),
       xent_(device.ops().make_softmax_xent()) {}
@@ -62,18 +60,14 @@ Tensor LeNet::grad(int i) const {
 void LeNet::ensure_batch(int64_t n) {
   if (n == batch_) return;
   Device& d = device_;
-  a1_ = Tensor::empty(d, {n, 20, 26, 26});
   p1_ = Tensor::empty(d, {n, 20, 13, 13});
-  a2_ = Tensor::empty(d, {n, 50, 9, 9});
   p2_ = Tensor::empty(d, {n, 50, 4, 4});
   h3_ = Tensor::empty(d, {n, 128});
   logits_ = Tensor::empty(d, {n, kClasses});
   d_logits_ = Tensor::empty(d, {n, kClasses});
   d_h3_ = Tensor::empty(d, {n, 128});
   d_p2_ = Tensor::empty(d, {n, 50, 4, 4});
-  d_a2_ = Tensor::empty(d, {n, 50, 9, 9});
   d_p1_ = Tensor::empty(d, {n, 20, 13, 13});
-  d_a1_ = Tensor::empty(d, {n, 20, 26, 26});
   batch_ = n;
 }
 
@@ -86,12 +80,8 @@ void LeNet::forward(const Tensor& x, const Tensor& labels, Tensor& stats, bool t
                                                   " images");
   const int64_t n = x.dim(0);
   ensure_batch(n);
-  conv1_->forward(x, param(0), param(1), a1_);
-  relu_->forward(a1_, a1_);
-  pool1_->forward(a1_, p1_);
-  conv2_->forward(p1_, param(2), param(3), a2_);
-  relu_->forward(a2_, a2_);
-  pool2_->forward(a2_, p2_);
+  stage1_->forward(x, param(0), param(1), p1_, training);
+  stage2_->forward(p1_, param(2), param(3), p2_, training);
   const Tensor flat = p2_.reshaped({n, 800});
   fc1_->forward(flat, param(4), param(5), h3_);
   relu_->forward(h3_, h3_);
@@ -109,12 +99,8 @@ void LeNet::backward() {
   relu_->backward(h3_, d_h3_, d_h3_);
   Tensor d_flat = d_p2_.reshaped({n, 800});
   fc1_->backward(p2_.reshaped({n, 800}), param(4), d_h3_, &d_flat, w3, b3);
-  pool2_->backward(d_p2_, d_a2_);
-  relu_->backward(a2_, d_a2_, d_a2_);
-  conv2_->backward(p1_, param(2), d_a2_, &d_p1_, w2, b2);
-  pool1_->backward(d_p1_, d_a1_);
-  relu_->backward(a1_, d_a1_, d_a1_);
-  conv1_->backward(x_, param(0), d_a1_, nullptr, w1, b1);
+  stage2_->backward(p1_, param(2), d_p2_, &d_p1_, w2, b2);
+  stage1_->backward(x_, param(0), d_p1_, nullptr, w1, b1);
 }
 
 }  // namespace paralab

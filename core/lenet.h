@@ -57,18 +57,17 @@ class LeNet {
 
   Device& device_;
   Tensor params_, grads_;
-  std::unique_ptr<Conv2d> conv1_, conv2_;
+  std::unique_ptr<ConvReluPool> stage1_, stage2_;
   std::unique_ptr<Relu> relu_;
-  std::unique_ptr<AvgPool2d> pool1_, pool2_;
   std::unique_ptr<Linear> fc1_, fc2_;
   std::unique_ptr<SoftmaxXent> xent_;
 
   int64_t batch_ = -1;
-  Tensor x_;                  // last training input (N,1,28,28), shared with the caller
-  Tensor a1_, p1_, a2_, p2_;  // (N,20,26,26) (N,20,13,13) (N,50,9,9) (N,50,4,4)
-  Tensor h3_, logits_;        // (N,128) (N,10)
-  Tensor d_logits_, d_h3_;    // (N,10) (N,128)
-  Tensor d_p2_, d_a2_, d_p1_, d_a1_;
+  Tensor x_;                // last training input (N,1,28,28), shared with the caller
+  Tensor p1_, p2_;          // stage outputs (N,20,13,13) (N,50,4,4)
+  Tensor h3_, logits_;      // (N,128) (N,10)
+  Tensor d_logits_, d_h3_;  // (N,10) (N,128)
+  Tensor d_p2_, d_p1_;      // (N,50,4,4) (N,20,13,13)
 };
 
 }  // namespace paralab

@@ -11,13 +11,22 @@
 
 namespace paralab {
 
-// 2-D cross-correlation, stride 1, no padding.
-class Conv2d {
+// One convolutional stage of LeNet: y = avgpool2x2(relu(conv(x) + b)), the conv a 2-D
+// cross-correlation with stride 1 and no padding, the pooling 2x2 stride 2 in floor mode
+// (9x9 -> 4x4 drops the last row and column).
+//
+// Why one op and not three: the backend keeps the stage's intermediate activation (N,K,OH,OW) in
+// whatever layout its kernels prefer (oneDNN's blocked nChw16c, cuDNN's fused epilogues) and only
+// the pooled output, 4x smaller, crosses the interface in NCHW. The op keeps that activation
+// from the last training forward for backward, like cuDNN's reserve space.
+class ConvReluPool {
  public:
-  virtual ~Conv2d() = default;
-  // x (N,C,H,W), w (K,C,R,S), b (K) -> y (N,K,H-R+1,W-S+1)
-  virtual void forward(const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y) = 0;
-  // dy (N,K,OH,OW) -> dx (N,C,H,W) unless null, dw (K,C,R,S), db (K)
+  virtual ~ConvReluPool() = default;
+  // x (N,C,H,W), w (K,C,R,S), b (K) -> y (N,K,(H-R+1)/2,(W-S+1)/2)
+  virtual void forward(const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y,
+                       bool training) = 0;
+  // For the last training forward, with the same x and w: dy (N,K,PH,PW) -> dx (N,C,H,W) unless
+  // null, dw (K,C,R,S), db (K).
   virtual void backward(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor* dx, Tensor& dw,
                         Tensor& db) = 0;
 };
@@ -29,16 +38,6 @@ class Relu {
   virtual void forward(const Tensor& x, Tensor& y) = 0;
   // dx = dy where y > 0 else 0; dx may alias dy.
   virtual void backward(const Tensor& y, const Tensor& dy, Tensor& dx) = 0;
-};
-
-// Average pooling 2x2, stride 2, floor mode (9x9 -> 4x4 drops the last row and column).
-class AvgPool2d {
- public:
-  virtual ~AvgPool2d() = default;
-  // x (N,C,H,W) -> y (N,C,H/2,W/2)
-  virtual void forward(const Tensor& x, Tensor& y) = 0;
-  // dy (N,C,H/2,W/2) -> dx (N,C,H,W)
-  virtual void backward(const Tensor& dy, Tensor& dx) = 0;
 };
 
 // Fully connected as in the book: y = x W + b with W stored (in, out).
@@ -65,9 +64,8 @@ class SoftmaxXent {
 class Ops {
  public:
   virtual ~Ops() = default;
-  virtual std::unique_ptr<Conv2d> make_conv2d() = 0;
+  virtual std::unique_ptr<ConvReluPool> make_conv_relu_pool() = 0;
   virtual std::unique_ptr<Relu> make_relu() = 0;
-  virtual std::unique_ptr<AvgPool2d> make_avgpool2d() = 0;
   virtual std::unique_ptr<Linear> make_linear() = 0;
   virtual std::unique_ptr<SoftmaxXent> make_softmax_xent() = 0;
 

@@ -9,9 +9,10 @@
 # to a temporary file that is renamed only once its sum is right; a wrong sum deletes it and exits
 # non-zero. Sources, tried in order: $FASHION_MNIST_MIRROR if set (a base URL holding the four
 # files, e.g. an internal mirror), the S3 bucket the README links to, then the GitHub repository.
-# Without a network, prefer `apt-get install dataset-fashion-mnist` (/usr/share/datasets/
-# fashion-mnist; its .gz files are recompressed by Debian, so their sums differ from these although
-# the decompressed data are the same).
+# Without a network use `apt-get install dataset-fashion-mnist` (/usr/share/datasets/fashion-mnist)
+# instead. Its .gz files hold the very deflate streams of the upstream ones, but Debian rewrote the
+# gzip headers (original file name dropped, new mtime), so their MD5s differ from the sums below
+# and this script would fetch them again: point the program at that directory, don't copy them here.
 set -euo pipefail
 
 readonly target="${1:-./data/fashion-mnist}"

@@ -44,71 +44,73 @@ class CpuBackend : public ::testing::Test {
   Device* dev_ = nullptr;
 };
 
-TEST_F(CpuBackend, Conv2dMatchesReference) {
-  // Odd sizes so that a transposed or off-by-one index cannot pass.
-  const int N = 3, C = 4, H = 9, W = 8, K = 5, R = 3, S = 2;
+// The reference composition of one stage: avgpool2(relu(conv(x))).
+struct StageRef {
+  ref::Vec y, dx, dw, db;
+};
+StageRef stage_reference(const ref::Vec& x, const ref::Vec& w, const ref::Vec& b,
+                         const ref::Vec& dy, int N, int C, int H, int W, int K, int R, int S) {
   const int OH = H - R + 1, OW = W - S + 1;
-  auto x = random_vec(N * C * H * W, 1), w = random_vec(K * C * R * S, 2), b = random_vec(K, 3),
-       dy = random_vec(N * K * OH * OW, 4);
-  auto conv = dev_->ops().make_conv2d();
-  Tensor tx = put(x, {N, C, H, W}), tw = put(w, {K, C, R, S}), tb = put(b, {K});
-  Tensor ty = Tensor::empty(*dev_, {N, K, OH, OW});
-  conv->forward(tx, tw, tb, ty);
-  EXPECT_TRUE(
-      all_close(ty.to_host_f32(), ref::conv2d_forward(x, w, b, N, C, H, W, K, R, S), kAtol, kRtol));
-  Tensor tdy = put(dy, {N, K, OH, OW});
-  Tensor tdx = Tensor::empty(*dev_, {N, C, H, W}), tdw = Tensor::empty(*dev_, {K, C, R, S}),
-         tdb = Tensor::empty(*dev_, {K});
-  conv->backward(tx, tw, tdy, &tdx, tdw, tdb);
-  ref::Vec dx, dw, db;
-  ref::conv2d_backward(x, w, dy, N, C, H, W, K, R, S, dx, dw, db);
-  EXPECT_TRUE(all_close(tdx.to_host_f32(), dx, kAtol, kRtol)) << "dx";
-  EXPECT_TRUE(all_close(tdw.to_host_f32(), dw, kAtol, kRtol)) << "dw";
-  EXPECT_TRUE(all_close(tdb.to_host_f32(), db, kAtol, kRtol)) << "db";
+  StageRef r;
+  const ref::Vec conv = ref::conv2d_forward(x, w, b, N, C, H, W, K, R, S);
+  const ref::Vec act = ref::relu_forward(conv);
+  r.y = ref::avgpool2_forward(act, N, K, OH, OW);
+  const ref::Vec d_act = ref::avgpool2_backward(dy, N, K, OH, OW);
+  ref::conv2d_backward(x, w, ref::relu_backward(conv, d_act), N, C, H, W, K, R, S, r.dx, r.dw,
+                       r.db);
+  return r;
 }
 
-TEST_F(CpuBackend, Conv2dLeNetShapesMatchReference) {
-  // LeNet's two convolutions at their real shapes (blocked-layout kernels differ by shape).
-  struct Case {
-    int C, H, K, R;
+void check_stage(Device& dev, int N, int C, int H, int W, int K, int R, int S, uint64_t seed,
+                 double w_scale) {
+  const int PH = (H - R + 1) / 2, PW = (W - S + 1) / 2;
+  auto x = random_vec(N * C * H * W, seed), w = random_vec(K * C * R * S, seed + 1, w_scale),
+       b = random_vec(K, seed + 2, 0.1), dy = random_vec(N * K * PH * PW, seed + 3);
+  auto put = [&](const ref::Vec& v, Shape s) {
+    return Tensor::from_host(dev, std::move(s), to_float(v));
   };
-  for (const Case c : {Case{1, 28, 20, 3}, Case{20, 13, 50, 5}}) {
-    const int N = 2, OH = c.H - c.R + 1;
-    auto x = random_vec(N * c.C * c.H * c.H, 5), w = random_vec(c.K * c.C * c.R * c.R, 6, 0.1),
-         b = random_vec(c.K, 7), dy = random_vec(N * c.K * OH * OH, 8);
-    auto conv = dev_->ops().make_conv2d();
-    Tensor tx = put(x, {N, c.C, c.H, c.H}), tw = put(w, {c.K, c.C, c.R, c.R}), tb = put(b, {c.K});
-    Tensor ty = Tensor::empty(*dev_, {N, c.K, OH, OH});
-    conv->forward(tx, tw, tb, ty);
-    EXPECT_TRUE(all_close(ty.to_host_f32(),
-                          ref::conv2d_forward(x, w, b, N, c.C, c.H, c.H, c.K, c.R, c.R), kAtol,
-                          kRtol))
-        << "C=" << c.C;
-    Tensor tdx = Tensor::empty(*dev_, {N, c.C, c.H, c.H}),
-           tdw = Tensor::empty(*dev_, {c.K, c.C, c.R, c.R}), tdb = Tensor::empty(*dev_, {c.K});
-    conv->backward(tx, tw, put(dy, {N, c.K, OH, OH}), &tdx, tdw, tdb);
-    ref::Vec dx, dw, db;
-    ref::conv2d_backward(x, w, dy, N, c.C, c.H, c.H, c.K, c.R, c.R, dx, dw, db);
-    EXPECT_TRUE(all_close(tdx.to_host_f32(), dx, kAtol, kRtol)) << "dx C=" << c.C;
-    EXPECT_TRUE(all_close(tdw.to_host_f32(), dw, kAtol, kRtol)) << "dw C=" << c.C;
-    EXPECT_TRUE(all_close(tdb.to_host_f32(), db, kAtol, kRtol)) << "db C=" << c.C;
-  }
+  auto stage = dev.ops().make_conv_relu_pool();
+  Tensor tx = put(x, {N, C, H, W}), tw = put(w, {K, C, R, S});
+  Tensor ty = Tensor::empty(dev, {N, K, PH, PW});
+  stage->forward(tx, tw, put(b, {K}), ty, /*training=*/true);
+  Tensor tdx = Tensor::empty(dev, {N, C, H, W}), tdw = Tensor::empty(dev, {K, C, R, S}),
+         tdb = Tensor::empty(dev, {K});
+  stage->backward(tx, tw, put(dy, {N, K, PH, PW}), &tdx, tdw, tdb);
+  const StageRef r = stage_reference(x, w, b, dy, N, C, H, W, K, R, S);
+  const std::string what = "C=" + std::to_string(C) + " H=" + std::to_string(H);
+  EXPECT_TRUE(all_close(ty.to_host_f32(), r.y, kAtol, kRtol)) << "y " << what;
+  EXPECT_TRUE(all_close(tdx.to_host_f32(), r.dx, kAtol, kRtol)) << "dx " << what;
+  EXPECT_TRUE(all_close(tdw.to_host_f32(), r.dw, kAtol, kRtol)) << "dw " << what;
+  EXPECT_TRUE(all_close(tdb.to_host_f32(), r.db, kAtol, kRtol)) << "db " << what;
 }
 
-TEST_F(CpuBackend, AvgPoolMatchesReferenceIncludingFloorMode) {
-  for (const int H : {8, 9}) {  // 9x9 -> 4x4 drops the last row and column, as in LeNet
-    const int N = 2, C = 3, W = H, OH = H / 2;
-    auto x = random_vec(N * C * H * W, 11), dy = random_vec(N * C * OH * OH, 12);
-    auto pool = dev_->ops().make_avgpool2d();
-    Tensor ty = Tensor::empty(*dev_, {N, C, OH, OH});
-    pool->forward(put(x, {N, C, H, W}), ty);
-    EXPECT_TRUE(all_close(ty.to_host_f32(), ref::avgpool2_forward(x, N, C, H, W), 1e-6, 1e-6))
-        << "H=" << H;
-    Tensor tdx = Tensor::empty(*dev_, {N, C, H, W});
-    pool->backward(put(dy, {N, C, OH, OH}), tdx);
-    EXPECT_TRUE(all_close(tdx.to_host_f32(), ref::avgpool2_backward(dy, N, C, H, W), 1e-6, 1e-6))
-        << "H=" << H;
-  }
+TEST_F(CpuBackend, ConvReluPoolMatchesReference) {
+  // Odd sizes (a conv output of 7x7 pools to 3x3, dropping a row and a column) and channel
+  // counts that are not multiples of the 16-wide blocks, so padding and indexing are exercised.
+  check_stage(*dev_, 3, 4, 9, 8, 5, 3, 2, 1, 1.0);
+}
+
+TEST_F(CpuBackend, ConvReluPoolLeNetShapesMatchReference) {
+  check_stage(*dev_, 2, 1, 28, 28, 20, 3, 3, 5, 0.3);   // stage 1: 26x26 -> 13x13
+  check_stage(*dev_, 2, 20, 13, 13, 50, 5, 5, 9, 0.1);  // stage 2: 9x9 -> 4x4 (floor)
+}
+
+TEST_F(CpuBackend, ConvReluPoolKeepsTrainingActivationAcrossOtherShapes) {
+  // An evaluation forward at another batch size between a training forward and its backward
+  // must not disturb the activation backward uses.
+  const int N = 2, C = 3, H = 8, K = 4, R = 3;
+  auto x = random_vec(N * C * H * H, 91), w = random_vec(K * C * R * R, 92), b = random_vec(K, 93),
+       dy = random_vec(N * K * 3 * 3, 94), x2 = random_vec(5 * C * H * H, 95);
+  auto stage = dev_->ops().make_conv_relu_pool();
+  Tensor tx = put(x, {N, C, H, H}), tw = put(w, {K, C, R, R}), tb = put(b, {K});
+  Tensor ty = Tensor::empty(*dev_, {N, K, 3, 3}), ty2 = Tensor::empty(*dev_, {5, K, 3, 3});
+  stage->forward(tx, tw, tb, ty, true);
+  stage->forward(put(x2, {5, C, H, H}), tw, tb, ty2, false);
+  Tensor tdx = Tensor::empty(*dev_, {N, C, H, H}), tdw = Tensor::empty(*dev_, {K, C, R, R}),
+         tdb = Tensor::empty(*dev_, {K});
+  stage->backward(tx, tw, put(dy, {N, K, 3, 3}), &tdx, tdw, tdb);
+  const StageRef r = stage_reference(x, w, b, dy, N, C, H, H, K, R, R);
+  EXPECT_TRUE(all_close(tdw.to_host_f32(), r.dw, kAtol, kRtol));
 }
 
 TEST_F(CpuBackend, ReluMatchesReference) {

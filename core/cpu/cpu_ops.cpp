@@ -14,9 +14,10 @@ class CpuOps final : public Ops {
  public:
   explicit CpuOps(CpuDevice& device) : device_(device) {}
 
-  std::unique_ptr<Conv2d> make_conv2d() override { return cpu::make_conv2d(device_); }
+  std::unique_ptr<ConvReluPool> make_conv_relu_pool() override {
+    return cpu::make_conv_relu_pool(device_);
+  }
   std::unique_ptr<Relu> make_relu() override { return cpu::make_relu(device_); }
-  std::unique_ptr<AvgPool2d> make_avgpool2d() override { return cpu::make_avgpool2d(device_); }
   std::unique_ptr<Linear> make_linear() override { return cpu::make_linear(device_); }
   std::unique_ptr<SoftmaxXent> make_softmax_xent() override {
     return cpu::make_softmax_xent(device_);

@@ -1,4 +1,5 @@
-// Factories for the CPU backend's op families, one file per family (conv2d.cpp, relu.cpp, ...).
+// Factories for the CPU backend's op families, one file per family (conv_relu_pool.cpp, relu.cpp,
+// ...).
 #pragma once
 
 #include <dnnl.hpp>
@@ -10,9 +11,8 @@ namespace paralab::cpu {
 
 class CpuDevice;
 
-std::unique_ptr<Conv2d> make_conv2d(CpuDevice& device);
+std::unique_ptr<ConvReluPool> make_conv_relu_pool(CpuDevice& device);
 std::unique_ptr<Relu> make_relu(CpuDevice& device);
-std::unique_ptr<AvgPool2d> make_avgpool2d(CpuDevice& device);
 std::unique_ptr<Linear> make_linear(CpuDevice& device);
 std::unique_ptr<SoftmaxXent> make_softmax_xent(CpuDevice& device);
 std::unique_ptr<Ops> make_ops(CpuDevice& device);

@@ -1,0 +1,200 @@
+// CPU conv -> ReLU -> avgpool stage on oneDNN.
+//
+// The convolution's output and the pooling run in the blocked layout oneDNN picks (format_tag
+// any; nChw16c on AVX-512) with ReLU fused as a post-op; only x, the pooled y and their gradients
+// are reordered to and from NCHW. Keeping the big activation blocked removes two reorders per
+// stage and lets pooling use its vectorised blocked kernels (on NCHW it is several times slower).
+// Primitives, reorders and buffers are made once per input shape.
+#include <map>
+#include <tuple>
+
+#include "core/cpu/cpu_device.h"
+#include "core/cpu/cpu_ops.h"
+#include "core/error.h"
+
+namespace paralab::cpu {
+
+namespace {
+
+using dnnl::memory;
+using Key = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t>;
+
+struct StagePlan {
+  dnnl::convolution_forward conv;
+  dnnl::pooling_forward pool;
+  dnnl::pooling_backward pool_bwd;
+  dnnl::convolution_backward_data conv_bwd_data;
+  dnnl::convolution_backward_weights conv_bwd_weights;
+  memory act;     // relu(conv(x)+b), blocked (N,K,OH,OW), kept for backward
+  memory d_act;   // its gradient, same layout
+  memory pooled;  // pool output in the pool's layout (staged to y)
+  memory bias, d_bias;
+  Staged f_src, f_w, f_y;    // forward: x, w in; y out
+  Staged b_dy;               // backward: dy in
+  Staged w_src, w_dw;        // backward weights: x in, dw out
+  Staged d_w, d_dx;          // backward data: w in, dx out
+  bool has_forward = false;  // a training forward has filled act
+};
+
+memory::desc any(const memory::dims& d) {
+  return memory::desc(d, memory::data_type::f32, memory::format_tag::any);
+}
+
+class CpuConvReluPool final : public ConvReluPool {
+ public:
+  explicit CpuConvReluPool(CpuDevice& device) : device_(device) {}
+
+  void forward(const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y,
+               bool training) override {
+    StagePlan& p = plan(x, w);
+    const Shape expect = pooled_shape(x, w);
+    PARALAB_REQUIRE(y.shape() == expect, "conv_relu_pool forward: y is " + shape_string(y.shape()) +
+                                             ", expected " + shape_string(expect));
+    PARALAB_REQUIRE(b.numel() == w.dim(0), "conv_relu_pool forward: bias has " +
+                                               std::to_string(b.numel()) + " values for " +
+                                               std::to_string(w.dim(0)) + " channels");
+    auto& s = device_.stream();
+    PARALAB_DNNL("conv_relu_pool forward", {
+      p.bias.set_data_handle(b.raw());
+      p.conv.execute(s, {{DNNL_ARG_SRC, p.f_src.in(x.raw())},
+                         {DNNL_ARG_WEIGHTS, p.f_w.in(w.raw())},
+                         {DNNL_ARG_BIAS, p.bias},
+                         {DNNL_ARG_DST, p.act}});
+      p.pool.execute(s, {{DNNL_ARG_SRC, p.act}, {DNNL_ARG_DST, p.f_y.out(y.raw())}});
+      p.f_y.finish();
+    });
+    p.has_forward = p.has_forward || training;
+  }
+
+  void backward(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor* dx, Tensor& dw,
+                Tensor& db) override {
+    StagePlan& p = plan(x, w);
+    PARALAB_REQUIRE(p.has_forward, "conv_relu_pool backward: no training forward for x " +
+                                       shape_string(x.shape()));
+    PARALAB_REQUIRE(dy.shape() == pooled_shape(x, w),
+                    "conv_relu_pool backward: dy is " + shape_string(dy.shape()));
+    auto& s = device_.stream();
+    PARALAB_DNNL("conv_relu_pool backward", {
+      p.pool_bwd.execute(s,
+                         {{DNNL_ARG_DIFF_DST, p.b_dy.in(dy.raw())}, {DNNL_ARG_DIFF_SRC, p.d_act}});
+      relu_backward_in_place(p);
+      p.d_bias.set_data_handle(db.raw());
+      p.conv_bwd_weights.execute(s, {{DNNL_ARG_SRC, p.w_src.in(x.raw())},
+                                     {DNNL_ARG_DIFF_DST, p.d_act},
+                                     {DNNL_ARG_DIFF_WEIGHTS, p.w_dw.out(dw.raw())},
+                                     {DNNL_ARG_DIFF_BIAS, p.d_bias}});
+      p.w_dw.finish();
+      if (dx) {
+        PARALAB_REQUIRE(dx->shape() == x.shape(), "conv_relu_pool backward: dx " +
+                                                      shape_string(dx->shape()) + " != x " +
+                                                      shape_string(x.shape()));
+        p.conv_bwd_data.execute(s, {{DNNL_ARG_DIFF_DST, p.d_act},
+                                    {DNNL_ARG_WEIGHTS, p.d_w.in(w.raw())},
+                                    {DNNL_ARG_DIFF_SRC, p.d_dx.out(dx->raw())}});
+        p.d_dx.finish();
+      }
+    });
+  }
+
+ private:
+  // d_act = act > 0 ? d_act : 0 over the whole blocked buffer; padded channels hold 0 in act
+  // (oneDNN zero-fills padding), so their gradient is 0 too.
+  static void relu_backward_in_place(StagePlan& p) {
+    const auto* a = static_cast<const float*>(p.act.get_data_handle());
+    auto* d = static_cast<float*>(p.d_act.get_data_handle());
+    const auto n = static_cast<int64_t>(p.act.get_desc().get_size() / sizeof(float));
+#pragma omp parallel for simd schedule(static)
+    for (int64_t i = 0; i < n; ++i) d[i] = a[i] > 0.0f ? d[i] : 0.0f;
+  }
+
+  static Shape pooled_shape(const Tensor& x, const Tensor& w) {
+    return {x.dim(0), w.dim(0), (x.dim(2) - w.dim(2) + 1) / 2, (x.dim(3) - w.dim(3) + 1) / 2};
+  }
+
+  StagePlan& plan(const Tensor& x, const Tensor& w) {
+    PARALAB_REQUIRE(x.ndim() == 4 && w.ndim() == 4 && x.dim(1) == w.dim(1) &&
+                        x.dim(2) - w.dim(2) + 1 >= 2 && x.dim(3) - w.dim(3) + 1 >= 2,
+                    "conv_relu_pool: x " + shape_string(x.shape()) + " and w " +
+                        shape_string(w.shape()) + " do not fit");
+    const Key key{x.dim(0), x.dim(1), x.dim(2), x.dim(3), w.dim(0), w.dim(2), w.dim(3)};
+    auto it = plans_.find(key);
+    if (it != plans_.end()) return it->second;
+
+    const int64_t oh = x.dim(2) - w.dim(2) + 1, ow = x.dim(3) - w.dim(3) + 1;
+    const memory::dims src{x.dim(0), x.dim(1), x.dim(2), x.dim(3)};
+    const memory::dims wei{w.dim(0), w.dim(1), w.dim(2), w.dim(3)};
+    const memory::dims bias{w.dim(0)};
+    const memory::dims act{x.dim(0), w.dim(0), oh, ow};
+    const memory::dims pooled{x.dim(0), w.dim(0), oh / 2, ow / 2};
+    const memory::dims strides{1, 1}, pad{0, 0}, kernel{2, 2}, pool_strides{2, 2};
+    // Floor mode: with an odd extent the right padding is -1, so oneDNN's output size
+    // (OH - 2 + pad_r) / 2 + 1 is exactly OH / 2 and the last row/column is never read.
+    const memory::dims pool_pad_r{(oh / 2 - 1) * 2 + 2 - oh, (ow / 2 - 1) * 2 + 2 - ow};
+    StagePlan p;
+    PARALAB_DNNL("conv_relu_pool plan", {
+      auto& eng = device_.engine();
+      dnnl::post_ops relu;
+      relu.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f);
+      dnnl::primitive_attr attr;
+      attr.set_post_ops(relu);
+      const auto conv_desc = dnnl::convolution_forward::desc(
+          dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct, any(src),
+          any(wei), plain_desc(bias), any(act), strides, pad, pad);
+      const dnnl::convolution_forward::primitive_desc conv_pd(conv_desc, attr, eng);
+      // The hint for backward is the same convolution without the post-op.
+      const dnnl::convolution_forward::primitive_desc hint_pd(conv_desc, eng);
+      const auto alg = dnnl::algorithm::pooling_avg_exclude_padding;
+      const dnnl::pooling_forward::primitive_desc pool_pd(
+          dnnl::pooling_forward::desc(dnnl::prop_kind::forward_training, alg, conv_pd.dst_desc(),
+                                      any(pooled), pool_strides, kernel, pad, pool_pad_r),
+          eng);
+      const dnnl::pooling_backward::primitive_desc pool_bwd_pd(
+          dnnl::pooling_backward::desc(alg, conv_pd.dst_desc(), pool_pd.dst_desc(), pool_strides,
+                                       kernel, pad, pool_pad_r),
+          eng, pool_pd);
+      const dnnl::convolution_backward_weights::primitive_desc bwd_w_pd(
+          dnnl::convolution_backward_weights::desc(dnnl::algorithm::convolution_direct, any(src),
+                                                   any(wei), plain_desc(bias), conv_pd.dst_desc(),
+                                                   strides, pad, pad),
+          eng, hint_pd);
+      const dnnl::convolution_backward_data::primitive_desc bwd_d_pd(
+          dnnl::convolution_backward_data::desc(dnnl::algorithm::convolution_direct, any(src),
+                                                any(wei), conv_pd.dst_desc(), strides, pad, pad),
+          eng, hint_pd);
+      PARALAB_REQUIRE(pool_bwd_pd.diff_src_desc() == conv_pd.dst_desc() &&
+                          bwd_w_pd.diff_dst_desc() == conv_pd.dst_desc() &&
+                          bwd_d_pd.diff_dst_desc() == conv_pd.dst_desc(),
+                      "conv_relu_pool: oneDNN chose different layouts for the activation and "
+                      "its gradient");
+      p.conv = dnnl::convolution_forward(conv_pd);
+      p.pool = dnnl::pooling_forward(pool_pd);
+      p.pool_bwd = dnnl::pooling_backward(pool_bwd_pd);
+      p.conv_bwd_weights = dnnl::convolution_backward_weights(bwd_w_pd);
+      p.conv_bwd_data = dnnl::convolution_backward_data(bwd_d_pd);
+      p.act = memory(conv_pd.dst_desc(), eng);
+      p.d_act = memory(conv_pd.dst_desc(), eng);
+      p.bias = memory(plain_desc(bias), eng, DNNL_MEMORY_NONE);
+      p.d_bias = memory(plain_desc(bias), eng, DNNL_MEMORY_NONE);
+      p.f_src = Staged(device_, plain_desc(src), conv_pd.src_desc());
+      p.f_w = Staged(device_, plain_desc(wei), conv_pd.weights_desc());
+      p.f_y = Staged(device_, plain_desc(pooled), pool_pd.dst_desc());
+      p.b_dy = Staged(device_, plain_desc(pooled), pool_bwd_pd.diff_dst_desc());
+      p.w_src = Staged(device_, plain_desc(src), bwd_w_pd.src_desc());
+      p.w_dw = Staged(device_, plain_desc(wei), bwd_w_pd.diff_weights_desc());
+      p.d_w = Staged(device_, plain_desc(wei), bwd_d_pd.weights_desc());
+      p.d_dx = Staged(device_, plain_desc(src), bwd_d_pd.diff_src_desc());
+    });
+    return plans_.emplace(key, std::move(p)).first->second;
+  }
+
+  CpuDevice& device_;
+  std::map<Key, StagePlan> plans_;
+};
+
+}  // namespace
+
+std::unique_ptr<ConvReluPool> make_conv_relu_pool(CpuDevice& device) {
+  return std::make_unique<CpuConvReluPool>(device);
+}
+
+}  // namespace paralab::cpu
