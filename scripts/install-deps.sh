@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Installs what ParaLab needs to build, test and run on Debian 12 / Ubuntu 22.04+, skipping what
+# is already there. Usage: scripts/install-deps.sh [--with-torch]
+#   --with-torch  also Debian's PyTorch (python3-torch), for the baseline benchmark
+#                 (experiments/baselines/compare_pytorch.py); large, so not installed by default.
+set -euo pipefail
+
+packages=(
+  cmake ninja-build g++ git pkg-config
+  libdnnl-dev            # oneDNN: the CPU backend
+  zlib1g-dev             # Fashion-MNIST .gz files
+  nlohmann-json3-dev     # descriptors and results
+  libcli11-dev           # bench_runner's command line
+  libgtest-dev           # tests
+  python3 python3-jsonschema  # results schema checks in the tests
+  dataset-fashion-mnist  # the data, in /usr/share/datasets/fashion-mnist
+)
+for arg in "$@"; do
+  case "$arg" in
+    --with-torch) packages+=(python3-torch python3-numpy) ;;
+    *) echo "install-deps.sh: unknown option '$arg' (known: --with-torch)" >&2; exit 2 ;;
+  esac
+done
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]} == 0)); then
+  echo "install-deps.sh: all ${#packages[@]} packages present"
+  exit 0
+fi
+
+sudo=()
+if [[ $(id -u) -ne 0 ]]; then
+  command -v sudo >/dev/null || { echo "install-deps.sh: need root or sudo to install: ${missing[*]}" >&2; exit 1; }
+  sudo=(sudo)
+fi
+echo "install-deps.sh: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+"${sudo[@]}" apt-get update -qq
+"${sudo[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"

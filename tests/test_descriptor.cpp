@@ -1,0 +1,152 @@
+// Descriptor validation, defaults and --set overrides (experiments/descriptor.cpp).
+#include <gtest/gtest.h>
+
+#include "core/error.h"
+#include "experiments/descriptor.h"
+
+namespace paralab {
+namespace {
+
+using nlohmann::json;
+
+json minimal() { return {{"name", "t"}, {"runs", {{{"strategy", "single"}}}}}; }
+
+// The message of the Error that parsing `doc` throws ("" if it does not throw).
+std::string parse_error(const json& doc) {
+  try {
+    parse_descriptor(doc, "d.json");
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(Descriptor, FillsDefaults) {
+  const Descriptor d = parse_descriptor(minimal(), "d.json");
+  ASSERT_EQ(d.runs.size(), 1u);
+  const TrainingConfig& t = d.runs[0].training;
+  EXPECT_EQ(d.backend, "auto");
+  EXPECT_EQ(t.epochs, 1);
+  EXPECT_EQ(t.batch_size, 256);
+  EXPECT_DOUBLE_EQ(t.lr, 0.2);
+  EXPECT_EQ(t.seed, 0u);
+  EXPECT_FALSE(t.max_iterations_per_epoch.has_value());
+  EXPECT_EQ(t.warmup_iterations, 5);
+  EXPECT_EQ(t.threads_per_device, 1);
+  EXPECT_EQ(d.runs[0].devices, 1);
+  EXPECT_EQ(d.runs[0].label, "single x1");
+  EXPECT_FALSE(d.data_dir.has_value());
+  EXPECT_EQ(d.resolved["training"]["batch_size"], 256);  // defaults are part of what is recorded
+}
+
+TEST(Descriptor, RunTrainingOverridesMergeOverTheTopLevel) {
+  json doc = minimal();
+  doc["training"] = {{"epochs", 3}, {"lr", 0.1}};
+  doc["runs"].push_back({{"strategy", "single"}, {"training", {{"lr", 0.05}}}, {"label", "slow"}});
+  const Descriptor d = parse_descriptor(doc, "d.json");
+  EXPECT_DOUBLE_EQ(d.runs[0].training.lr, 0.1);
+  EXPECT_DOUBLE_EQ(d.runs[1].training.lr, 0.05);
+  EXPECT_EQ(d.runs[1].training.epochs, 3);
+  EXPECT_EQ(d.runs[1].label, "slow");
+}
+
+TEST(Descriptor, RejectsBadInputWithFileAndPath) {
+  struct Case {
+    json doc;
+    std::string expect;
+  };
+  auto with = [](const std::string& path, json value) {
+    json doc = minimal();
+    doc[json::json_pointer(path)] = std::move(value);
+    return doc;
+  };
+  const std::vector<Case> cases = {
+      {json::array(), "d.json: (top level): must be an object"},
+      {with("/bogus", 1), "d.json: bogus: unknown key"},
+      {with("/training/bach_size", 1), "d.json: training.bach_size: unknown key"},
+      {with("/dataset/limit", 1), "d.json: dataset.limit: unknown key"},
+      {with("/training/batch_size", "big"),
+       "training.batch_size: must be an integer, got a string"},
+      {with("/training/batch_size", 0), "training.batch_size: must be >= 1, got 0"},
+      {with("/training/batch_size", -3), "training.batch_size: must be >= 1, got -3"},
+      {with("/training/lr", 0), "training.lr: must be > 0"},
+      {with("/training/lr", -0.1), "training.lr: must be > 0"},
+      {with("/training/epochs", 0), "training.epochs: must be >= 1, got 0"},
+      {with("/training/epochs", 1.5), "training.epochs: must be an integer, got a number"},
+      {with("/training/threads_per_device", 0), "training.threads_per_device: must be >= 1"},
+      {with("/dataset/train_limit", 0), "dataset.train_limit: must be >= 1"},
+      {with("/dataset/dir", 3), "dataset.dir: must be a string"},
+      {with("/backend", "tpu"), "backend: unknown backend 'tpu' (known: auto, cpu"},
+      {with("/name", "a b"), "name: 'a b' must be 1-64 characters"},
+      {with("/runs", json::array()), "runs: must hold at least one run"},
+      {with("/runs", 3), "runs: must be a list, got an integer"},
+      {with("/runs/0/strategy", "pipeline"),
+       "runs.0.strategy: unknown strategy 'pipeline' (known: single)"},
+      {with("/runs/0/devices", 0), "runs.0.devices: must be >= 1, got 0"},
+      {with("/runs/0/allreduce", "ring"), "runs.0.allreduce: unknown option for strategy 'single'"},
+      {with("/runs/0/training", json{{"lr", "x"}}), "runs.0.training.lr: must be a number"},
+      {with("/runs/0/training", json{{"nope", 1}}), "runs.0.training.nope: unknown key"},
+      {json{{"runs", json::array({json{{"strategy", "single"}}})}}, "d.json: name: missing"},
+      {json{{"name", "x"}}, "d.json: runs: missing"},
+  };
+  for (const Case& c : cases) {
+    const std::string msg = parse_error(c.doc);
+    EXPECT_NE(msg.find(c.expect), std::string::npos)
+        << "document " << c.doc.dump() << "\n  message: '" << msg << "'\n  expected: '" << c.expect
+        << "'";
+    EXPECT_EQ(msg.find('\n'), std::string::npos) << "one line: " << msg;
+  }
+}
+
+TEST(Override, SetsNestedKeysListElementsAndParsesJsonValues) {
+  json doc = minimal();
+  apply_override(doc, "training.epochs=3");
+  apply_override(doc, "training.lr=0.05");
+  apply_override(doc, "runs.0.devices=2");
+  apply_override(doc, "runs.0.label=two devices");
+  apply_override(doc, "dataset.train_limit=null");
+  apply_override(doc, "backend=\"cpu\"");
+  EXPECT_EQ(doc["training"]["epochs"], 3);
+  EXPECT_DOUBLE_EQ(doc["training"]["lr"].get<double>(), 0.05);
+  EXPECT_EQ(doc["runs"][0]["devices"], 2);
+  EXPECT_EQ(doc["runs"][0]["label"], "two devices");  // not JSON: taken as a string
+  EXPECT_TRUE(doc["dataset"]["train_limit"].is_null());
+  EXPECT_EQ(doc["backend"], "cpu");
+  const Descriptor d = parse_descriptor(doc, "d.json");
+  EXPECT_EQ(d.runs[0].training.epochs, 3);
+  EXPECT_EQ(d.runs[0].devices, 2);
+}
+
+TEST(Override, ReplacesAWholeList) {
+  json doc = minimal();
+  apply_override(doc, R"(runs=[{"strategy":"single"},{"strategy":"single","label":"b"}])");
+  EXPECT_EQ(parse_descriptor(doc, "d.json").runs.size(), 2u);
+}
+
+TEST(Override, RejectsBadPaths) {
+  auto error = [](const std::string& assignment) {
+    json doc = minimal();
+    try {
+      apply_override(doc, assignment);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  EXPECT_NE(error("training.epochs").find("expected key.path=value"), std::string::npos);
+  EXPECT_NE(error("=3").find("expected key.path=value"), std::string::npos);
+  EXPECT_NE(error("runs.5.devices=1").find("index 5 out of range (runs has 1 elements)"),
+            std::string::npos);
+  EXPECT_NE(error("runs.x.devices=1").find("is a list; 'x' is not an index"), std::string::npos);
+  EXPECT_NE(error("name.sub=1").find("name is a string, not an object or list"), std::string::npos);
+  EXPECT_NE(error("training..lr=1").find("empty key"), std::string::npos);
+}
+
+TEST(Override, UnknownKeysAreCaughtByValidation) {
+  json doc = minimal();
+  apply_override(doc, "training.bach_size=64");
+  EXPECT_NE(parse_error(doc).find("training.bach_size: unknown key"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace paralab
