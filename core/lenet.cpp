@@ -90,17 +90,26 @@ void LeNet::forward(const Tensor& x, const Tensor& labels, Tensor& stats, bool t
   x_ = training ? x : Tensor();
 }
 
-void LeNet::backward() {
+void LeNet::backward(const std::function<void(int)>& on_ready) {
   PARALAB_REQUIRE(x_.defined(), "lenet: backward() without a training forward()");
+  auto ready = [&](int a, int b) {
+    if (!on_ready) return;
+    on_ready(a);
+    on_ready(b);
+  };
   const int64_t n = batch_;
   Tensor w1 = grad(0), b1 = grad(1), w2 = grad(2), b2 = grad(3);
   Tensor w3 = grad(4), b3 = grad(5), w4 = grad(6), b4 = grad(7);
   fc2_->backward(h3_, param(6), d_logits_, &d_h3_, w4, b4);
+  ready(7, 6);
   relu_->backward(h3_, d_h3_, d_h3_);
   Tensor d_flat = d_p2_.reshaped({n, 800});
   fc1_->backward(p2_.reshaped({n, 800}), param(4), d_h3_, &d_flat, w3, b3);
+  ready(5, 4);
   stage2_->backward(p1_, param(2), d_p2_, &d_p1_, w2, b2);
+  ready(3, 2);
   stage1_->backward(x_, param(0), d_p1_, nullptr, w1, b1);
+  ready(1, 0);
 }
 
 }  // namespace paralab

@@ -7,6 +7,7 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -48,7 +49,10 @@ class LeNet {
   // `training`, keeps what backward() needs and the loss gradient.
   void forward(const Tensor& x, const Tensor& labels, Tensor& stats, bool training);
   // Gradients of the summed loss of the last training forward() into grads() (overwritten).
-  void backward();
+  // on_ready(i) is called as soon as the gradient of parameter tensor i (lenet_layout() order)
+  // has been computed, last layer first (7,6, 5,4, 3,2, 1,0): the hook that lets a strategy
+  // start reducing gradients while backward is still running.
+  void backward(const std::function<void(int)>& on_ready = {});
 
   const Tensor& logits() const { return logits_; }
 

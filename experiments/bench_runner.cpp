@@ -63,13 +63,17 @@ int run(int argc, char** argv) {
   app.add_option("--out", out, "results file (default results/<name>-<UTC time>.json)");
   app.add_option("--set", sets,
                  "override a descriptor key, e.g. --set training.epochs=2 --set runs.0.devices=2")
-      ->take_all();
+      ->allow_extra_args(false);  // one assignment per --set, so the descriptor may follow
   app.add_option("--data-dir", data_dir, "Fashion-MNIST directory (overrides dataset.dir)");
   app.add_flag("--quiet", quiet, "no progress and no summary table");
   try {
     app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
+  } catch (const CLI::CallForHelp& e) {
     return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    // Bad command lines are bad input like any other: one line, exit status 1.
+    std::fprintf(stderr, "bench_runner: %s (see --help)\n", e.what());
+    return 1;
   }
 
   const std::string utc = iso_utc_now();
@@ -98,10 +102,10 @@ int run(int argc, char** argv) {
     failed = failed || r["status"] == "failed";
     doc["runs"].push_back(std::move(r));
   }
-  paralab::write_results_atomically(doc, path);
+  const std::string written = paralab::write_results_atomically(doc, path, out.empty());
   if (!quiet) {
     print_summary(doc["runs"]);
-    std::printf("\nresults: %s\n", path.c_str());
+    std::printf("\nresults: %s\n", written.c_str());
   }
   return failed ? 3 : 0;
 }

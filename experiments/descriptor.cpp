@@ -161,7 +161,7 @@ void apply_override(json& doc, const std::string& assignment) {
     if (key.empty()) throw Error("--set " + path + ": empty key in path");
     const bool last = i + 1 == parts.size();
     if (node->is_array()) {
-      if (!std::regex_match(key, std::regex("[0-9]+")))
+      if (!std::regex_match(key, std::regex("[0-9]{1,9}")))
         throw Error("--set " + path + ": " + (walked.empty() ? "the descriptor" : walked) +
                     " is a list; '" + key + "' is not an index");
       const std::size_t idx = std::stoul(key);
@@ -241,6 +241,9 @@ Descriptor parse_descriptor(json doc, const std::string& file) {
     for (const auto& [key, value] : run.items())
       if (std::find(kRunCommonKeys.begin(), kRunCommonKeys.end(), key) == kRunCommonKeys.end())
         spec.options[key] = value;
+    if (spec.strategy == "single" && spec.devices != 1)
+      r.fail(path + ".devices",
+             "strategy 'single' runs on 1 device, got " + std::to_string(spec.devices));
     try {
       make_strategy(spec.strategy, spec.options, path);  // validates name and options
     } catch (const Error& e) {
@@ -272,6 +275,8 @@ Descriptor load_descriptor(const std::string& file, const std::vector<std::strin
   }
   if (data_dir) {
     if (!doc.is_object()) throw Error(file + ": (top level): must be an object");
+    if (doc.contains("dataset") && !doc["dataset"].is_object())
+      throw Error(file + ": dataset: must be an object, got " + type_name(doc["dataset"]));
     doc["dataset"]["dir"] = *data_dir;
   }
   return parse_descriptor(std::move(doc), file);

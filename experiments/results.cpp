@@ -1,6 +1,7 @@
 #include "experiments/results.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -28,6 +29,8 @@ std::string utc_timestamp() {
 
 std::string choose_results_path(const std::optional<std::string>& out, const std::string& name,
                                 const std::string& timestamp) {
+  // The default name is only a first choice: write_results_atomically() moves on to -2, -3, ...
+  // if another invocation takes it meanwhile.
   if (out) {
     if (fs::exists(*out))
       throw Error("--out " + *out + ": file exists (results are never overwritten)");
@@ -45,7 +48,8 @@ std::string choose_results_path(const std::optional<std::string>& out, const std
   return path;
 }
 
-void write_results_atomically(const nlohmann::json& doc, const std::string& path) {
+std::string write_results_atomically(const nlohmann::json& doc, const std::string& path,
+                                     bool may_rename) {
   const fs::path target(path);
   const fs::path dir = target.parent_path().empty() ? fs::path(".") : target.parent_path();
   std::string tmpl = (dir / ("." + target.filename().string() + ".XXXXXX")).string();
@@ -63,6 +67,10 @@ void write_results_atomically(const nlohmann::json& doc, const std::string& path
     written += static_cast<std::size_t>(n);
   }
   const int saved = errno;
+  // mkstemp creates 0600; results are meant to be shared like any file the user creates.
+  const mode_t mask = ::umask(0);
+  ::umask(mask);
+  ok = ok && ::fchmod(fd, 0666 & ~mask) == 0;
   ok = ok && ::fsync(fd) == 0;
   ::close(fd);
   if (!ok) {
@@ -70,13 +78,20 @@ void write_results_atomically(const nlohmann::json& doc, const std::string& path
     throw Error(path + ": write failed: " + std::strerror(saved));
   }
   // link() refuses an existing name, unlike rename(): an existing file is never replaced.
-  if (::link(tmpl.c_str(), path.c_str()) != 0) {
+  std::string final_path = path;
+  const std::string stem =
+      path.size() > 5 && path.ends_with(".json") ? path.substr(0, path.size() - 5) : path;
+  for (int i = 2; ::link(tmpl.c_str(), final_path.c_str()) != 0; ++i) {
     const int err = errno;
-    ::unlink(tmpl.c_str());
-    throw Error(path + ": cannot create results file: " + std::strerror(err) +
-                (err == EEXIST ? " (results are never overwritten)" : ""));
+    if (err != EEXIST || !may_rename || i > 1000) {
+      ::unlink(tmpl.c_str());
+      throw Error(final_path + ": cannot create results file: " + std::strerror(err) +
+                  (err == EEXIST ? " (results are never overwritten)" : ""));
+    }
+    final_path = stem + "-" + std::to_string(i) + ".json";
   }
   ::unlink(tmpl.c_str());
+  return final_path;
 }
 
 double percentile(std::vector<double> values, double p) {

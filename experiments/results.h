@@ -18,9 +18,11 @@ std::string utc_timestamp();
 std::string choose_results_path(const std::optional<std::string>& out, const std::string& name,
                                 const std::string& timestamp);
 
-// Writes `doc` to a temporary file beside `path`, then links it into place; fails (an Error,
-// nothing left behind) if `path` exists or anything cannot be written.
-void write_results_atomically(const nlohmann::json& doc, const std::string& path);
+// Writes `doc` to a temporary file beside `path`, then links it into place, and returns the path
+// written. If `path` exists: with may_rename (a default name) the next free "-2", "-3", ...
+// name is used; without it, an Error. Nothing is left behind on failure.
+std::string write_results_atomically(const nlohmann::json& doc, const std::string& path,
+                                     bool may_rename);
 
 // Environment block: CPU, cores, compiler, library versions, git commit and dirty flag, argv,
 // UTC time.

@@ -122,6 +122,10 @@ json run_training(const RunSpec& run, const RunContext& ctx) {
     const int64_t full = (train.count + tc.batch_size - 1) / tc.batch_size;
     const int64_t per_epoch =
         tc.max_iterations_per_epoch ? std::min(full, *tc.max_iterations_per_epoch) : full;
+    // Every minibatch size this run will use, checked before the first step.
+    strategy->check_batch(std::min(tc.batch_size, train.count));
+    if (per_epoch == full && train.count % tc.batch_size != 0)
+      strategy->check_batch(train.count % tc.batch_size);
     const int64_t total_iters = per_epoch * tc.epochs;
     int64_t done = 0;
     double timed_seconds = 0;  // for the ETA
@@ -190,7 +194,7 @@ json run_training(const RunSpec& run, const RunContext& ctx) {
       }
     }
     result["wall_seconds"] = seconds_since(run_start);
-  } catch (const Error& e) {
+  } catch (const std::exception& e) {  // Error, and bad_alloc & co: the next run still goes on
     status = "failed";
     reason = e.what();
     ctx.progress->line(prefix + ": failed: " + reason);

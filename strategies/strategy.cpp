@@ -5,6 +5,7 @@
 #include <map>
 
 #include "core/error.h"
+#include "strategies/data_parallel.h"
 #include "strategies/single.h"
 
 namespace paralab {
@@ -16,6 +17,7 @@ using Factory = std::function<std::unique_ptr<Strategy>(const nlohmann::json&, c
 const std::map<std::string, Factory>& registry() {
   static const std::map<std::string, Factory> r = {
       {"single", make_single},
+      {"data_parallel", make_data_parallel},
   };
   return r;
 }

@@ -27,11 +27,23 @@ struct IterationTimes {
   double total_ms = 0;          // the whole iteration, wall clock
 };
 
+// One rank's share of an iteration (data-parallel and model-parallel strategies).
+struct RankTimes {
+  double compute_ms = 0;                // forward + backward on this device
+  double communication_ms = 0;          // time spent in collectives (all of it)
+  double exposed_communication_ms = 0;  // the part not hidden behind compute
+  double optimizer_ms = 0;
+  double total_ms = 0;  // barrier to barrier: includes waiting for peers
+  int64_t bytes_sent = 0;
+  int64_t samples = 0;  // examples this device processed
+};
+
 struct StepResult {
   double loss_sum = 0;  // summed over the global minibatch
   int64_t correct = 0;
   int64_t samples = 0;
-  IterationTimes times;
+  IterationTimes times;          // rank 0's phases; total_ms is the whole step's wall time
+  std::vector<RankTimes> ranks;  // per device; empty for single-device strategies
 };
 
 struct EvalResult {
@@ -57,10 +69,15 @@ class Strategy {
   virtual void begin_epoch(std::span<const int32_t> order) = 0;
   // Trains examples order[offset, offset+count) as one global minibatch with SGD step lr/count.
   virtual StepResult train_step(int64_t offset, int64_t count, float lr) = 0;
+  // Whether this strategy can train a global batch of `count` examples on its group; the
+  // message says why not (e.g. data_parallel with a batch not divisible by the device count).
+  virtual void check_batch(int64_t count) const { (void)count; }
   // Loss and accuracy over the whole test set.
   virtual EvalResult evaluate() = 0;
   // The model's parameters (flat, book order), as the host sees them after the last step.
   virtual std::vector<float> parameters() = 0;
+  // Every replica's parameters (data parallel: one per device, which must stay bit-identical).
+  virtual std::vector<std::vector<float>> replica_parameters() { return {parameters()}; }
   // Options as resolved (reported in the results' run config).
   virtual nlohmann::json options() const = 0;
 };

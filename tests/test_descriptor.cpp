@@ -81,8 +81,9 @@ TEST(Descriptor, RejectsBadInputWithFileAndPath) {
       {with("/runs", json::array()), "runs: must hold at least one run"},
       {with("/runs", 3), "runs: must be a list, got an integer"},
       {with("/runs/0/strategy", "pipeline"),
-       "runs.0.strategy: unknown strategy 'pipeline' (known: single)"},
+       "runs.0.strategy: unknown strategy 'pipeline' (known: data_parallel, single)"},
       {with("/runs/0/devices", 0), "runs.0.devices: must be >= 1, got 0"},
+      {with("/runs/0/devices", 2), "runs.0.devices: strategy 'single' runs on 1 device, got 2"},
       {with("/runs/0/allreduce", "ring"), "runs.0.allreduce: unknown option for strategy 'single'"},
       {with("/runs/0/training", json{{"lr", "x"}}), "runs.0.training.lr: must be a number"},
       {with("/runs/0/training", json{{"nope", 1}}), "runs.0.training.nope: unknown key"},
@@ -102,6 +103,7 @@ TEST(Override, SetsNestedKeysListElementsAndParsesJsonValues) {
   json doc = minimal();
   apply_override(doc, "training.epochs=3");
   apply_override(doc, "training.lr=0.05");
+  apply_override(doc, "runs.0.strategy=data_parallel");
   apply_override(doc, "runs.0.devices=2");
   apply_override(doc, "runs.0.label=two devices");
   apply_override(doc, "dataset.train_limit=null");

@@ -53,8 +53,10 @@ void CpuDevice::copy_on_device(void* dst, const void* src, std::size_t bytes) {
 
 void CpuDevice::fill_zero(void* dst, std::size_t bytes) { std::memset(dst, 0, bytes); }
 
-// oneDNN's CPU stream executes synchronously (in order); wait() is cheap and keeps the contract.
-void CpuDevice::synchronize() { PARALAB_DNNL("stream wait", stream_.wait()); }
+// Nothing to wait for: with the OpenMP runtime oneDNN's CPU primitives and ParaLab's own loops
+// have finished when their call returns. (Not calling stream.wait() also keeps this safe from a
+// rank's communication thread while its compute thread runs primitives.)
+void CpuDevice::synchronize() {}
 
 // With the OpenMP runtime, a host thread's parallel regions (oneDNN's and ours) use the thread
 // count set here; each host thread driving a device gets a team of its own.

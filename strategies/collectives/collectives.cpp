@@ -1,0 +1,207 @@
+#include "strategies/collectives/collectives.h"
+
+#include <algorithm>
+#include <functional>
+#include <map>
+
+#include "core/error.h"
+
+namespace paralab {
+
+std::vector<int64_t> equal_segments(int64_t n, int k) {
+  PARALAB_REQUIRE(k >= 1 && n >= 0,
+                  "segments: bad split of " + std::to_string(n) + " into " + std::to_string(k));
+  std::vector<int64_t> b(static_cast<std::size_t>(k) + 1, 0);
+  for (int i = 0; i < k; ++i) b[i + 1] = b[i] + n / k + (i < n % k ? 1 : 0);
+  return b;
+}
+
+std::vector<int64_t> segments_from_counts(std::span<const int64_t> counts) {
+  std::vector<int64_t> b{0};
+  for (int64_t c : counts) {
+    PARALAB_REQUIRE(c >= 0, "segments: negative count");
+    b.push_back(b.back() + c);
+  }
+  return b;
+}
+
+namespace {
+
+int mod(int a, int k) { return ((a % k) + k) % k; }
+
+// Elements per piece for a chunk size in bytes (at least 1).
+int64_t piece_elems(int64_t chunk_bytes) {
+  return chunk_bytes > 0 ? std::max<int64_t>(1, chunk_bytes / 4) : INT64_MAX;
+}
+
+Tensor slice(const Tensor& buf, int64_t begin, int64_t end) {
+  return buf.view(begin, {end - begin});
+}
+
+void check_bounds(const Transport& t, const Tensor& buf, std::span<const int64_t> bounds) {
+  PARALAB_REQUIRE(static_cast<int>(bounds.size()) == t.size() + 1 && bounds.front() == 0 &&
+                      bounds.back() == buf.numel(),
+                  "collective: " + std::to_string(bounds.size()) + " segment bounds for " +
+                      std::to_string(t.size()) + " ranks and " + std::to_string(buf.numel()) +
+                      " elements");
+}
+
+// One ring step: send segment `send_seg` to the next rank while receiving segment `recv_seg`
+// from the previous one, both cut into the same pieces.
+void ring_step(Transport& t, Tensor& buf, std::span<const int64_t> b, int send_seg, int recv_seg,
+               bool reduce, int64_t piece) {
+  const int k = t.size(), r = t.rank();
+  const int next = mod(r + 1, k), prev = mod(r - 1, k);
+  const int64_t s0 = b[send_seg], s1 = b[send_seg + 1], r0 = b[recv_seg], r1 = b[recv_seg + 1];
+  // Both sides cut a segment the same way, so piece i of what is sent matches piece i of what
+  // the neighbour expects; empty segments still exchange one empty message to stay in step.
+  const int64_t send_pieces = std::max<int64_t>(1, (s1 - s0 + piece - 1) / piece);
+  const int64_t recv_pieces = std::max<int64_t>(1, (r1 - r0 + piece - 1) / piece);
+  std::vector<Transport::Handle> sends;
+  for (int64_t i = 0; i < send_pieces; ++i) {
+    const int64_t a = std::min(s1, s0 + i * piece), e = std::min(s1, a + piece);
+    sends.push_back(t.isend(next, slice(buf, a, e)));
+  }
+  for (int64_t i = 0; i < recv_pieces; ++i) {
+    const int64_t a = std::min(r1, r0 + i * piece), e = std::min(r1, a + piece);
+    Tensor part = slice(buf, a, e);
+    reduce ? t.recv_reduce(prev, part) : t.recv(prev, part);
+  }
+  for (auto& h : sends) t.wait(h);
+}
+
+void reduce_scatter_impl(Transport& t, Tensor& buf, std::span<const int64_t> b, int64_t piece) {
+  const int k = t.size(), r = t.rank();
+  // Step s: send segment (r - s - 1), receive-and-add segment (r - s - 2); after k-1 steps
+  // rank r holds the full sum of segment r.
+  for (int s = 0; s < k - 1; ++s)
+    ring_step(t, buf, b, mod(r - s - 1, k), mod(r - s - 2, k), true, piece);
+}
+
+void allgather_impl(Transport& t, Tensor& buf, std::span<const int64_t> b, int64_t piece) {
+  const int k = t.size(), r = t.rank();
+  // Step s: send segment (r - s), receive (overwrite) segment (r - s - 1).
+  for (int s = 0; s < k - 1; ++s)
+    ring_step(t, buf, b, mod(r - s, k), mod(r - s - 1, k), false, piece);
+}
+
+class Naive final : public Allreduce {
+ public:
+  std::string name() const override { return "naive"; }
+  // The book's algorithm: rank 0 adds every peer's buffer into its own, in rank order, then
+  // sends the sum back to each peer.
+  void run(Transport& t, Tensor& buf) override {
+    const int k = t.size();
+    if (k == 1) return;
+    if (t.rank() == 0) {
+      for (int p = 1; p < k; ++p) t.recv_reduce(p, buf);
+      std::vector<Transport::Handle> sends;
+      for (int p = 1; p < k; ++p) sends.push_back(t.isend(p, buf));
+      for (auto& h : sends) t.wait(h);
+    } else {
+      t.send(0, buf);
+      t.recv(0, buf);
+    }
+  }
+};
+
+class Ring final : public Allreduce {
+ public:
+  explicit Ring(const AllreduceOptions& o) : piece_(piece_elems(o.chunk_bytes)) {}
+  std::string name() const override { return "ring"; }
+  void run(Transport& t, Tensor& buf) override {
+    if (t.size() == 1) return;
+    const auto b = equal_segments(buf.numel(), t.size());
+    reduce_scatter_impl(t, buf, b, piece_);
+    allgather_impl(t, buf, b, piece_);
+  }
+
+ private:
+  int64_t piece_;
+};
+
+class Tree final : public Allreduce {
+ public:
+  explicit Tree(const AllreduceOptions& o) : piece_(piece_elems(o.chunk_bytes)) {}
+  std::string name() const override { return "tree"; }
+  // Binary tree rooted at rank 0 (children of r: 2r+1, 2r+2). Reduce: for each chunk, add the
+  // children's chunk, pass it up. Broadcast: for each chunk, take it from the parent, pass it
+  // down. Sends are not waited for at once, so chunk c+1 moves up one level while chunk c moves
+  // up the next: the pipeline.
+  void run(Transport& t, Tensor& buf) override {
+    const int k = t.size(), r = t.rank();
+    if (k == 1) return;
+    const int parent = (r - 1) / 2;
+    std::vector<int> children;
+    for (int c : {2 * r + 1, 2 * r + 2})
+      if (c < k) children.push_back(c);
+    const int64_t n = buf.numel();
+    const int64_t chunks = std::max<int64_t>(1, (n + piece_ - 1) / piece_);
+    auto chunk = [&](int64_t c) {
+      const int64_t a = std::min(n, c * piece_);
+      return slice(buf, a, std::min(n, a + piece_));
+    };
+    std::vector<Transport::Handle> up(static_cast<std::size_t>(chunks));
+    for (int64_t c = 0; c < chunks; ++c) {
+      Tensor part = chunk(c);
+      for (int child : children) t.recv_reduce(child, part);
+      if (r != 0) up[c] = t.isend(parent, part);
+    }
+    std::vector<Transport::Handle> down;
+    for (int64_t c = 0; c < chunks; ++c) {
+      Tensor part = chunk(c);
+      if (r != 0) {
+        t.wait(up[c]);  // our partial sum must be read before the total overwrites it
+        t.recv(parent, part);
+      }
+      for (int child : children) down.push_back(t.isend(child, part));
+    }
+    for (auto& h : down) t.wait(h);
+  }
+
+ private:
+  int64_t piece_;
+};
+
+using Factory = std::function<std::unique_ptr<Allreduce>(const AllreduceOptions&)>;
+
+const std::map<std::string, Factory>& registry() {
+  static const std::map<std::string, Factory> r = {
+      {"naive", [](const AllreduceOptions&) { return std::make_unique<Naive>(); }},
+      {"ring", [](const AllreduceOptions& o) { return std::make_unique<Ring>(o); }},
+      {"tree", [](const AllreduceOptions& o) { return std::make_unique<Tree>(o); }},
+  };
+  return r;
+}
+
+}  // namespace
+
+void reduce_scatter_ring(Transport& t, Tensor& buf, std::span<const int64_t> bounds) {
+  check_bounds(t, buf, bounds);
+  if (t.size() > 1)
+    reduce_scatter_impl(t, buf, bounds, piece_elems(AllreduceOptions{}.chunk_bytes));
+}
+
+void allgather_ring(Transport& t, Tensor& buf, std::span<const int64_t> bounds) {
+  check_bounds(t, buf, bounds);
+  if (t.size() > 1) allgather_impl(t, buf, bounds, piece_elems(AllreduceOptions{}.chunk_bytes));
+}
+
+std::vector<std::string> known_allreduces() {
+  std::vector<std::string> names;
+  for (const auto& [name, f] : registry()) names.push_back(name);
+  return names;
+}
+
+std::unique_ptr<Allreduce> make_allreduce(const std::string& name,
+                                          const AllreduceOptions& options) {
+  auto it = registry().find(name);
+  if (it == registry().end()) {
+    std::string known;
+    for (const auto& n : known_allreduces()) known += (known.empty() ? "" : ", ") + n;
+    throw Error("unknown allreduce '" + name + "' (known: " + known + ")");
+  }
+  return it->second(options);
+}
+
+}  // namespace paralab

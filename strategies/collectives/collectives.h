@@ -1,0 +1,52 @@
+// Collectives over a Transport, written once for every backend (SPMD: each rank calls the same
+// function with its own buffer; all ranks of the group must call it, in the same order).
+//
+// Cost model (p ranks, n bytes; alpha latency, beta s/byte):
+//   naive (the book: everything to rank 0, add, broadcast)  2(p-1)alpha + 2(p-1)n beta at rank 0
+//   ring  (reduce-scatter, then all-gather)                 2(p-1)alpha + 2((p-1)/p)n beta
+//   tree  (binary-tree reduce, then broadcast, pipelined    ~2 log2(p) alpha + 2n beta
+//          over chunks)
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "core/tensor.h"
+#include "strategies/collectives/transport.h"
+
+namespace paralab {
+
+// Boundaries of k near-equal segments of n elements: segment i is [b[i], b[i+1]); the first
+// n % k segments hold one element more.
+std::vector<int64_t> equal_segments(int64_t n, int k);
+// Boundaries from explicit segment sizes (uneven splits such as 7/7/6 channels).
+std::vector<int64_t> segments_from_counts(std::span<const int64_t> counts);
+
+// Ring reduce-scatter: afterwards rank r's segment r of buf holds the sum over ranks of that
+// segment (other segments hold partial sums). bounds: size()+1 boundaries over buf.
+void reduce_scatter_ring(Transport& t, Tensor& buf, std::span<const int64_t> bounds);
+// Ring all-gather: rank r contributes segment r of buf; afterwards every rank holds all segments.
+void allgather_ring(Transport& t, Tensor& buf, std::span<const int64_t> bounds);
+
+// buf = sum over ranks of buf; every rank ends with bit-identical contents.
+class Allreduce {
+ public:
+  virtual ~Allreduce() = default;
+  virtual std::string name() const = 0;
+  virtual void run(Transport& t, Tensor& buf) = 0;
+};
+
+struct AllreduceOptions {
+  // Messages are cut into pieces of at most this many bytes so that consecutive hops overlap
+  // (ring: pieces of each segment; tree: the pipeline's chunks). 0 = no cutting.
+  int64_t chunk_bytes = 1 << 18;
+};
+
+// "naive", "ring", "tree"; an unknown name is an Error listing the known ones.
+std::unique_ptr<Allreduce> make_allreduce(const std::string& name, const AllreduceOptions& options);
+std::vector<std::string> known_allreduces();
+
+}  // namespace paralab

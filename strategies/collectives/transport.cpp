@@ -1,0 +1,162 @@
+#include "strategies/collectives/transport.h"
+
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <mutex>
+
+#include "core/device.h"
+#include "core/error.h"
+#include "core/ops.h"
+
+namespace paralab {
+
+struct Transport::Request {
+  Tensor buf;                // the sender's buffer (shares its storage)
+  bool done = false;         // set by the receiver once it has read buf
+  std::mutex* mu = nullptr;  // the mailbox's, guarding done
+  std::condition_variable* cv = nullptr;
+};
+
+struct LocalFabric::Impl {
+  struct Mailbox {
+    std::mutex mu;
+    std::condition_variable cv;
+    std::deque<Transport::Handle> queue;
+  };
+
+  class Endpoint final : public Transport {
+   public:
+    Endpoint(Impl& fabric, int rank, Device& device)
+        : fabric_(fabric), rank_(rank), device_(device) {}
+    int rank() const override { return rank_; }
+    int size() const override { return fabric_.size; }
+
+    Handle isend(int peer, const Tensor& buf) override {
+      check_peer(peer);
+      auto req = std::make_shared<Request>();
+      req->buf = buf;
+      Mailbox& box = fabric_.box(rank_, peer);
+      req->mu = &box.mu;
+      req->cv = &box.cv;
+      {
+        std::lock_guard lock(box.mu);
+        box.queue.push_back(req);
+      }
+      box.cv.notify_all();
+      bytes_sent_ += static_cast<int64_t>(buf.bytes());
+      return req;
+    }
+
+    void wait(const Handle& handle) override {
+      PARALAB_REQUIRE(handle != nullptr, "transport: wait() on an empty request");
+      std::unique_lock lock(*handle->mu);
+      handle->cv->wait(lock, [&] { return handle->done || fabric_.aborted; });
+      if (!handle->done) fabric_.check_aborted(rank_);
+    }
+
+    void recv(int peer, Tensor& buf) override { receive(peer, buf, false); }
+    void recv_reduce(int peer, Tensor& buf) override { receive(peer, buf, true); }
+
+    void barrier() override {
+      std::unique_lock lock(fabric_.barrier_mu);
+      const uint64_t gen = fabric_.barrier_gen;
+      if (++fabric_.barrier_count == fabric_.size) {
+        fabric_.barrier_count = 0;
+        ++fabric_.barrier_gen;
+        fabric_.barrier_cv.notify_all();
+      } else {
+        fabric_.barrier_cv.wait(lock,
+                                [&] { return fabric_.barrier_gen != gen || fabric_.aborted; });
+      }
+      fabric_.check_aborted(rank_);
+    }
+
+   private:
+    void check_peer(int peer) const {
+      PARALAB_REQUIRE(peer >= 0 && peer < fabric_.size && peer != rank_,
+                      "transport: rank " + std::to_string(rank_) + " cannot talk to peer " +
+                          std::to_string(peer) + " in a group of " + std::to_string(fabric_.size));
+    }
+
+    void receive(int peer, Tensor& buf, bool reduce) {
+      check_peer(peer);
+      Mailbox& box = fabric_.box(peer, rank_);
+      Handle req;
+      {
+        std::unique_lock lock(box.mu);
+        box.cv.wait(lock, [&] { return !box.queue.empty() || fabric_.aborted; });
+        fabric_.check_aborted(rank_);
+        req = box.queue.front();
+        box.queue.pop_front();
+      }
+      PARALAB_REQUIRE(req->buf.numel() == buf.numel(),
+                      "transport: rank " + std::to_string(rank_) + " expected " +
+                          std::to_string(buf.numel()) + " values from rank " +
+                          std::to_string(peer) + ", got " + std::to_string(req->buf.numel()));
+      // The receiver's device reads the sender's memory directly: one copy, no staging.
+      if (buf.numel()) {
+        if (reduce)
+          device_.ops().add_inplace(buf, req->buf);
+        else
+          device_.copy_on_device(buf.raw(), req->buf.raw(), buf.bytes());
+        device_.synchronize();
+      }
+      {
+        std::lock_guard lock(box.mu);
+        req->done = true;
+      }
+      box.cv.notify_all();
+    }
+
+    Impl& fabric_;
+    int rank_;
+    Device& device_;
+  };
+
+  explicit Impl(const std::vector<Device*>& devices)
+      : size(static_cast<int>(devices.size())), boxes(static_cast<std::size_t>(size * size)) {
+    for (int r = 0; r < size; ++r)
+      endpoints.push_back(
+          std::make_unique<Endpoint>(*this, r, *devices[static_cast<std::size_t>(r)]));
+  }
+
+  Mailbox& box(int from, int to) { return boxes[static_cast<std::size_t>(from * size + to)]; }
+
+  void check_aborted(int rank) const {
+    if (aborted) throw Error("transport: rank " + std::to_string(rank) + ": a peer failed");
+  }
+
+  int size;
+  std::vector<Mailbox> boxes;
+  std::atomic<bool> aborted{false};
+  std::mutex barrier_mu;
+  std::condition_variable barrier_cv;
+  int barrier_count = 0;
+  uint64_t barrier_gen = 0;
+  std::vector<std::unique_ptr<Endpoint>> endpoints;
+};
+
+LocalFabric::LocalFabric(std::vector<Device*> devices)
+    : devices_(std::move(devices)), impl_(std::make_unique<Impl>(devices_)) {
+  PARALAB_REQUIRE(!devices_.empty(), "transport: a group needs at least one device");
+}
+
+LocalFabric::~LocalFabric() = default;
+
+void LocalFabric::abort() {
+  impl_->aborted = true;
+  for (auto& box : impl_->boxes) {
+    std::lock_guard lock(box.mu);
+    box.cv.notify_all();
+  }
+  std::lock_guard lock(impl_->barrier_mu);
+  impl_->barrier_cv.notify_all();
+}
+
+Transport& LocalFabric::endpoint(int rank) {
+  PARALAB_REQUIRE(rank >= 0 && rank < size(), "transport: no rank " + std::to_string(rank));
+  return *impl_->endpoints[static_cast<std::size_t>(rank)];
+}
+
+}  // namespace paralab

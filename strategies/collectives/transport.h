@@ -1,0 +1,70 @@
+// Transport: point-to-point messages between the ranks of a device group (SPMD: the same code
+// runs once per rank, on a host thread bound to that rank's device).
+//
+// Every collective (naive, ring, tree, allgather, reduce-scatter) is written once over this
+// interface. The in-process implementation (LocalFabric) hands buffers between threads; a
+// multi-process one (MPI, NCCL point-to-point) can replace it without touching the algorithms.
+//
+// Semantics, as MPI's: messages between a pair of ranks are delivered in the order they were
+// sent; isend() does not block, and its buffer must not change until wait() returns; recv()
+// blocks until the matching message has arrived and been copied (or added) into its buffer.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace paralab {
+
+class Transport {
+ public:
+  struct Request;  // an in-flight send
+  using Handle = std::shared_ptr<Request>;
+
+  virtual ~Transport() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+
+  virtual Handle isend(int peer, const Tensor& buf) = 0;
+  virtual void wait(const Handle& handle) = 0;
+  // buf = message
+  virtual void recv(int peer, Tensor& buf) = 0;
+  // buf += message (element-wise float32 sum, on this rank's device)
+  virtual void recv_reduce(int peer, Tensor& buf) = 0;
+  virtual void barrier() = 0;
+
+  void send(int peer, const Tensor& buf) { wait(isend(peer, buf)); }
+
+  // Bytes this rank has sent since the last reset (what the results call bytes sent per device).
+  int64_t bytes_sent() const { return bytes_sent_; }
+  void reset_bytes_sent() { bytes_sent_ = 0; }
+
+ protected:
+  int64_t bytes_sent_ = 0;
+};
+
+// The shared state of an in-process group: one mailbox per ordered pair of ranks. Each rank gets
+// its Transport from endpoint(rank). The receiving rank moves the data itself, reading the
+// sender's buffer through its own device (CPU: a memcpy or an add loop over the peer's memory).
+class LocalFabric {
+ public:
+  explicit LocalFabric(std::vector<Device*> devices);
+  ~LocalFabric();
+  LocalFabric(const LocalFabric&) = delete;
+  LocalFabric& operator=(const LocalFabric&) = delete;
+
+  int size() const { return static_cast<int>(devices_.size()); }
+  Transport& endpoint(int rank);
+  // Wakes every rank blocked in the fabric with an Error: a rank that failed calls this so that
+  // its peers do not wait forever for messages that will never come.
+  void abort();
+
+ private:
+  struct Impl;
+  std::vector<Device*> devices_;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace paralab

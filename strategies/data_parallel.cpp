@@ -1,0 +1,396 @@
+#include "strategies/data_parallel.h"
+
+#include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <mutex>
+#include <thread>
+
+#include "core/error.h"
+#include "core/lenet.h"
+#include "core/ops.h"
+#include "strategies/collectives/collectives.h"
+#include "strategies/collectives/transport.h"
+#include "strategies/rank_group.h"
+
+namespace paralab {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using nlohmann::json;
+
+double ms_between(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double, std::milli>(b - a).count();
+}
+
+struct Options {
+  std::string allreduce = "ring";
+  std::string grouping = "bucketed";
+  int64_t bucket_bytes = int64_t{25} << 20;
+  bool overlap = false;
+  int64_t chunk_bytes = int64_t{1} << 18;
+  bool uneven_shards = false;
+};
+
+// A bucket: parameter tensors [first, last] of lenet_layout(), contiguous in the flat buffers.
+// Ready once backward has produced tensor `first` (backward runs from the last tensor down).
+struct Bucket {
+  int first, last;
+  int64_t begin, end;  // elements of the flat gradient
+};
+
+std::vector<Bucket> make_buckets(const Options& o) {
+  const auto& layout = lenet_layout();
+  const int64_t cap = o.grouping == "per_tensor" ? 0 : o.bucket_bytes;
+  std::vector<Bucket> buckets;
+  for (int i = kLeNetTensors - 1; i >= 0; --i) {
+    const int64_t begin = layout[i].offset, end = begin + shape_numel(layout[i].shape);
+    if (!buckets.empty() && (buckets.back().end - begin) * 4 <= cap) {
+      buckets.back().first = i;
+      buckets.back().begin = begin;
+    } else {
+      buckets.push_back({i, i, begin, end});
+    }
+  }
+  return buckets;
+}
+
+// Runs a rank's bucket allreduces on a thread of its own while that rank's backward goes on.
+class CommWorker {
+ public:
+  CommWorker(Device& device, std::function<void(int)> reduce_bucket)
+      : reduce_(std::move(reduce_bucket)), thread_([this, &device] {
+          device.bind_thread();
+          loop();
+        }) {}
+  ~CommWorker() {
+    {
+      std::lock_guard lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
+  void push(int bucket) {
+    {
+      std::lock_guard lock(mu_);
+      queue_.push_back(bucket);
+      ++outstanding_;
+    }
+    cv_.notify_all();
+  }
+  // Waits for every pushed bucket; returns the summed time spent reducing since the last call.
+  double drain() {
+    std::unique_lock lock(mu_);
+    cv_.wait(lock, [&] { return outstanding_ == 0; });
+    if (error_) std::rethrow_exception(std::exchange(error_, nullptr));
+    return std::exchange(busy_ms_, 0.0);
+  }
+
+ private:
+  void loop() {
+    for (;;) {
+      int bucket;
+      {
+        std::unique_lock lock(mu_);
+        cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+        if (stop_) return;
+        bucket = queue_.front();
+        queue_.pop_front();
+      }
+      const auto t0 = Clock::now();
+      std::exception_ptr err;
+      try {
+        reduce_(bucket);
+      } catch (...) {
+        err = std::current_exception();
+      }
+      const double ms = ms_between(t0, Clock::now());
+      {
+        std::lock_guard lock(mu_);
+        busy_ms_ += ms;
+        if (err && !error_) error_ = err;
+        --outstanding_;
+      }
+      cv_.notify_all();
+    }
+  }
+
+  std::function<void(int)> reduce_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<int> queue_;
+  int outstanding_ = 0;
+  double busy_ms_ = 0;
+  bool stop_ = false;
+  std::exception_ptr error_;
+  std::thread thread_;  // last: starts after everything it uses exists
+};
+
+class DataParallel final : public Strategy {
+ public:
+  explicit DataParallel(Options o) : o_(std::move(o)), buckets_(make_buckets(o_)) {
+    AllreduceOptions ao;
+    ao.chunk_bytes = o_.chunk_bytes;
+    allreduce_ = make_allreduce(o_.allreduce, ao);
+  }
+
+  ~DataParallel() override {
+    if (group_) group_->run([&](int r) { ranks_[r].comm.reset(); });
+  }
+
+  void setup(const StrategySetup& s) override {
+    const int k = static_cast<int>(s.devices.size());
+    fabric_ = std::make_unique<LocalFabric>(s.devices);
+    group_ = std::make_unique<RankGroup>(s.devices);
+    ranks_.resize(static_cast<std::size_t>(k));
+    eval_batch_ = s.eval_batch;
+    test_bounds_ = equal_segments(s.test->count, k);
+    std::vector<int32_t> identity(static_cast<std::size_t>(s.test->count));
+    for (std::size_t i = 0; i < identity.size(); ++i) identity[i] = static_cast<int32_t>(i);
+    // Each rank uploads its own replica and data from its own thread (in parallel).
+    run([&](int r) {
+      Rank& me = ranks_[r];
+      Device& dev = group_->device(r);
+      me.transport = &fabric_->endpoint(r);
+      me.model = std::make_unique<LeNet>(dev);
+      me.model->params().copy_from_host(s.initial_parameters);
+      me.train_x = Tensor::from_host(dev, {s.train->count, 1, s.train->rows, s.train->cols},
+                                     s.train->images);
+      me.train_y = Tensor::from_host(dev, {s.train->count}, s.train->labels);
+      me.test_x =
+          Tensor::from_host(dev, {s.test->count, 1, s.test->rows, s.test->cols}, s.test->images);
+      me.test_y = Tensor::from_host(dev, {s.test->count}, s.test->labels);
+      me.test_order = Tensor::from_host(dev, {s.test->count}, identity);
+      me.stats = Tensor::zeros(dev, {2});
+      if (o_.overlap)
+        me.comm = std::make_unique<CommWorker>(dev, [this, &me](int b) { reduce_bucket(me, b); });
+    });
+  }
+
+  void check_batch(int64_t count) const override {
+    const int64_t k = static_cast<int64_t>(ranks_.size());
+    if (count < k)
+      throw Error("data_parallel: a global batch of " + std::to_string(count) +
+                  " cannot be split over " + std::to_string(k) + " devices");
+    if (count % k != 0 && !o_.uneven_shards)
+      throw Error("data_parallel: global batch " + std::to_string(count) + " is not divisible by " +
+                  std::to_string(k) +
+                  " devices (set \"uneven_shards\": true to allow shards that differ by one)");
+  }
+
+  void begin_epoch(std::span<const int32_t> order) override {
+    run([&](int r) {
+      Rank& me = ranks_[r];
+      me.order = Tensor::from_host(group_->device(r), {static_cast<int64_t>(order.size())}, order);
+    });
+  }
+
+  StepResult train_step(int64_t offset, int64_t count, float lr) override {
+    check_batch(count);
+    const int k = static_cast<int>(ranks_.size());
+    const std::vector<int64_t> shard = equal_segments(count, k);
+    const auto t0 = Clock::now();
+    run([&](int r) {
+      rank_step(ranks_[r], offset + shard[r], shard[r + 1] - shard[r], count, lr);
+    });
+    StepResult out;
+    out.times.total_ms = ms_between(t0, Clock::now());
+    out.samples = count;
+    for (Rank& me : ranks_) {
+      out.loss_sum += me.loss;
+      out.correct += me.correct;
+      out.ranks.push_back(me.times);
+    }
+    const Rank& r0 = ranks_[0];
+    out.times.forward_ms = r0.forward_ms;
+    out.times.backward_ms = r0.backward_ms;
+    out.times.communication_ms = r0.times.communication_ms;
+    out.times.optimizer_ms = r0.times.optimizer_ms;
+    return out;
+  }
+
+  EvalResult evaluate() override {
+    run([&](int r) {
+      Rank& me = ranks_[r];
+      double loss = 0, correct = 0;
+      for (int64_t a = test_bounds_[r]; a < test_bounds_[r + 1]; a += eval_batch_) {
+        const int64_t n = std::min(eval_batch_, test_bounds_[r + 1] - a);
+        Tensor& x = me.batch(n);
+        me.device().ops().gather(me.test_x, me.test_y, me.test_order, a, n, x, me.y);
+        me.model->forward(x, me.y, me.stats, /*training=*/false);
+        const auto st = me.stats.to_host_f32();
+        loss += st[0];
+        correct += st[1];
+      }
+      // Sum the shards' counts with the group's own collective (exact: integers < 2^24).
+      const std::vector<float> mine{static_cast<float>(loss), static_cast<float>(correct)};
+      me.stats.copy_from_host(mine);
+      allreduce_->run(*me.transport, me.stats);
+      const auto total = me.stats.to_host_f32();
+      me.loss = total[0];
+      me.correct = static_cast<int64_t>(total[1]);
+    });
+    EvalResult e;
+    e.loss_sum = ranks_[0].loss;
+    e.correct = ranks_[0].correct;
+    e.samples = test_bounds_.back();
+    return e;
+  }
+
+  std::vector<float> parameters() override { return ranks_[0].model->params().to_host_f32(); }
+
+  std::vector<std::vector<float>> replica_parameters() override {
+    std::vector<std::vector<float>> all;
+    for (Rank& me : ranks_) all.push_back(me.model->params().to_host_f32());
+    return all;
+  }
+
+  json options() const override {
+    return {{"allreduce", o_.allreduce},
+            {"grouping", o_.grouping},
+            {"bucket_bytes", o_.bucket_bytes},
+            {"buckets", buckets_.size()},
+            {"overlap", o_.overlap},
+            {"chunk_bytes", o_.chunk_bytes},
+            {"uneven_shards", o_.uneven_shards}};
+  }
+
+ private:
+  struct Rank {
+    Transport* transport = nullptr;
+    std::unique_ptr<LeNet> model;
+    std::unique_ptr<CommWorker> comm;
+    Tensor train_x, train_y, test_x, test_y, order, test_order, x, y, stats;
+    double loss = 0, forward_ms = 0, backward_ms = 0;
+    int64_t correct = 0;
+    RankTimes times;
+
+    Device& device() const { return model->device(); }
+    Tensor& batch(int64_t n) {
+      if (!x.defined() || x.dim(0) != n) {
+        x = Tensor::empty(device(), {n, 1, kImageSide, kImageSide});
+        y = Tensor::empty(device(), {n}, DType::I32);
+      }
+      return x;
+    }
+  };
+
+  // Runs fn on every rank; a rank that throws aborts the fabric so that its peers, blocked on
+  // messages it will never send, fail too instead of hanging.
+  void run(const std::function<void(int)>& fn) {
+    group_->run([&](int r) {
+      try {
+        fn(r);
+      } catch (...) {
+        fabric_->abort();
+        throw;
+      }
+    });
+  }
+
+  void reduce_bucket(Rank& me, int b) {
+    Tensor view = me.model->grads().view(buckets_[b].begin, {buckets_[b].end - buckets_[b].begin});
+    allreduce_->run(*me.transport, view);
+  }
+
+  void rank_step(Rank& me, int64_t offset, int64_t count, int64_t global, float lr) {
+    Transport& t = *me.transport;
+    Device& dev = me.device();
+    // The barrier lines the ranks up so that every rank's times describe the same interval.
+    t.barrier();
+    t.reset_bytes_sent();
+    const auto t0 = Clock::now();
+    Tensor& x = me.batch(count);
+    dev.ops().gather(me.train_x, me.train_y, me.order, offset, count, x, me.y);
+    me.model->forward(x, me.y, me.stats, /*training=*/true);
+    dev.synchronize();
+    const auto t1 = Clock::now();
+    std::size_t next = 0;  // buckets go out in backward order
+    auto on_ready = [&](int tensor) {
+      while (next < buckets_.size() && tensor == buckets_[next].first) me.comm->push(next++);
+    };
+    if (o_.overlap)
+      me.model->backward(on_ready);
+    else
+      me.model->backward();
+    dev.synchronize();
+    const auto t2 = Clock::now();
+    double comm_ms = 0;
+    if (o_.overlap) {
+      comm_ms = me.comm->drain();
+    } else {
+      for (std::size_t b = 0; b < buckets_.size(); ++b) reduce_bucket(me, static_cast<int>(b));
+      dev.synchronize();
+    }
+    const auto t3 = Clock::now();
+    dev.ops().sgd(me.model->params(), me.model->grads(), lr / static_cast<float>(global));
+    dev.synchronize();
+    const auto t4 = Clock::now();
+    const auto st = me.stats.to_host_f32();
+    me.loss = st[0];
+    me.correct = static_cast<int64_t>(st[1]);
+    me.forward_ms = ms_between(t0, t1);
+    me.backward_ms = ms_between(t1, t2);
+    me.times.compute_ms = ms_between(t0, t2);
+    me.times.exposed_communication_ms = ms_between(t2, t3);
+    me.times.communication_ms = o_.overlap ? comm_ms : ms_between(t2, t3);
+    me.times.optimizer_ms = ms_between(t3, t4);
+    me.times.bytes_sent = t.bytes_sent();
+    me.times.samples = count;
+    t.barrier();
+    me.times.total_ms = ms_between(t0, Clock::now());
+  }
+
+  Options o_;
+  std::vector<Bucket> buckets_;
+  std::unique_ptr<Allreduce> allreduce_;
+  std::unique_ptr<LocalFabric> fabric_;
+  std::unique_ptr<RankGroup> group_;
+  std::vector<Rank> ranks_;
+  std::vector<int64_t> test_bounds_;
+  int64_t eval_batch_ = 1000;
+};
+
+// Reads the options with errors that name the descriptor path.
+Options parse_options(const json& options, const std::string& path) {
+  Options o;
+  auto fail = [&](const std::string& key, const std::string& what) {
+    throw Error(path + "." + key + ": " + what);
+  };
+  for (const auto& [key, v] : options.items()) {
+    if (key == "allreduce" || key == "grouping") {
+      if (!v.is_string()) fail(key, "must be a string");
+      (key == "allreduce" ? o.allreduce : o.grouping) = v.get<std::string>();
+    } else if (key == "bucket_bytes" || key == "chunk_bytes") {
+      if (!v.is_number_integer() || v.get<int64_t>() < (key == "bucket_bytes" ? 0 : 4))
+        fail(key, key == "bucket_bytes" ? "must be an integer >= 0" : "must be an integer >= 4");
+      (key == "bucket_bytes" ? o.bucket_bytes : o.chunk_bytes) = v.get<int64_t>();
+    } else if (key == "overlap" || key == "uneven_shards") {
+      if (!v.is_boolean()) fail(key, "must be true or false");
+      (key == "overlap" ? o.overlap : o.uneven_shards) = v.get<bool>();
+    } else {
+      fail(key,
+           "unknown option for strategy 'data_parallel' (known: allreduce, grouping, "
+           "bucket_bytes, overlap, chunk_bytes, uneven_shards)");
+    }
+  }
+  if (o.grouping != "per_tensor" && o.grouping != "bucketed")
+    fail("grouping", "unknown grouping '" + o.grouping + "' (known: bucketed, per_tensor)");
+  try {
+    make_allreduce(o.allreduce, {});
+  } catch (const Error& e) {
+    fail("allreduce", e.what());
+  }
+  return o;
+}
+
+}  // namespace
+
+std::unique_ptr<Strategy> make_data_parallel(const json& options, const std::string& path) {
+  return std::make_unique<DataParallel>(parse_options(options, path));
+}
+
+}  // namespace paralab

@@ -1,0 +1,56 @@
+#include "strategies/rank_group.h"
+
+namespace paralab {
+
+RankGroup::RankGroup(std::vector<Device*> devices) : devices_(std::move(devices)) {
+  for (int r = 0; r < size(); ++r) threads_.emplace_back([this, r] { loop(r); });
+}
+
+RankGroup::~RankGroup() {
+  {
+    std::lock_guard lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  for (auto& t : threads_) t.join();
+}
+
+void RankGroup::run(const std::function<void(int)>& fn) {
+  std::unique_lock lock(mu_);
+  task_ = &fn;
+  pending_ = size();
+  error_ = nullptr;
+  ++generation_;
+  cv_.notify_all();
+  cv_.wait(lock, [&] { return pending_ == 0; });
+  task_ = nullptr;
+  if (error_) std::rethrow_exception(error_);
+}
+
+void RankGroup::loop(int rank) {
+  device(rank).bind_thread();
+  uint64_t seen = 0;
+  for (;;) {
+    const std::function<void(int)>* task;
+    {
+      std::unique_lock lock(mu_);
+      cv_.wait(lock, [&] { return stop_ || generation_ != seen; });
+      if (stop_) return;
+      seen = generation_;
+      task = task_;
+    }
+    std::exception_ptr err;
+    try {
+      (*task)(rank);
+    } catch (...) {
+      err = std::current_exception();
+    }
+    {
+      std::lock_guard lock(mu_);
+      if (err && !error_) error_ = err;
+      if (--pending_ == 0) cv_.notify_all();
+    }
+  }
+}
+
+}  // namespace paralab
