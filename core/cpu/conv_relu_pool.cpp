@@ -1,9 +1,10 @@
 // CPU conv -> ReLU -> avgpool stage on oneDNN.
 //
-// The convolution's output and the pooling run in the blocked layout oneDNN picks (format_tag
-// any; nChw16c on AVX-512) with ReLU fused as a post-op; only x, the pooled y and their gradients
-// are reordered to and from NCHW. Keeping the big activation blocked removes two reorders per
-// stage and lets pooling use its vectorised blocked kernels (on NCHW it is several times slower).
+// The convolution's output and the pooling stay in a layout oneDNN's fast kernels want (NHWC, or
+// the blocked nChw16c it picks itself) with ReLU fused as a post-op; only x, the pooled y and
+// their gradients are reordered to and from NCHW. Keeping the big activation out of NCHW removes
+// two reorders per stage and lets pooling use its vectorised kernels (on NCHW it is several
+// times slower).
 // Primitives, reorders and buffers are made once per input shape.
 #include <map>
 #include <tuple>
@@ -130,6 +131,15 @@ class CpuConvReluPool final : public ConvReluPool {
     // Floor mode: with an odd extent the right padding is -1, so oneDNN's output size
     // (OH - 2 + pad_r) / 2 + 1 is exactly OH / 2 and the last row/column is never read.
     const memory::dims pool_pad_r{(oh / 2 - 1) * 2 + 2 - oh, (ow / 2 - 1) * 2 + 2 - ow};
+    // Activation layout (see the file comment): channels-last (NHWC) when the input channels
+    // are not a multiple of oneDNN's 16-wide blocks, since the blocked layout pads them (20 -> 32
+    // for conv2, doubling its arithmetic); otherwise the layout oneDNN prefers. Measured at batch
+    // 256 on one AVX-512 core: a training iteration takes ~55 ms with NHWC stages against ~72 ms
+    // with blocked ones.
+    const bool nhwc = x.dim(1) % 16 != 0;
+    auto act_md = [&](const memory::dims& d) {
+      return nhwc ? memory::desc(d, memory::data_type::f32, memory::format_tag::acdb) : any(d);
+    };
     StagePlan p;
     PARALAB_DNNL("conv_relu_pool plan", {
       auto& eng = device_.engine();
@@ -138,27 +148,27 @@ class CpuConvReluPool final : public ConvReluPool {
       dnnl::primitive_attr attr;
       attr.set_post_ops(relu);
       const auto conv_desc = dnnl::convolution_forward::desc(
-          dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct, any(src),
-          any(wei), plain_desc(bias), any(act), strides, pad, pad);
+          dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct, act_md(src),
+          any(wei), plain_desc(bias), act_md(act), strides, pad, pad);
       const dnnl::convolution_forward::primitive_desc conv_pd(conv_desc, attr, eng);
       // The hint for backward is the same convolution without the post-op.
       const dnnl::convolution_forward::primitive_desc hint_pd(conv_desc, eng);
       const auto alg = dnnl::algorithm::pooling_avg_exclude_padding;
       const dnnl::pooling_forward::primitive_desc pool_pd(
           dnnl::pooling_forward::desc(dnnl::prop_kind::forward_training, alg, conv_pd.dst_desc(),
-                                      any(pooled), pool_strides, kernel, pad, pool_pad_r),
+                                      act_md(pooled), pool_strides, kernel, pad, pool_pad_r),
           eng);
       const dnnl::pooling_backward::primitive_desc pool_bwd_pd(
           dnnl::pooling_backward::desc(alg, conv_pd.dst_desc(), pool_pd.dst_desc(), pool_strides,
                                        kernel, pad, pool_pad_r),
           eng, pool_pd);
       const dnnl::convolution_backward_weights::primitive_desc bwd_w_pd(
-          dnnl::convolution_backward_weights::desc(dnnl::algorithm::convolution_direct, any(src),
+          dnnl::convolution_backward_weights::desc(dnnl::algorithm::convolution_direct, act_md(src),
                                                    any(wei), plain_desc(bias), conv_pd.dst_desc(),
                                                    strides, pad, pad),
           eng, hint_pd);
       const dnnl::convolution_backward_data::primitive_desc bwd_d_pd(
-          dnnl::convolution_backward_data::desc(dnnl::algorithm::convolution_direct, any(src),
+          dnnl::convolution_backward_data::desc(dnnl::algorithm::convolution_direct, act_md(src),
                                                 any(wei), conv_pd.dst_desc(), strides, pad, pad),
           eng, hint_pd);
       PARALAB_REQUIRE(pool_bwd_pd.diff_src_desc() == conv_pd.dst_desc() &&
