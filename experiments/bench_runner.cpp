@@ -54,6 +54,34 @@ void print_summary(const json& runs) {
   }
 }
 
+// speedup = throughput / the throughput of the 1-device run with the same batch scaling and
+// backend (the first such ok run in the descriptor; `single` preferred); efficiency =
+// speedup / devices. Throughput (images/s) makes strong and weak scaling comparable: strong
+// keeps the work per iteration fixed, weak grows it with the devices.
+void add_scaling(json& runs) {
+  for (json& r : runs) {
+    const json* base = nullptr;
+    for (const json& b : runs) {
+      const json& c = b["config"];
+      if (b["status"] != "ok" || c["devices"] != 1 || !b["timing"]["samples_per_s"].is_number() ||
+          c["batch_scaling"] != r["config"]["batch_scaling"] ||
+          c["backend"] != r["config"]["backend"])
+        continue;
+      if (!base || (c["strategy"] == "single" && (*base)["config"]["strategy"] != "single"))
+        base = &b;
+    }
+    json scaling = {{"baseline", nullptr}, {"speedup", nullptr}, {"efficiency", nullptr}};
+    if (base && r["status"] == "ok" && r["timing"]["samples_per_s"].is_number()) {
+      const double speedup = r["timing"]["samples_per_s"].get<double>() /
+                             (*base)["timing"]["samples_per_s"].get<double>();
+      scaling = {{"baseline", (*base)["label"]},
+                 {"speedup", speedup},
+                 {"efficiency", speedup / r["config"]["devices"].get<double>()}};
+    }
+    r["scaling"] = std::move(scaling);
+  }
+}
+
 int run(int argc, char** argv) {
   CLI::App app{"bench_runner: runs a ParaLab experiment descriptor and writes a results JSON"};
   std::string descriptor_file, out, data_dir;
@@ -96,12 +124,13 @@ int run(int argc, char** argv) {
   doc["runs"] = json::array();
   bool failed = false;
   for (std::size_t i = 0; i < d.runs.size(); ++i) {
-    paralab::RunContext ctx{&d, &data, &progress, static_cast<int>(i),
-                            static_cast<int>(d.runs.size())};
+    paralab::RunContext ctx{
+        &d, &data, &progress, static_cast<int>(i), static_cast<int>(d.runs.size()), quiet};
     json r = paralab::run_training(d.runs[i], ctx);
     failed = failed || r["status"] == "failed";
     doc["runs"].push_back(std::move(r));
   }
+  add_scaling(doc["runs"]);
   const std::string written = paralab::write_results_atomically(doc, path, out.empty());
   if (!quiet) {
     print_summary(doc["runs"]);

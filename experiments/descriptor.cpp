@@ -109,7 +109,15 @@ const std::vector<std::string> kTrainingKeys = {"epochs",
                                                 "warmup_iterations",
                                                 "threads_per_device",
                                                 "eval_batch_size"};
-const std::vector<std::string> kRunCommonKeys = {"strategy", "devices", "label", "training"};
+const std::vector<std::string> kRunCommonKeys = {"strategy",
+                                                 "devices",
+                                                 "label",
+                                                 "training",
+                                                 "batch_scaling",
+                                                 "lr_scaling",
+                                                 "lr_warmup_iterations",
+                                                 "allow_oversubscription",
+                                                 "sweep"};
 
 TrainingConfig read_training(const Reader& r, const json& t, const std::string& path) {
   r.only_keys(t, path, kTrainingKeys);
@@ -126,6 +134,113 @@ TrainingConfig read_training(const Reader& r, const json& t, const std::string& 
   c.threads_per_device = static_cast<int>(threads);
   c.eval_batch_size = r.integer(t.at("eval_batch_size"), path + ".eval_batch_size", 1);
   return c;
+}
+
+// Expands a run's "sweep" ({"key": [values...], ...}) into the cross product of runs, keys in
+// alphabetical order with the last varying fastest. A run without a sweep is returned as is.
+std::vector<std::pair<json, json>> expand_sweep(const Reader& r, const json& run,
+                                                const std::string& path) {
+  if (!run.contains("sweep")) return {{run, json::object()}};
+  const json& sweep = run["sweep"];
+  if (!sweep.is_object() || sweep.empty())
+    r.fail(path + ".sweep", "must be a non-empty object of key: [values]");
+  std::vector<std::pair<json, json>> points{{run, json::object()}};
+  points[0].first.erase("sweep");
+  for (const auto& [key, values] : sweep.items()) {
+    if (key == "sweep" || key == "label" || key == "training")
+      r.fail(path + ".sweep." + key, "cannot be swept");
+    if (!values.is_array() || values.empty())
+      r.fail(path + ".sweep." + key, "must be a non-empty list of values");
+    std::vector<std::pair<json, json>> next;
+    for (const auto& [base, point] : points)
+      for (const json& v : values) {
+        json run_v = base, point_v = point;
+        run_v[key] = v;
+        point_v[key] = v;
+        next.emplace_back(std::move(run_v), std::move(point_v));
+      }
+    points = std::move(next);
+  }
+  return points;
+}
+
+std::string sweep_suffix(const json& point) {
+  std::string s;
+  for (const auto& [key, value] : point.items())
+    s += (s.empty() ? "" : ",") + key + "=" +
+         (value.is_string() ? value.get<std::string>() : value.dump());
+  return s;
+}
+
+std::string default_label(const RunSpec& spec) {
+  std::string label = spec.strategy;
+  const json& o = spec.options;
+  if (o.contains("allreduce") && o["allreduce"].is_string())
+    label += "/" + o["allreduce"].get<std::string>();
+  if (o.contains("grouping") && o["grouping"] == "per_tensor") label += " per-tensor";
+  if (o.contains("overlap") && o["overlap"] == true) label += " overlap";
+  label += " x" + std::to_string(spec.devices);
+  if (spec.batch_scaling == "weak") label += " weak";
+  if (spec.lr_scaling != "none") label += " lr-" + spec.lr_scaling;
+  return label;
+}
+
+RunSpec parse_run(const Reader& r, json run, const json& training_defaults, const std::string& path,
+                  const json& point, const std::string& file) {
+  if (!run.is_object()) r.fail(path, "must be an object, got " + type_name(run));
+  RunSpec spec;
+  spec.path = path;
+  spec.sweep_point = point;
+  if (!run.contains("strategy")) r.fail(path + ".strategy", "missing");
+  spec.strategy = r.string(run["strategy"], path + ".strategy");
+  const int64_t devices =
+      run.contains("devices") ? r.integer(run["devices"], path + ".devices", 1) : 1;
+  if (devices > 4096) r.fail(path + ".devices", "must be <= 4096");
+  spec.devices = static_cast<int>(devices);
+  json training = training_defaults;
+  if (run.contains("training")) {
+    r.only_keys(run["training"], path + ".training", kTrainingKeys);
+    training.update(run["training"]);
+  }
+  spec.training = read_training(r, training, path + ".training");
+  auto choice = [&](const char* key, const std::vector<std::string>& known, std::string& out) {
+    if (!run.contains(key)) return;
+    out = r.string(run[key], path + "." + key);
+    if (std::find(known.begin(), known.end(), out) == known.end()) {
+      std::string list;
+      for (const auto& k : known) list += (list.empty() ? "" : ", ") + k;
+      r.fail(path + "." + key, "unknown value '" + out + "' (known: " + list + ")");
+    }
+  };
+  choice("batch_scaling", {"strong", "weak"}, spec.batch_scaling);
+  choice("lr_scaling", {"none", "linear", "sqrt"}, spec.lr_scaling);
+  if (run.contains("lr_warmup_iterations"))
+    spec.lr_warmup_iterations =
+        r.integer(run["lr_warmup_iterations"], path + ".lr_warmup_iterations", 0);
+  if (run.contains("allow_oversubscription")) {
+    if (!run["allow_oversubscription"].is_boolean())
+      r.fail(path + ".allow_oversubscription", "must be true or false");
+    spec.allow_oversubscription = run["allow_oversubscription"].get<bool>();
+  }
+  spec.options = json::object();
+  for (const auto& [key, value] : run.items())
+    if (std::find(kRunCommonKeys.begin(), kRunCommonKeys.end(), key) == kRunCommonKeys.end())
+      spec.options[key] = value;
+  if (spec.strategy == "single" && spec.devices != 1)
+    r.fail(path + ".devices",
+           "strategy 'single' runs on 1 device, got " + std::to_string(spec.devices));
+  try {
+    make_strategy(spec.strategy, spec.options, path);  // validates name and options
+  } catch (const Error& e) {
+    throw Error(file + ": " + e.what());
+  }
+  if (run.contains("label")) {
+    spec.label = r.string(run["label"], path + ".label");
+    if (!point.empty()) spec.label += " [" + sweep_suffix(point) + "]";
+  } else {
+    spec.label = default_label(spec);
+  }
+  return spec;
 }
 
 // Fills missing keys of `obj` from `defaults`, recursing into objects that both have.
@@ -211,7 +326,7 @@ Descriptor parse_descriptor(json doc, const std::string& file) {
   d.train_limit = r.optional_integer(ds["train_limit"], "dataset.train_limit", 1);
   d.test_limit = r.optional_integer(ds["test_limit"], "dataset.test_limit", 1);
 
-  const TrainingConfig base = read_training(r, doc["training"], "training");
+  read_training(r, doc["training"], "training");  // the top level must be valid on its own
 
   if (!doc.contains("runs")) r.fail("runs", "missing (a list of runs)");
   json& runs = doc["runs"];
@@ -219,39 +334,12 @@ Descriptor parse_descriptor(json doc, const std::string& file) {
   if (runs.empty()) r.fail("runs", "must hold at least one run");
   for (std::size_t i = 0; i < runs.size(); ++i) {
     const std::string path = "runs." + std::to_string(i);
-    json& run = runs[i];
-    if (!run.is_object()) r.fail(path, "must be an object, got " + type_name(run));
-    RunSpec spec;
-    spec.path = path;
-    if (!run.contains("strategy")) r.fail(path + ".strategy", "missing");
-    spec.strategy = r.string(run["strategy"], path + ".strategy");
-    if (!run.contains("devices")) run["devices"] = 1;
-    const int64_t devices = r.integer(run["devices"], path + ".devices", 1);
-    if (devices > 4096) r.fail(path + ".devices", "must be <= 4096");
-    spec.devices = static_cast<int>(devices);
-    spec.label = run.contains("label") ? r.string(run["label"], path + ".label")
-                                       : spec.strategy + " x" + std::to_string(spec.devices);
-    json training = doc["training"];
-    if (run.contains("training")) {
-      r.only_keys(run["training"], path + ".training", kTrainingKeys);
-      training.update(run["training"]);
+    if (!runs[i].is_object()) r.fail(path, "must be an object, got " + type_name(runs[i]));
+    for (const auto& [run, point] : expand_sweep(r, runs[i], path)) {
+      const std::string where = point.empty() ? path : path + "[" + sweep_suffix(point) + "]";
+      d.runs.push_back(parse_run(r, run, doc["training"], where, point, file));
     }
-    spec.training = read_training(r, training, path + ".training");
-    spec.options = json::object();
-    for (const auto& [key, value] : run.items())
-      if (std::find(kRunCommonKeys.begin(), kRunCommonKeys.end(), key) == kRunCommonKeys.end())
-        spec.options[key] = value;
-    if (spec.strategy == "single" && spec.devices != 1)
-      r.fail(path + ".devices",
-             "strategy 'single' runs on 1 device, got " + std::to_string(spec.devices));
-    try {
-      make_strategy(spec.strategy, spec.options, path);  // validates name and options
-    } catch (const Error& e) {
-      throw Error(file + ": " + e.what());
-    }
-    d.runs.push_back(std::move(spec));
   }
-  (void)base;
   d.resolved = std::move(doc);
   return d;
 }

@@ -24,10 +24,19 @@ struct TrainingConfig {
 struct RunSpec {
   std::string strategy;
   int devices = 1;
-  std::string label;        // "single x1" unless the descriptor names it
+  std::string label;        // generated ("data_parallel/ring x4 weak") unless given
   TrainingConfig training;  // the descriptor's training block with the run's overrides
   nlohmann::json options;   // strategy-specific keys
-  std::string path;         // "runs[0]" for messages
+  std::string path;         // "runs.0" (or "runs.0[devices=2]" for a sweep point) for messages
+  // Batch scaling over devices: "strong" keeps the global batch at training.batch_size;
+  // "weak" keeps the per-device batch there (global = batch_size x devices).
+  std::string batch_scaling = "strong";
+  // Learning-rate rule for a global batch grown by a factor f = global / training.batch_size:
+  // "none" (lr), "linear" (lr x f, Goyal et al. 2017), "sqrt" (lr x sqrt f).
+  std::string lr_scaling = "none";
+  int64_t lr_warmup_iterations = 0;     // ramp linearly from lr to the scaled lr over these
+  bool allow_oversubscription = false;  // more devices x threads than cores: run, and mark it
+  nlohmann::json sweep_point;           // the sweep values that produced this run ({} if none)
 };
 
 struct Descriptor {

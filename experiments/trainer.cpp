@@ -3,6 +3,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <thread>
 
 #include "core/device.h"
 #include "core/error.h"
@@ -22,15 +23,57 @@ using Clock = std::chrono::steady_clock;
 // number of epochs or the batch size never changes the initial weights.
 constexpr uint64_t kShuffleStream = 0x53485546464c45ULL;  // "SHUFFLE"
 
-json iteration_json(int64_t epoch, int64_t iteration, const StepResult& s) {
-  return {{"epoch", epoch},
-          {"iteration", iteration},
-          {"samples", s.samples},
-          {"forward_ms", s.times.forward_ms},
-          {"backward_ms", s.times.backward_ms},
-          {"communication_ms", s.times.communication_ms},
-          {"optimizer_ms", s.times.optimizer_ms},
-          {"total_ms", s.times.total_ms}};
+const char* const kRankFields[] = {"compute_ms",   "communication_ms", "exposed_communication_ms",
+                                   "optimizer_ms", "idle_ms",          "total_ms",
+                                   "bytes_sent",   "samples"};
+
+json rank_json(const RankTimes& r) {
+  // idle: waiting for the slowest peer at the closing barrier, and everything not measured.
+  const double idle =
+      std::max(0.0, r.total_ms - r.compute_ms - r.exposed_communication_ms - r.optimizer_ms);
+  return {{"compute_ms", r.compute_ms},
+          {"communication_ms", r.communication_ms},
+          {"exposed_communication_ms", r.exposed_communication_ms},
+          {"optimizer_ms", r.optimizer_ms},
+          {"idle_ms", idle},
+          {"total_ms", r.total_ms},
+          {"bytes_sent", r.bytes_sent},
+          {"samples", r.samples}};
+}
+
+json iteration_json(int64_t epoch, int64_t iteration, float lr, const StepResult& s) {
+  json it = {{"epoch", epoch},
+             {"iteration", iteration},
+             {"samples", s.samples},
+             {"lr", lr},
+             {"forward_ms", s.times.forward_ms},
+             {"backward_ms", s.times.backward_ms},
+             {"communication_ms", s.times.communication_ms},
+             {"optimizer_ms", s.times.optimizer_ms},
+             {"total_ms", s.times.total_ms}};
+  if (!s.ranks.empty()) {
+    json devices = json::array();
+    for (const RankTimes& r : s.ranks) devices.push_back(rank_json(r));
+    it["devices"] = std::move(devices);
+  }
+  return it;
+}
+
+// Per device: the mean of each rank field over the timed iterations.
+json per_device_means(const json& iterations) {
+  if (iterations.empty() || !iterations[0].contains("devices")) return nullptr;
+  const std::size_t k = iterations[0]["devices"].size();
+  json means = json::array();
+  for (std::size_t r = 0; r < k; ++r) {
+    json m;
+    for (const char* f : kRankFields) {
+      double sum = 0;
+      for (const auto& it : iterations) sum += it["devices"][r][f].get<double>();
+      m[f] = sum / static_cast<double>(iterations.size());
+    }
+    means.push_back(std::move(m));
+  }
+  return means;
 }
 
 json timing_json(const json& iterations, int64_t warmup) {
@@ -44,7 +87,7 @@ json timing_json(const json& iterations, int64_t warmup) {
   json t = {{"timed_iterations", totals.size()}, {"warmup_iterations", warmup}};
   if (totals.empty()) {
     for (const char* k : {"median_iteration_ms", "p10_iteration_ms", "p90_iteration_ms",
-                          "mean_iteration_ms", "samples_per_s"})
+                          "mean_iteration_ms", "samples_per_s", "per_device"})
       t[k] = nullptr;
     return t;
   }
@@ -53,6 +96,7 @@ json timing_json(const json& iterations, int64_t warmup) {
   t["p90_iteration_ms"] = percentile(totals, 90);
   t["mean_iteration_ms"] = ms / static_cast<double>(totals.size());
   t["samples_per_s"] = samples / (ms / 1000.0);
+  t["per_device"] = per_device_means(iterations);
   return t;
 }
 
@@ -75,14 +119,34 @@ json run_training(const RunSpec& run, const RunContext& ctx) {
   const Dataset& test = ctx.data->test;
   const std::string backend = resolve_backend(d.backend);
 
+  const int64_t global = run.batch_scaling == "weak" ? tc.batch_size * run.devices : tc.batch_size;
+  const double growth = static_cast<double>(global) / static_cast<double>(tc.batch_size);
+  const double lr_target = run.lr_scaling == "linear" ? tc.lr * growth
+                           : run.lr_scaling == "sqrt" ? tc.lr * std::sqrt(growth)
+                                                      : tc.lr;
+  // Goyal et al.'s gradual warm-up: from lr to the scaled lr linearly over the first W steps.
+  auto lr_at = [&](int64_t step) {
+    const int64_t w = run.lr_warmup_iterations;
+    if (w == 0 || step >= w) return static_cast<float>(lr_target);
+    return static_cast<float>(tc.lr + (lr_target - tc.lr) * static_cast<double>(step + 1) /
+                                          static_cast<double>(w));
+  };
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const int64_t needed = int64_t{run.devices} * tc.threads_per_device;
+  const bool oversubscribed = backend == "cpu" && needed > cores;
+
   json result;
   result["label"] = run.label;
   json config = {{"strategy", run.strategy},
                  {"backend", backend},
                  {"devices", run.devices},
-                 {"global_batch", tc.batch_size},
-                 {"per_device_batch", tc.batch_size / run.devices},
+                 {"global_batch", global},
+                 {"per_device_batch", global / run.devices},
+                 {"batch_scaling", run.batch_scaling},
                  {"lr", tc.lr},
+                 {"lr_scaling", run.lr_scaling},
+                 {"lr_scaled", lr_target},
+                 {"lr_warmup_iterations", run.lr_warmup_iterations},
                  {"seed", tc.seed},
                  {"epochs", tc.epochs},
                  {"max_iterations_per_epoch",
@@ -90,6 +154,8 @@ json run_training(const RunSpec& run, const RunContext& ctx) {
                  {"warmup_iterations", tc.warmup_iterations},
                  {"threads_per_device", tc.threads_per_device},
                  {"eval_batch_size", tc.eval_batch_size},
+                 {"oversubscribed", oversubscribed},
+                 {"sweep", run.sweep_point},
                  {"train_examples", train.count},
                  {"test_examples", test.count}};
   json iterations = json::array(), warmup = json::array(), epochs = json::array();
@@ -97,108 +163,122 @@ json run_training(const RunSpec& run, const RunContext& ctx) {
   const std::string prefix =
       "[run " + std::to_string(ctx.index + 1) + "/" + std::to_string(ctx.total) + "] " + run.label;
 
-  try {
-    // Devices first: the strategy's tensors live on them and must be released before them.
-    auto devices = make_devices(backend, run.devices, {tc.threads_per_device});
-    auto strategy = make_strategy(run.strategy, run.options, run.path);
-    config["options"] = strategy->options();
-    json device_info = json::array();
-    std::vector<Device*> group;
-    for (auto& dev : devices) {
-      group.push_back(dev.get());
-      device_info.push_back(dev->describe());
-    }
-    config["device_list"] = device_info;
+  if (oversubscribed && !run.allow_oversubscription) {
+    status = "skipped";
+    reason = "needs " + std::to_string(needed) + " cores (" + std::to_string(run.devices) +
+             " devices x " + std::to_string(tc.threads_per_device) +
+             " threads), this machine has " + std::to_string(cores) +
+             " (set allow_oversubscription to run it anyway)";
+    ctx.progress->line(prefix + ": skipped: " + reason);
+  } else
+    try {
+      if (oversubscribed && !ctx.quiet)
+        std::fprintf(stderr,
+                     "bench_runner: warning: %s: %lld device threads on %d cores; its times "
+                     "measure time-sharing, not parallelism\n",
+                     run.label.c_str(), static_cast<long long>(needed), cores);
+      // Devices first: the strategy's tensors live on them and must be released before them.
+      auto devices = make_devices(backend, run.devices, {tc.threads_per_device});
+      auto strategy = make_strategy(run.strategy, run.options, run.path);
+      config["options"] = strategy->options();
+      json device_info = json::array();
+      std::vector<Device*> group;
+      for (auto& dev : devices) {
+        group.push_back(dev.get());
+        device_info.push_back(dev->describe());
+      }
+      config["device_list"] = device_info;
 
-    StrategySetup setup;
-    setup.devices = group;
-    setup.train = &train;
-    setup.test = &test;
-    setup.initial_parameters = lenet_initial_parameters(tc.seed);
-    setup.eval_batch = tc.eval_batch_size;
-    strategy->setup(setup);
+      StrategySetup setup;
+      setup.devices = group;
+      setup.train = &train;
+      setup.test = &test;
+      setup.initial_parameters = lenet_initial_parameters(tc.seed);
+      setup.eval_batch = tc.eval_batch_size;
+      strategy->setup(setup);
 
-    Rng shuffle(tc.seed ^ kShuffleStream);
-    const int64_t full = (train.count + tc.batch_size - 1) / tc.batch_size;
-    const int64_t per_epoch =
-        tc.max_iterations_per_epoch ? std::min(full, *tc.max_iterations_per_epoch) : full;
-    // Every minibatch size this run will use, checked before the first step.
-    strategy->check_batch(std::min(tc.batch_size, train.count));
-    if (per_epoch == full && train.count % tc.batch_size != 0)
-      strategy->check_batch(train.count % tc.batch_size);
-    const int64_t total_iters = per_epoch * tc.epochs;
-    int64_t done = 0;
-    double timed_seconds = 0;  // for the ETA
-    const auto run_start = Clock::now();
+      Rng shuffle(tc.seed ^ kShuffleStream);
+      const int64_t full = (train.count + global - 1) / global;
+      const int64_t per_epoch =
+          tc.max_iterations_per_epoch ? std::min(full, *tc.max_iterations_per_epoch) : full;
+      // Every minibatch size this run will use, checked before the first step.
+      strategy->check_batch(std::min(global, train.count));
+      if (per_epoch == full && train.count % global != 0)
+        strategy->check_batch(train.count % global);
+      const int64_t total_iters = per_epoch * tc.epochs;
+      int64_t done = 0;
+      double timed_seconds = 0;  // for the ETA
+      const auto run_start = Clock::now();
 
-    for (int64_t epoch = 1; epoch <= tc.epochs && status == "ok"; ++epoch) {
-      const std::vector<int32_t> order = random_permutation(train.count, shuffle);
-      strategy->begin_epoch(order);
-      double loss_sum = 0;
-      int64_t correct = 0, samples = 0;
-      const auto epoch_start = Clock::now();
-      for (int64_t it = 0; it < per_epoch; ++it) {
-        const int64_t offset = it * tc.batch_size;
-        const int64_t count = std::min(tc.batch_size, train.count - offset);
-        const StepResult s = strategy->train_step(offset, count, static_cast<float>(tc.lr));
-        ++done;
-        if (!std::isfinite(s.loss_sum)) {
+      for (int64_t epoch = 1; epoch <= tc.epochs && status == "ok"; ++epoch) {
+        const std::vector<int32_t> order = random_permutation(train.count, shuffle);
+        strategy->begin_epoch(order);
+        double loss_sum = 0;
+        int64_t correct = 0, samples = 0;
+        const auto epoch_start = Clock::now();
+        for (int64_t it = 0; it < per_epoch; ++it) {
+          const int64_t offset = it * global;
+          const int64_t count = std::min(global, train.count - offset);
+          const float lr = lr_at(done);
+          const StepResult s = strategy->train_step(offset, count, lr);
+          ++done;
+          if (!std::isfinite(s.loss_sum)) {
+            status = "diverged";
+            reason = "loss became " + std::string(std::isnan(s.loss_sum) ? "NaN" : "Inf") +
+                     " at epoch " + std::to_string(epoch) + ", iteration " + std::to_string(it + 1);
+            result["diverged_at"] = {{"epoch", epoch}, {"iteration", it + 1}};
+            break;
+          }
+          loss_sum += s.loss_sum;
+          correct += s.correct;
+          samples += s.samples;
+          const bool is_warmup = done <= tc.warmup_iterations;
+          (is_warmup ? warmup : iterations).push_back(iteration_json(epoch, it + 1, lr, s));
+          timed_seconds += s.times.total_ms / 1000.0;
+          if (ctx.progress->enabled()) {
+            const double per_iter = timed_seconds / static_cast<double>(done);
+            ctx.progress->status(
+                prefix + " | epoch " + std::to_string(epoch) + "/" + std::to_string(tc.epochs) +
+                " | iter " + std::to_string(it + 1) + "/" + std::to_string(per_epoch) + " | loss " +
+                fixed(s.loss_sum / static_cast<double>(s.samples), 4) + " | " +
+                fixed(static_cast<double>(s.samples) / (s.times.total_ms / 1000.0), 0) +
+                " img/s | ETA " +
+                format_duration(per_iter * static_cast<double>(total_iters - done)));
+          }
+        }
+        const double train_seconds = seconds_since(epoch_start);
+        if (status != "ok") break;
+        const auto eval_start = Clock::now();
+        const EvalResult e = strategy->evaluate();
+        const double eval_seconds = seconds_since(eval_start);
+        const double n = static_cast<double>(samples);
+        json ep = {{"epoch", epoch},
+                   {"iterations", per_epoch},
+                   {"samples", samples},
+                   {"train_loss", loss_sum / n},
+                   {"train_acc", static_cast<double>(correct) / n},
+                   {"test_loss", e.loss_sum / static_cast<double>(e.samples)},
+                   {"test_acc", static_cast<double>(e.correct) / static_cast<double>(e.samples)},
+                   {"seconds", train_seconds},
+                   {"eval_seconds", eval_seconds}};
+        ctx.progress->line(
+            prefix + " | epoch " + std::to_string(epoch) + "/" + std::to_string(tc.epochs) +
+            ": train loss " + fixed(ep["train_loss"].get<double>(), 4) + ", train acc " +
+            fixed(ep["train_acc"].get<double>(), 3) + ", test acc " +
+            fixed(ep["test_acc"].get<double>(), 3) + ", " + fixed(train_seconds, 1) + " s");
+        epochs.push_back(std::move(ep));
+        if (!std::isfinite(e.loss_sum)) {
           status = "diverged";
-          reason = "loss became " + std::string(std::isnan(s.loss_sum) ? "NaN" : "Inf") +
-                   " at epoch " + std::to_string(epoch) + ", iteration " + std::to_string(it + 1);
-          result["diverged_at"] = {{"epoch", epoch}, {"iteration", it + 1}};
-          break;
-        }
-        loss_sum += s.loss_sum;
-        correct += s.correct;
-        samples += s.samples;
-        const bool is_warmup = done <= tc.warmup_iterations;
-        (is_warmup ? warmup : iterations).push_back(iteration_json(epoch, it + 1, s));
-        timed_seconds += s.times.total_ms / 1000.0;
-        if (ctx.progress->enabled()) {
-          const double per_iter = timed_seconds / static_cast<double>(done);
-          ctx.progress->status(
-              prefix + " | epoch " + std::to_string(epoch) + "/" + std::to_string(tc.epochs) +
-              " | iter " + std::to_string(it + 1) + "/" + std::to_string(per_epoch) + " | loss " +
-              fixed(s.loss_sum / static_cast<double>(s.samples), 4) + " | " +
-              fixed(static_cast<double>(s.samples) / (s.times.total_ms / 1000.0), 0) +
-              " img/s | ETA " +
-              format_duration(per_iter * static_cast<double>(total_iters - done)));
+          reason = "test loss became non-finite after epoch " + std::to_string(epoch);
+          result["diverged_at"] = {{"epoch", epoch}, {"iteration", per_epoch}};
         }
       }
-      const double train_seconds = seconds_since(epoch_start);
-      if (status != "ok") break;
-      const auto eval_start = Clock::now();
-      const EvalResult e = strategy->evaluate();
-      const double eval_seconds = seconds_since(eval_start);
-      const double n = static_cast<double>(samples);
-      json ep = {{"epoch", epoch},
-                 {"iterations", per_epoch},
-                 {"samples", samples},
-                 {"train_loss", loss_sum / n},
-                 {"train_acc", static_cast<double>(correct) / n},
-                 {"test_loss", e.loss_sum / static_cast<double>(e.samples)},
-                 {"test_acc", static_cast<double>(e.correct) / static_cast<double>(e.samples)},
-                 {"seconds", train_seconds},
-                 {"eval_seconds", eval_seconds}};
-      ctx.progress->line(
-          prefix + " | epoch " + std::to_string(epoch) + "/" + std::to_string(tc.epochs) +
-          ": train loss " + fixed(ep["train_loss"].get<double>(), 4) + ", train acc " +
-          fixed(ep["train_acc"].get<double>(), 3) + ", test acc " +
-          fixed(ep["test_acc"].get<double>(), 3) + ", " + fixed(train_seconds, 1) + " s");
-      epochs.push_back(std::move(ep));
-      if (!std::isfinite(e.loss_sum)) {
-        status = "diverged";
-        reason = "test loss became non-finite after epoch " + std::to_string(epoch);
-        result["diverged_at"] = {{"epoch", epoch}, {"iteration", per_epoch}};
-      }
+      result["wall_seconds"] = seconds_since(run_start);
+    } catch (const std::exception& e) {  // Error, and bad_alloc & co: the next run still goes on
+      status = "failed";
+      reason = e.what();
+      ctx.progress->line(prefix + ": failed: " + reason);
     }
-    result["wall_seconds"] = seconds_since(run_start);
-  } catch (const std::exception& e) {  // Error, and bad_alloc & co: the next run still goes on
-    status = "failed";
-    reason = e.what();
-    ctx.progress->line(prefix + ": failed: " + reason);
-  }
 
   result["config"] = std::move(config);
   result["status"] = status;

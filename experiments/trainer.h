@@ -16,6 +16,7 @@ struct RunContext {
   Progress* progress;
   int index;  // 0-based
   int total;
+  bool quiet = false;  // no warnings on stderr
 };
 
 // One element of the results' runs[]: config, status (ok | skipped | diverged | failed) and

@@ -146,7 +146,7 @@ class HappyPath(BenchRunnerCase):
         resolved = doc["descriptor"]
         self.assertEqual(resolved["training"]["eval_batch_size"], 1000, "default not filled in")
         self.assertEqual(resolved["training"]["threads_per_device"], 1, "default not filled in")
-        self.assertEqual(resolved["runs"], [{"strategy": "single", "devices": 1}])
+        self.assertEqual(resolved["runs"], [{"strategy": "single"}])
 
         self.assertEqual(len(doc["runs"]), 1)
         run = doc["runs"][0]
@@ -158,7 +158,11 @@ class HappyPath(BenchRunnerCase):
             "max_iterations_per_epoch": ITERS, "warmup_iterations": WARMUP,
             "threads_per_device": 1, "eval_batch_size": 1000, "train_examples": TRAIN_LIMIT,
             "test_examples": TEST_LIMIT, "options": {},
-            "device_list": [{"name": "cpu:0", "kind": "cpu", "threads": 1}]})
+            "device_list": [{"name": "cpu:0", "kind": "cpu", "threads": 1}],
+            "batch_scaling": "strong", "lr_scaling": "none", "lr_scaled": 0.1,
+            "lr_warmup_iterations": 0, "oversubscribed": False, "sweep": {}})
+        # The only 1-device run is its own speedup baseline.
+        self.assertEqual(run["scaling"], {"baseline": "single x1", "speedup": 1.0, "efficiency": 1.0})
 
         # Warm-up iterations are listed apart and left out of the timing statistics.
         self.assertEqual([(i["epoch"], i["iteration"]) for i in run["warmup"]], [(1, 1)])
@@ -240,7 +244,7 @@ class SetOverrides(BenchRunnerCase):
         self.assertEqual(resolved["training"]["epochs"], 2)
         self.assertEqual(resolved["training"]["batch_size"], BATCH)
         self.assertEqual(resolved["runs"][0],
-                         {"strategy": "single", "devices": 1, "label": "abc",
+                         {"strategy": "single", "label": "abc",
                           "training": {"batch_size": 32}})
         self.assertEqual(resolved["description"], "bare-word")
 

@@ -36,7 +36,7 @@ class Training : public ::testing::Test {
   json run(const json& doc) {
     const Descriptor d = parse_descriptor(doc, "e2e.json");
     Progress quiet(false);
-    RunContext ctx{&d, &data_, &quiet, 0, 1};
+    RunContext ctx{&d, &data_, &quiet, 0, 1, true};
     return run_training(d.runs[0], ctx);
   }
   FashionMnist data_;

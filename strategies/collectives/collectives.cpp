@@ -34,6 +34,10 @@ int64_t piece_elems(int64_t chunk_bytes) {
   return chunk_bytes > 0 ? std::max<int64_t>(1, chunk_bytes / 4) : INT64_MAX;
 }
 
+// Pieces of at most `piece` elements covering n elements; at least one (an empty message keeps
+// the peers in step). Piece i starts at i * piece (i > 0 only when piece < n: no overflow).
+int64_t pieces(int64_t n, int64_t piece) { return n == 0 ? 1 : (n - 1) / piece + 1; }
+
 Tensor slice(const Tensor& buf, int64_t begin, int64_t end) {
   return buf.view(begin, {end - begin});
 }
@@ -55,15 +59,14 @@ void ring_step(Transport& t, Tensor& buf, std::span<const int64_t> b, int send_s
   const int64_t s0 = b[send_seg], s1 = b[send_seg + 1], r0 = b[recv_seg], r1 = b[recv_seg + 1];
   // Both sides cut a segment the same way, so piece i of what is sent matches piece i of what
   // the neighbour expects; empty segments still exchange one empty message to stay in step.
-  const int64_t send_pieces = std::max<int64_t>(1, (s1 - s0 + piece - 1) / piece);
-  const int64_t recv_pieces = std::max<int64_t>(1, (r1 - r0 + piece - 1) / piece);
+  const int64_t send_pieces = pieces(s1 - s0, piece), recv_pieces = pieces(r1 - r0, piece);
   std::vector<Transport::Handle> sends;
   for (int64_t i = 0; i < send_pieces; ++i) {
-    const int64_t a = std::min(s1, s0 + i * piece), e = std::min(s1, a + piece);
+    const int64_t a = s0 + i * piece, e = a + std::min(piece, s1 - a);
     sends.push_back(t.isend(next, slice(buf, a, e)));
   }
   for (int64_t i = 0; i < recv_pieces; ++i) {
-    const int64_t a = std::min(r1, r0 + i * piece), e = std::min(r1, a + piece);
+    const int64_t a = r0 + i * piece, e = a + std::min(piece, r1 - a);
     Tensor part = slice(buf, a, e);
     reduce ? t.recv_reduce(prev, part) : t.recv(prev, part);
   }
@@ -136,10 +139,10 @@ class Tree final : public Allreduce {
     for (int c : {2 * r + 1, 2 * r + 2})
       if (c < k) children.push_back(c);
     const int64_t n = buf.numel();
-    const int64_t chunks = std::max<int64_t>(1, (n + piece_ - 1) / piece_);
+    const int64_t chunks = pieces(n, piece_);
     auto chunk = [&](int64_t c) {
-      const int64_t a = std::min(n, c * piece_);
-      return slice(buf, a, std::min(n, a + piece_));
+      const int64_t a = c * piece_;  // c > 0 only when piece_ < n: no overflow
+      return slice(buf, a, a + std::min(piece_, n - a));
     };
     std::vector<Transport::Handle> up(static_cast<std::size_t>(chunks));
     for (int64_t c = 0; c < chunks; ++c) {

@@ -1,0 +1,354 @@
+"""Shared code for the ParaLab plotting scripts: loading a results file, grouping its runs into
+series, per-iteration time breakdowns, and writing figures atomically.
+
+The results format is described in results/README.md and results/results.schema.json. Fields
+added by the data-parallel work (run `scaling`, `timing.per_device`, `config.batch_scaling`,
+`config.oversubscribed`, ...) are optional here: a missing field means "not available", never
+an error. Only a file that cannot be a ParaLab results file raises ResultsError.
+
+Not a script; the plot_*.py scripts beside it import it.
+"""
+
+import json
+import math
+import os
+import sys
+import tempfile
+
+KNOWN_SCHEMA_VERSIONS = (1,)
+
+# data_parallel's option defaults (strategies/data_parallel.cpp). A series name spells out
+# grouping and overlap only when they differ from these, so the common case stays short.
+DEFAULT_GROUPING = "bucketed"
+DEFAULT_OVERLAP = False
+
+# Batch-scaling key for runs whose config does not say (files written before the field existed).
+UNSPECIFIED_SCALING = "unspecified"
+
+
+class ResultsError(Exception):
+    """A results file that cannot be read; str(e) is one line naming the file and the problem."""
+
+
+def load_results(path):
+    """Returns the parsed results file; raises ResultsError if it is not a ParaLab results file."""
+
+    def fail(what):
+        raise ResultsError(f"{path}: {what}")
+
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except FileNotFoundError:
+        fail("no such file")
+    except IsADirectoryError:
+        fail("is a directory, not a results file")
+    except (OSError, UnicodeDecodeError) as e:
+        fail(f"cannot read: {getattr(e, 'strerror', None) or e}")
+    try:
+        results = json.loads(text)
+    except json.JSONDecodeError as e:
+        fail(f"not JSON ({e.msg} at line {e.lineno}, column {e.colno})")
+    if not isinstance(results, dict):
+        fail(f"not a ParaLab results file (top level is a JSON {type(results).__name__}, "
+             "not an object)")
+    missing = [k for k in ("schema_version", "runs") if k not in results]
+    if missing:
+        fail("not a ParaLab results file (no " + " or ".join(f"'{k}'" for k in missing) + ")")
+    version = results["schema_version"]
+    if not isinstance(version, int) or isinstance(version, bool) or version < 1:
+        fail(f"schema_version is {json.dumps(version)}, expected a positive integer")
+    runs = results["runs"]
+    if not isinstance(runs, list) or not all(isinstance(r, dict) for r in runs):
+        fail("'runs' is not a list of objects")
+    if not runs:
+        fail("'runs' is empty")
+    if version not in KNOWN_SCHEMA_VERSIONS:
+        # A newer writer may have changed a field's meaning; say so, but still plot what we know.
+        print(f"warning: {path}: schema_version {version} is newer than this reader knows "
+              f"({', '.join(map(str, KNOWN_SCHEMA_VERSIONS))}); plotting the fields it knows",
+              file=sys.stderr)
+    return results
+
+
+# ---- run accessors (each tolerates missing fields) ----
+
+def _dict(x):
+    return x if isinstance(x, dict) else {}
+
+
+def number(x):
+    """x as a float if it is a finite number, else None."""
+    if isinstance(x, bool) or not isinstance(x, (int, float)):
+        return None
+    x = float(x)
+    return x if math.isfinite(x) else None
+
+
+def config(run):
+    return _dict(run.get("config"))
+
+
+def status(run):
+    return run.get("status")
+
+
+def is_ok(run):
+    return run.get("status") == "ok"
+
+
+def devices(run):
+    d = config(run).get("devices")
+    return d if isinstance(d, int) and not isinstance(d, bool) and d >= 1 else None
+
+
+def label(run):
+    lab = run.get("label")
+    if isinstance(lab, str) and lab:
+        return lab
+    c = config(run)
+    return f"{c.get('strategy', '?')} x{c.get('devices', '?')}"
+
+
+def batch_scaling(run):
+    """'strong', 'weak', or UNSPECIFIED_SCALING when the run does not say."""
+    s = config(run).get("batch_scaling")
+    return s if isinstance(s, str) and s else UNSPECIFIED_SCALING
+
+
+def oversubscribed(run):
+    return config(run).get("oversubscribed") is True
+
+
+def series_name(run):
+    """The strategy and how it communicates, e.g. 'single', 'data_parallel/ring',
+    'data_parallel/tree/per_tensor+overlap'. Grouping and overlap appear only when non-default."""
+    c = config(run)
+    options = _dict(c.get("options"))
+    name = str(c.get("strategy") or "unknown")
+    if options.get("allreduce"):
+        name += "/" + str(options["allreduce"])
+    grouping = options.get("grouping")
+    if grouping and grouping != DEFAULT_GROUPING:
+        name += "/" + str(grouping)
+    overlap = options.get("overlap")
+    if overlap is not None and overlap != DEFAULT_OVERLAP:
+        name += "+overlap" if overlap is True else f"+overlap={overlap}"
+    return name
+
+
+def series_key(run):
+    """(batch_scaling, series_name): the runs that one line of a plot connects."""
+    return batch_scaling(run), series_name(run)
+
+
+def samples_per_s(run):
+    return number(_dict(run.get("timing")).get("samples_per_s"))
+
+
+def speedup(run, runs):
+    """The run's speedup over its 1-device baseline, or None when not available.
+
+    Uses run.scaling.speedup when the run has a `scaling` object (null there means the writer
+    had no baseline). Files without `scaling` get it computed the same way: samples_per_s over
+    that of an ok 1-device run of the same batch scaling, preferring one with the same global
+    batch (strong) or per-device batch (weak), then strategy 'single'."""
+    scaling = run.get("scaling")
+    if isinstance(scaling, dict):
+        return number(scaling.get("speedup"))
+    mine = samples_per_s(run)
+    if mine is None:
+        return None
+    same_batch = "per_device_batch" if batch_scaling(run) == "weak" else "global_batch"
+    candidates = [b for b in runs
+                  if is_ok(b) and devices(b) == 1 and batch_scaling(b) == batch_scaling(run)
+                  and samples_per_s(b)]
+    if not candidates:
+        return None
+    candidates.sort(key=lambda b: (config(b).get(same_batch) != config(run).get(same_batch),
+                                   config(b).get("strategy") != "single"))
+    return mine / samples_per_s(candidates[0])
+
+
+# ---- per-iteration time breakdown ----
+
+PHASES = ("compute_ms", "exposed_communication_ms", "optimizer_ms", "idle_ms")
+
+
+def _mean(values):
+    return sum(values) / len(values) if values else None
+
+
+def _device_phases(entry):
+    """One device's phases from a timing.per_device entry; None if it lacks compute or total."""
+    e = _dict(entry)
+    total = number(e.get("total_ms"))
+    compute = number(e.get("compute_ms"))
+    if total is None or compute is None:
+        return None
+    exposed = number(e.get("exposed_communication_ms"))
+    if exposed is None:
+        exposed = number(e.get("communication_ms")) or 0.0
+    optimizer = number(e.get("optimizer_ms")) or 0.0
+    idle = number(e.get("idle_ms"))
+    if idle is None:
+        idle = max(0.0, total - compute - exposed - optimizer)
+    return {"compute_ms": compute, "exposed_communication_ms": exposed,
+            "optimizer_ms": optimizer, "idle_ms": idle, "total_ms": total}
+
+
+def breakdown(run):
+    """Mean milliseconds per iteration by phase, or None when the run has no timing to split.
+
+    Returns {compute_ms, exposed_communication_ms, optimizer_ms, idle_ms: averages over devices,
+    total_ms: their mean total, max_total_ms: the slowest device's total (None for one device),
+    devices_measured: how many devices the numbers come from}.
+
+    From timing.per_device when present. Otherwise from the iterations list (rank 0's view):
+    compute = forward + backward, all communication counted as exposed, idle = total - the rest
+    (timer overhead on one device)."""
+    per_device = _dict(run.get("timing")).get("per_device")
+    if isinstance(per_device, list) and per_device:
+        phases = [_device_phases(e) for e in per_device]
+        if all(p is not None for p in phases):
+            out = {k: _mean([p[k] for p in phases]) for k in PHASES + ("total_ms",)}
+            out["max_total_ms"] = max(p["total_ms"] for p in phases) if len(phases) > 1 else None
+            out["devices_measured"] = len(phases)
+            return out
+    iterations = [i for i in run.get("iterations") or [] if isinstance(i, dict)]
+    rows = []
+    for it in iterations:
+        f, b, t = (number(it.get(k)) for k in ("forward_ms", "backward_ms", "total_ms"))
+        if f is None or b is None or t is None:
+            continue
+        c = number(it.get("communication_ms")) or 0.0
+        o = number(it.get("optimizer_ms")) or 0.0
+        rows.append((f + b, c, o, max(0.0, t - f - b - c - o), t))
+    if not rows:
+        return None
+    means = [_mean([r[i] for r in rows]) for i in range(5)]
+    out = dict(zip(PHASES + ("total_ms",), means))
+    out["max_total_ms"] = None
+    out["devices_measured"] = 1
+    return out
+
+
+# ---- figure helpers ----
+
+def machine_description(results):
+    """e.g. 'Intel(R) Xeon(R) Processor, 2 cores' (plus the GPU when there is one)."""
+    env = _dict(results.get("environment"))
+    parts = []
+    cpu = env.get("cpu_model")
+    if cpu and cpu != "unknown":
+        cores = env.get("cpu_cores")
+        parts.append(f"{cpu}, {cores} cores" if isinstance(cores, int) and cores > 0 else str(cpu))
+    if env.get("gpu_model"):
+        parts.append(str(env["gpu_model"]))
+    return "; ".join(parts) or "unknown machine"
+
+
+def batch_description(runs):
+    """e.g. 'strong: global batch 256; weak: 64 per device', from the runs given."""
+    parts = []
+    for scaling in ordered_scalings(runs):
+        group = [r for r in runs if batch_scaling(r) == scaling]
+        if scaling == "weak":
+            sizes = sorted({config(r).get("per_device_batch") for r in group} - {None})
+            text = "/".join(map(str, sizes)) + " per device" if sizes else ""
+        else:
+            sizes = sorted({config(r).get("global_batch") for r in group} - {None})
+            text = "global batch " + "/".join(map(str, sizes)) if sizes else ""
+        if text:
+            parts.append(text if scaling == UNSPECIFIED_SCALING else f"{scaling}: {text}")
+    return "; ".join(parts)
+
+
+def ordered_scalings(runs):
+    order = {"strong": 0, "weak": 1}
+    return sorted({batch_scaling(r) for r in runs}, key=lambda s: (order.get(s, 2), s))
+
+
+def scaling_title(scaling):
+    return {"strong": "strong scaling (fixed global batch)",
+            "weak": "weak scaling (fixed per-device batch)"}.get(scaling, "batch scaling not recorded")
+
+
+def series_colors(names):
+    """A fixed colour per series name, so every plot of one file colours a series the same."""
+    palette = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
+               "#7f7f7f", "#bcbd22", "#17becf"]
+    ordered = sorted(set(names), key=lambda n: (n != "single", n))
+    return {n: palette[i % len(palette)] for i, n in enumerate(ordered)}
+
+
+def new_figure(ncols, width_per_col=5.5, height=4.5):
+    """A matplotlib Figure with ncols axes in one row (no pyplot: no global state)."""
+    import matplotlib
+    matplotlib.use("Agg")
+    from matplotlib.figure import Figure
+    fig = Figure(figsize=(width_per_col * ncols, height), layout="constrained")
+    axes = fig.subplots(1, ncols, squeeze=False)[0]
+    return fig, list(axes)
+
+
+def save_figure(fig, out_dir, name):
+    """Writes out_dir/name.png and out_dir/name.svg, each through a temporary file in out_dir
+    and os.replace, so a reader never sees half a file. Returns the two paths."""
+    os.makedirs(out_dir, exist_ok=True)
+    written = []
+    for fmt in ("png", "svg"):
+        final = os.path.join(out_dir, f"{name}.{fmt}")
+        fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=f".{fmt}", dir=out_dir)
+        try:
+            with os.fdopen(fd, "wb") as f:
+                # Date=None keeps the SVG identical for identical data (diffable).
+                fig.savefig(f, format=fmt, dpi=150,
+                            metadata={"Date": None} if fmt == "svg" else None)
+            os.replace(tmp, final)
+        except BaseException:
+            if os.path.exists(tmp):
+                os.remove(tmp)
+            raise
+        written.append(final)
+    return written
+
+
+def default_out_dir(results_path):
+    """<directory of the results file>/<results stem>-plots."""
+    stem = os.path.splitext(os.path.basename(results_path))[0]
+    return os.path.join(os.path.dirname(os.path.abspath(results_path)), f"{stem}-plots")
+
+
+def run_cli(prog, plots, argv=None):
+    """The command line shared by the plot scripts. plots: list of (name, make_figure) where
+    make_figure(results) returns (figure, None) or (None, why there is nothing to draw).
+    Returns the exit status: 0 on success (also when a plot had nothing to draw), 1 when the
+    results file is unreadable or a figure cannot be written."""
+    import argparse
+    parser = argparse.ArgumentParser(
+        prog=prog,
+        description=f"Plots {', '.join(n for n, _ in plots)} from a ParaLab results file "
+                    "(PNG and SVG).")
+    parser.add_argument("results", metavar="RESULTS.json", help="a bench_runner results file")
+    parser.add_argument("--out-dir", metavar="DIR",
+                        help="where to write (default: <results stem>-plots/ beside the file)")
+    args = parser.parse_args(argv)
+    try:
+        results = load_results(args.results)
+    except ResultsError as e:
+        print(f"{prog}: {e}", file=sys.stderr)
+        return 1
+    out_dir = args.out_dir or default_out_dir(args.results)
+    for name, make_figure in plots:
+        fig, why_not = make_figure(results)
+        if fig is None:
+            print(f"{name}: not written: {why_not}")
+            continue
+        try:
+            for path in save_figure(fig, out_dir, name):
+                print(path)
+        except OSError as e:
+            print(f"{prog}: {out_dir}: cannot write {name}: {e.strerror or e}", file=sys.stderr)
+            return 1
+    return 0

@@ -1,0 +1,101 @@
+#!/usr/bin/python3
+"""Speedup against device count, from a ParaLab results file.
+
+    /usr/bin/python3 plotting/plot_speedup.py RESULTS.json [--out-dir DIR]
+
+One panel per batch scaling (strong, weak), one line per series (strategy/allreduce), the ideal
+line y = x, log2 device axis. Speedup = samples_per_s / that of the 1-device run of the same
+batch scaling (the run's `scaling.speedup`; see paralab_results.speedup). Only ok runs are
+drawn; oversubscribed runs (more worker threads than cores) are hollow markers. Writes
+speedup.png and speedup.svg, or nothing when no run on more than one device has a speedup.
+"""
+
+import sys
+from collections import namedtuple
+
+import paralab_results as pr
+
+SpeedupPoint = namedtuple("SpeedupPoint", "devices speedup oversubscribed label")
+
+
+def speedup_points(results):
+    """{batch_scaling: {series: [SpeedupPoint, ...] sorted by devices}}: every ok run with a
+    speedup."""
+    runs = results["runs"]
+    out = {}
+    for run in runs:
+        if not pr.is_ok(run) or pr.devices(run) is None:
+            continue
+        s = pr.speedup(run, runs)
+        if s is None:
+            continue
+        scaling, series = pr.series_key(run)
+        out.setdefault(scaling, {}).setdefault(series, []).append(
+            SpeedupPoint(pr.devices(run), s, pr.oversubscribed(run), pr.label(run)))
+    for by_series in out.values():
+        for points in by_series.values():
+            points.sort(key=lambda p: (p.devices, p.label))
+    return out
+
+
+def speedup_series(results):
+    """{batch_scaling: {series: [(devices, speedup), ...]}}: the lines the plot draws."""
+    return {scaling: {series: [(p.devices, p.speedup) for p in points]
+                      for series, points in by_series.items()}
+            for scaling, by_series in speedup_points(results).items()}
+
+
+def make_figure(results):
+    points = speedup_points(results)
+    if not any(p.devices > 1 for by in points.values() for ps in by.values() for p in ps):
+        return None, "no ok run on more than one device has a speedup"
+    from matplotlib.lines import Line2D
+    from matplotlib.ticker import FixedLocator, NullLocator
+
+    plotted_runs = [r for r in results["runs"] if pr.is_ok(r) and pr.batch_scaling(r) in points]
+    scalings = pr.ordered_scalings(plotted_runs)
+    colors = pr.series_colors(name for by in points.values() for name in by)
+    fig, axes = pr.new_figure(len(scalings))
+    for ax, scaling in zip(axes, scalings):
+        by_series = points[scaling]
+        any_oversubscribed = False
+        counts = sorted({p.devices for ps in by_series.values() for p in ps})
+        lo, hi = counts[0], max(counts[-1], 2)
+        ax.plot([lo, hi], [lo, hi], color="0.6", linestyle="--", linewidth=1, label="ideal")
+        for series in sorted(by_series, key=lambda n: (n != "single", n)):
+            ps = by_series[series]
+            color = colors[series]
+            ax.plot([p.devices for p in ps], [p.speedup for p in ps], color=color, label=series)
+            for p in ps:
+                any_oversubscribed |= p.oversubscribed
+                ax.plot([p.devices], [p.speedup], marker="o", markersize=7, color=color,
+                        markerfacecolor="white" if p.oversubscribed else color,
+                        markeredgewidth=1.5, linestyle="none")
+        ax.set_xscale("log", base=2)
+        ax.xaxis.set_major_locator(FixedLocator(counts))
+        ax.xaxis.set_minor_locator(NullLocator())
+        ax.set_xticklabels([str(c) for c in counts])
+        ax.set_xlabel("devices")
+        ax.set_ylabel("speedup (samples/s over 1 device)")
+        ax.set_ylim(bottom=0)
+        ax.grid(True, alpha=0.3)
+        if len(scalings) > 1 or scaling != pr.UNSPECIFIED_SCALING:
+            ax.set_title(pr.scaling_title(scaling), fontsize=10)
+        handles, labels = ax.get_legend_handles_labels()
+        if any_oversubscribed:
+            handles.append(Line2D([], [], marker="o", color="0.3", markerfacecolor="white",
+                                  linestyle="none"))
+            labels.append("hollow: oversubscribed\n(more threads than cores)")
+        ax.legend(handles, labels, fontsize=8, loc="upper left")
+    batches = pr.batch_description(plotted_runs)
+    fig.suptitle(f"Speedup on {pr.machine_description(results)}"
+                 + (f"\n{batches}" if batches else ""), fontsize=11)
+    return fig, None
+
+
+def main(argv=None):
+    return pr.run_cli("plot_speedup.py", [("speedup", make_figure)], argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

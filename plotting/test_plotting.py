@@ -1,0 +1,411 @@
+#!/usr/bin/python3
+"""Tests for the ParaLab plotting scripts, on small synthetic results files.
+
+    /usr/bin/python3 plotting/test_plotting.py
+
+Needs python3-matplotlib (apt-get install python3-matplotlib). The scripts are run as
+subprocesses, the way a user runs them, and their data functions are also checked directly.
+"""
+
+import copy
+import io
+import json
+import os
+import struct
+import subprocess
+import sys
+import tempfile
+import unittest
+import xml.etree.ElementTree as ET
+from contextlib import redirect_stderr, redirect_stdout
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+import paralab_results as pr  # noqa: E402
+import plot_accuracy  # noqa: E402
+import plot_breakdown  # noqa: E402
+import plot_speedup  # noqa: E402
+
+SCRIPTS = ("plot_speedup.py", "plot_breakdown.py", "plot_accuracy.py", "plot_all.py")
+PLOT_NAMES = {"plot_speedup.py": ["speedup"], "plot_breakdown.py": ["breakdown"],
+              "plot_accuracy.py": ["accuracy"], "plot_all.py": ["speedup", "breakdown", "accuracy"]}
+
+# Baseline throughputs: the 1-device runs of each batch scaling.
+STRONG_BASE_SPS = 1000.0
+WEAK_BASE_SPS = 800.0
+
+
+def make_run(strategy, devices, scaling, sps, allreduce=None, status="ok", per_device=None,
+             oversubscribed=False, options=None, with_scaling=True, epochs=2, label=None):
+    """One run in the results format (with the data-parallel additions)."""
+    global_batch = 256 if scaling == "strong" else 64 * devices
+    if options is None:
+        options = {} if strategy == "single" else {
+            "allreduce": allreduce, "grouping": "bucketed", "bucket_bytes": 1 << 20,
+            "overlap": False, "chunk_bytes": 65536, "uneven_shards": False}
+    run = {
+        "label": label or f"{strategy}{'/' + allreduce if allreduce else ''} x{devices} {scaling}",
+        "status": status,
+        "reason": None if status == "ok" else f"synthetic {status} run",
+        "config": {"strategy": strategy, "backend": "cpu", "devices": devices,
+                   "global_batch": global_batch, "per_device_batch": global_batch // devices,
+                   "batch_scaling": scaling, "lr_scaling": "none", "lr": 0.1, "seed": 0,
+                   "epochs": epochs, "max_iterations_per_epoch": 4, "warmup_iterations": 1,
+                   "threads_per_device": 1, "eval_batch_size": 1000, "train_examples": 1024,
+                   "test_examples": 500, "options": options, "oversubscribed": oversubscribed},
+        "timing": {"timed_iterations": 0, "warmup_iterations": 0, "median_iteration_ms": None,
+                   "p10_iteration_ms": None, "p90_iteration_ms": None, "mean_iteration_ms": None,
+                   "samples_per_s": None},
+        "iterations": [], "warmup": [], "epochs": [],
+    }
+    if status in ("failed", "skipped"):
+        del run["config"]["options"]
+        return run
+    run["wall_seconds"] = 1.0
+    run["timing"].update({"timed_iterations": 2, "warmup_iterations": 1,
+                          "median_iteration_ms": global_batch / sps * 1000,
+                          "mean_iteration_ms": global_batch / sps * 1000, "samples_per_s": sps})
+    # compute = forward + backward = 12 (mean), optimizer 1, idle (timer overhead) 0.5.
+    run["iterations"] = [
+        {"epoch": 1, "iteration": 2, "samples": global_batch, "forward_ms": 4.0,
+         "backward_ms": 6.0, "communication_ms": 0.0, "optimizer_ms": 1.0, "total_ms": 11.5},
+        {"epoch": 1, "iteration": 3, "samples": global_batch, "forward_ms": 6.0,
+         "backward_ms": 8.0, "communication_ms": 0.0, "optimizer_ms": 1.0, "total_ms": 15.5}]
+    if per_device is not None:
+        run["timing"]["per_device"] = per_device
+    base = STRONG_BASE_SPS if scaling == "strong" else WEAK_BASE_SPS
+    if with_scaling:
+        run["scaling"] = {"baseline": f"single x1 {scaling}", "speedup": sps / base,
+                          "efficiency": sps / base / devices}
+    run["epochs"] = [{"epoch": e, "iterations": 4, "samples": 1024, "train_loss": 2.0 / e,
+                      "train_acc": 0.3 * e, "test_loss": 2.1 / e, "test_acc": 0.25 + 0.2 * e,
+                      "seconds": 0.5, "eval_seconds": 0.1} for e in range(1, epochs + 1)]
+    return run
+
+
+def device(compute, exposed, optimizer, idle, total, communication=None, with_idle=True):
+    d = {"compute_ms": compute, "communication_ms": exposed if communication is None
+         else communication, "exposed_communication_ms": exposed, "optimizer_ms": optimizer,
+         "idle_ms": idle, "total_ms": total, "bytes_sent": 1000}
+    if not with_idle:
+        del d["idle_ms"]
+    return d
+
+
+def make_results():
+    """single x1 + data_parallel ring/naive/tree at 2 and 4 devices, strong and weak; some with
+    per-device timing, one skipped, one failed, one oversubscribed."""
+    runs = [make_run("single", 1, "strong", STRONG_BASE_SPS),
+            make_run("single", 1, "weak", WEAK_BASE_SPS)]
+    speeds = {  # (allreduce, devices, scaling) -> samples_per_s
+        ("ring", 2, "strong"): 1800.0, ("ring", 4, "strong"): 3000.0,
+        ("naive", 2, "strong"): 1500.0, ("naive", 4, "strong"): 2000.0,
+        ("tree", 2, "strong"): 1700.0, ("tree", 4, "strong"): 2600.0,
+        ("ring", 2, "weak"): 1520.0, ("ring", 4, "weak"): 2400.0,
+        ("naive", 2, "weak"): 1200.0, ("naive", 4, "weak"): 1600.0,
+        ("tree", 2, "weak"): 1440.0, ("tree", 4, "weak"): 2000.0,
+    }
+    per_device = {
+        # mean compute 9, exposed 2, optimizer 1, idle 1.5; slowest total 13.6.
+        ("ring", 2, "strong"): [device(10.0, 2.0, 1.0, 0.5, 13.5, communication=3.0),
+                                device(8.0, 2.0, 1.0, 2.5, 13.6, communication=3.0)],
+        # idle_ms absent: derived as total - compute - exposed - optimizer = 1 and 3.
+        ("naive", 2, "strong"): [device(6.0, 4.0, 1.0, None, 12.0, with_idle=False),
+                                 device(5.0, 3.0, 1.0, None, 12.0, with_idle=False)],
+    }
+    for (allreduce, n, scaling), sps in speeds.items():
+        runs.append(make_run("data_parallel", n, scaling, sps, allreduce=allreduce,
+                             per_device=per_device.get((allreduce, n, scaling)),
+                             oversubscribed=(allreduce, n, scaling) == ("ring", 4, "weak")))
+    runs.append(make_run("data_parallel", 8, "strong", 0, allreduce="ring", status="skipped"))
+    runs.append(make_run("data_parallel", 3, "strong", 0, allreduce="naive", status="failed"))
+    return {
+        "schema_version": 1,
+        "environment": {"paralab_version": "0.1.0", "build_type": "Release",
+                        "cpu_model": "Synthetic CPU 9000", "cpu_cores": 4, "gpu_model": None,
+                        "hostname": "test", "compiler": "gcc 12.2.0",
+                        "libraries": {"onednn": "2.6.3", "nlohmann_json": "3.11.2"},
+                        "git": {"commit": None, "dirty": None}, "argv": ["bench_runner"],
+                        "utc_time": "2026-11-30T02:12:24Z"},
+        "descriptor": {"name": "synthetic"},
+        "dataset": {"dir": "/nowhere", "train_examples": 1024, "test_examples": 500},
+        "runs": runs,
+    }
+
+
+EXPECTED_STRONG = {
+    "single": [(1, 1.0)],
+    "data_parallel/ring": [(2, 1.8), (4, 3.0)],
+    "data_parallel/naive": [(2, 1.5), (4, 2.0)],
+    "data_parallel/tree": [(2, 1.7), (4, 2.6)],
+}
+EXPECTED_WEAK = {
+    "single": [(1, 1.0)],
+    "data_parallel/ring": [(2, 1.9), (4, 3.0)],
+    "data_parallel/naive": [(2, 1.5), (4, 2.0)],
+    "data_parallel/tree": [(2, 1.8), (4, 2.5)],
+}
+
+
+def assert_png(test, path):
+    with open(path, "rb") as f:
+        data = f.read()
+    test.assertEqual(data[:8], b"\x89PNG\r\n\x1a\n", f"{path}: not a PNG")
+    test.assertEqual(data[12:16], b"IHDR", f"{path}: no IHDR chunk")
+    width, height = struct.unpack(">II", data[16:24])
+    test.assertGreater(width, 100, path)
+    test.assertGreater(height, 100, path)
+
+
+def assert_svg(test, path):
+    test.assertGreater(os.path.getsize(path), 1000, f"{path}: suspiciously small")
+    root = ET.parse(path).getroot()  # raises on anything that is not well-formed XML
+    test.assertEqual(root.tag, "{http://www.w3.org/2000/svg}svg", path)
+
+
+def assert_close_series(test, got, expected):
+    test.assertEqual(sorted(got), sorted(expected))
+    for series, points in expected.items():
+        test.assertEqual([d for d, _ in got[series]], [d for d, _ in points], series)
+        for (_, s), (_, want) in zip(got[series], points):
+            test.assertAlmostEqual(s, want, places=9, msg=series)
+
+
+class PlotTestCase(unittest.TestCase):
+    def setUp(self):
+        self._tmp = tempfile.TemporaryDirectory(prefix="paralab-plot-test-")
+        self.tmp = self._tmp.name
+
+    def tearDown(self):
+        self._tmp.cleanup()
+
+    def write(self, name, content):
+        path = os.path.join(self.tmp, name)
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(content if isinstance(content, str) else json.dumps(content))
+        return path
+
+    def run_script(self, script, *args):
+        return subprocess.run([sys.executable, os.path.join(HERE, script), *args],
+                              capture_output=True, text=True, timeout=120)
+
+
+class DataTest(unittest.TestCase):
+    """The numbers the plots draw."""
+
+    def test_speedup_series_from_scaling_field(self):
+        got = plot_speedup.speedup_series(make_results())
+        self.assertEqual(sorted(got), ["strong", "weak"])
+        assert_close_series(self, got["strong"], EXPECTED_STRONG)
+        assert_close_series(self, got["weak"], EXPECTED_WEAK)
+
+    def test_speedup_computed_when_scaling_field_absent(self):
+        results = make_results()
+        for run in results["runs"]:
+            run.pop("scaling", None)
+        got = plot_speedup.speedup_series(results)
+        assert_close_series(self, got["strong"], EXPECTED_STRONG)
+        assert_close_series(self, got["weak"], EXPECTED_WEAK)
+
+    def test_speedup_null_means_not_plotted(self):
+        results = make_results()
+        ring4 = next(r for r in results["runs"] if r["label"] == "data_parallel/ring x4 strong")
+        ring4["scaling"]["speedup"] = None
+        got = plot_speedup.speedup_series(results)["strong"]
+        self.assertEqual(got["data_parallel/ring"], [(2, 1.8)])
+
+    def test_only_ok_runs_and_oversubscribed_flag(self):
+        results = make_results()
+        naive4 = next(r for r in results["runs"] if r["label"] == "data_parallel/naive x4 weak")
+        naive4["status"] = "diverged"
+        points = plot_speedup.speedup_points(results)
+        all_points = [p for by in points.values() for ps in by.values() for p in ps]
+        self.assertNotIn(8, [p.devices for p in all_points])  # skipped
+        self.assertNotIn(3, [p.devices for p in all_points])  # failed
+        self.assertEqual([p.devices for p in points["weak"]["data_parallel/naive"]], [2])
+        hollow = [(p.label) for p in all_points if p.oversubscribed]
+        self.assertEqual(hollow, ["data_parallel/ring x4 weak"])
+
+    def test_speedup_figure_draws_oversubscribed_hollow(self):
+        fig, why = plot_speedup.make_figure(make_results())
+        self.assertIsNone(why)
+        self.assertEqual(len(fig.axes), 2)
+        weak = fig.axes[1]
+        hollow = [line for line in weak.get_lines()
+                  if line.get_marker() == "o" and line.get_markerfacecolor() == "white"
+                  and list(line.get_xdata()) == [4]]
+        self.assertEqual(len(hollow), 1, "one hollow point, at 4 devices")
+        notes = [[t.get_text() for t in ax.get_legend().get_texts() if "oversubscribed" in t.get_text()]
+                 for ax in fig.axes]
+        self.assertEqual([len(n) for n in notes], [0, 1], "legend note only where a point is hollow")
+        self.assertEqual(list(fig.axes[0].get_xticks()), [1, 2, 4])
+
+    def test_series_names(self):
+        run = make_run("data_parallel", 2, "strong", 1.0, allreduce="tree")
+        self.assertEqual(pr.series_name(run), "data_parallel/tree")
+        run["config"]["options"].update(grouping="per_tensor", overlap=True)
+        self.assertEqual(pr.series_name(run), "data_parallel/tree/per_tensor+overlap")
+        self.assertEqual(pr.series_key(run), ("strong", "data_parallel/tree/per_tensor+overlap"))
+        self.assertEqual(pr.series_name(make_run("single", 1, "weak", 1.0)), "single")
+        del run["config"]["batch_scaling"]
+        self.assertEqual(pr.batch_scaling(run), pr.UNSPECIFIED_SCALING)
+
+    def test_breakdown_per_device_means_and_max(self):
+        bars = plot_breakdown.breakdown_bars(make_results())
+        ring2 = bars["strong"]["data_parallel/ring"][0]
+        self.assertEqual(ring2.devices, 2)
+        self.assertAlmostEqual(ring2.compute_ms, 9.0)
+        self.assertAlmostEqual(ring2.exposed_communication_ms, 2.0)
+        self.assertAlmostEqual(ring2.optimizer_ms, 1.0)
+        self.assertAlmostEqual(ring2.idle_ms, 1.5)
+        self.assertAlmostEqual(ring2.max_total_ms, 13.6)
+        naive2 = bars["strong"]["data_parallel/naive"][0]
+        self.assertAlmostEqual(naive2.idle_ms, 2.0)  # derived: (1 + 3) / 2
+        self.assertAlmostEqual(naive2.exposed_communication_ms, 3.5)
+
+    def test_breakdown_without_per_device(self):
+        bars = plot_breakdown.breakdown_bars(make_results())
+        single = bars["strong"]["single"][0]
+        self.assertAlmostEqual(single.compute_ms, 12.0)  # forward + backward
+        self.assertAlmostEqual(single.exposed_communication_ms, 0.0)
+        self.assertAlmostEqual(single.optimizer_ms, 1.0)
+        self.assertAlmostEqual(single.idle_ms, 0.5)  # total - the rest
+        self.assertIsNone(single.max_total_ms)
+        self.assertEqual([b.devices for b in bars["weak"]["data_parallel/tree"]], [2, 4])
+        labels = [b.label for by in bars.values() for bs in by.values() for b in bs]
+        self.assertEqual(len(labels), 14)  # 2 single + 12 data_parallel; skipped/failed left out
+
+    def test_accuracy_lines(self):
+        results = make_results()
+        results["runs"][2]["epochs"] = []
+        lines = plot_accuracy.accuracy_lines(results)
+        self.assertEqual(sorted(lines), ["strong", "weak"])
+        labels = [line.label for ls in lines.values() for line in ls]
+        self.assertEqual(len(labels), 13)  # 14 ok runs, one without epochs
+        self.assertNotIn(results["runs"][2]["label"], labels)
+        single = lines["strong"][0]
+        self.assertEqual(single.label, "single x1 strong")
+        self.assertEqual(single.points, [(1, 0.45), (2, 0.65)])
+        fig, _ = plot_accuracy.make_figure(results)
+        self.assertEqual(len(fig.axes), 2)
+
+    def test_load_results_errors_name_the_file(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            cases = {"missing.json": None, "bad.json": "{not json",
+                     "norun.json": json.dumps({"schema_version": 1}),
+                     "list.json": "[1, 2]",
+                     "empty.json": json.dumps({"schema_version": 1, "runs": []})}
+            for name, content in cases.items():
+                path = os.path.join(tmp, name)
+                if content is not None:
+                    with open(path, "w") as f:
+                        f.write(content)
+                with self.assertRaises(pr.ResultsError, msg=name) as cm:
+                    pr.load_results(path)
+                message = str(cm.exception)
+                self.assertTrue(message.startswith(path + ": "), message)
+                self.assertNotIn("\n", message)
+
+
+class ScriptTest(PlotTestCase):
+    """The scripts as a user runs them."""
+
+    def check_written(self, out_dir, names, stdout):
+        expected = sorted(f"{n}.{ext}" for n in names for ext in ("png", "svg"))
+        self.assertEqual(sorted(os.listdir(out_dir)), expected, "and no temporary files left")
+        for n in names:
+            assert_png(self, os.path.join(out_dir, f"{n}.png"))
+            assert_svg(self, os.path.join(out_dir, f"{n}.svg"))
+            for ext in ("png", "svg"):
+                self.assertIn(os.path.join(out_dir, f"{n}.{ext}"), stdout.splitlines())
+
+    def test_each_script_writes_png_and_svg(self):
+        path = self.write("results.json", make_results())
+        for script in SCRIPTS:
+            out_dir = os.path.join(self.tmp, script + "-out")
+            p = self.run_script(script, path, "--out-dir", out_dir)
+            self.assertEqual(p.returncode, 0, f"{script}: {p.stderr}")
+            self.assertEqual(p.stderr, "", script)
+            self.check_written(out_dir, PLOT_NAMES[script], p.stdout)
+
+    def test_default_out_dir_beside_results(self):
+        path = self.write("lenet-run.json", make_results())
+        p = self.run_script("plot_speedup.py", path)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.check_written(os.path.join(self.tmp, "lenet-run-plots"), ["speedup"], p.stdout)
+
+    def test_rewrite_replaces_existing_plots(self):
+        path = self.write("results.json", make_results())
+        out_dir = os.path.join(self.tmp, "out")
+        os.makedirs(out_dir)
+        for ext in ("png", "svg"):
+            self.write(os.path.join("out", f"accuracy.{ext}"), "stale")
+        p = self.run_script("plot_accuracy.py", path, "--out-dir", out_dir)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.check_written(out_dir, ["accuracy"], p.stdout)
+
+    def test_bad_results_files(self):
+        bad = {"missing.json": None,
+               "notjson.json": "this is not json {",
+               "noruns.json": {"schema_version": 1, "environment": {}},
+               "other-json.json": {"benchmark": "compare-pytorch", "rows": []}}
+        for name, content in bad.items():
+            path = os.path.join(self.tmp, name) if content is None else self.write(name, content)
+            for script in SCRIPTS:
+                out_dir = os.path.join(self.tmp, f"out-{name}-{script}")
+                p = self.run_script(script, path, "--out-dir", out_dir)
+                where = f"{script} {name}"
+                self.assertEqual(p.returncode, 1, where)
+                lines = p.stderr.splitlines()
+                self.assertEqual(len(lines), 1, f"{where}: {p.stderr!r}")
+                self.assertTrue(lines[0].startswith(f"{script}: {path}: "), f"{where}: {lines[0]}")
+                self.assertEqual(p.stdout, "", where)
+                self.assertFalse(os.path.exists(out_dir), f"{where}: wrote {out_dir}")
+            self.assertFalse(os.path.exists(os.path.join(self.tmp, f"{os.path.splitext(name)[0]}-plots")))
+
+    def test_only_single_device_runs_no_speedup(self):
+        results = make_results()
+        results["runs"] = [r for r in results["runs"] if r["config"]["devices"] == 1]
+        path = self.write("single.json", results)
+        out_dir = os.path.join(self.tmp, "out")
+        p = self.run_script("plot_all.py", path, "--out-dir", out_dir)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertEqual(p.stderr, "")
+        said = [line for line in p.stdout.splitlines() if line.startswith("speedup:")]
+        self.assertEqual(len(said), 1, p.stdout)
+        self.check_written(out_dir, ["breakdown", "accuracy"], p.stdout)
+
+        alone = os.path.join(self.tmp, "alone")
+        p = self.run_script("plot_speedup.py", path, "--out-dir", alone)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertEqual(len(p.stdout.splitlines()), 1, p.stdout)
+        self.assertFalse(os.path.exists(alone), "nothing written, not even the directory")
+
+    def test_results_without_data_parallel_fields(self):
+        """A file as bench_runner writes it before the data-parallel additions."""
+        results = make_results()
+        old = copy.deepcopy(results)
+        old["runs"] = [r for r in old["runs"] if r["config"]["strategy"] == "single"][:1]
+        for run in old["runs"]:
+            run.pop("scaling", None)
+            for key in ("batch_scaling", "lr_scaling", "oversubscribed"):
+                run["config"].pop(key)
+        path = self.write("old.json", old)
+        out_dir = os.path.join(self.tmp, "out")
+        p = self.run_script("plot_all.py", path, "--out-dir", out_dir)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.check_written(out_dir, ["breakdown", "accuracy"], p.stdout)
+
+
+class InProcessTest(PlotTestCase):
+    def test_main_returns_status(self):
+        out, err = io.StringIO(), io.StringIO()
+        with redirect_stdout(out), redirect_stderr(err):
+            status = plot_speedup.main([os.path.join(self.tmp, "absent.json")])
+        self.assertEqual(status, 1)
+        self.assertIn("absent.json: no such file", err.getvalue())
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=1)

@@ -1,0 +1,228 @@
+// Collectives (naive, ring, tree allreduce; ring reduce-scatter and all-gather) over the
+// in-process transport, on k CPU devices driven by k threads, against a double-precision sum.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "core/device.h"
+#include "core/error.h"
+#include "core/rng.h"
+#include "strategies/collectives/collectives.h"
+#include "strategies/collectives/transport.h"
+#include "strategies/rank_group.h"
+#include "tests/test_util.h"
+
+namespace paralab {
+namespace {
+
+using testing::all_close;
+
+// k CPU devices, their fabric and one thread per rank.
+struct Group {
+  explicit Group(int k) : devices(make_devices("cpu", k, {})) {
+    for (auto& d : devices) ptrs.push_back(d.get());
+    fabric = std::make_unique<LocalFabric>(ptrs);
+    ranks = std::make_unique<RankGroup>(ptrs);
+  }
+  // Runs fn(rank, transport) on every rank; a failing rank aborts the fabric like strategies do.
+  void run(const std::function<void(int, Transport&)>& fn) {
+    ranks->run([&](int r) {
+      try {
+        fn(r, fabric->endpoint(r));
+      } catch (...) {
+        fabric->abort();
+        throw;
+      }
+    });
+  }
+  std::vector<std::unique_ptr<Device>> devices;
+  std::vector<Device*> ptrs;
+  std::unique_ptr<LocalFabric> fabric;
+  std::unique_ptr<RankGroup> ranks;
+};
+
+std::vector<float> random_data(int64_t n, uint64_t seed) {
+  Rng rng(seed);
+  std::vector<float> v(static_cast<std::size_t>(n));
+  for (auto& x : v) x = static_cast<float>(rng.normal());
+  return v;
+}
+
+// Each rank's input for exact tests: rank r contributes (r+1) * (i % 5 + 1), whose sums are
+// small integers and so exact in float32 in any order.
+std::vector<float> exact_data(int64_t n, int r) {
+  std::vector<float> v(static_cast<std::size_t>(n));
+  for (int64_t i = 0; i < n; ++i) v[static_cast<std::size_t>(i)] = float((r + 1) * (i % 5 + 1));
+  return v;
+}
+
+// Runs `algorithm` on k ranks with inputs(r); returns every rank's result.
+std::vector<std::vector<float>> allreduce_all(const std::string& algorithm, int k, int64_t n,
+                                              const std::function<std::vector<float>(int)>& inputs,
+                                              int64_t chunk_bytes = 1 << 18) {
+  Group g(k);
+  auto ar = make_allreduce(algorithm, {chunk_bytes});
+  std::vector<std::vector<float>> out(static_cast<std::size_t>(k));
+  g.run([&](int r, Transport& t) {
+    Tensor buf = Tensor::from_host(*g.ptrs[r], {n}, inputs(r));
+    ar->run(t, buf);
+    out[static_cast<std::size_t>(r)] = buf.to_host_f32();
+  });
+  return out;
+}
+
+struct Case {
+  int k;
+  int64_t n;
+};
+
+std::vector<Case> sweep() {
+  std::vector<Case> cases;
+  for (int k : {1, 2, 3, 4, 5, 8})
+    for (int64_t n :
+         {int64_t{0}, int64_t{1}, int64_t{7}, int64_t(k - 1), int64_t{129068}, int64_t{1000003}})
+      cases.push_back({k, n});
+  return cases;
+}
+
+class AllreduceTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(AllreduceTest, MatchesDoubleReferenceOnEveryRank) {
+  for (const Case c : sweep()) {
+    auto input = [&](int r) { return random_data(c.n, 1000 * c.k + r); };
+    const auto out = allreduce_all(GetParam(), c.k, c.n, input);
+    std::vector<double> ref(static_cast<std::size_t>(c.n), 0.0);
+    for (int r = 0; r < c.k; ++r) {
+      const auto v = input(r);
+      for (std::size_t i = 0; i < ref.size(); ++i) ref[i] += v[i];
+    }
+    // Sums of at most 8 float32 terms of magnitude ~1: rounding stays below ~8 ulp of the
+    // largest partial sum, so atol 1e-5 is ~10x above it; a missing or doubled term is >= ~0.1.
+    for (int r = 0; r < c.k; ++r)
+      ASSERT_TRUE(all_close(out[static_cast<std::size_t>(r)], ref, 1e-5, 1e-6))
+          << GetParam() << " k=" << c.k << " n=" << c.n << " rank " << r;
+    for (int r = 1; r < c.k; ++r)
+      ASSERT_EQ(out[static_cast<std::size_t>(r)], out[0])
+          << GetParam() << ": rank " << r << " differs from rank 0 (k=" << c.k << " n=" << c.n
+          << ")";
+  }
+}
+
+TEST_P(AllreduceTest, SmallChunksGiveTheSameResult) {
+  // Pieces of 4 floats: many pipeline steps, and segments cut mid-piece.
+  auto input = [](int r) { return random_data(1001, 7 + r); };
+  const auto whole = allreduce_all(GetParam(), 5, 1001, input, 0);
+  const auto cut = allreduce_all(GetParam(), 5, 1001, input, 16);
+  std::vector<double> ref(1001, 0.0);
+  for (int r = 0; r < 5; ++r)
+    for (int i = 0; i < 1001; ++i) ref[i] += input(r)[i];
+  EXPECT_TRUE(all_close(cut[0], ref, 1e-5, 1e-6));
+  EXPECT_TRUE(all_close(whole[0], ref, 1e-5, 1e-6));
+}
+
+INSTANTIATE_TEST_SUITE_P(Algorithms, AllreduceTest, ::testing::Values("naive", "ring", "tree"),
+                         [](const auto& info) { return info.param; });
+
+TEST(Allreduce, ExactDataGivesBitIdenticalResultsAcrossAlgorithms) {
+  for (const Case c : sweep()) {
+    auto input = [&](int r) { return exact_data(c.n, r); };
+    const auto naive = allreduce_all("naive", c.k, c.n, input);
+    const auto ring = allreduce_all("ring", c.k, c.n, input);
+    const auto tree = allreduce_all("tree", c.k, c.n, input);
+    std::vector<float> expect(static_cast<std::size_t>(c.n));
+    for (int64_t i = 0; i < c.n; ++i)
+      expect[static_cast<std::size_t>(i)] = float(c.k * (c.k + 1) / 2 * (i % 5 + 1));
+    for (int r = 0; r < c.k; ++r) {
+      ASSERT_EQ(naive[r], expect) << "naive k=" << c.k << " n=" << c.n << " rank " << r;
+      ASSERT_EQ(ring[r], expect) << "ring k=" << c.k << " n=" << c.n << " rank " << r;
+      ASSERT_EQ(tree[r], expect) << "tree k=" << c.k << " n=" << c.n << " rank " << r;
+    }
+  }
+}
+
+TEST(Allreduce, UnknownNameListsTheKnownOnes) {
+  try {
+    make_allreduce("butterfly", {});
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(), "unknown allreduce 'butterfly' (known: naive, ring, tree)");
+  }
+}
+
+TEST(ReduceScatterAllgather, UnevenSegmentsMatchReference) {
+  for (int k : {1, 2, 3, 4}) {
+    // Uneven splits such as LeNet's 20 channels over 3 devices (7/7/6), and an empty segment.
+    std::vector<int64_t> counts;
+    for (int r = 0; r < k; ++r) counts.push_back(r == k - 1 && k > 2 ? 0 : 7 - r % 2);
+    const auto bounds = segments_from_counts(counts);
+    const int64_t n = bounds.back();
+    Group g(k);
+    std::vector<std::vector<float>> scattered(k), gathered(k);
+    g.run([&](int r, Transport& t) {
+      Tensor buf = Tensor::from_host(*g.ptrs[r], {n}, random_data(n, 50 + r));
+      reduce_scatter_ring(t, buf, bounds);
+      scattered[r] = buf.to_host_f32();
+      allgather_ring(t, buf, bounds);
+      gathered[r] = buf.to_host_f32();
+    });
+    std::vector<double> ref(static_cast<std::size_t>(n), 0.0);
+    for (int r = 0; r < k; ++r) {
+      const auto v = random_data(n, 50 + r);
+      for (int64_t i = 0; i < n; ++i) ref[i] += v[i];
+    }
+    for (int r = 0; r < k; ++r) {
+      const std::vector<float> own(scattered[r].begin() + bounds[r],
+                                   scattered[r].begin() + bounds[r + 1]);
+      const std::vector<double> want(ref.begin() + bounds[r], ref.begin() + bounds[r + 1]);
+      EXPECT_TRUE(all_close(own, want, 1e-5, 1e-6)) << "reduce-scatter k=" << k << " rank " << r;
+      EXPECT_TRUE(all_close(gathered[r], ref, 1e-5, 1e-6)) << "all-gather k=" << k << " rank " << r;
+      EXPECT_EQ(gathered[r], gathered[0]) << "k=" << k << " rank " << r;
+    }
+  }
+}
+
+TEST(ReduceScatterAllgather, AllgatherMovesEachRanksSegmentExactly) {
+  const int k = 3;
+  const auto bounds = segments_from_counts(std::vector<int64_t>{7, 7, 6});
+  Group g(k);
+  std::vector<std::vector<float>> out(k);
+  g.run([&](int r, Transport& t) {
+    std::vector<float> v(20, -1.0f);
+    for (int64_t i = bounds[r]; i < bounds[r + 1]; ++i) v[i] = float(100 * r + i);
+    Tensor buf = Tensor::from_host(*g.ptrs[r], {20}, v);
+    allgather_ring(t, buf, bounds);
+    out[r] = buf.to_host_f32();
+  });
+  std::vector<float> expect(20);
+  for (int r = 0; r < k; ++r)
+    for (int64_t i = bounds[r]; i < bounds[r + 1]; ++i) expect[i] = float(100 * r + i);
+  for (int r = 0; r < k; ++r) EXPECT_EQ(out[r], expect) << "rank " << r;
+}
+
+TEST(Transport, CountsBytesSent) {
+  Group g(4);
+  std::vector<int64_t> sent(4);
+  g.run([&](int r, Transport& t) {
+    Tensor buf = Tensor::zeros(*g.ptrs[r], {1000});
+    make_allreduce("ring", {})->run(t, buf);
+    sent[r] = t.bytes_sent();
+  });
+  // Ring: 2 (k-1) steps of n/k elements each: 2 * 3 * 250 * 4 bytes.
+  for (int r = 0; r < 4; ++r) EXPECT_EQ(sent[r], 6000) << "rank " << r;
+}
+
+TEST(Transport, SizeMismatchFailsEveryRankInsteadOfHanging) {
+  Group g(3);
+  try {
+    g.run([&](int r, Transport& t) {
+      Tensor buf = Tensor::zeros(*g.ptrs[r], {r == 1 ? 5 : 4});
+      make_allreduce("naive", {})->run(t, buf);
+    });
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("transport: rank"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace paralab
