@@ -1,12 +1,16 @@
 // bench_runner: runs an experiment descriptor and writes one results JSON.
 //
-//   bench_runner DESCRIPTOR.json [--out PATH] [--set key.path=value ...] [--data-dir DIR] [--quiet]
+//   bench_runner DESCRIPTOR.json [--out PATH] [--set key.path=value ...] [--data-dir DIR]
+//                [--quiet] [--plot]
 //
 // Exit status: 0 when every run ended ok, skipped or diverged; 1 on bad input (one line on
-// stderr, no results file); 3 when a run failed (its reason is in the results file).
+// stderr, no results file); 3 when a run failed (its reason is in the results file); 4 when
+// --plot could not draw the plots (the results file is written).
 #include <CLI/CLI.hpp>
 #include <cstdio>
+#include <cstdlib>
 #include <ctime>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -38,18 +42,23 @@ std::string cell(const json& v, const char* fmt) {
 }
 
 void print_summary(const json& runs) {
-  std::printf("\n%-28s %-9s %6s %9s %9s %11s %10s\n", "run", "status", "epochs", "test_acc",
-              "best_acc", "median_ms", "images/s");
+  int width = 3;
+  for (const auto& r : runs)
+    width = std::max(width, static_cast<int>(r["label"].get<std::string>().size()));
+  std::printf("\n%-*s %-9s %6s %9s %9s %11s %10s %8s\n", width, "run", "status", "epochs",
+              "test_acc", "best_acc", "median_ms", "images/s", "speedup");
   for (const auto& r : runs) {
     const json& eps = r["epochs"];
     json last = eps.empty() ? json(nullptr) : eps.back()["test_acc"];
     double best = -1;
     for (const auto& e : eps) best = std::max(best, e["test_acc"].get<double>());
-    std::printf("%-28s %-9s %6zu %9s %9s %11s %10s\n", r["label"].get<std::string>().c_str(),
-                r["status"].get<std::string>().c_str(), eps.size(), cell(last, "%.4f").c_str(),
-                cell(best >= 0 ? json(best) : json(nullptr), "%.4f").c_str(),
-                cell(r["timing"]["median_iteration_ms"], "%.2f").c_str(),
-                cell(r["timing"]["samples_per_s"], "%.0f").c_str());
+    std::printf(
+        "%-*s %-9s %6zu %9s %9s %11s %10s %8s\n", width, r["label"].get<std::string>().c_str(),
+        r["status"].get<std::string>().c_str(), eps.size(), cell(last, "%.4f").c_str(),
+        cell(best >= 0 ? json(best) : json(nullptr), "%.4f").c_str(),
+        cell(r["timing"]["median_iteration_ms"], "%.2f").c_str(),
+        cell(r["timing"]["samples_per_s"], "%.0f").c_str(),
+        cell(r.contains("scaling") ? r["scaling"]["speedup"] : json(nullptr), "%.2f").c_str());
     if (!r["reason"].is_null()) std::printf("    %s\n", r["reason"].get<std::string>().c_str());
   }
 }
@@ -82,12 +91,36 @@ void add_scaling(json& runs) {
   }
 }
 
+// Runs plotting/plot_all.py on the results file with Debian's python3 (where python3-matplotlib
+// lives) when present. The results are already written; a plotting failure is reported on its
+// own and gives exit status 4.
+bool draw_plots(const std::string& results, bool quiet) {
+  const std::string script = PARALAB_SOURCE_DIR "/plotting/plot_all.py";
+  if (!std::filesystem::exists(script)) {
+    std::fprintf(stderr, "bench_runner: --plot: %s not found\n", script.c_str());
+    return false;
+  }
+  const char* python = std::filesystem::exists("/usr/bin/python3") ? "/usr/bin/python3" : "python3";
+  const std::string cmd =
+      std::string(python) + " '" + script + "' '" + results + "'" + (quiet ? " > /dev/null" : "");
+  const int rc = std::system(cmd.c_str());
+  if (rc != 0) {
+    std::fprintf(stderr,
+                 "bench_runner: --plot: plot_all.py failed (status %d); results are in %s\n", rc,
+                 results.c_str());
+    return false;
+  }
+  return true;
+}
+
 int run(int argc, char** argv) {
   CLI::App app{"bench_runner: runs a ParaLab experiment descriptor and writes a results JSON"};
   std::string descriptor_file, out, data_dir;
   std::vector<std::string> sets;
-  bool quiet = false;
+  bool quiet = false, plot = false;
   app.add_option("descriptor", descriptor_file, "experiment descriptor (JSON)")->required();
+  app.add_flag("--plot", plot,
+               "draw the plots (plotting/plot_all.py) beside the results file: <results>-plots/");
   app.add_option("--out", out, "results file (default results/<name>-<UTC time>.json)");
   app.add_option("--set", sets,
                  "override a descriptor key, e.g. --set training.epochs=2 --set runs.0.devices=2")
@@ -135,7 +168,9 @@ int run(int argc, char** argv) {
   if (!quiet) {
     print_summary(doc["runs"]);
     std::printf("\nresults: %s\n", written.c_str());
+    std::fflush(stdout);
   }
+  if (plot && !draw_plots(written, quiet)) return 4;
   return failed ? 3 : 0;
 }
 

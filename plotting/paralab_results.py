@@ -150,24 +150,23 @@ def speedup(run, runs):
     """The run's speedup over its 1-device baseline, or None when not available.
 
     Uses run.scaling.speedup when the run has a `scaling` object (null there means the writer
-    had no baseline). Files without `scaling` get it computed the same way: samples_per_s over
-    that of an ok 1-device run of the same batch scaling, preferring one with the same global
-    batch (strong) or per-device batch (weak), then strategy 'single'."""
+    had no baseline). Files without `scaling` get it computed the way bench_runner does
+    (add_scaling in experiments/bench_runner.cpp): samples_per_s over that of the first ok
+    1-device run with the same batch scaling and backend, the first `single` one preferred."""
     scaling = run.get("scaling")
     if isinstance(scaling, dict):
         return number(scaling.get("speedup"))
     mine = samples_per_s(run)
     if mine is None:
         return None
-    same_batch = "per_device_batch" if batch_scaling(run) == "weak" else "global_batch"
     candidates = [b for b in runs
                   if is_ok(b) and devices(b) == 1 and batch_scaling(b) == batch_scaling(run)
+                  and config(b).get("backend") == config(run).get("backend")
                   and samples_per_s(b)]
     if not candidates:
         return None
-    candidates.sort(key=lambda b: (config(b).get(same_batch) != config(run).get(same_batch),
-                                   config(b).get("strategy") != "single"))
-    return mine / samples_per_s(candidates[0])
+    singles = [b for b in candidates if config(b).get("strategy") == "single"]
+    return mine / samples_per_s((singles or candidates)[0])
 
 
 # ---- per-iteration time breakdown ----
@@ -271,7 +270,8 @@ def ordered_scalings(runs):
 
 def scaling_title(scaling):
     return {"strong": "strong scaling (fixed global batch)",
-            "weak": "weak scaling (fixed per-device batch)"}.get(scaling, "batch scaling not recorded")
+            "weak": "weak scaling (fixed per-device batch)"}.get(scaling,
+                                                                 "batch scaling not recorded")
 
 
 def series_colors(names):
@@ -286,6 +286,7 @@ def new_figure(ncols, width_per_col=5.5, height=4.5):
     """A matplotlib Figure with ncols axes in one row (no pyplot: no global state)."""
     import matplotlib
     matplotlib.use("Agg")
+    matplotlib.rcParams["svg.hashsalt"] = "paralab"  # stable ids: same data, same SVG
     from matplotlib.figure import Figure
     fig = Figure(figsize=(width_per_col * ncols, height), layout="constrained")
     axes = fig.subplots(1, ncols, squeeze=False)[0]

@@ -88,7 +88,8 @@ def make_figure(results):
                     transform=group_label, ha="center",
                     va="top", fontsize=8)
             x += 1  # gap between series
-        tallest = max(max(b.total_ms, b.max_total_ms or 0.0, sum(getattr(b, k) for k, _, _ in STACK))
+        tallest = max(max(b.total_ms, b.max_total_ms or 0.0,
+                          sum(getattr(b, k) for k, _, _ in STACK))
                       for bs in by_series.values() for b in bs)
         ax.set_ylim(0, tallest * 1.45 or 1.0)  # headroom for the legend
         ax.set_xlim(-0.8, max(x - 1.2, 3.0))  # a lone bar should not fill the panel

@@ -39,7 +39,8 @@ def speedup_points(results):
 
 
 def speedup_series(results):
-    """{batch_scaling: {series: [(devices, speedup), ...]}}: the lines the plot draws."""
+    """{batch_scaling: {series: [(devices, speedup), ...]}}: the points the plot draws, one per
+    ok run (its line goes through the mean where a device count has several)."""
     return {scaling: {series: [(p.devices, p.speedup) for p in points]
                       for series, points in by_series.items()}
             for scaling, by_series in speedup_points(results).items()}
@@ -61,16 +62,33 @@ def make_figure(results):
         any_oversubscribed = False
         counts = sorted({p.devices for ps in by_series.values() for p in ps})
         lo, hi = counts[0], max(counts[-1], 2)
-        ax.plot([lo, hi], [lo, hi], color="0.6", linestyle="--", linewidth=1, label="ideal")
+        ideal, = ax.plot([lo, hi], [lo, hi], color="0.6", linestyle="--", linewidth=1,
+                         label="ideal")
+        handles = [ideal]
         for series in sorted(by_series, key=lambda n: (n != "single", n)):
             ps = by_series[series]
             color = colors[series]
-            ax.plot([p.devices for p in ps], [p.speedup for p in ps], color=color, label=series)
+            # Several runs of one configuration (e.g. timing and accuracy runs) are each a
+            # marker; the line goes through their mean.
+            by_devices = {}
             for p in ps:
-                any_oversubscribed |= p.oversubscribed
-                ax.plot([p.devices], [p.speedup], marker="o", markersize=7, color=color,
-                        markerfacecolor="white" if p.oversubscribed else color,
-                        markeredgewidth=1.5, linestyle="none")
+                by_devices.setdefault(p.devices, []).append(p.speedup)
+            xs = sorted(by_devices)
+            ax.plot(xs, [sum(by_devices[x]) / len(by_devices[x]) for x in xs], color=color)
+            filled = [p for p in ps if not p.oversubscribed]
+            ax.plot([p.devices for p in filled], [p.speedup for p in filled], marker="o",
+                    markersize=7, color=color, linestyle="none")
+            for p in ps:
+                if p.oversubscribed:
+                    any_oversubscribed = True
+                    ax.plot([p.devices], [p.speedup], marker="o", markersize=7, color=color,
+                            markerfacecolor="white", markeredgewidth=1.5, linestyle="none")
+            handles.append(Line2D([], [], color=color, marker="o", markersize=6, label=series))
+        if any_oversubscribed:
+            handles.append(Line2D([], [], marker="o", color="0.3", markerfacecolor="white",
+                                  linestyle="none",
+                                  label="hollow: oversubscribed\n(more threads than cores)"))
+        ax.legend(handles=handles, fontsize=8, loc="upper left")
         ax.set_xscale("log", base=2)
         ax.xaxis.set_major_locator(FixedLocator(counts))
         ax.xaxis.set_minor_locator(NullLocator())
@@ -81,12 +99,6 @@ def make_figure(results):
         ax.grid(True, alpha=0.3)
         if len(scalings) > 1 or scaling != pr.UNSPECIFIED_SCALING:
             ax.set_title(pr.scaling_title(scaling), fontsize=10)
-        handles, labels = ax.get_legend_handles_labels()
-        if any_oversubscribed:
-            handles.append(Line2D([], [], marker="o", color="0.3", markerfacecolor="white",
-                                  linestyle="none"))
-            labels.append("hollow: oversubscribed\n(more threads than cores)")
-        ax.legend(handles, labels, fontsize=8, loc="upper left")
     batches = pr.batch_description(plotted_runs)
     fig.suptitle(f"Speedup on {pr.machine_description(results)}"
                  + (f"\n{batches}" if batches else ""), fontsize=11)

@@ -208,6 +208,26 @@ class DataTest(unittest.TestCase):
         assert_close_series(self, got["strong"], EXPECTED_STRONG)
         assert_close_series(self, got["weak"], EXPECTED_WEAK)
 
+    def test_computed_speedup_picks_the_baseline_bench_runner_picks(self):
+        """The first ok 1-device run of the same batch scaling and backend, 'single' first."""
+        results = make_results()
+        dp1 = make_run("data_parallel", 1, "strong", 1200.0, allreduce="ring")
+        other_backend = make_run("single", 1, "strong", 5000.0, label="single x1 gpu")
+        other_backend["config"]["backend"] = "cuda"
+        later_single = make_run("single", 1, "strong", 2000.0, label="single x1 again")
+        results["runs"] = [dp1, other_backend] + results["runs"] + [later_single]
+        for run in results["runs"]:
+            run.pop("scaling", None)
+        got = plot_speedup.speedup_series(results)["strong"]
+        # Sorted by label: again (2000/s over 1000/s), gpu (its own baseline), the baseline.
+        assert_close_series(self, {"single": got["single"]},
+                            {"single": [(1, 2.0), (1, 1.0), (1, 1.0)]})
+        singles = plot_speedup.speedup_points(results)["strong"]["single"]
+        self.assertEqual([p.label for p in singles],
+                         ["single x1 again", "single x1 gpu", "single x1 strong"])
+        assert_close_series(self, {"ring": got["data_parallel/ring"]},
+                            {"ring": [(1, 1.2), (2, 1.8), (4, 3.0)]})
+
     def test_speedup_null_means_not_plotted(self):
         results = make_results()
         ring4 = next(r for r in results["runs"] if r["label"] == "data_parallel/ring x4 strong")
@@ -236,9 +256,9 @@ class DataTest(unittest.TestCase):
                   if line.get_marker() == "o" and line.get_markerfacecolor() == "white"
                   and list(line.get_xdata()) == [4]]
         self.assertEqual(len(hollow), 1, "one hollow point, at 4 devices")
-        notes = [[t.get_text() for t in ax.get_legend().get_texts() if "oversubscribed" in t.get_text()]
-                 for ax in fig.axes]
-        self.assertEqual([len(n) for n in notes], [0, 1], "legend note only where a point is hollow")
+        notes = [[t.get_text() for t in ax.get_legend().get_texts()
+                  if "oversubscribed" in t.get_text()] for ax in fig.axes]
+        self.assertEqual([len(n) for n in notes], [0, 1], "legend note only where one is hollow")
         self.assertEqual(list(fig.axes[0].get_xticks()), [1, 2, 4])
 
     def test_series_names(self):
@@ -362,7 +382,8 @@ class ScriptTest(PlotTestCase):
                 self.assertTrue(lines[0].startswith(f"{script}: {path}: "), f"{where}: {lines[0]}")
                 self.assertEqual(p.stdout, "", where)
                 self.assertFalse(os.path.exists(out_dir), f"{where}: wrote {out_dir}")
-            self.assertFalse(os.path.exists(os.path.join(self.tmp, f"{os.path.splitext(name)[0]}-plots")))
+            default_dir = os.path.join(self.tmp, f"{os.path.splitext(name)[0]}-plots")
+            self.assertFalse(os.path.exists(default_dir), default_dir)
 
     def test_only_single_device_runs_no_speedup(self):
         results = make_results()

@@ -12,7 +12,9 @@ packages=(
   nlohmann-json3-dev     # descriptors and results
   libcli11-dev           # bench_runner's command line
   libgtest-dev           # tests
+  libbenchmark-dev       # allreduce_bench (Google Benchmark)
   python3 python3-jsonschema  # results schema checks in the tests
+  python3-matplotlib     # plotting/ (and its tests)
   dataset-fashion-mnist  # the data, in /usr/share/datasets/fashion-mnist
 )
 for arg in "$@"; do

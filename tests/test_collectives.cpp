@@ -121,7 +121,7 @@ TEST_P(AllreduceTest, SmallChunksGiveTheSameResult) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Algorithms, AllreduceTest, ::testing::Values("naive", "ring", "tree"),
-                         [](const auto& info) { return info.param; });
+                         [](const auto& param_info) { return param_info.param; });
 
 TEST(Allreduce, ExactDataGivesBitIdenticalResultsAcrossAlgorithms) {
   for (const Case c : sweep()) {

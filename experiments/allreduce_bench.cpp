@@ -1,0 +1,307 @@
+// allreduce_bench: the collectives alone, in the form nccl-tests reports them.
+//
+//   build/allreduce_bench [--devices=1,2,4,8] [--oversubscribe] [--sizes=lenet|sweep|all]
+//                         [Google Benchmark flags, e.g. --benchmark_out=results/bench.json]
+//
+// Every configuration is checked for the exact sum before it is timed (device r contributes
+// r+1, exact in float32); a wrong sum ends that benchmark with SkipWithError and the process
+// exits non-zero. Each timed iteration is one collective on all ranks, bracketed by barriers;
+// its time is the slowest rank's (manual time).
+//
+// Counters, as nccl-tests defines them (doc/PERFORMANCE.md there):
+//   algbw = bytes / time                       (GB/s, 1e9)
+//   busbw = algbw * 2(k-1)/k  for allreduce;   algbw * (k-1)/k for allgather and reduce-scatter
+// "memcpy" copies the same bytes from one device's buffer to another's: what one link can move.
+#include <benchmark/benchmark.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "core/device.h"
+#include "core/error.h"
+#include "core/lenet.h"
+#include "strategies/collectives/collectives.h"
+#include "strategies/collectives/transport.h"
+#include "strategies/rank_group.h"
+
+namespace paralab {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// A group of k CPU devices with one thread per rank, reused across benchmarks of the same k.
+struct BenchGroup {
+  explicit BenchGroup(int k) : devices(make_devices("cpu", k, {})) {
+    for (auto& d : devices) ptrs.push_back(d.get());
+    fabric = std::make_unique<LocalFabric>(ptrs);
+    ranks = std::make_unique<RankGroup>(ptrs);
+  }
+  std::vector<std::unique_ptr<Device>> devices;
+  std::vector<Device*> ptrs;
+  std::unique_ptr<LocalFabric> fabric;
+  std::unique_ptr<RankGroup> ranks;
+};
+
+BenchGroup& group(int k) {
+  static std::vector<std::unique_ptr<BenchGroup>> groups(65);
+  if (!groups[k]) groups[k] = std::make_unique<BenchGroup>(k);
+  return *groups[k];
+}
+
+bool g_failed = false;  // any correctness check failed: exit non-zero
+
+enum class Op { Allreduce, Allgather, ReduceScatter };
+
+double bus_factor(Op op, int k) {
+  if (k == 1) return 0.0;
+  return op == Op::Allreduce ? 2.0 * (k - 1) / k : static_cast<double>(k - 1) / k;
+}
+
+// Exact data: rank r holds (r+1) * (i % 7 + 1), so every sum is a small integer.
+std::vector<float> exact_input(int64_t n, int r) {
+  std::vector<float> v(static_cast<std::size_t>(n));
+  for (int64_t i = 0; i < n; ++i) v[i] = static_cast<float>((r + 1) * (i % 7 + 1));
+  return v;
+}
+
+// Runs `op` once on every rank over fresh exact data and checks every rank's result.
+std::string check(Op op, Allreduce* ar, BenchGroup& g, int64_t n) {
+  const int k = static_cast<int>(g.ptrs.size());
+  const auto bounds = equal_segments(n, k);
+  std::vector<std::string> errors(k);
+  g.ranks->run([&](int r) {
+    Tensor buf = Tensor::from_host(*g.ptrs[r], {n}, exact_input(n, r));
+    Transport& t = g.fabric->endpoint(r);
+    if (op == Op::Allreduce) ar->run(t, buf);
+    if (op == Op::ReduceScatter) reduce_scatter_ring(t, buf, bounds);
+    if (op == Op::Allgather) allgather_ring(t, buf, bounds);
+    const auto got = buf.to_host_f32();
+    for (int64_t i = 0; i < n; ++i) {
+      const bool mine = i >= bounds[r] && i < bounds[r + 1];
+      float want;
+      if (op == Op::Allgather) {
+        int owner = 0;
+        while (i >= bounds[owner + 1]) ++owner;
+        want = static_cast<float>((owner + 1) * (i % 7 + 1));
+      } else if (op == Op::ReduceScatter && !mine) {
+        continue;  // partial sums outside this rank's segment are unspecified
+      } else {
+        want = static_cast<float>(k * (k + 1) / 2 * (i % 7 + 1));
+      }
+      if (got[i] != want) {
+        errors[r] = "rank " + std::to_string(r) + " element " + std::to_string(i) + ": got " +
+                    std::to_string(got[i]) + ", want " + std::to_string(want);
+        return;
+      }
+    }
+  });
+  for (const auto& e : errors)
+    if (!e.empty()) return e;
+  return "";
+}
+
+void run_collective(benchmark::State& state, Op op, const std::string& algorithm) {
+  const int k = static_cast<int>(state.range(0));
+  const int64_t bytes = state.range(1);
+  const int64_t n = bytes / 4;
+  BenchGroup& g = group(k);
+  std::unique_ptr<Allreduce> ar;
+  if (op == Op::Allreduce) ar = make_allreduce(algorithm, {});
+  if (const std::string err = check(op, ar.get(), g, n); !err.empty()) {
+    g_failed = true;
+    state.SkipWithError(("wrong result before timing: " + err).c_str());
+    return;
+  }
+  std::vector<Tensor> bufs(k);
+  const auto bounds = equal_segments(n, k);
+  g.ranks->run([&](int r) { bufs[r] = Tensor::zeros(*g.ptrs[r], {n}); });
+  std::vector<double> seconds(k);
+  for (auto _ : state) {
+    g.ranks->run([&](int r) {
+      Transport& t = g.fabric->endpoint(r);
+      t.barrier();
+      const auto t0 = Clock::now();
+      if (op == Op::Allreduce) ar->run(t, bufs[r]);
+      if (op == Op::ReduceScatter) reduce_scatter_ring(t, bufs[r], bounds);
+      if (op == Op::Allgather) allgather_ring(t, bufs[r], bounds);
+      t.barrier();
+      seconds[r] = std::chrono::duration<double>(Clock::now() - t0).count();
+    });
+    state.SetIterationTime(*std::max_element(seconds.begin(), seconds.end()));
+  }
+  const double b = static_cast<double>(n * 4);
+  state.counters["devices"] = k;
+  state.counters["bytes"] = b;
+  state.counters["algbw"] =
+      benchmark::Counter(b / 1e9, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["busbw"] = benchmark::Counter(b / 1e9 * bus_factor(op, k),
+                                               benchmark::Counter::kIsIterationInvariantRate);
+  state.SetLabel(op == Op::Allreduce ? algorithm : op == Op::Allgather ? "allgather" : "reduce_scatter");
+}
+
+// The same bytes from device 0's buffer into device 1's, by device 1's thread (the transport's
+// pull model): the reference for what one transfer can move.
+void run_memcpy(benchmark::State& state) {
+  const int64_t bytes = state.range(1);
+  BenchGroup& g = group(2);
+  std::vector<Tensor> bufs(2);
+  g.ranks->run([&](int r) { bufs[r] = Tensor::zeros(*g.ptrs[r], {bytes / 4}); });
+  double seconds = 0;
+  for (auto _ : state) {
+    g.ranks->run([&](int r) {
+      Transport& t = g.fabric->endpoint(r);
+      t.barrier();
+      const auto t0 = Clock::now();
+      if (r == 1) g.ptrs[1]->copy_on_device(bufs[1].raw(), bufs[0].raw(), bufs[1].bytes());
+      t.barrier();
+      if (r == 1) seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+    });
+    state.SetIterationTime(seconds);
+  }
+  const double b = static_cast<double>(bytes / 4 * 4);
+  state.counters["devices"] = 2;
+  state.counters["bytes"] = b;
+  state.counters["algbw"] = benchmark::Counter(b / 1e9, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["busbw"] = state.counters["algbw"];
+  state.SetLabel("memcpy");
+}
+
+// LeNet's 8 gradient tensors as 8 allreduces, against one flat 516,272-byte buffer.
+void run_lenet_per_tensor(benchmark::State& state, const std::string& algorithm) {
+  const int k = static_cast<int>(state.range(0));
+  BenchGroup& g = group(k);
+  auto ar = make_allreduce(algorithm, {});
+  std::vector<Tensor> bufs(k);
+  g.ranks->run([&](int r) { bufs[r] = Tensor::zeros(*g.ptrs[r], {kLeNetParameters}); });
+  std::vector<double> seconds(k);
+  for (auto _ : state) {
+    g.ranks->run([&](int r) {
+      Transport& t = g.fabric->endpoint(r);
+      t.barrier();
+      const auto t0 = Clock::now();
+      for (const auto& p : lenet_layout()) {
+        Tensor v = bufs[r].view(p.offset, {shape_numel(p.shape)});
+        ar->run(t, v);
+      }
+      t.barrier();
+      seconds[r] = std::chrono::duration<double>(Clock::now() - t0).count();
+    });
+    state.SetIterationTime(*std::max_element(seconds.begin(), seconds.end()));
+  }
+  const double b = kLeNetParameters * 4.0;
+  state.counters["devices"] = k;
+  state.counters["bytes"] = b;
+  state.counters["algbw"] = benchmark::Counter(b / 1e9, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["busbw"] = benchmark::Counter(b / 1e9 * bus_factor(Op::Allreduce, k),
+                                               benchmark::Counter::kIsIterationInvariantRate);
+  state.SetLabel(algorithm + " per_tensor (8 allreduces)");
+}
+
+std::vector<int> parse_devices(const std::string& list) {
+  std::vector<int> out;
+  std::size_t pos = 0;
+  while (pos < list.size()) {
+    const std::size_t comma = list.find(',', pos);
+    const std::string item = list.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
+    const int k = std::atoi(item.c_str());
+    if (k < 1 || k > 64) throw Error("--devices: '" + item + "' is not a device count in 1..64");
+    out.push_back(k);
+    if (comma == std::string::npos) break;
+    pos = comma + 1;
+  }
+  return out;
+}
+
+int main_impl(int argc, char** argv) {
+  std::vector<int> devices{1, 2, 4, 8};
+  bool oversubscribe = false;
+  std::string sizes = "sweep";
+  std::vector<char*> rest{argv[0]};
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a.rfind("--devices=", 0) == 0)
+      devices = parse_devices(a.substr(10));
+    else if (a == "--oversubscribe")
+      oversubscribe = true;
+    else if (a.rfind("--sizes=", 0) == 0)
+      sizes = a.substr(8);
+    else
+      rest.push_back(argv[i]);
+  }
+  if (sizes != "lenet" && sizes != "sweep" && sizes != "all")
+    throw Error("--sizes: '" + sizes + "' (known: lenet, sweep, all)");
+  int rest_argc = static_cast<int>(rest.size());
+  benchmark::Initialize(&rest_argc, rest.data());
+  if (benchmark::ReportUnrecognizedArguments(rest_argc, rest.data())) return 1;
+
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  std::vector<int64_t> byte_sizes;
+  if (sizes != "lenet")
+    for (int64_t b = 4; b <= (int64_t{256} << 20); b *= 4) byte_sizes.push_back(b);
+  byte_sizes.push_back(kLeNetParameters * 4);  // the flat LeNet gradient, in every mode
+  std::sort(byte_sizes.begin(), byte_sizes.end());
+
+  for (int k : devices) {
+    if (k > cores && !oversubscribe) {
+      const std::string name = "allreduce/devices:" + std::to_string(k);
+      benchmark::RegisterBenchmark(name.c_str(), [k, cores](benchmark::State& s) {
+        s.SkipWithError(("skipped: " + std::to_string(k) + " devices need " + std::to_string(k) +
+                         " cores, this machine has " + std::to_string(cores) +
+                         " (--oversubscribe to time-share)").c_str());
+      })->Iterations(1);
+      continue;
+    }
+    for (const std::string algo : {"naive", "ring", "tree"})
+      for (int64_t b : byte_sizes)
+        benchmark::RegisterBenchmark(("allreduce/" + algo).c_str(),
+                                     [algo](benchmark::State& s) {
+                                       run_collective(s, Op::Allreduce, algo);
+                                     })
+            ->Args({k, b})
+            ->ArgNames({"devices", "bytes"})
+            ->UseManualTime()
+            ->Unit(benchmark::kMicrosecond);
+    for (Op op : {Op::Allgather, Op::ReduceScatter})
+      for (int64_t b : byte_sizes)
+        benchmark::RegisterBenchmark(op == Op::Allgather ? "allgather/ring" : "reduce_scatter/ring",
+                                     [op](benchmark::State& s) { run_collective(s, op, "ring"); })
+            ->Args({k, b})
+            ->ArgNames({"devices", "bytes"})
+            ->UseManualTime()
+            ->Unit(benchmark::kMicrosecond);
+    for (const std::string algo : {"naive", "ring", "tree"})
+      benchmark::RegisterBenchmark(("lenet_per_tensor/" + algo).c_str(),
+                                   [algo](benchmark::State& s) { run_lenet_per_tensor(s, algo); })
+          ->Args({k, kLeNetParameters * 4})
+          ->ArgNames({"devices", "bytes"})
+          ->UseManualTime()
+          ->Unit(benchmark::kMicrosecond);
+  }
+  if (2 <= cores || oversubscribe)
+    for (int64_t b : byte_sizes)
+      benchmark::RegisterBenchmark("memcpy", run_memcpy)
+          ->Args({2, b})
+          ->ArgNames({"devices", "bytes"})
+          ->UseManualTime()
+          ->Unit(benchmark::kMicrosecond);
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return g_failed ? 2 : 0;
+}
+
+}  // namespace
+}  // namespace paralab
+
+int main(int argc, char** argv) {
+  try {
+    return paralab::main_impl(argc, argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "allreduce_bench: %s\n", e.what());
+    return 1;
+  }
+}
