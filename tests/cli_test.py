@@ -271,7 +271,7 @@ class Output(BenchRunnerCase):
         self.assertEqual(len(lines), 3, out)
         self.assertEqual(lines[0].split(),
                          ["run", "status", "epochs", "test_acc", "best_acc", "median_ms",
-                          "images/s"])
+                          "images/s", "speedup"])
         self.assertEqual(lines[1].split()[:4], ["single", "x1", "ok", "1"])
         self.assertEqual(lines[2], "results: out.json")
 
