@@ -141,7 +141,9 @@ void run_collective(benchmark::State& state, Op op, const std::string& algorithm
       benchmark::Counter(b / 1e9, benchmark::Counter::kIsIterationInvariantRate);
   state.counters["busbw"] = benchmark::Counter(b / 1e9 * bus_factor(op, k),
                                                benchmark::Counter::kIsIterationInvariantRate);
-  state.SetLabel(op == Op::Allreduce ? algorithm : op == Op::Allgather ? "allgather" : "reduce_scatter");
+  state.SetLabel(op == Op::Allreduce   ? algorithm
+                 : op == Op::Allgather ? "allgather"
+                                       : "reduce_scatter");
 }
 
 // The same bytes from device 0's buffer into device 1's, by device 1's thread (the transport's
@@ -174,7 +176,8 @@ void run_memcpy(benchmark::State& state) {
   const double b = static_cast<double>(bytes / 4 * 4);
   state.counters["devices"] = 2;
   state.counters["bytes"] = b;
-  state.counters["algbw"] = benchmark::Counter(b / 1e9, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["algbw"] =
+      benchmark::Counter(b / 1e9, benchmark::Counter::kIsIterationInvariantRate);
   state.counters["busbw"] = state.counters["algbw"];
   state.SetLabel("memcpy");
 }
@@ -204,7 +207,8 @@ void run_lenet_per_tensor(benchmark::State& state, const std::string& algorithm)
   const double b = kLeNetParameters * 4.0;
   state.counters["devices"] = k;
   state.counters["bytes"] = b;
-  state.counters["algbw"] = benchmark::Counter(b / 1e9, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["algbw"] =
+      benchmark::Counter(b / 1e9, benchmark::Counter::kIsIterationInvariantRate);
   state.counters["busbw"] = benchmark::Counter(b / 1e9 * bus_factor(Op::Allreduce, k),
                                                benchmark::Counter::kIsIterationInvariantRate);
   state.SetLabel(algorithm + " per_tensor (8 allreduces)");
@@ -215,7 +219,8 @@ std::vector<int> parse_devices(const std::string& list) {
   std::size_t pos = 0;
   while (pos < list.size()) {
     const std::size_t comma = list.find(',', pos);
-    const std::string item = list.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
+    const std::string item =
+        list.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
     const int k = std::atoi(item.c_str());
     if (k < 1 || k > 64) throw Error("--devices: '" + item + "' is not a device count in 1..64");
     out.push_back(k);
@@ -260,16 +265,16 @@ int main_impl(int argc, char** argv) {
       benchmark::RegisterBenchmark(name.c_str(), [k, cores](benchmark::State& s) {
         s.SkipWithError(("skipped: " + std::to_string(k) + " devices need " + std::to_string(k) +
                          " cores, this machine has " + std::to_string(cores) +
-                         " (--oversubscribe to time-share)").c_str());
+                         " (--oversubscribe to time-share)")
+                            .c_str());
       })->Iterations(1);
       continue;
     }
     for (const std::string algo : {"naive", "ring", "tree"})
       for (int64_t b : byte_sizes)
-        benchmark::RegisterBenchmark(("allreduce/" + algo).c_str(),
-                                     [algo](benchmark::State& s) {
-                                       run_collective(s, Op::Allreduce, algo);
-                                     })
+        benchmark::RegisterBenchmark(
+            ("allreduce/" + algo).c_str(),
+            [algo](benchmark::State& s) { run_collective(s, Op::Allreduce, algo); })
             ->Args({k, b})
             ->ArgNames({"devices", "bytes"})
             ->UseManualTime()

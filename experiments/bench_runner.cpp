@@ -63,22 +63,26 @@ void print_summary(const json& runs) {
   }
 }
 
-// speedup = throughput / the throughput of the 1-device run with the same batch scaling and
-// backend (the first such ok run in the descriptor; `single` preferred); efficiency =
-// speedup / devices. Throughput (images/s) makes strong and weak scaling comparable: strong
-// keeps the work per iteration fixed, weak grows it with the devices.
+// speedup = throughput / the throughput of the baseline: the nearest 1-device ok run with the
+// same batch scaling and backend, preferring the last one before this run (on a machine whose
+// speed drifts, the run measured closest in time is the fair reference; descriptors interleave
+// 1-device and k-device runs to use this), else the first one after it. efficiency =
+// speedup / devices. Throughput (images/s) makes strong and weak scaling comparable: strong keeps
+// the work per iteration fixed, weak grows it with the devices.
 void add_scaling(json& runs) {
-  for (json& r : runs) {
+  auto is_baseline_for = [](const json& b, const json& r) {
+    const json& c = b["config"];
+    return b["status"] == "ok" && c["devices"] == 1 && b["timing"]["samples_per_s"].is_number() &&
+           c["batch_scaling"] == r["config"]["batch_scaling"] &&
+           c["backend"] == r["config"]["backend"];
+  };
+  for (std::size_t i = 0; i < runs.size(); ++i) {
+    json& r = runs[i];
     const json* base = nullptr;
-    for (const json& b : runs) {
-      const json& c = b["config"];
-      if (b["status"] != "ok" || c["devices"] != 1 || !b["timing"]["samples_per_s"].is_number() ||
-          c["batch_scaling"] != r["config"]["batch_scaling"] ||
-          c["backend"] != r["config"]["backend"])
-        continue;
-      if (!base || (c["strategy"] == "single" && (*base)["config"]["strategy"] != "single"))
-        base = &b;
-    }
+    for (std::size_t j = i + 1; j-- > 0 && !base;)
+      if (is_baseline_for(runs[j], r)) base = &runs[j];
+    for (std::size_t j = i + 1; j < runs.size() && !base; ++j)
+      if (is_baseline_for(runs[j], r)) base = &runs[j];
     json scaling = {{"baseline", nullptr}, {"speedup", nullptr}, {"efficiency", nullptr}};
     if (base && r["status"] == "ok" && r["timing"]["samples_per_s"].is_number()) {
       const double speedup = r["timing"]["samples_per_s"].get<double>() /

@@ -146,27 +146,11 @@ def samples_per_s(run):
     return number(_dict(run.get("timing")).get("samples_per_s"))
 
 
-def speedup(run, runs):
-    """The run's speedup over its 1-device baseline, or None when not available.
-
-    Uses run.scaling.speedup when the run has a `scaling` object (null there means the writer
-    had no baseline). Files without `scaling` get it computed the way bench_runner does
-    (add_scaling in experiments/bench_runner.cpp): samples_per_s over that of the first ok
-    1-device run with the same batch scaling and backend, the first `single` one preferred."""
+def speedup(run):
+    """The run's speedup over its 1-device baseline (run.scaling.speedup, which bench_runner
+    computes: add_scaling in experiments/bench_runner.cpp), or None when the file has none."""
     scaling = run.get("scaling")
-    if isinstance(scaling, dict):
-        return number(scaling.get("speedup"))
-    mine = samples_per_s(run)
-    if mine is None:
-        return None
-    candidates = [b for b in runs
-                  if is_ok(b) and devices(b) == 1 and batch_scaling(b) == batch_scaling(run)
-                  and config(b).get("backend") == config(run).get("backend")
-                  and samples_per_s(b)]
-    if not candidates:
-        return None
-    singles = [b for b in candidates if config(b).get("strategy") == "single"]
-    return mine / samples_per_s((singles or candidates)[0])
+    return number(scaling.get("speedup")) if isinstance(scaling, dict) else None
 
 
 # ---- per-iteration time breakdown ----

@@ -26,7 +26,7 @@ def speedup_points(results):
     for run in runs:
         if not pr.is_ok(run) or pr.devices(run) is None:
             continue
-        s = pr.speedup(run, runs)
+        s = pr.speedup(run)
         if s is None:
             continue
         scaling, series = pr.series_key(run)
