@@ -137,10 +137,6 @@ class DataParallel final : public Strategy {
     allreduce_ = make_allreduce(o_.allreduce, ao);
   }
 
-  ~DataParallel() override {
-    if (group_) group_->run([&](int r) { ranks_[r].comm.reset(); });
-  }
-
   void setup(const StrategySetup& s) override {
     const int k = static_cast<int>(s.devices.size());
     fabric_ = std::make_unique<LocalFabric>(s.devices);
@@ -171,6 +167,7 @@ class DataParallel final : public Strategy {
   }
 
   void check_batch(int64_t count) const override {
+    PARALAB_REQUIRE(!ranks_.empty(), "data_parallel: check_batch() before setup()");
     const int64_t k = static_cast<int64_t>(ranks_.size());
     if (count < k)
       throw Error("data_parallel: a global batch of " + std::to_string(count) +
