@@ -105,6 +105,36 @@ std::string check(Op op, Allreduce* ar, BenchGroup& g, int64_t n) {
   return "";
 }
 
+// Times body(rank, transport) on every rank between two barriers, after prepare(rank) (untimed);
+// the iteration's time is the slowest rank's.
+template <typename Prepare, typename Body>
+void time_ranks(benchmark::State& state, BenchGroup& g, Prepare prepare, Body body) {
+  std::vector<double> seconds(g.ptrs.size());
+  for (auto _ : state) {
+    g.ranks->run([&](int r) {
+      Transport& t = g.fabric->endpoint(r);
+      prepare(r);
+      t.barrier();
+      const auto t0 = Clock::now();
+      body(r, t);
+      t.barrier();
+      seconds[r] = std::chrono::duration<double>(Clock::now() - t0).count();
+    });
+    state.SetIterationTime(*std::max_element(seconds.begin(), seconds.end()));
+  }
+}
+
+void set_counters(benchmark::State& state, int k, double bytes, double bus,
+                  const std::string& label) {
+  state.counters["devices"] = k;
+  state.counters["bytes"] = bytes;
+  state.counters["algbw"] =
+      benchmark::Counter(bytes / 1e9, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["busbw"] =
+      benchmark::Counter(bytes / 1e9 * bus, benchmark::Counter::kIsIterationInvariantRate);
+  state.SetLabel(label);
+}
+
 void run_collective(benchmark::State& state, Op op, const std::string& algorithm) {
   const int k = static_cast<int>(state.range(0));
   const int64_t bytes = state.range(1);
@@ -120,30 +150,17 @@ void run_collective(benchmark::State& state, Op op, const std::string& algorithm
   std::vector<Tensor> bufs(k);
   const auto bounds = equal_segments(n, k);
   g.ranks->run([&](int r) { bufs[r] = Tensor::zeros(*g.ptrs[r], {n}); });
-  std::vector<double> seconds(k);
-  for (auto _ : state) {
-    g.ranks->run([&](int r) {
-      Transport& t = g.fabric->endpoint(r);
-      t.barrier();
-      const auto t0 = Clock::now();
-      if (op == Op::Allreduce) ar->run(t, bufs[r]);
-      if (op == Op::ReduceScatter) reduce_scatter_ring(t, bufs[r], bounds);
-      if (op == Op::Allgather) allgather_ring(t, bufs[r], bounds);
-      t.barrier();
-      seconds[r] = std::chrono::duration<double>(Clock::now() - t0).count();
-    });
-    state.SetIterationTime(*std::max_element(seconds.begin(), seconds.end()));
-  }
-  const double b = static_cast<double>(n * 4);
-  state.counters["devices"] = k;
-  state.counters["bytes"] = b;
-  state.counters["algbw"] =
-      benchmark::Counter(b / 1e9, benchmark::Counter::kIsIterationInvariantRate);
-  state.counters["busbw"] = benchmark::Counter(b / 1e9 * bus_factor(op, k),
-                                               benchmark::Counter::kIsIterationInvariantRate);
-  state.SetLabel(op == Op::Allreduce   ? algorithm
-                 : op == Op::Allgather ? "allgather"
-                                       : "reduce_scatter");
+  time_ranks(
+      state, g, [](int) {},
+      [&](int r, Transport& t) {
+        if (op == Op::Allreduce) ar->run(t, bufs[r]);
+        if (op == Op::ReduceScatter) reduce_scatter_ring(t, bufs[r], bounds);
+        if (op == Op::Allgather) allgather_ring(t, bufs[r], bounds);
+      });
+  set_counters(state, k, static_cast<double>(n * 4), bus_factor(op, k),
+               op == Op::Allreduce   ? algorithm
+               : op == Op::Allgather ? "allgather"
+                                     : "reduce_scatter");
 }
 
 // The same bytes from device 0's buffer into device 1's, by device 1's thread (the transport's
@@ -155,31 +172,17 @@ void run_memcpy(benchmark::State& state) {
   BenchGroup& g = group(2);
   std::vector<Tensor> bufs(2);
   g.ranks->run([&](int r) { bufs[r] = Tensor::zeros(*g.ptrs[r], {bytes / 4}); });
-  double seconds = 0;
   float stamp = 0;
-  for (auto _ : state) {
+  auto produce = [&](int r) {
+    if (r != 0) return;
     stamp += 1;
-    g.ranks->run([&](int r) {
-      Transport& t = g.fabric->endpoint(r);
-      if (r == 0) {
-        float* p = bufs[0].f32();
-        for (int64_t i = 0; i < bufs[0].numel(); ++i) p[i] = stamp;
-      }
-      t.barrier();
-      const auto t0 = Clock::now();
-      if (r == 1) g.ptrs[1]->copy_on_device(bufs[1].raw(), bufs[0].raw(), bufs[1].bytes());
-      t.barrier();
-      if (r == 1) seconds = std::chrono::duration<double>(Clock::now() - t0).count();
-    });
-    state.SetIterationTime(seconds);
-  }
-  const double b = static_cast<double>(bytes / 4 * 4);
-  state.counters["devices"] = 2;
-  state.counters["bytes"] = b;
-  state.counters["algbw"] =
-      benchmark::Counter(b / 1e9, benchmark::Counter::kIsIterationInvariantRate);
-  state.counters["busbw"] = state.counters["algbw"];
-  state.SetLabel("memcpy");
+    float* p = bufs[0].f32();
+    for (int64_t i = 0; i < bufs[0].numel(); ++i) p[i] = stamp;
+  };
+  time_ranks(state, g, produce, [&](int r, Transport&) {
+    if (r == 1) g.ptrs[1]->copy_on_device(bufs[1].raw(), bufs[0].raw(), bufs[1].bytes());
+  });
+  set_counters(state, 2, static_cast<double>(bufs[0].bytes()), 1.0, "memcpy");
 }
 
 // LeNet's 8 gradient tensors as 8 allreduces, against one flat 516,272-byte buffer.
@@ -189,29 +192,16 @@ void run_lenet_per_tensor(benchmark::State& state, const std::string& algorithm)
   auto ar = make_allreduce(algorithm, {});
   std::vector<Tensor> bufs(k);
   g.ranks->run([&](int r) { bufs[r] = Tensor::zeros(*g.ptrs[r], {kLeNetParameters}); });
-  std::vector<double> seconds(k);
-  for (auto _ : state) {
-    g.ranks->run([&](int r) {
-      Transport& t = g.fabric->endpoint(r);
-      t.barrier();
-      const auto t0 = Clock::now();
-      for (const auto& p : lenet_layout()) {
-        Tensor v = bufs[r].view(p.offset, {shape_numel(p.shape)});
-        ar->run(t, v);
-      }
-      t.barrier();
-      seconds[r] = std::chrono::duration<double>(Clock::now() - t0).count();
-    });
-    state.SetIterationTime(*std::max_element(seconds.begin(), seconds.end()));
-  }
-  const double b = kLeNetParameters * 4.0;
-  state.counters["devices"] = k;
-  state.counters["bytes"] = b;
-  state.counters["algbw"] =
-      benchmark::Counter(b / 1e9, benchmark::Counter::kIsIterationInvariantRate);
-  state.counters["busbw"] = benchmark::Counter(b / 1e9 * bus_factor(Op::Allreduce, k),
-                                               benchmark::Counter::kIsIterationInvariantRate);
-  state.SetLabel(algorithm + " per_tensor (8 allreduces)");
+  time_ranks(
+      state, g, [](int) {},
+      [&](int r, Transport& t) {
+        for (const auto& p : lenet_layout()) {
+          Tensor v = bufs[r].view(p.offset, {shape_numel(p.shape)});
+          ar->run(t, v);
+        }
+      });
+  set_counters(state, k, kLeNetParameters * 4.0, bus_factor(Op::Allreduce, k),
+               algorithm + " per_tensor (8 allreduces)");
 }
 
 std::vector<int> parse_devices(const std::string& list) {

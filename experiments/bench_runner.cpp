@@ -25,15 +25,6 @@ namespace {
 
 using nlohmann::json;
 
-std::string iso_utc_now() {
-  const std::time_t now = std::time(nullptr);
-  std::tm tm{};
-  gmtime_r(&now, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return buf;
-}
-
 std::string cell(const json& v, const char* fmt) {
   if (!v.is_number()) return "-";
   char buf[32];
@@ -141,7 +132,7 @@ int run(int argc, char** argv) {
     return 1;
   }
 
-  const std::string utc = iso_utc_now();
+  const std::string utc = paralab::utc_now("%Y-%m-%dT%H:%M:%SZ");
   const paralab::Descriptor d = paralab::load_descriptor(
       descriptor_file, sets, data_dir.empty() ? std::nullopt : std::optional(data_dir));
   const std::string path = paralab::choose_results_path(

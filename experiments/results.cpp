@@ -18,12 +18,12 @@ namespace paralab {
 
 namespace fs = std::filesystem;
 
-std::string utc_timestamp() {
+std::string utc_now(const char* format) {
   const std::time_t now = std::time(nullptr);
   std::tm tm{};
   gmtime_r(&now, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y%m%dT%H%M%SZ", &tm);
+  char buf[64];
+  std::strftime(buf, sizeof buf, format, &tm);
   return buf;
 }
 

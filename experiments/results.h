@@ -10,8 +10,9 @@ namespace paralab {
 
 constexpr int kResultsSchemaVersion = 1;
 
-// "20261130T015310Z"
-std::string utc_timestamp();
+// The current UTC time in a strftime format; utc_timestamp() is "20261130T015310Z".
+std::string utc_now(const char* format);
+inline std::string utc_timestamp() { return utc_now("%Y%m%dT%H%M%SZ"); }
 
 // --out when given (an Error if it exists: results are never overwritten), else
 // results/<name>-<timestamp>.json, with -2, -3, ... appended if that name is taken.
