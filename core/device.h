@@ -48,7 +48,9 @@ class Device {
 };
 
 struct DeviceOptions {
-  int threads_per_device = 1;  // CPU: worker threads each device owns
+  int threads_per_device = 1;    // CPU: worker threads each device owns
+  bool virtual_devices = false;  // CUDA: allow more devices than GPUs (they share GPUs)
+  bool tf32 = false;             // CUDA: TF32 tensor-core math (off: float32 like the CPU)
 };
 
 // Creates `count` devices of the named backend ("cpu", "cuda"; "auto" = cuda when a GPU is
@@ -58,6 +60,9 @@ std::vector<std::unique_ptr<Device>> make_devices(const std::string& backend, in
 // Backend names compiled into this build, and the name "auto" resolves to here.
 std::vector<std::string> known_backends();
 std::string resolve_backend(const std::string& backend);
+// Empty when `backend` can make devices here; otherwise why not ("not built", "no usable GPU:
+// CUDA driver version is insufficient ..."). GPU tests skip with this reason.
+std::string backend_unavailable(const std::string& backend);
 // Library versions linked into the build, e.g. {"onednn": "2.6.3"}.
 nlohmann::json backend_versions();
 

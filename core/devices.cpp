@@ -5,6 +5,9 @@
 #include <map>
 
 #include "core/cpu/cpu_device.h"
+#if PARALAB_HAVE_CUDA
+#include "core/cuda/cuda_device.h"
+#endif
 #include "core/device.h"
 #include "core/error.h"
 
@@ -16,13 +19,16 @@ using Factory = std::function<std::vector<std::unique_ptr<Device>>(int, const De
 
 const std::map<std::string, Factory>& registry() {
   static const std::map<std::string, Factory> r = {
-      {"cpu",
-       [](int count, const DeviceOptions& o) {
-         std::vector<std::unique_ptr<Device>> devices;
-         for (int i = 0; i < count; ++i)
-           devices.push_back(std::make_unique<cpu::CpuDevice>(i, o.threads_per_device));
-         return devices;
-       }},
+    {"cpu",
+     [](int count, const DeviceOptions& o) {
+       std::vector<std::unique_ptr<Device>> devices;
+       for (int i = 0; i < count; ++i)
+         devices.push_back(std::make_unique<cpu::CpuDevice>(i, o.threads_per_device));
+       return devices;
+     }},
+#if PARALAB_HAVE_CUDA
+    {"cuda", [](int count, const DeviceOptions& o) { return cuda::make_cuda_devices(count, o); }},
+#endif
   };
   return r;
 }
@@ -41,9 +47,14 @@ std::vector<std::string> known_backends() {
   return names;
 }
 
-// This build has no CUDA backend, so "auto" is the CPU.
+// "auto": CUDA when this build has it and a GPU is usable (an old driver counts as none), else
+// the CPU.
 std::string resolve_backend(const std::string& backend) {
+#if PARALAB_HAVE_CUDA
+  if (backend == "auto") return cuda::usable_gpus() > 0 ? "cuda" : "cpu";
+#else
   if (backend == "auto") return "cpu";
+#endif
   if (!registry().contains(backend))
     throw Error("unknown backend '" + backend + "' (known: " + joined(known_backends()) + ")");
   return backend;
@@ -55,6 +66,23 @@ std::vector<std::unique_ptr<Device>> make_devices(const std::string& backend, in
   return registry().at(resolve_backend(backend))(count, options);
 }
 
-nlohmann::json backend_versions() { return {{"onednn", cpu::onednn_version()}}; }
+std::string backend_unavailable(const std::string& backend) {
+  if (backend == "cpu" || backend == "auto") return "";
+#if PARALAB_HAVE_CUDA
+  if (backend == "cuda") {
+    std::string why;
+    return cuda::usable_gpus(&why) > 0 ? "" : why;
+  }
+#endif
+  return "backend '" + backend + "' is not built into this ParaLab";
+}
+
+nlohmann::json backend_versions() {
+  nlohmann::json v = {{"onednn", cpu::onednn_version()}};
+#if PARALAB_HAVE_CUDA
+  v.update(cuda::library_versions());
+#endif
+  return v;
+}
 
 }  // namespace paralab

@@ -1,8 +1,15 @@
 #!/usr/bin/env bash
 # The test job, set-up included: installs what is missing, builds, and runs every test (ctest).
+# Where nvcc is present the default build includes the CUDA backend; then a second, CPU-only
+# build (PARALAB_WITH_CUDA=OFF) is built and tested too, so that the build without CUDA keeps
+# working.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
 scripts/build.sh
-cd "${BUILD_DIR:-build}"
-ctest --output-on-failure --timeout 600 -j "$(nproc)"
+(cd "${BUILD_DIR:-build}" && ctest --output-on-failure --timeout 600 -j "$(nproc)")
+if command -v nvcc >/dev/null || [[ -x /usr/local/cuda/bin/nvcc ]]; then
+  echo "test.sh: CPU-only build (PARALAB_WITH_CUDA=OFF)"
+  BUILD_DIR=build-cpu-only scripts/build.sh -DPARALAB_WITH_CUDA=OFF
+  (cd build-cpu-only && ctest --output-on-failure --timeout 600 -j "$(nproc)")
+fi

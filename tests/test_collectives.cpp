@@ -19,7 +19,8 @@ using testing::all_close;
 
 // k CPU devices, their fabric and one thread per rank.
 struct Group {
-  explicit Group(int k) : devices(make_devices("cpu", k, {})) {
+  explicit Group(int k, const std::string& backend = "cpu")
+      : devices(make_devices(backend, k, virtual_ok())) {
     for (auto& d : devices) ptrs.push_back(d.get());
     fabric = std::make_unique<LocalFabric>(ptrs);
     ranks = std::make_unique<RankGroup>(ptrs);
@@ -34,6 +35,11 @@ struct Group {
         throw;
       }
     });
+  }
+  static DeviceOptions virtual_ok() {
+    DeviceOptions o;
+    o.virtual_devices = true;  // CUDA: k devices on however many GPUs there are
+    return o;
   }
   std::vector<std::unique_ptr<Device>> devices;
   std::vector<Device*> ptrs;
@@ -59,8 +65,9 @@ std::vector<float> exact_data(int64_t n, int r) {
 // Runs `algorithm` on k ranks with inputs(r); returns every rank's result.
 std::vector<std::vector<float>> allreduce_all(const std::string& algorithm, int k, int64_t n,
                                               const std::function<std::vector<float>(int)>& inputs,
-                                              int64_t chunk_bytes = 1 << 18) {
-  Group g(k);
+                                              int64_t chunk_bytes = 1 << 18,
+                                              const std::string& backend = "cpu") {
+  Group g(k, backend);
   auto ar = make_allreduce(algorithm, {chunk_bytes});
   std::vector<std::vector<float>> out(static_cast<std::size_t>(k));
   g.run([&](int r, Transport& t) {
@@ -138,6 +145,31 @@ TEST(Allreduce, ExactDataGivesBitIdenticalResultsAcrossAlgorithms) {
       ASSERT_EQ(tree[r], expect) << "tree k=" << c.k << " n=" << c.n << " rank " << r;
     }
   }
+}
+
+TEST(Allreduce, CudaVirtualDevicesMatchReferenceAndAreExactOnExactData) {
+  if (const std::string why = backend_unavailable("cuda"); !why.empty())
+    GTEST_SKIP() << "cuda: " << why;
+  for (const char* algorithm : {"naive", "ring", "tree"})
+    for (int k : {2, 3, 4, 8})
+      for (int64_t n : {int64_t{1}, int64_t{7}, int64_t{129068}}) {
+        auto exact = [&](int r) { return exact_data(n, r); };
+        const auto got = allreduce_all(algorithm, k, n, exact, 1 << 18, "cuda");
+        std::vector<float> expect(static_cast<std::size_t>(n));
+        for (int64_t i = 0; i < n; ++i)
+          expect[static_cast<std::size_t>(i)] = float(k * (k + 1) / 2 * (i % 5 + 1));
+        for (int r = 0; r < k; ++r)
+          ASSERT_EQ(got[r], expect) << algorithm << " k=" << k << " n=" << n << " rank " << r;
+        auto random = [&](int r) { return random_data(n, 77 + r); };
+        const auto rnd = allreduce_all(algorithm, k, n, random, 1 << 18, "cuda");
+        std::vector<double> ref(static_cast<std::size_t>(n), 0.0);
+        for (int r = 0; r < k; ++r) {
+          const auto v = random(r);
+          for (int64_t i = 0; i < n; ++i) ref[i] += v[i];
+        }
+        for (int r = 0; r < k; ++r)
+          ASSERT_TRUE(all_close(rnd[r], ref, 1e-5, 1e-6)) << algorithm << " k=" << k;
+      }
 }
 
 TEST(Allreduce, UnknownNameListsTheKnownOnes) {

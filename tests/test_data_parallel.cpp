@@ -36,9 +36,11 @@ struct Trained {
 // setup amplifies float rounding (1e-7) to a 10 % parameter difference within 15 steps, so no
 // two summation orders could agree, however correct.
 Trained train(const std::string& strategy, int devices, const json& options, int steps,
-              int64_t batch) {
+              int64_t batch, const std::string& backend = "cpu") {
   static const Dataset train_set = synthetic(480, 1), test_set = synthetic(100, 2);
-  auto owned = make_devices("cpu", devices, {});
+  DeviceOptions device_options;
+  device_options.virtual_devices = true;  // CUDA: k devices may share one GPU
+  auto owned = make_devices(backend, devices, device_options);
   std::vector<Device*> group;
   for (auto& d : owned) group.push_back(d.get());
   auto s = make_strategy(strategy, options, "runs.0");
@@ -88,6 +90,18 @@ TEST(DataParallel, MatchesSingleDeviceAfter20Steps) {
       EXPECT_NEAR(dp.losses.back(), single.losses.back(), 1e-4 * std::abs(single.losses.back()))
           << algorithm << " k=" << k;
     }
+  }
+}
+
+TEST(DataParallel, CudaVirtualDevicesMatchSingleDevice) {
+  if (const std::string why = backend_unavailable("cuda"); !why.empty())
+    GTEST_SKIP() << "cuda: " << why;
+  const Trained single = train("single", 1, json::object(), 20, 24, "cuda");
+  for (int k : {2, 4}) {
+    const Trained dp = train("data_parallel", k, {{"allreduce", "ring"}}, 20, 24, "cuda");
+    EXPECT_TRUE(close_per_tensor(dp.params, single.params)) << "k=" << k;
+    for (std::size_t r = 1; r < dp.replicas.size(); ++r)
+      EXPECT_EQ(dp.replicas[r], dp.replicas[0]) << "k=" << k << " replica " << r;
   }
 }
 

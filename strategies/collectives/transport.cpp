@@ -56,6 +56,9 @@ struct LocalFabric::Impl {
 
     Handle isend(int peer, const Tensor& buf) override {
       check_peer(peer);
+      // The peer reads buf as soon as the message is posted: the work that produced it must be
+      // finished, not just queued (a no-op on the CPU; a stream sync on CUDA).
+      device_.synchronize();
       auto req = std::make_shared<Request>();
       req->buf = buf;
       Mailbox& box = fabric_.box(rank_, peer);
@@ -107,9 +110,8 @@ struct LocalFabric::Impl {
       check_peer(peer);
       Mailbox& box = fabric_.box(peer, rank_);
       Handle req;
-      spin_until([&] {
-        return box.queued.load(std::memory_order_acquire) > 0 || fabric_.aborted.load();
-      });
+      spin_until(
+          [&] { return box.queued.load(std::memory_order_acquire) > 0 || fabric_.aborted.load(); });
       {
         std::unique_lock lock(box.mu);
         box.cv.wait(lock, [&] { return !box.queue.empty() || fabric_.aborted; });

@@ -1,5 +1,7 @@
-// The CPU backend against the double-precision reference: every op forward and backward on
+// Every backend against the double-precision reference: every op forward and backward on
 // random inputs, the whole LeNet (loss, logits, all gradients), SGD steps, and determinism.
+// The same tests run for "cpu" and, in CUDA builds, for "cuda" (skipped, with the reason, when
+// no GPU is usable). TF32 is off, so one set of float32 tolerances serves both.
 #include <gtest/gtest.h>
 
 #include "core/device.h"
@@ -30,10 +32,12 @@ ref::Vec random_vec(std::size_t n, uint64_t seed, double scale = 1.0) {
   return v;
 }
 
-class CpuBackend : public ::testing::Test {
+class Backend : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
-    devices_ = make_devices("cpu", 1, {});
+    if (const std::string why = backend_unavailable(GetParam()); !why.empty())
+      GTEST_SKIP() << GetParam() << ": " << why;
+    devices_ = make_devices(GetParam(), 1, {});
     dev_ = devices_[0].get();
     dev_->bind_thread();
   }
@@ -84,18 +88,18 @@ void check_stage(Device& dev, int N, int C, int H, int W, int K, int R, int S, u
   EXPECT_TRUE(all_close(tdb.to_host_f32(), r.db, kAtol, kRtol)) << "db " << what;
 }
 
-TEST_F(CpuBackend, ConvReluPoolMatchesReference) {
+TEST_P(Backend, ConvReluPoolMatchesReference) {
   // Odd sizes (a conv output of 7x7 pools to 3x3, dropping a row and a column) and channel
   // counts that are not multiples of the 16-wide blocks, so padding and indexing are exercised.
   check_stage(*dev_, 3, 4, 9, 8, 5, 3, 2, 1, 1.0);
 }
 
-TEST_F(CpuBackend, ConvReluPoolLeNetShapesMatchReference) {
+TEST_P(Backend, ConvReluPoolLeNetShapesMatchReference) {
   check_stage(*dev_, 2, 1, 28, 28, 20, 3, 3, 5, 0.3);   // stage 1: 26x26 -> 13x13
   check_stage(*dev_, 2, 20, 13, 13, 50, 5, 5, 9, 0.1);  // stage 2: 9x9 -> 4x4 (floor)
 }
 
-TEST_F(CpuBackend, ConvReluPoolKeepsTrainingActivationAcrossOtherShapes) {
+TEST_P(Backend, ConvReluPoolKeepsTrainingActivationAcrossOtherShapes) {
   // An evaluation forward at another batch size between a training forward and its backward
   // must not disturb the activation backward uses.
   const int N = 2, C = 3, H = 8, K = 4, R = 3;
@@ -113,7 +117,7 @@ TEST_F(CpuBackend, ConvReluPoolKeepsTrainingActivationAcrossOtherShapes) {
   EXPECT_TRUE(all_close(tdw.to_host_f32(), r.dw, kAtol, kRtol));
 }
 
-TEST_F(CpuBackend, ReluMatchesReference) {
+TEST_P(Backend, ReluMatchesReference) {
   auto x = random_vec(1000, 21), dy = random_vec(1000, 22);
   auto relu = dev_->ops().make_relu();
   Tensor tx = put(x, {1000}), ty = Tensor::empty(*dev_, {1000}), tdx = Tensor::empty(*dev_, {1000});
@@ -123,7 +127,7 @@ TEST_F(CpuBackend, ReluMatchesReference) {
   EXPECT_TRUE(all_close(tdx.to_host_f32(), ref::relu_backward(x, dy), 0, 0));
 }
 
-TEST_F(CpuBackend, LinearMatchesReference) {
+TEST_P(Backend, LinearMatchesReference) {
   const int N = 7, in = 33, out = 17;
   auto x = random_vec(N * in, 31), w = random_vec(in * out, 32), b = random_vec(out, 33),
        dy = random_vec(N * out, 34);
@@ -142,7 +146,7 @@ TEST_F(CpuBackend, LinearMatchesReference) {
   EXPECT_TRUE(all_close(tdb.to_host_f32(), db, kAtol, kRtol)) << "db";
 }
 
-TEST_F(CpuBackend, SoftmaxXentMatchesReference) {
+TEST_P(Backend, SoftmaxXentMatchesReference) {
   const int N = 9, classes = 10;
   auto z = random_vec(N * classes, 41, 3.0);
   std::vector<int> labels;
@@ -164,7 +168,7 @@ TEST_F(CpuBackend, SoftmaxXentMatchesReference) {
   EXPECT_TRUE(all_close(tdz.to_host_f32(), dz, 1e-6, 1e-5));
 }
 
-TEST_F(CpuBackend, SgdAndAddAreExact) {
+TEST_P(Backend, SgdAndAddAreExact) {
   auto p = random_vec(100, 51), g = random_vec(100, 52);
   Tensor tp = put(p, {100}), tg = put(g, {100});
   dev_->ops().sgd(tp, tg, 0.25f);  // powers of two: exact in float
@@ -215,9 +219,9 @@ TEST(LeNetInit, IsSeededNormalWithZeroBiases) {
   EXPECT_NEAR(std::sqrt(sq / n), 0.01, 1e-4);  // relative std error ~0.2 %
 }
 
-class LeNetCpu : public CpuBackend {};
+class LeNetOnBackend : public Backend {};
 
-TEST_F(LeNetCpu, ForwardBackwardMatchesReference) {
+TEST_P(LeNetOnBackend, ForwardBackwardMatchesReference) {
   const int N = 5;
   // A larger init scale than training's 0.01 so that gradients are not vanishingly small.
   const auto params = to_float(ref::flatten(ref::lenet_init(7, 0.1)));
@@ -248,7 +252,7 @@ TEST_F(LeNetCpu, ForwardBackwardMatchesReference) {
   }
 }
 
-TEST_F(LeNetCpu, TenSgdStepsMatchReference) {
+TEST_P(LeNetOnBackend, TenSgdStepsMatchReference) {
   const int N = 8;
   const float lr = 0.5f;
   auto params = to_float(ref::flatten(ref::lenet_init(3, 0.05)));
@@ -275,7 +279,7 @@ TEST_F(LeNetCpu, TenSgdStepsMatchReference) {
   EXPECT_TRUE(all_close(model.params().to_host_f32(), ref::flatten(rp), 1e-5, 1e-3));
 }
 
-TEST_F(LeNetCpu, SameSeedGivesBitIdenticalLosses) {
+TEST_P(LeNetOnBackend, SameSeedGivesBitIdenticalLosses) {
   auto run = [&] {
     LeNet model(*dev_);
     model.params().copy_from_host(lenet_initial_parameters(5));
@@ -297,6 +301,17 @@ TEST_F(LeNetCpu, SameSeedGivesBitIdenticalLosses) {
   EXPECT_EQ(a, b);
   EXPECT_NE(a.front(), a.back());  // it trained
 }
+
+const std::vector<std::string> kBackends = {"cpu"
+#if PARALAB_HAVE_CUDA
+                                            ,
+                                            "cuda"
+#endif
+};
+INSTANTIATE_TEST_SUITE_P(Backends, Backend, ::testing::ValuesIn(kBackends),
+                         [](const auto& param_info) { return param_info.param; });
+INSTANTIATE_TEST_SUITE_P(Backends, LeNetOnBackend, ::testing::ValuesIn(kBackends),
+                         [](const auto& param_info) { return param_info.param; });
 
 }  // namespace
 }  // namespace paralab

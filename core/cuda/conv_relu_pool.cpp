@@ -1,0 +1,185 @@
+// CUDA conv -> ReLU -> avgpool stage on cuDNN: convolution algorithms chosen once per shape by
+// measurement (cudnnFind*, deterministic ones only, so runs repeat bit for bit) and cached with
+// their descriptors and workspace; bias, ReLU and pooling as cuDNN ops on the stage's own
+// activation buffer, which backward reuses.
+#include <map>
+#include <tuple>
+
+#include "core/cuda/check.h"
+#include "core/cuda/cuda_device.h"
+
+namespace paralab::cuda {
+
+namespace {
+
+using Key = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t>;
+
+cudnnTensorDescriptor_t tensor4(int64_t n, int64_t c, int64_t h, int64_t w) {
+  cudnnTensorDescriptor_t d;
+  PARALAB_CUDNN(cudnnCreateTensorDescriptor(&d));
+  PARALAB_CUDNN(cudnnSetTensor4dDescriptor(d, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, int(n), int(c),
+                                           int(h), int(w)));
+  return d;
+}
+
+struct Plan {
+  Plan() = default;
+  Plan(const Plan&) = delete;
+  Plan& operator=(const Plan&) = delete;
+  ~Plan() {
+    for (auto t : {x, act, y, bias})
+      if (t) cudnnDestroyTensorDescriptor(t);
+    if (w) cudnnDestroyFilterDescriptor(w);
+    if (conv) cudnnDestroyConvolutionDescriptor(conv);
+    if (pool) cudnnDestroyPoolingDescriptor(pool);
+    if (relu) cudnnDestroyActivationDescriptor(relu);
+  }
+  cudnnTensorDescriptor_t x = nullptr, act = nullptr, y = nullptr, bias = nullptr;
+  cudnnFilterDescriptor_t w = nullptr;
+  cudnnConvolutionDescriptor_t conv = nullptr;
+  cudnnPoolingDescriptor_t pool = nullptr;
+  cudnnActivationDescriptor_t relu = nullptr;
+  cudnnConvolutionFwdAlgo_t fwd_algo{};
+  cudnnConvolutionBwdDataAlgo_t data_algo{};
+  cudnnConvolutionBwdFilterAlgo_t filter_algo{};
+  Tensor workspace, activation, d_activation;
+  const void* last_y = nullptr;  // the pooled output of the last training forward
+  bool has_forward = false;
+};
+
+template <typename Perf>
+Perf fastest_deterministic(const Perf* results, int count, const char* what) {
+  for (int i = 0; i < count; ++i)  // cuDNN returns them fastest first
+    if (results[i].status == CUDNN_STATUS_SUCCESS && results[i].determinism == CUDNN_DETERMINISTIC)
+      return results[i];
+  throw Error(std::string("cuDNN: no deterministic ") + what + " algorithm for this shape");
+}
+
+class CudaConvReluPool final : public ConvReluPool {
+ public:
+  explicit CudaConvReluPool(CudaDevice& d) : d_(d) {}
+
+  void forward(const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y,
+               bool training) override {
+    Plan& p = plan(x, w);
+    PARALAB_REQUIRE(y.shape() == pooled(x, w), "conv_relu_pool forward: y is " +
+                                                   shape_string(y.shape()) + ", expected " +
+                                                   shape_string(pooled(x, w)));
+    const float one = 1.0f, zero = 0.0f;
+    cudnnHandle_t h = d_.cudnn();
+    PARALAB_CUDNN(cudnnConvolutionForward(h, &one, p.x, x.raw(), p.w, w.raw(), p.conv, p.fwd_algo,
+                                          p.workspace.raw(), p.workspace.bytes(), &zero, p.act,
+                                          p.activation.raw()));
+    PARALAB_CUDNN(cudnnAddTensor(h, &one, p.bias, b.raw(), &one, p.act, p.activation.raw()));
+    PARALAB_CUDNN(cudnnActivationForward(h, p.relu, &one, p.act, p.activation.raw(), &zero, p.act,
+                                         p.activation.raw()));
+    PARALAB_CUDNN(
+        cudnnPoolingForward(h, p.pool, &one, p.act, p.activation.raw(), &zero, p.y, y.raw()));
+    if (training) {
+      p.last_y = y.raw();
+      p.has_forward = true;
+    }
+  }
+
+  void backward(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor* dx, Tensor& dw,
+                Tensor& db) override {
+    Plan& p = plan(x, w);
+    PARALAB_REQUIRE(p.has_forward, "conv_relu_pool backward: no training forward for x " +
+                                       shape_string(x.shape()));
+    PARALAB_REQUIRE(dy.shape() == pooled(x, w),
+                    "conv_relu_pool backward: dy is " + shape_string(dy.shape()));
+    const float one = 1.0f, zero = 0.0f;
+    cudnnHandle_t h = d_.cudnn();
+    void* act = p.activation.raw();
+    void* dact = p.d_activation.raw();
+    PARALAB_CUDNN(cudnnPoolingBackward(h, p.pool, &one, p.y, p.last_y, p.y, dy.raw(), p.act, act,
+                                       &zero, p.act, dact));
+    // ReLU's gradient from its output: relu(a) > 0 exactly where a > 0.
+    PARALAB_CUDNN(cudnnActivationBackward(h, p.relu, &one, p.act, act, p.act, dact, p.act, act,
+                                          &zero, p.act, dact));
+    PARALAB_CUDNN(cudnnConvolutionBackwardBias(h, &one, p.act, dact, &zero, p.bias, db.raw()));
+    PARALAB_CUDNN(cudnnConvolutionBackwardFilter(h, &one, p.x, x.raw(), p.act, dact, p.conv,
+                                                 p.filter_algo, p.workspace.raw(),
+                                                 p.workspace.bytes(), &zero, p.w, dw.raw()));
+    if (dx) {
+      PARALAB_REQUIRE(dx->shape() == x.shape(), "conv_relu_pool backward: dx " +
+                                                    shape_string(dx->shape()) + " != x " +
+                                                    shape_string(x.shape()));
+      PARALAB_CUDNN(cudnnConvolutionBackwardData(h, &one, p.w, w.raw(), p.act, dact, p.conv,
+                                                 p.data_algo, p.workspace.raw(),
+                                                 p.workspace.bytes(), &zero, p.x, dx->raw()));
+    }
+  }
+
+ private:
+  static Shape pooled(const Tensor& x, const Tensor& w) {
+    return {x.dim(0), w.dim(0), (x.dim(2) - w.dim(2) + 1) / 2, (x.dim(3) - w.dim(3) + 1) / 2};
+  }
+
+  Plan& plan(const Tensor& x, const Tensor& w) {
+    PARALAB_REQUIRE(x.ndim() == 4 && w.ndim() == 4 && x.dim(1) == w.dim(1) &&
+                        x.dim(2) - w.dim(2) + 1 >= 2 && x.dim(3) - w.dim(3) + 1 >= 2,
+                    "conv_relu_pool: x " + shape_string(x.shape()) + " and w " +
+                        shape_string(w.shape()) + " do not fit");
+    const Key key{x.dim(0), x.dim(1), x.dim(2), x.dim(3), w.dim(0), w.dim(2), w.dim(3)};
+    auto it = plans_.find(key);
+    if (it != plans_.end()) return *it->second;
+    auto p = std::make_unique<Plan>();
+    const int64_t n = x.dim(0), k = w.dim(0), oh = x.dim(2) - w.dim(2) + 1,
+                  ow = x.dim(3) - w.dim(3) + 1;
+    p->x = tensor4(n, x.dim(1), x.dim(2), x.dim(3));
+    p->act = tensor4(n, k, oh, ow);
+    p->y = tensor4(n, k, oh / 2, ow / 2);
+    p->bias = tensor4(1, k, 1, 1);
+    PARALAB_CUDNN(cudnnCreateFilterDescriptor(&p->w));
+    PARALAB_CUDNN(cudnnSetFilter4dDescriptor(p->w, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, int(k),
+                                             int(w.dim(1)), int(w.dim(2)), int(w.dim(3))));
+    PARALAB_CUDNN(cudnnCreateConvolutionDescriptor(&p->conv));
+    PARALAB_CUDNN(cudnnSetConvolution2dDescriptor(p->conv, 0, 0, 1, 1, 1, 1,
+                                                  CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
+    // FMA math keeps float32 convolutions off TF32 tensor cores (cuDNN's default math allows
+    // TF32 for float on Ampere and later).
+    PARALAB_CUDNN(
+        cudnnSetConvolutionMathType(p->conv, d_.tf32() ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH));
+    PARALAB_CUDNN(cudnnCreatePoolingDescriptor(&p->pool));
+    // Floor mode: cuDNN's output size floor((9 - 2) / 2) + 1 = 4 drops the last row and column.
+    PARALAB_CUDNN(cudnnSetPooling2dDescriptor(p->pool, CUDNN_POOLING_AVERAGE_COUNT_EXCLUDE_PADDING,
+                                              CUDNN_NOT_PROPAGATE_NAN, 2, 2, 0, 0, 2, 2));
+    PARALAB_CUDNN(cudnnCreateActivationDescriptor(&p->relu));
+    PARALAB_CUDNN(
+        cudnnSetActivationDescriptor(p->relu, CUDNN_ACTIVATION_RELU, CUDNN_NOT_PROPAGATE_NAN, 0.0));
+    int got = 0;
+    cudnnHandle_t h = d_.cudnn();
+    cudnnConvolutionFwdAlgoPerf_t fwd[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
+    PARALAB_CUDNN(cudnnFindConvolutionForwardAlgorithm(
+        h, p->x, p->w, p->conv, p->act, CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &got, fwd));
+    const auto f = fastest_deterministic(fwd, got, "forward");
+    cudnnConvolutionBwdDataAlgoPerf_t data[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
+    PARALAB_CUDNN(cudnnFindConvolutionBackwardDataAlgorithm(
+        h, p->w, p->act, p->conv, p->x, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &got, data));
+    const auto dd = fastest_deterministic(data, got, "backward-data");
+    cudnnConvolutionBwdFilterAlgoPerf_t filt[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
+    PARALAB_CUDNN(cudnnFindConvolutionBackwardFilterAlgorithm(
+        h, p->x, p->act, p->conv, p->w, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &got, filt));
+    const auto ff = fastest_deterministic(filt, got, "backward-filter");
+    p->fwd_algo = f.algo;
+    p->data_algo = dd.algo;
+    p->filter_algo = ff.algo;
+    const std::size_t ws = std::max({f.memory, dd.memory, ff.memory, std::size_t{4}});
+    p->workspace = Tensor::empty(d_, {static_cast<int64_t>((ws + 3) / 4)});
+    p->activation = Tensor::empty(d_, {n, k, oh, ow});
+    p->d_activation = Tensor::empty(d_, {n, k, oh, ow});
+    return *plans_.emplace(key, std::move(p)).first->second;
+  }
+
+  CudaDevice& d_;
+  std::map<Key, std::unique_ptr<Plan>> plans_;
+};
+
+}  // namespace
+
+std::unique_ptr<ConvReluPool> make_conv_relu_pool(CudaDevice& device) {
+  return std::make_unique<CudaConvReluPool>(device);
+}
+
+}  // namespace paralab::cuda

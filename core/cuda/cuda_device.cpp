@@ -1,0 +1,165 @@
+#include "core/cuda/cuda_device.h"
+
+#include "core/cuda/check.h"
+
+namespace paralab::cuda {
+
+const char* cublas_status_name(cublasStatus_t status) {
+  switch (status) {
+    case CUBLAS_STATUS_SUCCESS:
+      return "CUBLAS_STATUS_SUCCESS";
+    case CUBLAS_STATUS_NOT_INITIALIZED:
+      return "CUBLAS_STATUS_NOT_INITIALIZED";
+    case CUBLAS_STATUS_ALLOC_FAILED:
+      return "CUBLAS_STATUS_ALLOC_FAILED";
+    case CUBLAS_STATUS_INVALID_VALUE:
+      return "CUBLAS_STATUS_INVALID_VALUE";
+    case CUBLAS_STATUS_ARCH_MISMATCH:
+      return "CUBLAS_STATUS_ARCH_MISMATCH";
+    case CUBLAS_STATUS_MAPPING_ERROR:
+      return "CUBLAS_STATUS_MAPPING_ERROR";
+    case CUBLAS_STATUS_EXECUTION_FAILED:
+      return "CUBLAS_STATUS_EXECUTION_FAILED";
+    case CUBLAS_STATUS_INTERNAL_ERROR:
+      return "CUBLAS_STATUS_INTERNAL_ERROR";
+    case CUBLAS_STATUS_NOT_SUPPORTED:
+      return "CUBLAS_STATUS_NOT_SUPPORTED";
+    default:
+      return "CUBLAS_STATUS_UNKNOWN";
+  }
+}
+
+CudaDevice::CudaDevice(int ordinal, int gpu, int sharing, bool tf32)
+    : ordinal_(ordinal), gpu_(gpu), sharing_(sharing), tf32_(tf32) {
+  PARALAB_CUDA(cudaSetDevice(gpu_));
+  PARALAB_CUDA(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  PARALAB_CUDNN(cudnnCreate(&cudnn_));
+  PARALAB_CUDNN(cudnnSetStream(cudnn_, stream_));
+  PARALAB_CUBLAS(cublasCreate(&cublas_));
+  PARALAB_CUBLAS(cublasSetStream(cublas_, stream_));
+  // Pedantic math: no TF32 and no reduced-precision reductions, so results compare with the
+  // CPU backend at float32 tolerances.
+  PARALAB_CUBLAS(
+      cublasSetMathMode(cublas_, tf32_ ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_PEDANTIC_MATH));
+  ops_ = make_ops(*this);
+}
+
+CudaDevice::~CudaDevice() {
+  ops_.reset();
+  if (cublas_ && cublasDestroy(cublas_) != CUBLAS_STATUS_SUCCESS)
+    log_error(name() + ": cublasDestroy failed");
+  if (cudnn_ && cudnnDestroy(cudnn_) != CUDNN_STATUS_SUCCESS)
+    log_error(name() + ": cudnnDestroy failed");
+  if (stream_ && cudaStreamDestroy(stream_) != cudaSuccess)
+    log_error(name() + ": cudaStreamDestroy failed");
+}
+
+std::string CudaDevice::name() const { return "cuda:" + std::to_string(ordinal_); }
+
+nlohmann::json CudaDevice::describe() const {
+  cudaDeviceProp prop{};
+  PARALAB_CUDA(cudaGetDeviceProperties(&prop, gpu_));
+  return {{"name", name()},
+          {"kind", "cuda"},
+          {"gpu", gpu_},
+          {"gpu_model", prop.name},
+          {"virtual", sharing_ > 1},
+          {"devices_sharing_gpu", sharing_},
+          {"sm_count", prop.multiProcessorCount},
+          // Without green contexts every virtual device may use all SMs; its share is nominal.
+          {"sm_share",
+           sharing_ > 1 ? nlohmann::json(nullptr) : nlohmann::json(prop.multiProcessorCount)},
+          {"tf32", tf32_}};
+}
+
+void* CudaDevice::allocate(std::size_t bytes) {
+  void* p = nullptr;
+  PARALAB_CUDA(cudaSetDevice(gpu_));
+  PARALAB_CUDA(cudaMalloc(&p, bytes));
+  return p;
+}
+
+void CudaDevice::deallocate(void* ptr) noexcept {
+  if (cudaFree(ptr) != cudaSuccess) log_error(name() + ": cudaFree failed");
+}
+
+void CudaDevice::copy_from_host(void* dst, const void* src, std::size_t bytes) {
+  PARALAB_CUDA(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_));
+  PARALAB_CUDA(cudaStreamSynchronize(stream_));  // src is pageable host memory the caller owns
+}
+
+void CudaDevice::copy_to_host(void* dst, const void* src, std::size_t bytes) {
+  PARALAB_CUDA(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream_));
+  PARALAB_CUDA(cudaStreamSynchronize(stream_));
+}
+
+void CudaDevice::copy_on_device(void* dst, const void* src, std::size_t bytes) {
+  PARALAB_CUDA(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream_));
+}
+
+void CudaDevice::fill_zero(void* dst, std::size_t bytes) {
+  PARALAB_CUDA(cudaMemsetAsync(dst, 0, bytes, stream_));
+}
+
+void CudaDevice::synchronize() { PARALAB_CUDA(cudaStreamSynchronize(stream_)); }
+
+void CudaDevice::bind_thread() { PARALAB_CUDA(cudaSetDevice(gpu_)); }
+
+int usable_gpus(std::string* why_none) {
+  int count = 0;
+  const cudaError_t e = cudaGetDeviceCount(&count);
+  if (e != cudaSuccess) {
+    if (why_none) *why_none = std::string("no usable GPU: ") + cudaGetErrorString(e);
+    cudaGetLastError();  // clear the sticky error for later calls
+    return 0;
+  }
+  if (count == 0 && why_none) *why_none = "no usable GPU: no CUDA device";
+  return count;
+}
+
+std::vector<std::unique_ptr<Device>> make_cuda_devices(int count, const DeviceOptions& options) {
+  std::string why;
+  const int gpus = usable_gpus(&why);
+  if (gpus == 0) throw Error("cuda: " + why);
+  if (count > gpus && !options.virtual_devices)
+    throw Error("cuda: " + std::to_string(count) + " devices asked for, " + std::to_string(gpus) +
+                " GPU(s) present (set virtual_devices to place several devices on one GPU)");
+  const int used = std::min(count, gpus);
+  // Peer access between the GPUs in use, where the hardware allows it: copies and reduction
+  // kernels then read a peer's memory directly.
+  for (int a = 0; a < used; ++a)
+    for (int b = 0; b < used; ++b) {
+      int can = 0;
+      if (a == b) continue;
+      PARALAB_CUDA(cudaDeviceCanAccessPeer(&can, a, b));
+      if (!can) continue;
+      PARALAB_CUDA(cudaSetDevice(a));
+      const cudaError_t e = cudaDeviceEnablePeerAccess(b, 0);
+      if (e != cudaSuccess && e != cudaErrorPeerAccessAlreadyEnabled) PARALAB_CUDA(e);
+      cudaGetLastError();
+    }
+  std::vector<std::unique_ptr<Device>> devices;
+  for (int i = 0; i < count; ++i) {
+    const int gpu = i % gpus;
+    const int sharing = count / gpus + (gpu < count % gpus ? 1 : 0);
+    devices.push_back(std::make_unique<CudaDevice>(i, gpu, sharing, options.tf32));
+  }
+  return devices;
+}
+
+nlohmann::json library_versions() {
+  int runtime = 0;
+  cudaRuntimeGetVersion(&runtime);
+  int cublas = 0;
+  cublasGetProperty(MAJOR_VERSION, &cublas);
+  int cublas_minor = 0;
+  cublasGetProperty(MINOR_VERSION, &cublas_minor);
+  const size_t cudnn = cudnnGetVersion();
+  return {
+      {"cuda_runtime", std::to_string(runtime / 1000) + "." + std::to_string(runtime % 1000 / 10)},
+      {"cudnn", std::to_string(cudnn / 10000) + "." + std::to_string(cudnn % 10000 / 100) + "." +
+                    std::to_string(cudnn % 100)},
+      {"cublas", std::to_string(cublas) + "." + std::to_string(cublas_minor)}};
+}
+
+}  // namespace paralab::cuda

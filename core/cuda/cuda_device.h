@@ -1,0 +1,68 @@
+// The CUDA backend's device: one GPU, or an equal share of one ("virtual device", each with a
+// stream of its own), with a cuDNN and a cuBLAS handle bound to that stream.
+//
+// All work a device queues goes to its stream, so k devices run concurrently; synchronize()
+// waits for that stream only. TF32 is off unless asked for, so results compare with the CPU.
+#pragma once
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+#include <cudnn.h>
+
+#include <memory>
+
+#include "core/device.h"
+#include "core/ops.h"
+
+namespace paralab::cuda {
+
+class CudaDevice final : public Device {
+ public:
+  // gpu: the CUDA device index; virtual_of: how many devices of the group share this GPU.
+  CudaDevice(int ordinal, int gpu, int sharing, bool tf32);
+  ~CudaDevice() override;
+
+  DeviceKind kind() const override { return DeviceKind::Cuda; }
+  int ordinal() const override { return ordinal_; }
+  std::string name() const override;
+  nlohmann::json describe() const override;
+
+  void* allocate(std::size_t bytes) override;
+  void deallocate(void* ptr) noexcept override;
+  void copy_from_host(void* dst, const void* src, std::size_t bytes) override;
+  void copy_to_host(void* dst, const void* src, std::size_t bytes) override;
+  // dst on this device; src on this device or on a peer (unified addressing).
+  void copy_on_device(void* dst, const void* src, std::size_t bytes) override;
+  void fill_zero(void* dst, std::size_t bytes) override;
+  void synchronize() override;
+  void bind_thread() override;
+  Ops& ops() override { return *ops_; }
+
+  int gpu() const { return gpu_; }
+  bool tf32() const { return tf32_; }
+  cudaStream_t stream() const { return stream_; }
+  cudnnHandle_t cudnn() const { return cudnn_; }
+  cublasHandle_t cublas() const { return cublas_; }
+
+ private:
+  int ordinal_;
+  int gpu_;
+  int sharing_;
+  bool tf32_;
+  cudaStream_t stream_ = nullptr;
+  cudnnHandle_t cudnn_ = nullptr;
+  cublasHandle_t cublas_ = nullptr;
+  std::unique_ptr<Ops> ops_;
+};
+
+// How many GPUs are usable, and why none when 0 ("CUDA driver version is insufficient", no
+// device, ...): the reason GPU tests give when they skip.
+int usable_gpus(std::string* why_none = nullptr);
+
+std::vector<std::unique_ptr<Device>> make_cuda_devices(int count, const DeviceOptions& options);
+
+std::unique_ptr<Ops> make_ops(CudaDevice& device);
+
+nlohmann::json library_versions();
+
+}  // namespace paralab::cuda

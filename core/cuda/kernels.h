@@ -1,0 +1,31 @@
+// Launchers of the CUDA backend's own kernels (kernels.cu). Each takes an explicit stream and
+// checks the launch; the kernels themselves are private to kernels.cu.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace paralab::cuda {
+
+// y = max(x, 0); y may alias x.
+void relu_forward(const float* x, float* y, int64_t n, cudaStream_t s);
+// dx = y > 0 ? dy : 0; dx may alias dy.
+void relu_backward(const float* y, const float* dy, float* dx, int64_t n, cudaStream_t s);
+// y (rows,cols) += b (cols) broadcast over rows.
+void add_bias_rows(float* y, const float* b, int64_t rows, int64_t cols, cudaStream_t s);
+// db (cols) = sum over rows of dy (rows,cols), rows summed in order (deterministic).
+void column_sums(const float* dy, float* db, int64_t rows, int64_t cols, cudaStream_t s);
+// Softmax cross-entropy summed over rows: stats[0] = loss, stats[1] = correct count;
+// dlogits = softmax - onehot unless null. One thread block; deterministic.
+void softmax_xent(const float* logits, const int32_t* labels, float* dlogits, float* stats,
+                  int64_t rows, int64_t classes, cudaStream_t s);
+// p -= step * g
+void sgd(float* p, const float* g, float step, int64_t n, cudaStream_t s);
+// d += x (x may live on a peer GPU with peer access, or on this one)
+void add_inplace(float* d, const float* x, int64_t n, cudaStream_t s);
+// x[i] = images[idx[i]] (row floats each), y[i] = labels[idx[i]] for i < count.
+void gather_rows(const float* images, const int32_t* labels, const int32_t* idx, int64_t count,
+                 int64_t row, float* x, int32_t* y, cudaStream_t s);
+
+}  // namespace paralab::cuda
