@@ -4,7 +4,9 @@
 #include <functional>
 #include <map>
 
+#if PARALAB_HAVE_CPU
 #include "core/cpu/cpu_device.h"
+#endif
 #if PARALAB_HAVE_CUDA
 #include "core/cuda/cuda_device.h"
 #endif
@@ -19,6 +21,7 @@ using Factory = std::function<std::vector<std::unique_ptr<Device>>(int, const De
 
 const std::map<std::string, Factory>& registry() {
   static const std::map<std::string, Factory> r = {
+#if PARALAB_HAVE_CPU
     {"cpu",
      [](int count, const DeviceOptions& o) {
        std::vector<std::unique_ptr<Device>> devices;
@@ -26,6 +29,7 @@ const std::map<std::string, Factory>& registry() {
          devices.push_back(std::make_unique<cpu::CpuDevice>(i, o.threads_per_device));
        return devices;
      }},
+#endif
 #if PARALAB_HAVE_CUDA
     {"cuda", [](int count, const DeviceOptions& o) { return cuda::make_cuda_devices(count, o); }},
 #endif
@@ -51,7 +55,7 @@ std::vector<std::string> known_backends() {
 // the CPU.
 std::string resolve_backend(const std::string& backend) {
 #if PARALAB_HAVE_CUDA
-  if (backend == "auto") return cuda::usable_gpus() > 0 ? "cuda" : "cpu";
+  if (backend == "auto") return cuda::usable_gpus() > 0 || !PARALAB_HAVE_CPU ? "cuda" : "cpu";
 #else
   if (backend == "auto") return "cpu";
 #endif
@@ -67,7 +71,9 @@ std::vector<std::unique_ptr<Device>> make_devices(const std::string& backend, in
 }
 
 std::string backend_unavailable(const std::string& backend) {
-  if (backend == "cpu" || backend == "auto") return "";
+  if (backend == "auto") return "";
+  if (backend == "cpu")
+    return PARALAB_HAVE_CPU ? "" : "the CPU backend is not built (PARALAB_WITH_CPU=OFF)";
 #if PARALAB_HAVE_CUDA
   if (backend == "cuda") {
     std::string why;
@@ -78,7 +84,10 @@ std::string backend_unavailable(const std::string& backend) {
 }
 
 nlohmann::json backend_versions() {
-  nlohmann::json v = {{"onednn", cpu::onednn_version()}};
+  nlohmann::json v = nlohmann::json::object();
+#if PARALAB_HAVE_CPU
+  v["onednn"] = cpu::onednn_version();
+#endif
 #if PARALAB_HAVE_CUDA
   v.update(cuda::library_versions());
 #endif

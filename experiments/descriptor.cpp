@@ -84,6 +84,8 @@ class Reader {
 const json& defaults() {
   static const json d = {
       {"backend", "auto"},
+      {"virtual_devices", false},
+      {"tf32", false},
       {"dataset", {{"dir", nullptr}, {"train_limit", nullptr}, {"test_limit", nullptr}}},
       {"training",
        {{"epochs", 1},
@@ -98,8 +100,8 @@ const json& defaults() {
   return d;
 }
 
-const std::vector<std::string> kTopKeys = {"name",    "description", "backend",
-                                           "dataset", "training",    "runs"};
+const std::vector<std::string> kTopKeys = {"name", "description", "backend",  "virtual_devices",
+                                           "tf32", "dataset",     "training", "runs"};
 const std::vector<std::string> kDatasetKeys = {"dir", "train_limit", "test_limit"};
 const std::vector<std::string> kTrainingKeys = {"epochs",
                                                 "batch_size",
@@ -319,6 +321,11 @@ Descriptor parse_descriptor(json doc, const std::string& file) {
   } catch (const Error& e) {
     r.fail("backend", e.what());
   }
+
+  for (const char* key : {"virtual_devices", "tf32"})
+    if (!doc[key].is_boolean()) r.fail(key, "must be true or false, got " + type_name(doc[key]));
+  d.virtual_devices = doc["virtual_devices"].get<bool>();
+  d.tf32 = doc["tf32"].get<bool>();
 
   const json& ds = doc["dataset"];
   r.only_keys(ds, "dataset", kDatasetKeys);

@@ -178,7 +178,11 @@ json run_training(const RunSpec& run, const RunContext& ctx) {
                      "measure time-sharing, not parallelism\n",
                      run.label.c_str(), static_cast<long long>(needed), cores);
       // Devices first: the strategy's tensors live on them and must be released before them.
-      auto devices = make_devices(backend, run.devices, {tc.threads_per_device});
+      DeviceOptions device_options;
+      device_options.threads_per_device = tc.threads_per_device;
+      device_options.virtual_devices = d.virtual_devices;
+      device_options.tf32 = d.tf32;
+      auto devices = make_devices(backend, run.devices, device_options);
       auto strategy = make_strategy(run.strategy, run.options, run.path);
       config["options"] = strategy->options();
       json device_info = json::array();
