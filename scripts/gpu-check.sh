@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# The one-call GPU check: build (or use build-gpu/ if it is there), run the GPU tests, then the
+# short GPU benchmark (experiments/gpu-check.json); everything it reports goes under $OUT
+# (default ./gpu-check-out). Under 8 minutes on one GPU.
+#
+# On a host with ParaLab's packages it builds normally. On an offline GPU host it builds a
+# CUDA-only ParaLab from gpu-bundle/ (scripts/make-gpu-bundle.sh, run where the packages are),
+# taking cuDNN and cuBLAS from the CUDA toolkit or from PyTorch's nvidia-* Python wheels.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-$PWD/gpu-check-out}
+mkdir -p "$OUT"
+log() { echo "gpu-check: $*" | tee -a "$OUT/summary.txt"; }
+status=0
+
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv > "$OUT/gpu.csv" 2>&1 ||
+  log "nvidia-smi failed (see gpu.csv)"
+log "GPU: $(tail -n +2 "$OUT/gpu.csv" 2>/dev/null | head -1)"
+
+# cuDNN / cuBLAS / CUDA runtime from Python wheels when the toolkit lacks them.
+wheel_dir() { python3 -c "import importlib, os; m = importlib.import_module('$1'); print(os.path.dirname(m.__file__) if m.__file__ else list(m.__path__)[0])" 2>/dev/null; }
+cmake_args=(-G Ninja -DCMAKE_BUILD_TYPE=Release)
+lib_path=()
+if [[ -d gpu-bundle ]]; then
+  cmake_args+=(-DPARALAB_WITH_CPU=OFF -DPARALAB_DEPS_DIR="$PWD/gpu-bundle")
+  export FASHION_MNIST_DIR=$PWD/gpu-bundle/data/fashion-mnist
+  lib_path+=("$PWD/gpu-bundle/lib")
+fi
+if ! ls /usr/local/cuda/lib64/libcudnn.so* /usr/local/cuda/lib/libcudnn.so* >/dev/null 2>&1; then
+  cudnn=$(wheel_dir nvidia.cudnn)
+  if [[ -n $cudnn && -d $cudnn/lib ]]; then
+    cudnn_lib=$(ls "$cudnn"/lib/libcudnn.so* | head -1)
+    cmake_args+=(-DCUDNN_INCLUDE_DIR="$cudnn/include" -DCUDNN_LIBRARY="$cudnn_lib")
+    lib_path+=("$cudnn/lib")
+  fi
+fi
+for mod in nvidia.cublas nvidia.cuda_runtime nvidia.nccl; do
+  d=$(wheel_dir $mod)
+  [[ -n $d && -d $d/lib ]] && lib_path+=("$d/lib")
+done
+if ((${#lib_path[@]})); then
+  export LD_LIBRARY_PATH="$(IFS=:; echo "${lib_path[*]}")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+fi
+
+t0=$(date +%s)
+if [[ ! -x build-gpu/bench_runner ]]; then
+  if ! cmake -S . -B build-gpu "${cmake_args[@]}" > "$OUT/configure.log" 2>&1 ||
+     ! cmake --build build-gpu --parallel "$(nproc)" \
+       --target bench_runner allreduce_bench test_backends test_collectives test_data_parallel \
+       > "$OUT/build.log" 2>&1; then
+    log "build FAILED after $(( $(date +%s) - t0 )) s (see configure.log, build.log)"
+    exit 1
+  fi
+fi
+grep "ParaLab:" "$OUT/configure.log" 2>/dev/null | tee -a "$OUT/summary.txt"
+log "built in $(( $(date +%s) - t0 )) s"
+
+# GPU tests: every backend test on cuda, collectives and data_parallel on virtual devices.
+t0=$(date +%s)
+for t in test_backends test_collectives test_data_parallel; do
+  filter='*cuda*:*Cuda*'
+  timeout 240 "build-gpu/tests/$t" --gtest_filter="$filter" > "$OUT/$t.log" 2>&1
+  rc=$?
+  log "$t: $(grep -E '^\[  (PASSED|FAILED)  \] [0-9]+ test' "$OUT/$t.log" | tr '\n' ' ')$(grep -cE '^\[  SKIPPED \] .*\(' "$OUT/$t.log") skipped (exit $rc)"
+  ((rc == 0)) || status=1
+done
+log "tests took $(( $(date +%s) - t0 )) s"
+
+t0=$(date +%s)
+timeout 240 build-gpu/bench_runner experiments/gpu-check.json --out "$OUT/gpu-check.json" \
+  > "$OUT/bench_runner.log" 2>&1
+rc=$?
+log "benchmark exit $rc in $(( $(date +%s) - t0 )) s"
+tail -n 20 "$OUT/bench_runner.log" >> "$OUT/summary.txt"
+((rc == 0)) || status=1
+exit $status

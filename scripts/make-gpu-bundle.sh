@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Packs what an offline GPU host lacks into gpu-bundle/ (gitignored; carried to the device
+# machine with the working tree): the headers and static libraries of ParaLab's non-CUDA
+# dependencies (nlohmann-json, CLI11, GoogleTest, Google Benchmark, zlib) and the Fashion-MNIST
+# files. scripts/gpu-check.sh builds a CUDA-only ParaLab there from it (no oneDNN: the CPU
+# backend's 40 MB library would not fit beside the data). Run scripts/install-deps.sh first.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+out=gpu-bundle
+multiarch=$(gcc -print-multiarch 2>/dev/null || echo x86_64-linux-gnu)
+libdir=/usr/lib/$multiarch
+rm -rf "$out.tmp"
+mkdir -p "$out.tmp/include" "$out.tmp/lib" "$out.tmp/data/fashion-mnist"
+for d in nlohmann CLI gtest benchmark; do
+  [[ -d /usr/include/$d ]] || { echo "make-gpu-bundle.sh: /usr/include/$d missing (run scripts/install-deps.sh)" >&2; exit 1; }
+  cp -r "/usr/include/$d" "$out.tmp/include/"
+done
+cp /usr/include/zlib.h /usr/include/zconf.h "$out.tmp/include/"
+# Debian ships Google Benchmark as a shared library only: its runtime file goes along (under its
+# soname, no symlinks), and gpu-check.sh puts gpu-bundle/lib on LD_LIBRARY_PATH.
+bench_soname=$(objdump -p "$libdir/libbenchmark.so" 2>/dev/null | awk '/SONAME/ {print $2}')
+for l in libz.a libgtest.a libgtest_main.a "${bench_soname:-libbenchmark.so}"; do
+  [[ -f $libdir/$l ]] || { echo "make-gpu-bundle.sh: $libdir/$l missing" >&2; exit 1; }
+  cp -L "$libdir/$l" "$out.tmp/lib/"
+done
+data=${FASHION_MNIST_DIR:-/usr/share/datasets/fashion-mnist}
+cp "$data"/{train,t10k}-{images-idx3,labels-idx1}-ubyte.gz "$out.tmp/data/fashion-mnist/"
+rm -rf "$out"
+mv "$out.tmp" "$out"
+du -sh "$out"
