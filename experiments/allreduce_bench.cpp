@@ -27,7 +27,7 @@
 #include "core/lenet.h"
 #include "strategies/collectives/collectives.h"
 #include "strategies/collectives/transport.h"
-#include "strategies/rank_group.h"
+#include "strategies/spmd_group.h"
 
 namespace paralab {
 namespace {
@@ -38,13 +38,11 @@ using Clock = std::chrono::steady_clock;
 struct BenchGroup {
   explicit BenchGroup(int k) : devices(make_devices("cpu", k, {})) {
     for (auto& d : devices) ptrs.push_back(d.get());
-    fabric = std::make_unique<LocalFabric>(ptrs);
-    ranks = std::make_unique<RankGroup>(ptrs);
+    spmd = std::make_unique<SpmdGroup>(ptrs);
   }
   std::vector<std::unique_ptr<Device>> devices;
   std::vector<Device*> ptrs;
-  std::unique_ptr<LocalFabric> fabric;
-  std::unique_ptr<RankGroup> ranks;
+  std::unique_ptr<SpmdGroup> spmd;
 };
 
 BenchGroup& group(int k) {
@@ -74,9 +72,8 @@ std::string check(Op op, Allreduce* ar, BenchGroup& g, int64_t n) {
   const int k = static_cast<int>(g.ptrs.size());
   const auto bounds = equal_segments(n, k);
   std::vector<std::string> errors(k);
-  g.ranks->run([&](int r) {
+  g.spmd->run([&](int r, Transport& t) {
     Tensor buf = Tensor::from_host(*g.ptrs[r], {n}, exact_input(n, r));
-    Transport& t = g.fabric->endpoint(r);
     if (op == Op::Allreduce) ar->run(t, buf);
     if (op == Op::ReduceScatter) reduce_scatter_ring(t, buf, bounds);
     if (op == Op::Allgather) allgather_ring(t, buf, bounds);
@@ -111,8 +108,7 @@ template <typename Prepare, typename Body>
 void time_ranks(benchmark::State& state, BenchGroup& g, Prepare prepare, Body body) {
   std::vector<double> seconds(g.ptrs.size());
   for (auto _ : state) {
-    g.ranks->run([&](int r) {
-      Transport& t = g.fabric->endpoint(r);
+    g.spmd->run([&](int r, Transport& t) {
       prepare(r);
       t.barrier();
       const auto t0 = Clock::now();
@@ -149,7 +145,7 @@ void run_collective(benchmark::State& state, Op op, const std::string& algorithm
   }
   std::vector<Tensor> bufs(k);
   const auto bounds = equal_segments(n, k);
-  g.ranks->run([&](int r) { bufs[r] = Tensor::zeros(*g.ptrs[r], {n}); });
+  g.spmd->run([&](int r, Transport&) { bufs[r] = Tensor::zeros(*g.ptrs[r], {n}); });
   time_ranks(
       state, g, [](int) {},
       [&](int r, Transport& t) {
@@ -171,7 +167,7 @@ void run_memcpy(benchmark::State& state) {
   const int64_t bytes = state.range(1);
   BenchGroup& g = group(2);
   std::vector<Tensor> bufs(2);
-  g.ranks->run([&](int r) { bufs[r] = Tensor::zeros(*g.ptrs[r], {bytes / 4}); });
+  g.spmd->run([&](int r, Transport&) { bufs[r] = Tensor::zeros(*g.ptrs[r], {bytes / 4}); });
   float stamp = 0;
   auto produce = [&](int r) {
     if (r != 0) return;
@@ -191,7 +187,7 @@ void run_lenet_per_tensor(benchmark::State& state, const std::string& algorithm)
   BenchGroup& g = group(k);
   auto ar = make_allreduce(algorithm, {});
   std::vector<Tensor> bufs(k);
-  g.ranks->run([&](int r) { bufs[r] = Tensor::zeros(*g.ptrs[r], {kLeNetParameters}); });
+  g.spmd->run([&](int r, Transport&) { bufs[r] = Tensor::zeros(*g.ptrs[r], {kLeNetParameters}); });
   time_ranks(
       state, g, [](int) {},
       [&](int r, Transport& t) {

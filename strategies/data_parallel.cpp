@@ -12,7 +12,7 @@
 #include "core/ops.h"
 #include "strategies/collectives/collectives.h"
 #include "strategies/collectives/transport.h"
-#include "strategies/rank_group.h"
+#include "strategies/spmd_group.h"
 
 namespace paralab {
 
@@ -139,8 +139,7 @@ class DataParallel final : public Strategy {
 
   void setup(const StrategySetup& s) override {
     const int k = static_cast<int>(s.devices.size());
-    fabric_ = std::make_unique<LocalFabric>(s.devices);
-    group_ = std::make_unique<RankGroup>(s.devices);
+    group_ = std::make_unique<SpmdGroup>(s.devices);
     ranks_.resize(static_cast<std::size_t>(k));
     eval_batch_ = s.eval_batch;
     test_bounds_ = equal_segments(s.test->count, k);
@@ -150,7 +149,7 @@ class DataParallel final : public Strategy {
     run([&](int r) {
       Rank& me = ranks_[r];
       Device& dev = group_->device(r);
-      me.transport = &fabric_->endpoint(r);
+      me.transport = &group_->transport(r);
       me.model = std::make_unique<LeNet>(dev);
       me.model->params().copy_from_host(s.initial_parameters);
       me.train_x = Tensor::from_host(dev, {s.train->count, 1, s.train->rows, s.train->cols},
@@ -275,17 +274,8 @@ class DataParallel final : public Strategy {
     }
   };
 
-  // Runs fn on every rank; a rank that throws aborts the fabric so that its peers, blocked on
-  // messages it will never send, fail too instead of hanging.
   void run(const std::function<void(int)>& fn) {
-    group_->run([&](int r) {
-      try {
-        fn(r);
-      } catch (...) {
-        fabric_->abort();
-        throw;
-      }
-    });
+    group_->run([&](int r, Transport&) { fn(r); });
   }
 
   void reduce_bucket(Rank& me, int b) {
@@ -344,8 +334,7 @@ class DataParallel final : public Strategy {
   Options o_;
   std::vector<Bucket> buckets_;
   std::unique_ptr<Allreduce> allreduce_;
-  std::unique_ptr<LocalFabric> fabric_;
-  std::unique_ptr<RankGroup> group_;
+  std::unique_ptr<SpmdGroup> group_;
   std::vector<Rank> ranks_;
   std::vector<int64_t> test_bounds_;
   int64_t eval_batch_ = 1000;

@@ -9,7 +9,7 @@
 #include "core/rng.h"
 #include "strategies/collectives/collectives.h"
 #include "strategies/collectives/transport.h"
-#include "strategies/rank_group.h"
+#include "strategies/spmd_group.h"
 #include "tests/test_util.h"
 
 namespace paralab {
@@ -17,34 +17,26 @@ namespace {
 
 using testing::all_close;
 
-// k CPU devices, their fabric and one thread per rank.
+// k devices (CPU, or CUDA devices that may share GPUs) and their SPMD group.
 struct Group {
   explicit Group(int k, const std::string& backend = "cpu")
-      : devices(make_devices(backend, k, virtual_ok())) {
-    for (auto& d : devices) ptrs.push_back(d.get());
-    fabric = std::make_unique<LocalFabric>(ptrs);
-    ranks = std::make_unique<RankGroup>(ptrs);
+      : devices(make_devices(backend, k, virtual_ok())), spmd(pointers(devices)) {
+    ptrs = pointers(devices);
   }
-  // Runs fn(rank, transport) on every rank; a failing rank aborts the fabric like strategies do.
-  void run(const std::function<void(int, Transport&)>& fn) {
-    ranks->run([&](int r) {
-      try {
-        fn(r, fabric->endpoint(r));
-      } catch (...) {
-        fabric->abort();
-        throw;
-      }
-    });
-  }
+  void run(const std::function<void(int, Transport&)>& fn) { spmd.run(fn); }
   static DeviceOptions virtual_ok() {
     DeviceOptions o;
     o.virtual_devices = true;  // CUDA: k devices on however many GPUs there are
     return o;
   }
+  static std::vector<Device*> pointers(const std::vector<std::unique_ptr<Device>>& owned) {
+    std::vector<Device*> p;
+    for (const auto& d : owned) p.push_back(d.get());
+    return p;
+  }
   std::vector<std::unique_ptr<Device>> devices;
   std::vector<Device*> ptrs;
-  std::unique_ptr<LocalFabric> fabric;
-  std::unique_ptr<RankGroup> ranks;
+  SpmdGroup spmd;
 };
 
 std::vector<float> random_data(int64_t n, uint64_t seed) {
