@@ -21,6 +21,10 @@ namespace paralab {
 // from the last training forward for backward, like cuDNN's reserve space.
 class ConvReluPool {
  public:
+  // The checks every implementation makes: x (N,C,H,W) and w (K,C,R,S) fit, with a conv output
+  // of at least 2x2. Returns y's shape (N,K,(H-R+1)/2,(W-S+1)/2); throws Error otherwise.
+  static Shape output_shape(const Tensor& x, const Tensor& w);
+
   virtual ~ConvReluPool() = default;
   // x (N,C,H,W), w (K,C,R,S), b (K) -> y (N,K,(H-R+1)/2,(W-S+1)/2)
   virtual void forward(const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y,

@@ -48,7 +48,7 @@ class CpuConvReluPool final : public ConvReluPool {
   void forward(const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y,
                bool training) override {
     StagePlan& p = plan(x, w);
-    const Shape expect = pooled_shape(x, w);
+    const Shape expect = output_shape(x, w);
     PARALAB_REQUIRE(y.shape() == expect, "conv_relu_pool forward: y is " + shape_string(y.shape()) +
                                              ", expected " + shape_string(expect));
     PARALAB_REQUIRE(b.numel() == w.dim(0), "conv_relu_pool forward: bias has " +
@@ -72,7 +72,7 @@ class CpuConvReluPool final : public ConvReluPool {
     StagePlan& p = plan(x, w);
     PARALAB_REQUIRE(p.has_forward, "conv_relu_pool backward: no training forward for x " +
                                        shape_string(x.shape()));
-    PARALAB_REQUIRE(dy.shape() == pooled_shape(x, w),
+    PARALAB_REQUIRE(dy.shape() == output_shape(x, w),
                     "conv_relu_pool backward: dy is " + shape_string(dy.shape()));
     auto& s = device_.stream();
     PARALAB_DNNL("conv_relu_pool backward", {
@@ -108,15 +108,8 @@ class CpuConvReluPool final : public ConvReluPool {
     for (int64_t i = 0; i < n; ++i) d[i] = a[i] > 0.0f ? d[i] : 0.0f;
   }
 
-  static Shape pooled_shape(const Tensor& x, const Tensor& w) {
-    return {x.dim(0), w.dim(0), (x.dim(2) - w.dim(2) + 1) / 2, (x.dim(3) - w.dim(3) + 1) / 2};
-  }
-
   StagePlan& plan(const Tensor& x, const Tensor& w) {
-    PARALAB_REQUIRE(x.ndim() == 4 && w.ndim() == 4 && x.dim(1) == w.dim(1) &&
-                        x.dim(2) - w.dim(2) + 1 >= 2 && x.dim(3) - w.dim(3) + 1 >= 2,
-                    "conv_relu_pool: x " + shape_string(x.shape()) + " and w " +
-                        shape_string(w.shape()) + " do not fit");
+    output_shape(x, w);  // validates
     const Key key{x.dim(0), x.dim(1), x.dim(2), x.dim(3), w.dim(0), w.dim(2), w.dim(3)};
     auto it = plans_.find(key);
     if (it != plans_.end()) return it->second;

@@ -62,9 +62,9 @@ class CudaConvReluPool final : public ConvReluPool {
   void forward(const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y,
                bool training) override {
     Plan& p = plan(x, w);
-    PARALAB_REQUIRE(y.shape() == pooled(x, w), "conv_relu_pool forward: y is " +
-                                                   shape_string(y.shape()) + ", expected " +
-                                                   shape_string(pooled(x, w)));
+    PARALAB_REQUIRE(y.shape() == output_shape(x, w), "conv_relu_pool forward: y is " +
+                                                         shape_string(y.shape()) + ", expected " +
+                                                         shape_string(output_shape(x, w)));
     const float one = 1.0f, zero = 0.0f;
     cudnnHandle_t h = d_.cudnn();
     PARALAB_CUDNN(cudnnConvolutionForward(h, &one, p.x, x.raw(), p.w, w.raw(), p.conv, p.fwd_algo,
@@ -86,7 +86,7 @@ class CudaConvReluPool final : public ConvReluPool {
     Plan& p = plan(x, w);
     PARALAB_REQUIRE(p.has_forward, "conv_relu_pool backward: no training forward for x " +
                                        shape_string(x.shape()));
-    PARALAB_REQUIRE(dy.shape() == pooled(x, w),
+    PARALAB_REQUIRE(dy.shape() == output_shape(x, w),
                     "conv_relu_pool backward: dy is " + shape_string(dy.shape()));
     const float one = 1.0f, zero = 0.0f;
     cudnnHandle_t h = d_.cudnn();
@@ -112,15 +112,8 @@ class CudaConvReluPool final : public ConvReluPool {
   }
 
  private:
-  static Shape pooled(const Tensor& x, const Tensor& w) {
-    return {x.dim(0), w.dim(0), (x.dim(2) - w.dim(2) + 1) / 2, (x.dim(3) - w.dim(3) + 1) / 2};
-  }
-
   Plan& plan(const Tensor& x, const Tensor& w) {
-    PARALAB_REQUIRE(x.ndim() == 4 && w.ndim() == 4 && x.dim(1) == w.dim(1) &&
-                        x.dim(2) - w.dim(2) + 1 >= 2 && x.dim(3) - w.dim(3) + 1 >= 2,
-                    "conv_relu_pool: x " + shape_string(x.shape()) + " and w " +
-                        shape_string(w.shape()) + " do not fit");
+    output_shape(x, w);  // validates
     const Key key{x.dim(0), x.dim(1), x.dim(2), x.dim(3), w.dim(0), w.dim(2), w.dim(3)};
     auto it = plans_.find(key);
     if (it != plans_.end()) return *it->second;
