@@ -12,11 +12,14 @@
 //   algbw = bytes / time                       (GB/s, 1e9)
 //   busbw = algbw * 2(k-1)/k  for allreduce;   algbw * (k-1)/k for allgather and reduce-scatter
 // "memcpy" copies the same bytes from one device's buffer to another's: what one link can move.
+#include "experiments/allreduce_bench.h"
+
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <map>
 #include <memory>
 #include <string>
 #include <thread>
@@ -52,6 +55,7 @@ BenchGroup& group(int k) {
 }
 
 bool g_failed = false;  // any correctness check failed: exit non-zero
+std::map<std::string, AllreduceFactory> g_algorithms;  // naive, ring, tree, and any extras
 
 enum class Op { Allreduce, Allgather, ReduceScatter };
 
@@ -137,7 +141,7 @@ void run_collective(benchmark::State& state, Op op, const std::string& algorithm
   const int64_t n = bytes / 4;
   BenchGroup& g = group(k);
   std::unique_ptr<Allreduce> ar;
-  if (op == Op::Allreduce) ar = make_allreduce(algorithm, {});
+  if (op == Op::Allreduce) ar = g_algorithms.at(algorithm)();
   if (const std::string err = check(op, ar.get(), g, n); !err.empty()) {
     g_failed = true;
     state.SkipWithError(("wrong result before timing: " + err).c_str());
@@ -185,7 +189,7 @@ void run_memcpy(benchmark::State& state) {
 void run_lenet_per_tensor(benchmark::State& state, const std::string& algorithm) {
   const int k = static_cast<int>(state.range(0));
   BenchGroup& g = group(k);
-  auto ar = make_allreduce(algorithm, {});
+  auto ar = g_algorithms.at(algorithm)();
   std::vector<Tensor> bufs(k);
   g.spmd->run([&](int r, Transport&) { bufs[r] = Tensor::zeros(*g.ptrs[r], {kLeNetParameters}); });
   time_ranks(
@@ -216,7 +220,13 @@ std::vector<int> parse_devices(const std::string& list) {
   return out;
 }
 
-int main_impl(int argc, char** argv) {
+}  // namespace
+
+int allreduce_bench_main(int argc, char** argv,
+                         const std::map<std::string, AllreduceFactory>& extra) {
+  for (const auto& name : known_allreduces())
+    g_algorithms[name] = [name] { return make_allreduce(name, {}); };
+  for (const auto& [name, factory] : extra) g_algorithms[name] = factory;
   std::vector<int> devices{1, 2, 4, 8};
   bool oversubscribe = false;
   std::string sizes = "sweep";
@@ -256,11 +266,11 @@ int main_impl(int argc, char** argv) {
       })->Iterations(1);
       continue;
     }
-    for (const std::string algo : {"naive", "ring", "tree"})
+    for (const auto& [algo, factory] : g_algorithms)
       for (int64_t b : byte_sizes)
         benchmark::RegisterBenchmark(
             ("allreduce/" + algo).c_str(),
-            [algo](benchmark::State& s) { run_collective(s, Op::Allreduce, algo); })
+            [algo = algo](benchmark::State& s) { run_collective(s, Op::Allreduce, algo); })
             ->Args({k, b})
             ->ArgNames({"devices", "bytes"})
             ->UseManualTime()
@@ -273,9 +283,10 @@ int main_impl(int argc, char** argv) {
             ->ArgNames({"devices", "bytes"})
             ->UseManualTime()
             ->Unit(benchmark::kMicrosecond);
-    for (const std::string algo : {"naive", "ring", "tree"})
-      benchmark::RegisterBenchmark(("lenet_per_tensor/" + algo).c_str(),
-                                   [algo](benchmark::State& s) { run_lenet_per_tensor(s, algo); })
+    for (const auto& [algo, factory] : g_algorithms)
+      benchmark::RegisterBenchmark(
+          ("lenet_per_tensor/" + algo).c_str(),
+          [algo = algo](benchmark::State& s) { run_lenet_per_tensor(s, algo); })
           ->Args({k, kLeNetParameters * 4})
           ->ArgNames({"devices", "bytes"})
           ->UseManualTime()
@@ -290,17 +301,9 @@ int main_impl(int argc, char** argv) {
           ->Unit(benchmark::kMicrosecond);
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();
+  if (g_failed)
+    std::fprintf(stderr, "allreduce_bench: a collective gave a wrong result (see above)\n");
   return g_failed ? 2 : 0;
 }
 
-}  // namespace
 }  // namespace paralab
-
-int main(int argc, char** argv) {
-  try {
-    return paralab::main_impl(argc, argv);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "allreduce_bench: %s\n", e.what());
-    return 1;
-  }
-}

@@ -1,0 +1,21 @@
+// The allreduce microbenchmark program (allreduce_bench.cpp) as a function, so that a test can
+// run it with one more, deliberately wrong, allreduce registered beside the real ones.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+
+#include "strategies/collectives/collectives.h"
+
+namespace paralab {
+
+using AllreduceFactory = std::function<std::unique_ptr<Allreduce>()>;
+
+// argv as the program's (own flags, then Google Benchmark's). Returns the exit status: 0, 1 on
+// bad arguments, 2 when a collective failed its correctness check.
+int allreduce_bench_main(int argc, char** argv,
+                         const std::map<std::string, AllreduceFactory>& extra = {});
+
+}  // namespace paralab
