@@ -1,6 +1,6 @@
 // allreduce_bench: the collectives alone, in the form nccl-tests reports them.
 //
-//   build/allreduce_bench [--devices=1,2,4,8] [--oversubscribe] [--sizes=lenet|sweep|all]
+//   build/allreduce_bench [--devices=2,4,8] [--oversubscribe] [--sizes=lenet|sweep|all]
 //                         [Google Benchmark flags, e.g. --benchmark_out=results/bench.json]
 //
 // Every configuration is checked for the exact sum before it is timed (device r contributes
@@ -55,6 +55,10 @@ BenchGroup& group(int k) {
 }
 
 bool g_failed = false;  // any correctness check failed: exit non-zero
+// Seconds of measured (manual) time per benchmark. Each iteration also pays for waking the rank
+// threads, outside the measured time, so a small message needs many times this in wall time;
+// 0.2 s keeps the default sweep within a few minutes on 2 cores.
+constexpr double kMinTime = 0.2;
 std::map<std::string, AllreduceFactory> g_algorithms;  // naive, ring, tree, and any extras
 
 enum class Op { Allreduce, Allgather, ReduceScatter };
@@ -227,7 +231,8 @@ int allreduce_bench_main(int argc, char** argv,
   for (const auto& name : known_allreduces())
     g_algorithms[name] = [name] { return make_allreduce(name, {}); };
   for (const auto& [name, factory] : extra) g_algorithms[name] = factory;
-  std::vector<int> devices{1, 2, 4, 8};
+  // One device has nothing to reduce (a collective is a no-op there): the sweep starts at 2.
+  std::vector<int> devices{2, 4, 8};
   bool oversubscribe = false;
   std::string sizes = "sweep";
   std::vector<char*> rest{argv[0]};
@@ -274,6 +279,7 @@ int allreduce_bench_main(int argc, char** argv,
             ->Args({k, b})
             ->ArgNames({"devices", "bytes"})
             ->UseManualTime()
+            ->MinTime(kMinTime)
             ->Unit(benchmark::kMicrosecond);
     for (Op op : {Op::Allgather, Op::ReduceScatter})
       for (int64_t b : byte_sizes)
@@ -282,6 +288,7 @@ int allreduce_bench_main(int argc, char** argv,
             ->Args({k, b})
             ->ArgNames({"devices", "bytes"})
             ->UseManualTime()
+            ->MinTime(kMinTime)
             ->Unit(benchmark::kMicrosecond);
     for (const auto& [algo, factory] : g_algorithms)
       benchmark::RegisterBenchmark(
@@ -290,6 +297,7 @@ int allreduce_bench_main(int argc, char** argv,
           ->Args({k, kLeNetParameters * 4})
           ->ArgNames({"devices", "bytes"})
           ->UseManualTime()
+          ->MinTime(kMinTime)
           ->Unit(benchmark::kMicrosecond);
   }
   if (2 <= cores || oversubscribe)
@@ -298,6 +306,7 @@ int allreduce_bench_main(int argc, char** argv,
           ->Args({2, b})
           ->ArgNames({"devices", "bytes"})
           ->UseManualTime()
+          ->MinTime(kMinTime)
           ->Unit(benchmark::kMicrosecond);
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();

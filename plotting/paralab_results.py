@@ -305,22 +305,23 @@ def default_out_dir(results_path):
     return os.path.join(os.path.dirname(os.path.abspath(results_path)), f"{stem}-plots")
 
 
-def run_cli(prog, plots, argv=None):
+def run_cli(prog, plots, argv=None, loader=None, what="a bench_runner results file"):
     """The command line shared by the plot scripts. plots: list of (name, make_figure) where
     make_figure(results) returns (figure, None) or (None, why there is nothing to draw).
+    loader(path) reads the file (default load_results) and raises ResultsError with one line.
     Returns the exit status: 0 on success (also when a plot had nothing to draw), 1 when the
-    results file is unreadable or a figure cannot be written."""
+    file is unreadable or a figure cannot be written."""
+    loader = loader or load_results
     import argparse
     parser = argparse.ArgumentParser(
         prog=prog,
-        description=f"Plots {', '.join(n for n, _ in plots)} from a ParaLab results file "
-                    "(PNG and SVG).")
-    parser.add_argument("results", metavar="RESULTS.json", help="a bench_runner results file")
+        description=f"Plots {', '.join(n for n, _ in plots)} from {what} (PNG and SVG).")
+    parser.add_argument("results", metavar="RESULTS.json", help=what)
     parser.add_argument("--out-dir", metavar="DIR",
                         help="where to write (default: <results stem>-plots/ beside the file)")
     args = parser.parse_args(argv)
     try:
-        results = load_results(args.results)
+        results = loader(args.results)
     except ResultsError as e:
         print(f"{prog}: {e}", file=sys.stderr)
         return 1

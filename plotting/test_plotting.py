@@ -25,6 +25,7 @@ sys.path.insert(0, HERE)
 import paralab_results as pr  # noqa: E402
 import plot_accuracy  # noqa: E402
 import plot_breakdown  # noqa: E402
+import plot_allreduce  # noqa: E402
 import plot_speedup  # noqa: E402
 
 SCRIPTS = ("plot_speedup.py", "plot_breakdown.py", "plot_accuracy.py", "plot_all.py")
@@ -405,6 +406,67 @@ class InProcessTest(PlotTestCase):
             status = plot_speedup.main([os.path.join(self.tmp, "absent.json")])
         self.assertEqual(status, 1)
         self.assertIn("absent.json: no such file", err.getvalue())
+
+
+def bench_row(name, us, busbw):
+    return {"name": name + "/manual_time", "run_name": name + "/manual_time",
+            "run_type": "iteration", "real_time": us, "time_unit": "us", "busbw": busbw}
+
+
+def make_bench():
+    """allreduce_bench JSON: on 4 devices tree is faster up to 1 KiB and ring from 16 KiB on; on
+    2 devices ring is never slower; plus a memcpy row, a LeNet row and an errored row."""
+    rows = []
+    for b in (4, 1024, 16384, 65536, 1 << 20):
+        rows.append(bench_row(f"allreduce/ring/devices:4/bytes:{b}", 10.0 + b / 1000, 1.0))
+        rows.append(bench_row(f"allreduce/tree/devices:4/bytes:{b}", 5.0 + b / 500, 0.5))
+        rows.append(bench_row(f"allreduce/ring/devices:2/bytes:{b}", 5.0 + b / 2000, 2.0))
+        rows.append(bench_row(f"allreduce/tree/devices:2/bytes:{b}", 6.0 + b / 1000, 1.0))
+        rows.append(bench_row(f"memcpy/devices:2/bytes:{b}", 1.0 + b / 10000, 9.0))
+    rows.append(bench_row("lenet_per_tensor/ring/devices:2/bytes:516272", 100.0, 1.0))
+    rows.append({"name": "allreduce/devices:8", "run_name": "allreduce/devices:8",
+                 "error_occurred": True, "error_message": "skipped"})
+    return {"context": {}, "benchmarks": rows}
+
+
+class AllreducePlots(PlotTestCase):
+    def test_crossover_is_the_size_from_which_ring_wins(self):
+        bench = plot_allreduce.load_benchmark(self.write("b.json", make_bench()))
+        # 4 devices: tree (5 + b/500 us) beats ring (10 + b/1000 us) while b < 5000 bytes, so
+        # at 1 KiB it wins and at 16 KiB it no longer does.
+        self.assertEqual(plot_allreduce.crossovers(bench["rows"]), {2: None, 4: 16384})
+
+    def test_writes_both_plots_and_reports_the_crossover(self):
+        path = self.write("b.json", make_bench())
+        out = os.path.join(self.tmp, "plots")
+        proc = self.run_script("plot_allreduce.py", path, "--out-dir", out)
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        for name in ("allreduce_busbw", "allreduce_latency"):
+            assert_png(self, os.path.join(out, name + ".png"))
+            assert_svg(self, os.path.join(out, name + ".svg"))
+        self.assertIn("tree/ring crossover on 4 devices: 16 KiB", proc.stdout)
+        self.assertIn("tree/ring crossover on 2 devices: none", proc.stdout)
+
+    def test_median_aggregates_win_over_repetitions(self):
+        doc = make_bench()
+        rep = bench_row("allreduce/ring/devices:4/bytes:4", 999.0, 1.0)
+        med = dict(bench_row("allreduce/ring/devices:4/bytes:4", 3.0, 1.0),
+                   run_type="aggregate", aggregate_name="median")
+        doc["benchmarks"] = [rep, med]
+        rows = plot_allreduce.load_benchmark(self.write("b.json", doc))["rows"]
+        self.assertEqual([(r["algo"], r["us"]) for r in rows], [("ring", 3.0)])
+
+    def test_bad_files_fail_with_one_line_and_write_nothing(self):
+        out = os.path.join(self.tmp, "plots")
+        for content, what in (("{", "not JSON"), ({"runs": []}, "not a Google Benchmark"),
+                              ({"benchmarks": []}, "no allreduce_bench rows")):
+            path = self.write("bad.json", content)
+            proc = self.run_script("plot_allreduce.py", path, "--out-dir", out)
+            self.assertEqual(proc.returncode, 1)
+            self.assertEqual(len(proc.stderr.strip().splitlines()), 1, proc.stderr)
+            self.assertIn(what, proc.stderr)
+            self.assertIn("bad.json", proc.stderr)
+            self.assertFalse(os.path.exists(out))
 
 
 if __name__ == "__main__":
