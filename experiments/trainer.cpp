@@ -163,7 +163,12 @@ json run_training(const RunSpec& run, const RunContext& ctx) {
   const std::string prefix =
       "[run " + std::to_string(ctx.index + 1) + "/" + std::to_string(ctx.total) + "] " + run.label;
 
-  if (oversubscribed && !run.allow_oversubscription) {
+  // Runs the machine cannot provide are skipped with the reason, not failed.
+  if (const std::string missing = backend_unavailable(backend); !missing.empty()) {
+    status = "skipped";
+    reason = backend + ": " + missing;
+    ctx.progress->line(prefix + ": skipped: " + reason);
+  } else if (oversubscribed && !run.allow_oversubscription) {
     status = "skipped";
     reason = "needs " + std::to_string(needed) + " cores (" + std::to_string(run.devices) +
              " devices x " + std::to_string(tc.threads_per_device) +

@@ -2,8 +2,10 @@
 // the CPU backend learns (loss falls, test accuracy clears 0.5) and is deterministic.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 
+#include "core/device.h"
 #include "core/fashion_mnist.h"
 #include "experiments/descriptor.h"
 #include "experiments/trainer.h"
@@ -76,6 +78,20 @@ TEST_F(Training, NonFiniteLossIsRecordedAsDiverged) {
   EXPECT_EQ(r["status"], "diverged");
   ASSERT_TRUE(r.contains("diverged_at"));
   EXPECT_NE(r["reason"].get<std::string>().find("at epoch 1, iteration"), std::string::npos);
+}
+
+TEST_F(Training, ABackendTheMachineLacksIsSkippedWithTheReason) {
+  const auto known = known_backends();
+  if (std::find(known.begin(), known.end(), "cuda") == known.end())
+    GTEST_SKIP() << "this build has no CUDA backend";
+  const std::string why = backend_unavailable("cuda");
+  if (why.empty()) GTEST_SKIP() << "a GPU is usable here: nothing to skip";
+  json doc = small_run();
+  doc["backend"] = "cuda";
+  const json r = run(doc);
+  EXPECT_EQ(r["status"], "skipped");
+  EXPECT_EQ(r["reason"], "cuda: " + why);
+  EXPECT_TRUE(r["epochs"].empty());
 }
 
 }  // namespace
