@@ -266,6 +266,13 @@ def series_colors(names):
     return {n: palette[i % len(palette)] for i, n in enumerate(ordered)}
 
 
+def suptitle(fig, what, results, plotted_runs):
+    """'<what> on <machine>' with the batch sizes of the plotted runs on a second line."""
+    batches = batch_description(plotted_runs)
+    fig.suptitle(f"{what} on {machine_description(results)}" + (f"\n{batches}" if batches else ""),
+                 fontsize=11)
+
+
 def new_figure(ncols, width_per_col=5.5, height=4.5):
     """A matplotlib Figure with ncols axes in one row (no pyplot: no global state)."""
     import matplotlib

@@ -108,9 +108,7 @@ def make_figure(results):
             handles.append(Patch(facecolor="white", edgecolor="black", hatch="//",
                                  label="oversubscribed"))
         ax.legend(handles=handles, fontsize=8, loc="upper left")
-    batches = pr.batch_description(plotted_runs)
-    fig.suptitle(f"Time per iteration on {pr.machine_description(results)}"
-                 + (f"\n{batches}" if batches else ""), fontsize=11)
+    pr.suptitle(fig, "Time per iteration", results, plotted_runs)
     return fig, None
 
 

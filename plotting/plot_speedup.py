@@ -99,9 +99,7 @@ def make_figure(results):
         ax.grid(True, alpha=0.3)
         if len(scalings) > 1 or scaling != pr.UNSPECIFIED_SCALING:
             ax.set_title(pr.scaling_title(scaling), fontsize=10)
-    batches = pr.batch_description(plotted_runs)
-    fig.suptitle(f"Speedup on {pr.machine_description(results)}"
-                 + (f"\n{batches}" if batches else ""), fontsize=11)
+    pr.suptitle(fig, "Speedup", results, plotted_runs)
     return fig, None
 
 
