@@ -24,6 +24,9 @@ class ConvReluPool {
   // The checks every implementation makes: x (N,C,H,W) and w (K,C,R,S) fit, with a conv output
   // of at least 2x2. Returns y's shape (N,K,(H-R+1)/2,(W-S+1)/2); throws Error otherwise.
   static Shape output_shape(const Tensor& x, const Tensor& w);
+  // The argument checks of forward() and backward(), the same for every backend.
+  static void check_forward(const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& y);
+  static void check_backward(const Tensor& x, const Tensor& w, const Tensor& dy, const Tensor* dx);
 
   virtual ~ConvReluPool() = default;
   // x (N,C,H,W), w (K,C,R,S), b (K) -> y (N,K,(H-R+1)/2,(W-S+1)/2)

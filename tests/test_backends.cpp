@@ -4,7 +4,10 @@
 // no GPU is usable). TF32 is off, so one set of float32 tolerances serves both.
 #include <gtest/gtest.h>
 
+#include <functional>
+
 #include "core/device.h"
+#include "core/error.h"
 #include "core/lenet.h"
 #include "core/ops.h"
 #include "core/rng.h"
@@ -115,6 +118,33 @@ TEST_P(Backend, ConvReluPoolKeepsTrainingActivationAcrossOtherShapes) {
   stage->backward(tx, tw, put(dy, {N, K, 3, 3}), &tdx, tdw, tdb);
   const StageRef r = stage_reference(x, w, b, dy, N, C, H, H, K, R, R);
   EXPECT_TRUE(all_close(tdw.to_host_f32(), r.dw, kAtol, kRtol));
+}
+
+TEST_P(Backend, ConvReluPoolRejectsMisshapenArguments) {
+  auto stage = dev_->ops().make_conv_relu_pool();
+  Tensor x = Tensor::zeros(*dev_, {2, 3, 8, 8}), w = Tensor::zeros(*dev_, {4, 3, 3, 3});
+  Tensor b = Tensor::zeros(*dev_, {4}), y = Tensor::zeros(*dev_, {2, 4, 3, 3});
+  auto message = [](const std::function<void()>& f) {
+    try {
+      f();
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  Tensor short_bias = Tensor::zeros(*dev_, {3});
+  EXPECT_EQ(message([&] { stage->forward(x, w, short_bias, y, true); }),
+            "conv_relu_pool forward: bias has 3 values for 4 channels");
+  Tensor wide_y = Tensor::zeros(*dev_, {2, 4, 4, 4});
+  EXPECT_EQ(message([&] { stage->forward(x, w, b, wide_y, true); }),
+            "conv_relu_pool forward: y is (2,4,4,4), expected (2,4,3,3)");
+  stage->forward(x, w, b, y, true);
+  Tensor dw = Tensor::zeros(*dev_, {4, 3, 3, 3}), db = Tensor::zeros(*dev_, {4});
+  EXPECT_EQ(message([&] { stage->backward(x, w, wide_y, nullptr, dw, db); }),
+            "conv_relu_pool backward: dy is (2,4,4,4), expected (2,4,3,3)");
+  Tensor bad_dx = Tensor::zeros(*dev_, {2, 3, 8, 7});
+  EXPECT_EQ(message([&] { stage->backward(x, w, y, &bad_dx, dw, db); }),
+            "conv_relu_pool backward: dx (2,3,8,7) != x (2,3,8,8)");
 }
 
 TEST_P(Backend, ReluMatchesReference) {

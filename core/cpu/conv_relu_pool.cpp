@@ -47,13 +47,8 @@ class CpuConvReluPool final : public ConvReluPool {
 
   void forward(const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y,
                bool training) override {
+    check_forward(x, w, b, y);
     StagePlan& p = plan(x, w);
-    const Shape expect = output_shape(x, w);
-    PARALAB_REQUIRE(y.shape() == expect, "conv_relu_pool forward: y is " + shape_string(y.shape()) +
-                                             ", expected " + shape_string(expect));
-    PARALAB_REQUIRE(b.numel() == w.dim(0), "conv_relu_pool forward: bias has " +
-                                               std::to_string(b.numel()) + " values for " +
-                                               std::to_string(w.dim(0)) + " channels");
     auto& s = device_.stream();
     PARALAB_DNNL("conv_relu_pool forward", {
       p.bias.set_data_handle(b.raw());
@@ -69,11 +64,10 @@ class CpuConvReluPool final : public ConvReluPool {
 
   void backward(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor* dx, Tensor& dw,
                 Tensor& db) override {
+    check_backward(x, w, dy, dx);
     StagePlan& p = plan(x, w);
     PARALAB_REQUIRE(p.has_forward, "conv_relu_pool backward: no training forward for x " +
                                        shape_string(x.shape()));
-    PARALAB_REQUIRE(dy.shape() == output_shape(x, w),
-                    "conv_relu_pool backward: dy is " + shape_string(dy.shape()));
     auto& s = device_.stream();
     PARALAB_DNNL("conv_relu_pool backward", {
       p.pool_bwd.execute(s,
@@ -86,9 +80,6 @@ class CpuConvReluPool final : public ConvReluPool {
                                      {DNNL_ARG_DIFF_BIAS, p.d_bias}});
       p.w_dw.finish();
       if (dx) {
-        PARALAB_REQUIRE(dx->shape() == x.shape(), "conv_relu_pool backward: dx " +
-                                                      shape_string(dx->shape()) + " != x " +
-                                                      shape_string(x.shape()));
         p.conv_bwd_data.execute(s, {{DNNL_ARG_DIFF_DST, p.d_act},
                                     {DNNL_ARG_WEIGHTS, p.d_w.in(w.raw())},
                                     {DNNL_ARG_DIFF_SRC, p.d_dx.out(dx->raw())}});

@@ -61,10 +61,8 @@ class CudaConvReluPool final : public ConvReluPool {
 
   void forward(const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y,
                bool training) override {
+    check_forward(x, w, b, y);
     Plan& p = plan(x, w);
-    PARALAB_REQUIRE(y.shape() == output_shape(x, w), "conv_relu_pool forward: y is " +
-                                                         shape_string(y.shape()) + ", expected " +
-                                                         shape_string(output_shape(x, w)));
     const float one = 1.0f, zero = 0.0f;
     cudnnHandle_t h = d_.cudnn();
     PARALAB_CUDNN(cudnnConvolutionForward(h, &one, p.x, x.raw(), p.w, w.raw(), p.conv, p.fwd_algo,
@@ -83,11 +81,10 @@ class CudaConvReluPool final : public ConvReluPool {
 
   void backward(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor* dx, Tensor& dw,
                 Tensor& db) override {
+    check_backward(x, w, dy, dx);
     Plan& p = plan(x, w);
     PARALAB_REQUIRE(p.has_forward, "conv_relu_pool backward: no training forward for x " +
                                        shape_string(x.shape()));
-    PARALAB_REQUIRE(dy.shape() == output_shape(x, w),
-                    "conv_relu_pool backward: dy is " + shape_string(dy.shape()));
     const float one = 1.0f, zero = 0.0f;
     cudnnHandle_t h = d_.cudnn();
     void* act = p.activation.raw();
@@ -102,9 +99,6 @@ class CudaConvReluPool final : public ConvReluPool {
                                                  p.filter_algo, p.workspace.raw(),
                                                  p.workspace.bytes(), &zero, p.w, dw.raw()));
     if (dx) {
-      PARALAB_REQUIRE(dx->shape() == x.shape(), "conv_relu_pool backward: dx " +
-                                                    shape_string(dx->shape()) + " != x " +
-                                                    shape_string(x.shape()));
       PARALAB_CUDNN(cudnnConvolutionBackwardData(h, &one, p.w, w.raw(), p.act, dact, p.conv,
                                                  p.data_algo, p.workspace.raw(),
                                                  p.workspace.bytes(), &zero, p.x, dx->raw()));
