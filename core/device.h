@@ -38,6 +38,10 @@ class Device {
   virtual void copy_to_host(void* dst, const void* src, std::size_t bytes) = 0;
   virtual void copy_on_device(void* dst, const void* src, std::size_t bytes) = 0;
   virtual void fill_zero(void* dst, std::size_t bytes) = 0;
+  // `rows` rows of `width` bytes from src (rows `src_pitch` bytes apart) to dst (`dst_pitch`
+  // apart), both on this device: how a channel block moves between NCHW and a packed buffer.
+  virtual void copy_2d(void* dst, std::size_t dst_pitch, const void* src, std::size_t src_pitch,
+                       std::size_t width, std::size_t rows) = 0;
 
   // Waits until all work queued on this device has finished (timing boundaries only).
   virtual void synchronize() = 0;

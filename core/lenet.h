@@ -35,9 +35,65 @@ const std::array<ParamInfo, kLeNetTensors>& lenet_layout();
 // biases 0. The same seed gives the same values on every backend and for every device count.
 std::vector<float> lenet_initial_parameters(uint64_t seed, double scale = 0.01);
 
+// LeNet as four layers, each mapping activation l to activation l+1 (activation 0 is the image):
+//   0 conv1 stage (conv, ReLU, pool)  (1,28,28) -> (20,13,13)   tensors w1 b1
+//   1 conv2 stage                     (20,13,13) -> (50,4,4)    tensors w2 b2
+//   2 fc1 and its ReLU                (800)      -> (128)       tensors w3 b3
+//   3 fc2                             (128)      -> (10) logits tensors w4 b4
+// Layer l owns parameter tensors 2l and 2l+1, so any run of layers owns a contiguous range of
+// the flat buffer: what lets a model-parallel stage hold just its own parameters.
+constexpr int kLeNetLayers = 4;
+const char* lenet_layer_name(int layer);
+// The activation at boundary b (0..4) for n examples: (n,1,28,28) (n,20,13,13) (n,50,4,4)
+// (n,128) (n,10).
+Shape lenet_activation_shape(int boundary, int64_t n);
+// First flat element of layer l's parameters; lenet_layer_offset(4) == kLeNetParameters.
+int64_t lenet_layer_offset(int layer);
+
+// Layers [first, last) of LeNet on one device, with `slots` independent sets of activations so
+// that a pipeline stage can hold several micro-batches between their forward and backward
+// passes (each slot has its own layer ops too: a conv op keeps its last forward's activation).
+class LeNetStages {
+ public:
+  // params: a flat tensor holding exactly these layers' parameters (shared, not copied).
+  LeNetStages(Device& device, int first, int last, Tensor params, int slots = 1);
+
+  int first() const { return first_; }
+  int last() const { return last_; }
+  bool has_loss() const { return last_ == kLeNetLayers; }
+  int slots() const { return static_cast<int>(slots_.size()); }
+  // View of parameter tensor i (lenet_layout() numbering, 2*first <= i < 2*last) in `flat`, a
+  // buffer laid out like the params given to the constructor (the params, or their gradients).
+  Tensor tensor_in(const Tensor& flat, int i) const;
+
+  // x: activation `first` for n examples, any shape with that many elements per example; kept
+  // (shared, not copied) for backward when training. Returns the slot's activation `last`
+  // (the logits when has_loss()); it stays valid until the slot's next forward.
+  const Tensor& forward(int slot, const Tensor& x, bool training);
+  // has_loss() only: softmax cross-entropy of the slot's logits; stats (2) = {summed loss,
+  // correct}. With `training`, keeps the logits' gradient for backward().
+  void loss(int slot, const Tensor& labels, Tensor& stats, bool training);
+  // Backward of the slot's last training forward: dy is the gradient of its output (null when
+  // has_loss(): the loss's own). Writes the gradients of these layers' parameters into `grads`
+  // (overwritten; laid out like the params). Returns the gradient of the input x, or an empty
+  // tensor when first == 0. on_ready(i) as in LeNet::backward.
+  const Tensor& backward(int slot, const Tensor* dy, Tensor& grads,
+                         const std::function<void(int)>& on_ready = {});
+
+ private:
+  struct Slot;
+  void ensure_batch(Slot& s, int64_t n);
+
+  Device& device_;
+  int first_, last_;
+  Tensor params_;
+  std::vector<std::unique_ptr<Slot>> slots_;
+};
+
 class LeNet {
  public:
   explicit LeNet(Device& device);
+  ~LeNet();
 
   Device& device() const { return device_; }
   Tensor& params() { return params_; }  // (129068)
@@ -57,21 +113,11 @@ class LeNet {
   const Tensor& logits() const { return logits_; }
 
  private:
-  void ensure_batch(int64_t n);
-
   Device& device_;
   Tensor params_, grads_;
-  std::unique_ptr<ConvReluPool> stage1_, stage2_;
-  std::unique_ptr<Relu> relu_;
-  std::unique_ptr<Linear> fc1_, fc2_;
-  std::unique_ptr<SoftmaxXent> xent_;
-
-  int64_t batch_ = -1;
-  Tensor x_;                // last training input (N,1,28,28), shared with the caller
-  Tensor p1_, p2_;          // stage outputs (N,20,13,13) (N,50,4,4)
-  Tensor h3_, logits_;      // (N,128) (N,10)
-  Tensor d_logits_, d_h3_;  // (N,10) (N,128)
-  Tensor d_p2_, d_p1_;      // (N,50,4,4) (N,20,13,13)
+  std::unique_ptr<LeNetStages> layers_;
+  Tensor logits_;
+  bool trained_ = false;
 };
 
 }  // namespace paralab

@@ -53,6 +53,13 @@ void CpuDevice::copy_on_device(void* dst, const void* src, std::size_t bytes) {
 
 void CpuDevice::fill_zero(void* dst, std::size_t bytes) { std::memset(dst, 0, bytes); }
 
+void CpuDevice::copy_2d(void* dst, std::size_t dst_pitch, const void* src, std::size_t src_pitch,
+                        std::size_t width, std::size_t rows) {
+  auto* d = static_cast<char*>(dst);
+  const auto* s = static_cast<const char*>(src);
+  for (std::size_t i = 0; i < rows; ++i) std::memcpy(d + i * dst_pitch, s + i * src_pitch, width);
+}
+
 // Nothing to wait for: with the OpenMP runtime oneDNN's CPU primitives and ParaLab's own loops
 // have finished when their call returns. (Not calling stream.wait() also keeps this safe from a
 // rank's communication thread while its compute thread runs primitives.)

@@ -27,6 +27,8 @@ class CpuDevice final : public Device {
   void copy_to_host(void* dst, const void* src, std::size_t bytes) override;
   void copy_on_device(void* dst, const void* src, std::size_t bytes) override;
   void fill_zero(void* dst, std::size_t bytes) override;
+  void copy_2d(void* dst, std::size_t dst_pitch, const void* src, std::size_t src_pitch,
+               std::size_t width, std::size_t rows) override;
   void synchronize() override;
   void bind_thread() override;
   Ops& ops() override { return *ops_; }

@@ -101,6 +101,13 @@ void CudaDevice::fill_zero(void* dst, std::size_t bytes) {
   PARALAB_CUDA(cudaMemsetAsync(dst, 0, bytes, stream_));
 }
 
+void CudaDevice::copy_2d(void* dst, std::size_t dst_pitch, const void* src, std::size_t src_pitch,
+                         std::size_t width, std::size_t rows) {
+  if (width == 0 || rows == 0) return;
+  PARALAB_CUDA(
+      cudaMemcpy2DAsync(dst, dst_pitch, src, src_pitch, width, rows, cudaMemcpyDefault, stream_));
+}
+
 void CudaDevice::synchronize() { PARALAB_CUDA(cudaStreamSynchronize(stream_)); }
 
 void CudaDevice::bind_thread() { PARALAB_CUDA(cudaSetDevice(gpu_)); }
