@@ -105,6 +105,8 @@ LeNetStages::LeNetStages(Device& device, int first, int last, Tensor params, int
   }
 }
 
+LeNetStages::~LeNetStages() = default;
+
 Tensor LeNetStages::tensor_in(const Tensor& flat, int i) const {
   PARALAB_REQUIRE(2 * first_ <= i && i < 2 * last_,
                   "lenet: parameter tensor " + std::to_string(i) + " is not in layers [" +

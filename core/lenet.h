@@ -57,6 +57,7 @@ class LeNetStages {
  public:
   // params: a flat tensor holding exactly these layers' parameters (shared, not copied).
   LeNetStages(Device& device, int first, int last, Tensor params, int slots = 1);
+  ~LeNetStages();
 
   int first() const { return first_; }
   int last() const { return last_; }

@@ -181,6 +181,12 @@ std::string default_label(const RunSpec& spec) {
     label += "/" + o["allreduce"].get<std::string>();
   if (o.contains("grouping") && o["grouping"] == "per_tensor") label += " per-tensor";
   if (o.contains("overlap") && o["overlap"] == true) label += " overlap";
+  if (o.contains("pairing") && o["pairing"].is_string())
+    label += "/" + o["pairing"].get<std::string>();
+  if (o.contains("microbatches") && o["microbatches"].is_number_integer())
+    label += " m" + o["microbatches"].dump();
+  if (o.contains("schedule") && o["schedule"].is_string())
+    label += " " + o["schedule"].get<std::string>();
   label += " x" + std::to_string(spec.devices);
   if (spec.batch_scaling == "weak") label += " weak";
   if (spec.lr_scaling != "none") label += " lr-" + spec.lr_scaling;

@@ -56,6 +56,7 @@ json iteration_json(int64_t epoch, int64_t iteration, float lr, const StepResult
     for (const RankTimes& r : s.ranks) devices.push_back(rank_json(r));
     it["devices"] = std::move(devices);
   }
+  if (!s.detail.empty()) it["detail"] = s.detail;
   return it;
 }
 
@@ -97,6 +98,17 @@ json timing_json(const json& iterations, int64_t warmup) {
   t["mean_iteration_ms"] = ms / static_cast<double>(totals.size());
   t["samples_per_s"] = samples / (ms / 1000.0);
   t["per_device"] = per_device_means(iterations);
+  // Strategy-specific per-iteration figures: their means.
+  if (iterations[0].contains("detail")) {
+    json means = json::object();
+    for (const auto& [key, v] : iterations[0]["detail"].items()) {
+      if (!v.is_number()) continue;
+      double sum = 0;
+      for (const auto& it : iterations) sum += it["detail"][key].get<double>();
+      means[key] = sum / static_cast<double>(iterations.size());
+    }
+    t["detail"] = std::move(means);
+  }
   return t;
 }
 
@@ -204,6 +216,7 @@ json run_training(const RunSpec& run, const RunContext& ctx) {
       setup.test = &test;
       setup.initial_parameters = lenet_initial_parameters(tc.seed);
       setup.eval_batch = tc.eval_batch_size;
+      setup.train_batch = global;
       strategy->setup(setup);
 
       Rng shuffle(tc.seed ^ kShuffleStream);
@@ -283,6 +296,8 @@ json run_training(const RunSpec& run, const RunContext& ctx) {
         }
       }
       result["wall_seconds"] = seconds_since(run_start);
+      if (json report = strategy->report(); !report.is_null())
+        result["strategy_report"] = std::move(report);
     } catch (const std::exception& e) {  // Error, and bad_alloc & co: the next run still goes on
       status = "failed";
       reason = e.what();

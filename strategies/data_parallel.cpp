@@ -237,6 +237,7 @@ class DataParallel final : public Strategy {
   }
 
   std::vector<float> parameters() override { return ranks_[0].model->params().to_host_f32(); }
+  std::vector<float> gradients() override { return ranks_[0].model->grads().to_host_f32(); }
 
   std::vector<std::vector<float>> replica_parameters() override {
     std::vector<std::vector<float>> all;

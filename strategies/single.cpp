@@ -83,6 +83,7 @@ class Single final : public Strategy {
   }
 
   std::vector<float> parameters() override { return model_->params().to_host_f32(); }
+  std::vector<float> gradients() override { return model_->grads().to_host_f32(); }
 
   nlohmann::json options() const override { return nlohmann::json::object(); }
 

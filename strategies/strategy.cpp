@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "strategies/data_parallel.h"
+#include "strategies/layer_split.h"
 #include "strategies/single.h"
 
 namespace paralab {
@@ -18,6 +19,7 @@ const std::map<std::string, Factory>& registry() {
   static const std::map<std::string, Factory> r = {
       {"single", make_single},
       {"data_parallel", make_data_parallel},
+      {"layer_split", make_layer_split},
   };
   return r;
 }

@@ -44,6 +44,9 @@ struct StepResult {
   int64_t samples = 0;
   IterationTimes times;          // rank 0's phases; total_ms is the whole step's wall time
   std::vector<RankTimes> ranks;  // per device; empty for single-device strategies
+  // Strategy-specific figures of this iteration (numbers only: the runner reports each one's
+  // mean over the timed iterations), e.g. layer_split's measured bubble fraction.
+  nlohmann::json detail = nlohmann::json::object();
 };
 
 struct EvalResult {
@@ -58,6 +61,7 @@ struct StrategySetup {
   const Dataset* test = nullptr;
   std::vector<float> initial_parameters;  // lenet_initial_parameters(seed)
   int64_t eval_batch = 1000;
+  int64_t train_batch = 256;  // the global minibatch the run trains with (for profiling passes)
 };
 
 class Strategy {
@@ -76,10 +80,16 @@ class Strategy {
   virtual EvalResult evaluate() = 0;
   // The model's parameters (flat, book order), as the host sees them after the last step.
   virtual std::vector<float> parameters() = 0;
+  // Gradients of the last train_step's summed loss (flat, book order, summed over the global
+  // minibatch), as the update used them.
+  virtual std::vector<float> gradients() = 0;
   // Every replica's parameters (data parallel: one per device, which must stay bit-identical).
   virtual std::vector<std::vector<float>> replica_parameters() { return {parameters()}; }
   // Options as resolved (reported in the results' run config).
   virtual nlohmann::json options() const = 0;
+  // What the strategy decided and measured over the run, for the results' "strategy_report"
+  // (e.g. layer_split's split points and the timeline of its last iteration); null if nothing.
+  virtual nlohmann::json report() const { return nullptr; }
 };
 
 // Builds a strategy by name. `options` holds the run's strategy-specific keys; an unknown key is

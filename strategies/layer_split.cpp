@@ -1,0 +1,467 @@
+#include "strategies/layer_split.h"
+
+#include <algorithm>
+#include <chrono>
+#include <span>
+
+#include "core/error.h"
+#include "core/lenet.h"
+#include "core/ops.h"
+#include "core/rng.h"
+#include "strategies/pipeline.h"
+#include "strategies/spmd_group.h"
+
+namespace paralab {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using nlohmann::json;
+
+double ms_between(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double, std::milli>(b - a).count();
+}
+
+// (Re)allocates t unless it already has this shape and type.
+Tensor& ensure(Tensor& t, Device& device, const Shape& shape, DType dtype = DType::F32) {
+  if (!t.defined() || t.shape() != shape || t.dtype() != dtype)
+    t = Tensor::empty(device, shape, dtype);
+  return t;
+}
+
+std::vector<float> layer_slice(const std::vector<float>& flat, int first, int last) {
+  return {flat.begin() + lenet_layer_offset(first), flat.begin() + lenet_layer_offset(last)};
+}
+
+struct Options {
+  json split = "auto";
+  int microbatches = 1;
+  std::string schedule = "gpipe";
+  std::string path;
+};
+
+class LayerSplit final : public Strategy {
+ public:
+  explicit LayerSplit(Options o) : o_(std::move(o)) {}
+
+  void setup(const StrategySetup& s) override {
+    const int k = static_cast<int>(s.devices.size());
+    if (k > kLeNetLayers)
+      throw Error("layer_split: " + std::to_string(k) + " devices, but LeNet has only " +
+                  std::to_string(kLeNetLayers) +
+                  " layers (conv1, conv2, fc1, fc2) to cut into stages: at most " +
+                  std::to_string(kLeNetLayers) + " devices");
+    const int m = o_.microbatches;
+    if (o_.split.is_array()) {
+      if (static_cast<int>(o_.split.size()) != k - 1)
+        throw Error(o_.path + ".split: " + std::to_string(o_.split.size()) + " boundaries make " +
+                    std::to_string(o_.split.size() + 1) + " stages, but the run has " +
+                    std::to_string(k) + " devices");
+      bounds_ = {0};
+      for (const auto& b : o_.split) bounds_.push_back(b.get<int>());
+      bounds_.push_back(kLeNetLayers);
+    } else {
+      layer_ms_ = profile_layers(*s.devices[0], s.initial_parameters,
+                                 std::max<int64_t>(1, s.train_batch / m));
+      bounds_ = balanced_split(layer_ms_, k);
+    }
+    passes_.clear();
+    for (int r = 0; r < k; ++r) passes_.push_back(pipeline_schedule(o_.schedule, r, k, m));
+    group_ = std::make_unique<SpmdGroup>(s.devices);
+    ranks_ = std::vector<Rank>(static_cast<std::size_t>(k));
+    eval_batch_ = s.eval_batch;
+    test_count_ = s.test->count;
+    std::vector<int32_t> identity(static_cast<std::size_t>(s.test->count));
+    for (std::size_t i = 0; i < identity.size(); ++i) identity[i] = static_cast<int32_t>(i);
+    run([&](int r) {
+      Rank& me = ranks_[r];
+      Device& dev = group_->device(r);
+      me.dev = &dev;
+      me.t = &group_->transport(r);
+      me.first = bounds_[r];
+      me.last = bounds_[r + 1];
+      const std::vector<float> mine = layer_slice(s.initial_parameters, me.first, me.last);
+      me.params = Tensor::from_host(dev, {static_cast<int64_t>(mine.size())}, mine);
+      me.grads = Tensor::zeros(dev, me.params.shape());
+      me.grad_tmp = Tensor::zeros(dev, me.params.shape());
+      me.layers = std::make_unique<LeNetStages>(dev, me.first, me.last, me.params, m);
+      me.slots.resize(static_cast<std::size_t>(m));
+      if (r == 0 || r == k - 1) {  // the data: images for stage 0, labels for the last
+        me.train_x = Tensor::from_host(dev, {s.train->count, 1, s.train->rows, s.train->cols},
+                                       s.train->images);
+        me.train_y = Tensor::from_host(dev, {s.train->count}, s.train->labels);
+        me.test_x =
+            Tensor::from_host(dev, {s.test->count, 1, s.test->rows, s.test->cols}, s.test->images);
+        me.test_y = Tensor::from_host(dev, {s.test->count}, s.test->labels);
+        me.test_order = Tensor::from_host(dev, {s.test->count}, identity);
+      }
+    });
+  }
+
+  void check_batch(int64_t count) const override {
+    const int m = o_.microbatches;
+    if (count < m || count % m != 0)
+      throw Error("layer_split: global batch " + std::to_string(count) + " is not divisible into " +
+                  std::to_string(m) + " equal micro-batches");
+  }
+
+  void begin_epoch(std::span<const int32_t> order) override {
+    run([&](int r) {
+      Rank& me = ranks_[r];
+      if (me.train_x.defined())
+        me.order = Tensor::from_host(*me.dev, {static_cast<int64_t>(order.size())}, order);
+    });
+  }
+
+  StepResult train_step(int64_t offset, int64_t count, float lr) override {
+    check_batch(count);
+    const int k = static_cast<int>(ranks_.size());
+    const int64_t mb = count / o_.microbatches;
+    const auto t0 = Clock::now();
+    run([&](int r) { rank_step(ranks_[r], r, offset, count, mb, lr, t0); });
+    StepResult out;
+    out.times.total_ms = ms_between(t0, Clock::now());
+    out.samples = count;
+    std::vector<std::vector<PipelineEvent>> events;
+    int64_t bytes = 0;
+    for (Rank& me : ranks_) {
+      out.ranks.push_back(me.times);
+      events.push_back(me.pipeline.events);
+      bytes += me.times.bytes_sent;
+    }
+    const Rank& last = ranks_.back();
+    out.loss_sum = last.loss;
+    out.correct = last.correct;
+    // Phases as single-device training reports them, summed over the stages.
+    for (const Rank& me : ranks_) {
+      for (const PipelineEvent& e : me.pipeline.events)
+        (e.pass.forward ? out.times.forward_ms : out.times.backward_ms) += e.end_ms - e.start_ms;
+      out.times.optimizer_ms = std::max(out.times.optimizer_ms, me.times.optimizer_ms);
+    }
+    out.times.communication_ms = ranks_[0].times.communication_ms;
+    const double bubble = measured_bubble_fraction(events);
+    out.detail = {{"bubble_fraction", bubble},
+                  {"bytes_sent", bytes},
+                  {"bytes_expected", expected_bytes(count)}};
+    last_events_ = std::move(events);
+    (void)k;
+    return out;
+  }
+
+  EvalResult evaluate() override {
+    const int k = static_cast<int>(ranks_.size());
+    const int chunks = static_cast<int>((test_count_ + eval_batch_ - 1) / eval_batch_);
+    run([&](int r) {
+      Rank& me = ranks_[r];
+      Device& dev = *me.dev;
+      const bool first = r == 0, last = r == k - 1;
+      me.loss = 0;
+      me.correct = 0;
+      auto rows = [&](int j) { return std::min(eval_batch_, test_count_ - j * eval_batch_); };
+      PipelineStage st;
+      st.slots = me.layers->slots();
+      st.input = [&](int j) -> Tensor& {
+        return ensure(slot(me, j).in, dev, lenet_activation_shape(me.first, rows(j)));
+      };
+      st.forward = [&](int j) -> const Tensor& {
+        Slot& sl = slot(me, j);
+        const int64_t n = rows(j);
+        if (first || last) {  // images for stage 0's input, labels for the loss
+          ensure(sl.x, dev, lenet_activation_shape(0, n));
+          ensure(sl.y, dev, {n}, DType::I32);
+          dev.ops().gather(me.test_x, me.test_y, me.test_order, j * eval_batch_, n, sl.x, sl.y);
+        }
+        const Tensor& out = me.layers->forward(j % st.slots, first ? sl.x : sl.in, false);
+        if (last) {
+          ensure(sl.stats, dev, {2});
+          me.layers->loss(j % st.slots, sl.y, sl.stats, false);
+          const auto v = sl.stats.to_host_f32();
+          me.loss += v[0];
+          me.correct += static_cast<int64_t>(v[1]);
+        }
+        return out;
+      };
+      run_pipeline(*me.t, dev, pipeline_schedule("forward", r, k, chunks), st, Clock::now());
+    });
+    return {ranks_.back().loss, ranks_.back().correct, test_count_};
+  }
+
+  std::vector<float> parameters() override { return assemble(&Rank::params); }
+  std::vector<float> gradients() override { return assemble(&Rank::grads); }
+
+  json options() const override {
+    return {{"split", o_.split}, {"microbatches", o_.microbatches}, {"schedule", o_.schedule}};
+  }
+
+  json report() const override {
+    if (ranks_.empty()) return nullptr;
+    const int k = static_cast<int>(ranks_.size());
+    json stages = json::array();
+    for (const Rank& me : ranks_) {
+      json layers = json::array();
+      for (int l = me.first; l < me.last; ++l) layers.push_back(lenet_layer_name(l));
+      stages.push_back(
+          {{"device", me.dev->name()}, {"layers", layers}, {"parameters", me.params.numel()}});
+    }
+    json timeline = json::array();
+    for (std::size_t r = 0; r < last_events_.size(); ++r)
+      for (const PipelineEvent& e : last_events_[r])
+        timeline.push_back({{"stage", r},
+                            {"pass", e.pass.forward ? "forward" : "backward"},
+                            {"microbatch", e.pass.microbatch},
+                            {"start_ms", e.start_ms},
+                            {"end_ms", e.end_ms}});
+    json rep = {{"split", json(std::vector<int>(bounds_.begin() + 1, bounds_.end() - 1))},
+                {"split_source", o_.split.is_array() ? "descriptor" : "auto"},
+                {"stages", stages},
+                {"microbatches", o_.microbatches},
+                {"schedule", o_.schedule},
+                {"ideal_bubble_fraction", ideal_bubble_fraction(k, o_.microbatches)},
+                {"bytes_per_example", expected_bytes(1)},
+                {"last_iteration_timeline", timeline}};
+    if (!layer_ms_.empty()) rep["profiled_layer_ms"] = layer_ms_;
+    return rep;
+  }
+
+ private:
+  struct Slot {
+    Tensor x, y, in, dy, stats;
+  };
+  struct Rank {
+    Device* dev = nullptr;
+    Transport* t = nullptr;
+    int first = 0, last = 0;
+    std::unique_ptr<LeNetStages> layers;
+    Tensor params, grads, grad_tmp;
+    Tensor train_x, train_y, test_x, test_y, order, test_order;
+    Tensor batch_x, batch_y;  // the last stage's labels of the whole minibatch (k > 1)
+    std::vector<Slot> slots;
+    int backwards = 0;
+    PipelineTimes pipeline;
+    RankTimes times;
+    double loss = 0;
+    int64_t correct = 0;
+  };
+
+  static Slot& slot(Rank& me, int mb) {
+    return me.slots[static_cast<std::size_t>(mb) % me.slots.size()];
+  }
+
+  void run(const std::function<void(int)>& fn) {
+    group_->run([&](int r, Transport&) { fn(r); });
+  }
+
+  // Activations forward and their gradients back across every stage boundary.
+  int64_t expected_bytes(int64_t count) const {
+    int64_t floats = 0;
+    for (std::size_t i = 1; i + 1 < bounds_.size(); ++i)
+      floats += 2 * shape_numel(lenet_activation_shape(bounds_[i], count));
+    return floats * static_cast<int64_t>(sizeof(float));
+  }
+
+  std::vector<float> assemble(Tensor Rank::*field) {
+    std::vector<float> flat(static_cast<std::size_t>(kLeNetParameters));
+    for (Rank& me : ranks_) {
+      const std::vector<float> part = (me.*field).to_host_f32();
+      std::copy(part.begin(), part.end(), flat.begin() + lenet_layer_offset(me.first));
+    }
+    return flat;
+  }
+
+  void rank_step(Rank& me, int r, int64_t offset, int64_t count, int64_t mb, float lr,
+                 Clock::time_point t0) {
+    const int k = static_cast<int>(ranks_.size());
+    Transport& t = *me.t;
+    Device& dev = *me.dev;
+    Ops& ops = dev.ops();
+    const bool first = r == 0, last = r == k - 1;
+    t.barrier();
+    t.reset_bytes_sent();
+    const auto a = Clock::now();
+    if (last && !first) {  // labels for the loss, all micro-batches at once
+      ensure(me.batch_x, dev, lenet_activation_shape(0, count));
+      ensure(me.batch_y, dev, {count}, DType::I32);
+      ops.gather(me.train_x, me.train_y, me.order, offset, count, me.batch_x, me.batch_y);
+    }
+    me.backwards = 0;
+    PipelineStage st;
+    st.slots = static_cast<int>(me.slots.size());
+    st.input = [&](int j) -> Tensor& {
+      return ensure(slot(me, j).in, dev, lenet_activation_shape(me.first, mb));
+    };
+    st.output_grad = [&](int j) -> Tensor& {
+      return ensure(slot(me, j).dy, dev, lenet_activation_shape(me.last, mb));
+    };
+    st.forward = [&](int j) -> const Tensor& {
+      Slot& sl = slot(me, j);
+      if (first) {
+        ensure(sl.x, dev, lenet_activation_shape(0, mb));
+        ensure(sl.y, dev, {mb}, DType::I32);
+        ops.gather(me.train_x, me.train_y, me.order, offset + j * mb, mb, sl.x, sl.y);
+      }
+      const Tensor& out = me.layers->forward(j % st.slots, first ? sl.x : sl.in, true);
+      if (last) {
+        ensure(sl.stats, dev, {2});
+        me.layers->loss(j % st.slots, first ? sl.y : me.batch_y.view(j * mb, {mb}), sl.stats, true);
+      }
+      return out;
+    };
+    st.backward = [&](int j) -> const Tensor& {
+      // The first backward writes the gradients, later ones add to them.
+      Tensor& into = me.backwards == 0 ? me.grads : me.grad_tmp;
+      const Tensor& dx = me.layers->backward(j % st.slots, last ? nullptr : &slot(me, j).dy, into);
+      if (me.backwards++ > 0) ops.add_inplace(me.grads, me.grad_tmp);
+      return dx;
+    };
+    me.pipeline = run_pipeline(t, dev, passes_[static_cast<std::size_t>(r)], st, t0);
+    const auto b = Clock::now();
+    ops.sgd(me.params, me.grads, lr / static_cast<float>(count));
+    dev.synchronize();
+    const auto c = Clock::now();
+    if (last) {
+      me.loss = 0;
+      me.correct = 0;
+      for (std::size_t j = 0; j < me.slots.size(); ++j) {
+        const auto v = me.slots[j].stats.to_host_f32();
+        me.loss += v[0];
+        me.correct += static_cast<int64_t>(v[1]);
+      }
+    }
+    me.times.compute_ms = me.pipeline.busy_ms;
+    me.times.communication_ms = me.pipeline.transfer_ms;
+    me.times.exposed_communication_ms = me.pipeline.transfer_ms;
+    me.times.optimizer_ms = ms_between(b, c);
+    me.times.bytes_sent = t.bytes_sent();
+    me.times.samples = count;
+    t.barrier();
+    me.times.total_ms = ms_between(a, Clock::now());
+  }
+
+  Options o_;
+  std::vector<int> bounds_;
+  std::vector<double> layer_ms_;
+  std::vector<std::vector<PipelinePass>> passes_;
+  std::unique_ptr<SpmdGroup> group_;
+  std::vector<Rank> ranks_;
+  std::vector<std::vector<PipelineEvent>> last_events_;
+  int64_t eval_batch_ = 1000, test_count_ = 0;
+};
+
+Options parse_options(const json& options, const std::string& path) {
+  Options o;
+  o.path = path;
+  auto fail = [&](const std::string& key, const std::string& what) {
+    throw Error(path + "." + key + ": " + what);
+  };
+  for (const auto& [key, v] : options.items()) {
+    if (key == "split") {
+      if (v.is_string()) {
+        if (v != "auto") fail(key, "must be \"auto\" or an array of layer boundaries");
+      } else if (v.is_array()) {
+        int prev = 0;
+        for (const auto& b : v) {
+          if (!b.is_number_integer() || b.get<int>() <= prev || b.get<int>() >= kLeNetLayers)
+            fail(key, "boundaries must be increasing integers in 1.." +
+                          std::to_string(kLeNetLayers - 1) + ", got " + v.dump());
+          prev = b.get<int>();
+        }
+      } else {
+        fail(key, "must be \"auto\" or an array of layer boundaries");
+      }
+      o.split = v;
+    } else if (key == "microbatches") {
+      if (!v.is_number_integer() || v.get<int64_t>() < 1 || v.get<int64_t>() > 4096)
+        fail(key, "must be an integer in 1..4096");
+      o.microbatches = v.get<int>();
+    } else if (key == "schedule") {
+      if (!v.is_string()) fail(key, "must be a string");
+      o.schedule = v.get<std::string>();
+      try {
+        pipeline_schedule(o.schedule, 0, 1, 1);
+      } catch (const Error& e) {
+        fail(key, e.what());
+      }
+      if (o.schedule == "forward") fail(key, "'forward' is evaluation only (known: 1f1b, gpipe)");
+    } else {
+      fail(key, "unknown option for strategy 'layer_split' (known: split, microbatches, schedule)");
+    }
+  }
+  return o;
+}
+
+}  // namespace
+
+std::vector<int> balanced_split(const std::vector<double>& layer_ms, int stages) {
+  const int n = static_cast<int>(layer_ms.size());
+  PARALAB_REQUIRE(1 <= stages && stages <= n, "layer_split: cannot cut " + std::to_string(n) +
+                                                  " layers into " + std::to_string(stages) +
+                                                  " stages");
+  std::vector<int> best, cut(static_cast<std::size_t>(stages + 1));
+  double best_cost = 1e300;
+  // Every increasing choice of stages-1 inner boundaries from 1..n-1, in lexicographic order.
+  std::function<void(int, int)> choose = [&](int i, int from) {
+    if (i == stages) {
+      double worst = 0;
+      for (int s = 0; s < stages; ++s) {
+        double sum = 0;
+        for (int l = cut[s]; l < cut[s + 1]; ++l) sum += layer_ms[static_cast<std::size_t>(l)];
+        worst = std::max(worst, sum);
+      }
+      if (worst < best_cost) {
+        best_cost = worst;
+        best = cut;
+      }
+      return;
+    }
+    for (int b = from; b <= n - (stages - i); ++b) {
+      cut[static_cast<std::size_t>(i)] = b;
+      choose(i + 1, b + 1);
+    }
+  };
+  cut[0] = 0;
+  cut[static_cast<std::size_t>(stages)] = n;
+  choose(1, 1);
+  return best;
+}
+
+std::vector<double> profile_layers(Device& device, const std::vector<float>& parameters,
+                                   int64_t n) {
+  device.bind_thread();
+  Rng rng(7);
+  auto random = [&](const Shape& shape) {
+    std::vector<float> v(static_cast<std::size_t>(shape_numel(shape)));
+    for (float& x : v) x = static_cast<float>(rng.uniform());
+    return Tensor::from_host(device, shape, v);
+  };
+  std::vector<int32_t> label_values(static_cast<std::size_t>(n));
+  for (auto& y : label_values) y = static_cast<int32_t>(rng.below(kClasses));
+  const Tensor labels = Tensor::from_host(device, {n}, label_values);
+  Tensor stats = Tensor::zeros(device, {2});
+  std::vector<double> layer_ms;
+  for (int l = 0; l < kLeNetLayers; ++l) {
+    const std::vector<float> p = layer_slice(parameters, l, l + 1);
+    const Tensor params = Tensor::from_host(device, {static_cast<int64_t>(p.size())}, p);
+    Tensor grads = Tensor::zeros(device, params.shape());
+    LeNetStages layer(device, l, l + 1, params);
+    const Tensor x = random(lenet_activation_shape(l, n));
+    const Tensor dy = random(lenet_activation_shape(l + 1, n));
+    std::vector<double> samples;
+    for (int rep = 0; rep < 6; ++rep) {  // the first is a warm-up (primitive creation)
+      const auto a = Clock::now();
+      layer.forward(0, x, true);
+      if (layer.has_loss()) layer.loss(0, labels, stats, true);
+      layer.backward(0, layer.has_loss() ? nullptr : &dy, grads);
+      device.synchronize();
+      if (rep > 0) samples.push_back(ms_between(a, Clock::now()));
+    }
+    std::nth_element(samples.begin(), samples.begin() + samples.size() / 2, samples.end());
+    layer_ms.push_back(samples[samples.size() / 2]);
+  }
+  return layer_ms;
+}
+
+std::unique_ptr<Strategy> make_layer_split(const json& options, const std::string& path) {
+  return std::make_unique<LayerSplit>(parse_options(options, path));
+}
+
+}  // namespace paralab

@@ -1,0 +1,103 @@
+#include "strategies/pipeline.h"
+
+#include <algorithm>
+#include <map>
+
+#include "core/error.h"
+
+namespace paralab {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double ms_between(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double, std::milli>(b - a).count();
+}
+
+}  // namespace
+
+std::vector<std::string> known_pipeline_schedules() { return {"1f1b", "gpipe"}; }
+
+std::vector<PipelinePass> pipeline_schedule(const std::string& schedule, int stage, int stages,
+                                            int m) {
+  PARALAB_REQUIRE(stages >= 1 && 0 <= stage && stage < stages && m >= 1,
+                  "pipeline: stage " + std::to_string(stage) + " of " + std::to_string(stages) +
+                      " with " + std::to_string(m) + " micro-batches");
+  std::vector<PipelinePass> passes;
+  if (schedule == "forward") {
+    for (int j = 0; j < m; ++j) passes.push_back({true, j});
+  } else if (schedule == "gpipe") {
+    for (int j = 0; j < m; ++j) passes.push_back({true, j});
+    for (int j = m - 1; j >= 0; --j) passes.push_back({false, j});
+  } else if (schedule == "1f1b") {
+    const int fill = std::min(stages - stage - 1, m);
+    int f = 0, b = 0;
+    for (; f < fill; ++f) passes.push_back({true, f});
+    while (f < m) {
+      passes.push_back({true, f++});
+      passes.push_back({false, b++});
+    }
+    while (b < m) passes.push_back({false, b++});
+  } else {
+    std::string known;
+    for (const auto& n : known_pipeline_schedules()) known += (known.empty() ? "" : ", ") + n;
+    throw Error("pipeline: unknown schedule '" + schedule + "' (known: " + known + ")");
+  }
+  return passes;
+}
+
+double ideal_bubble_fraction(int stages, int m) {
+  return static_cast<double>(stages - 1) / static_cast<double>(m + stages - 1);
+}
+
+double measured_bubble_fraction(const std::vector<std::vector<PipelineEvent>>& events) {
+  double first = 1e300, last = -1e300, busy = 0;
+  for (const auto& stage : events)
+    for (const PipelineEvent& e : stage) {
+      first = std::min(first, e.start_ms);
+      last = std::max(last, e.end_ms);
+      busy += e.end_ms - e.start_ms;
+    }
+  const double span = last - first;
+  if (events.empty() || !(span > 0)) return 0;
+  return 1.0 - busy / (static_cast<double>(events.size()) * span);
+}
+
+PipelineTimes run_pipeline(Transport& t, Device& device, const std::vector<PipelinePass>& passes,
+                           const PipelineStage& stage, Clock::time_point t0) {
+  const int s = t.rank(), k = t.size();
+  PARALAB_REQUIRE(stage.slots >= 1, std::string("pipeline: a stage needs at least one slot"));
+  PipelineTimes times;
+  // In-flight sends by (direction, slot): a slot's buffer must not change until its send is done.
+  std::map<std::pair<bool, int>, Transport::Handle> pending;
+  auto timed = [&](auto&& fn) {
+    const auto a = Clock::now();
+    fn();
+    times.transfer_ms += ms_between(a, Clock::now());
+  };
+  auto settle = [&](bool forward, int slot) {
+    auto it = pending.find({forward, slot});
+    if (it == pending.end()) return;
+    timed([&] { t.wait(it->second); });
+    pending.erase(it);
+  };
+  for (const PipelinePass& p : passes) {
+    const int slot = p.microbatch % stage.slots;
+    settle(p.forward, slot);
+    if (p.forward && s > 0) timed([&] { t.recv(s - 1, stage.input(p.microbatch)); });
+    if (!p.forward && s < k - 1) timed([&] { t.recv(s + 1, stage.output_grad(p.microbatch)); });
+    const auto a = Clock::now();
+    const Tensor& out = p.forward ? stage.forward(p.microbatch) : stage.backward(p.microbatch);
+    device.synchronize();
+    const auto b = Clock::now();
+    times.events.push_back({p, ms_between(t0, a), ms_between(t0, b)});
+    times.busy_ms += ms_between(a, b);
+    const int peer = p.forward ? s + 1 : s - 1;
+    if (peer >= 0 && peer < k) timed([&] { pending[{p.forward, slot}] = t.isend(peer, out); });
+  }
+  for (auto& [key, handle] : pending) timed([&] { t.wait(handle); });
+  return times;
+}
+
+}  // namespace paralab

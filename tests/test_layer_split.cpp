@@ -1,0 +1,234 @@
+// layer_split against single-device training (loss, every gradient, parameters after 10 SGD
+// steps), its pipeline schedules and bubble measurement, and its errors.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <thread>
+
+#include "core/error.h"
+#include "strategies/layer_split.h"
+#include "strategies/pipeline.h"
+#include "strategies/spmd_group.h"
+#include "tests/strategy_harness.h"
+
+namespace paralab {
+namespace {
+
+::testing::AssertionResult matches_single(const Trained& got, const Trained& single) {
+  for (std::size_t i = 0; i < single.losses.size(); ++i) {
+    auto loss = testing::all_close(std::vector<double>{got.losses[i]},
+                                   std::vector<double>{single.losses[i]}, 0, 1e-5);
+    if (!loss) return loss << " in the loss of step " << i + 1;
+  }
+  if (auto r = close_per_tensor(got.first_gradients, single.first_gradients); !r)
+    return r << " (gradients of step 1)";
+  if (auto r = close_per_tensor(got.last_gradients, single.last_gradients); !r)
+    return r << " (gradients of the last step)";
+  if (auto r = close_per_tensor(got.params, single.params); !r) return r << " (parameters)";
+  if (got.eval.samples != single.eval.samples || got.eval.correct != single.eval.correct)
+    return ::testing::AssertionFailure()
+           << "evaluation: " << got.eval.correct << "/" << got.eval.samples
+           << " correct, single device " << single.eval.correct << "/" << single.eval.samples;
+  return testing::all_close(std::vector<double>{got.eval.loss_sum},
+                            std::vector<double>{single.eval.loss_sum}, 0, 1e-5)
+         << " in the evaluation loss";
+}
+
+TEST(LayerSplit, MatchesSingleDeviceForEveryStageCountAndMicroBatchCount) {
+  const Trained single = train("single", 1, json::object(), 10, 24);
+  for (int k : {1, 2, 3, 4}) {
+    for (int m : {1, 2, 4}) {
+      for (const char* schedule : {"gpipe", "1f1b"}) {
+        if (m == 1 && std::string(schedule) == "1f1b") continue;  // the same passes as gpipe
+        const json options = {{"microbatches", m}, {"schedule", schedule}};
+        EXPECT_TRUE(matches_single(train("layer_split", k, options, 10, 24), single))
+            << "k=" << k << " m=" << m << " " << schedule;
+      }
+    }
+  }
+}
+
+TEST(LayerSplit, ExplicitSplitPointsMatchSingleDevice) {
+  const Trained single = train("single", 1, json::object(), 10, 24);
+  for (const json& split : {json::array({1}), json::array({2}), json::array({3}),
+                            json::array({1, 3}), json::array({2, 3})}) {
+    const int k = static_cast<int>(split.size()) + 1;
+    const json options = {{"split", split}, {"microbatches", 2}};
+    EXPECT_TRUE(matches_single(train("layer_split", k, options, 10, 24), single))
+        << "split " << split.dump();
+  }
+}
+
+TEST(LayerSplit, CudaVirtualDevicesMatchSingleDevice) {
+  if (const std::string why = backend_unavailable("cuda"); !why.empty())
+    GTEST_SKIP() << "cuda: " << why;
+  const Trained single = train("single", 1, json::object(), 10, 24, "cuda");
+  for (int k : {2, 4}) {
+    const json options = {{"microbatches", 4}};
+    EXPECT_TRUE(matches_single(train("layer_split", k, options, 10, 24, "cuda"), single))
+        << "k=" << k;
+  }
+}
+
+TEST(LayerSplit, BalancedSplitMinimisesTheSlowestStage) {
+  // conv2 dominates: alone on its stage, with the cheap layers around it.
+  EXPECT_EQ(balanced_split({1, 9, 1, 0.1}, 2), (std::vector<int>{0, 2, 4}));
+  EXPECT_EQ(balanced_split({1, 9, 1, 0.1}, 3), (std::vector<int>{0, 1, 2, 4}));
+  EXPECT_EQ(balanced_split({4, 1, 1, 4}, 2), (std::vector<int>{0, 2, 4}));
+  EXPECT_EQ(balanced_split({1, 1, 1, 1}, 4), (std::vector<int>{0, 1, 2, 3, 4}));
+  EXPECT_EQ(balanced_split({1, 1, 1, 1}, 1), (std::vector<int>{0, 4}));
+  EXPECT_THROW(balanced_split({1, 1, 1, 1}, 5), Error);
+}
+
+TEST(LayerSplit, ProfilingMeasuresEveryLayer) {
+  auto devices = make_devices("cpu", 1, {});
+  const auto ms = profile_layers(*devices[0], lenet_initial_parameters(1), 16);
+  ASSERT_EQ(ms.size(), 4u);
+  for (double t : ms) EXPECT_GT(t, 0.0);
+  EXPECT_GT(ms[1], ms[3]) << "conv2 (2.0 M multiply-adds per image) vs fc2 (1,280)";
+}
+
+TEST(Pipeline, SchedulesRunEveryPassOnceInADependencyRespectingOrder) {
+  for (const char* name : {"gpipe", "1f1b"})
+    for (int k : {1, 2, 3, 4})
+      for (int m : {1, 2, 3, 4, 8}) {
+        for (int s = 0; s < k; ++s) {
+          const auto passes = pipeline_schedule(name, s, k, m);
+          ASSERT_EQ(passes.size(), static_cast<std::size_t>(2 * m));
+          std::vector<int> forward_at(m, -1), backward_at(m, -1);
+          for (std::size_t i = 0; i < passes.size(); ++i)
+            (passes[i].forward ? forward_at : backward_at)[passes[i].microbatch] =
+                static_cast<int>(i);
+          for (int j = 0; j < m; ++j) {
+            EXPECT_GE(forward_at[j], 0);
+            EXPECT_GT(backward_at[j], forward_at[j]) << name << " k=" << k << " m=" << m;
+          }
+        }
+        // 1F1B keeps at most k - s micro-batches in flight on stage s.
+        if (std::string(name) == "1f1b")
+          for (int s = 0; s < k; ++s) {
+            int alive = 0, most = 0;
+            for (const auto& p : pipeline_schedule(name, s, k, m)) {
+              alive += p.forward ? 1 : -1;
+              most = std::max(most, alive);
+            }
+            EXPECT_LE(most, k - s);
+          }
+      }
+  EXPECT_THROW(pipeline_schedule("zigzag", 0, 2, 2), Error);
+}
+
+// Stages whose passes cost a known time each (sleeps, so that 4 stages do not compete for 2
+// cores): the measured bubble must be GPipe's (k-1)/(m+k-1).
+double synthetic_bubble(const char* schedule, int k, int m) {
+  auto owned = make_devices("cpu", k, {});
+  std::vector<Device*> devices;
+  for (auto& d : owned) devices.push_back(d.get());
+  SpmdGroup group(devices);
+  std::vector<std::vector<PipelineEvent>> events(static_cast<std::size_t>(k));
+  const auto cost = std::chrono::milliseconds(4);
+  const auto t0 = std::chrono::steady_clock::now();
+  group.run([&](int r, Transport& t) {
+    Tensor in = Tensor::zeros(*devices[r], {16}), out = Tensor::zeros(*devices[r], {16});
+    PipelineStage st;
+    st.input = [&](int) -> Tensor& { return in; };
+    st.output_grad = [&](int) -> Tensor& { return in; };
+    st.forward = [&](int) -> const Tensor& {
+      std::this_thread::sleep_for(cost);
+      return out;
+    };
+    st.backward = [&](int) -> const Tensor& {
+      std::this_thread::sleep_for(2 * cost);
+      return out;
+    };
+    events[r] = run_pipeline(t, *devices[r], pipeline_schedule(schedule, r, k, m), st, t0).events;
+  });
+  return measured_bubble_fraction(events);
+}
+
+TEST(Pipeline, MeasuredBubbleOfEqualStagesIsGPipes) {
+  for (const char* schedule : {"gpipe", "1f1b"})
+    for (int k : {2, 3, 4})
+      for (int m : {1, 2, 4, 8}) {
+        const double ideal = ideal_bubble_fraction(k, m);
+        EXPECT_NEAR(synthetic_bubble(schedule, k, m), ideal, 0.05)
+            << schedule << " k=" << k << " m=" << m;
+      }
+  EXPECT_DOUBLE_EQ(ideal_bubble_fraction(4, 1), 0.75);
+  EXPECT_DOUBLE_EQ(ideal_bubble_fraction(2, 8), 1.0 / 9.0);
+}
+
+TEST(LayerSplit, ReportsTheSplitBubbleAndBytesMoved) {
+  const Dataset data = [] {
+    Dataset d;
+    d.count = 64;
+    d.rows = d.cols = kImageSide;
+    d.images.assign(static_cast<std::size_t>(64 * 784), 0.5f);
+    d.labels.assign(64, 3);
+    return d;
+  }();
+  auto owned = make_devices("cpu", 2, {});
+  auto s = make_strategy("layer_split", {{"split", {2}}, {"microbatches", 4}}, "runs.0");
+  StrategySetup setup;
+  setup.devices = {owned[0].get(), owned[1].get()};
+  setup.train = setup.test = &data;
+  setup.initial_parameters = lenet_initial_parameters(1);
+  setup.train_batch = 32;
+  s->setup(setup);
+  std::vector<int32_t> order(64);
+  for (int i = 0; i < 64; ++i) order[static_cast<std::size_t>(i)] = i;
+  s->begin_epoch(order);
+  const StepResult r = s->train_step(0, 32, 0.1f);
+  // conv2's output (50x4x4 floats per image) forward and its gradient back.
+  EXPECT_EQ(r.detail["bytes_expected"].get<int64_t>(), 2 * 32 * 800 * 4);
+  EXPECT_EQ(r.detail["bytes_sent"].get<int64_t>(), 2 * 32 * 800 * 4);
+  const double bubble = r.detail["bubble_fraction"].get<double>();
+  EXPECT_GT(bubble, 0.0);
+  EXPECT_LT(bubble, 1.0);
+  ASSERT_EQ(r.ranks.size(), 2u);
+  for (const RankTimes& t : r.ranks) EXPECT_GT(t.compute_ms, 0.0);
+  const json rep = s->report();
+  EXPECT_EQ(rep["split"], json::array({2}));
+  EXPECT_EQ(rep["stages"][0]["layers"], json::array({"conv1", "conv2"}));
+  EXPECT_EQ(rep["stages"][1]["parameters"].get<int64_t>(), 800 * 128 + 128 + 128 * 10 + 10);
+  EXPECT_EQ(rep["last_iteration_timeline"].size(), 2u * 2u * 4u);  // stages x passes x m
+  s.reset();
+}
+
+TEST(LayerSplit, ErrorsNameTheProblem) {
+  auto error = [](const std::function<void()>& fn) {
+    try {
+      fn();
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  EXPECT_EQ(error([] { train("layer_split", 5, json::object(), 1, 24); }),
+            "layer_split: 5 devices, but LeNet has only 4 layers (conv1, conv2, fc1, fc2) to cut "
+            "into stages: at most 4 devices");
+  EXPECT_EQ(error([] {
+              train("layer_split", 2, {{"microbatches", 5}}, 1, 24);
+            }),
+            "layer_split: global batch 24 is not divisible into 5 equal micro-batches");
+  EXPECT_EQ(error([] {
+              train("layer_split", 3, {{"split", {2}}}, 1, 24);
+            }),
+            "runs.0.split: 1 boundaries make 2 stages, but the run has 3 devices");
+  auto option = [&](const json& o) {
+    return error([&] { make_strategy("layer_split", o, "runs.1"); });
+  };
+  EXPECT_EQ(option({{"split", {2, 2}}}),
+            "runs.1.split: boundaries must be increasing integers in 1..3, got [2,2]");
+  EXPECT_EQ(option({{"split", {4}}}),
+            "runs.1.split: boundaries must be increasing integers in 1..3, got [4]");
+  EXPECT_EQ(option({{"microbatches", 0}}), "runs.1.microbatches: must be an integer in 1..4096");
+  EXPECT_EQ(option({{"schedule", "zigzag"}}),
+            "runs.1.schedule: pipeline: unknown schedule 'zigzag' (known: 1f1b, gpipe)");
+  EXPECT_NE(
+      option({{"stages", 2}}).find("runs.1.stages: unknown option for strategy 'layer_split'"),
+      std::string::npos);
+}
+
+}  // namespace
+}  // namespace paralab
