@@ -5,6 +5,7 @@
 #include <map>
 
 #include "core/error.h"
+#include "strategies/channel_split.h"
 #include "strategies/data_parallel.h"
 #include "strategies/layer_split.h"
 #include "strategies/single.h"
@@ -18,6 +19,7 @@ using Factory = std::function<std::unique_ptr<Strategy>(const nlohmann::json&, c
 const std::map<std::string, Factory>& registry() {
   static const std::map<std::string, Factory> r = {
       {"single", make_single},
+      {"channel_split", make_channel_split},
       {"data_parallel", make_data_parallel},
       {"layer_split", make_layer_split},
   };

@@ -20,7 +20,7 @@ namespace {
 
 using nlohmann::json;
 
-Dataset synthetic(int64_t count, uint64_t seed) {
+inline Dataset synthetic(int64_t count, uint64_t seed) {
   Dataset d;
   d.count = count;
   d.rows = d.cols = kImageSide;
@@ -44,8 +44,8 @@ struct Trained {
 // learning rate small enough that training on random labels is not chaotic: at lr 0.1 this
 // setup amplifies float rounding (1e-7) to a 10 % parameter difference within 15 steps, so no
 // two summation orders could agree, however correct.
-Trained train(const std::string& strategy, int devices, const json& options, int steps,
-              int64_t batch, const std::string& backend = "cpu") {
+inline Trained train(const std::string& strategy, int devices, const json& options, int steps,
+                     int64_t batch, const std::string& backend = "cpu") {
   static const Dataset train_set = synthetic(480, 1), test_set = synthetic(100, 2);
   DeviceOptions device_options;
   device_options.virtual_devices = true;  // CUDA: k devices may share one GPU
@@ -81,8 +81,8 @@ Trained train(const std::string& strategy, int devices, const json& options, int
 // Per parameter tensor: |dp - single| <= 1e-5 * (|single| + max|single over the tensor|).
 // The second term keeps parameters that pass near zero from demanding an impossible relative
 // precision; any real error (a missing shard, a wrong scale) is orders of magnitude larger.
-::testing::AssertionResult close_per_tensor(const std::vector<float>& got,
-                                            const std::vector<float>& ref) {
+inline ::testing::AssertionResult close_per_tensor(const std::vector<float>& got,
+                                                   const std::vector<float>& ref) {
   for (const auto& p : lenet_layout()) {
     const auto b = static_cast<std::size_t>(p.offset), e = b + shape_numel(p.shape);
     const std::vector<float> g(got.begin() + b, got.begin() + e),
@@ -93,6 +93,28 @@ Trained train(const std::string& strategy, int devices, const json& options, int
     if (!res) return res << " in " << p.name;
   }
   return ::testing::AssertionSuccess();
+}
+
+// The model-parallel strategies' bar: every step's loss (relative 1e-5), the gradients of the
+// first and the last step and the final parameters (close_per_tensor), and the evaluation.
+inline ::testing::AssertionResult matches_single(const Trained& got, const Trained& single) {
+  for (std::size_t i = 0; i < single.losses.size(); ++i) {
+    auto loss = testing::all_close(std::vector<double>{got.losses[i]},
+                                   std::vector<double>{single.losses[i]}, 0, 1e-5);
+    if (!loss) return loss << " in the loss of step " << i + 1;
+  }
+  if (auto r = close_per_tensor(got.first_gradients, single.first_gradients); !r)
+    return r << " (gradients of step 1)";
+  if (auto r = close_per_tensor(got.last_gradients, single.last_gradients); !r)
+    return r << " (gradients of the last step)";
+  if (auto r = close_per_tensor(got.params, single.params); !r) return r << " (parameters)";
+  if (got.eval.samples != single.eval.samples || got.eval.correct != single.eval.correct)
+    return ::testing::AssertionFailure()
+           << "evaluation: " << got.eval.correct << "/" << got.eval.samples
+           << " correct, single device " << single.eval.correct << "/" << single.eval.samples;
+  return testing::all_close(std::vector<double>{got.eval.loss_sum},
+                            std::vector<double>{single.eval.loss_sum}, 0, 1e-5)
+         << " in the evaluation loss";
 }
 
 }  // namespace

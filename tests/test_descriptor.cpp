@@ -81,7 +81,8 @@ TEST(Descriptor, RejectsBadInputWithFileAndPath) {
       {with("/runs", json::array()), "runs: must hold at least one run"},
       {with("/runs", 3), "runs: must be a list, got an integer"},
       {with("/runs/0/strategy", "pipeline"),
-       "runs.0.strategy: unknown strategy 'pipeline' (known: data_parallel, single)"},
+       "runs.0.strategy: unknown strategy 'pipeline' (known: channel_split, data_parallel, "
+       "layer_split, single)"},
       {with("/runs/0/devices", 0), "runs.0.devices: must be >= 1, got 0"},
       {with("/runs/0/devices", 2), "runs.0.devices: strategy 'single' runs on 1 device, got 2"},
       {with("/runs/0/allreduce", "ring"), "runs.0.allreduce: unknown option for strategy 'single'"},

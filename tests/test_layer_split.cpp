@@ -14,26 +14,6 @@
 namespace paralab {
 namespace {
 
-::testing::AssertionResult matches_single(const Trained& got, const Trained& single) {
-  for (std::size_t i = 0; i < single.losses.size(); ++i) {
-    auto loss = testing::all_close(std::vector<double>{got.losses[i]},
-                                   std::vector<double>{single.losses[i]}, 0, 1e-5);
-    if (!loss) return loss << " in the loss of step " << i + 1;
-  }
-  if (auto r = close_per_tensor(got.first_gradients, single.first_gradients); !r)
-    return r << " (gradients of step 1)";
-  if (auto r = close_per_tensor(got.last_gradients, single.last_gradients); !r)
-    return r << " (gradients of the last step)";
-  if (auto r = close_per_tensor(got.params, single.params); !r) return r << " (parameters)";
-  if (got.eval.samples != single.eval.samples || got.eval.correct != single.eval.correct)
-    return ::testing::AssertionFailure()
-           << "evaluation: " << got.eval.correct << "/" << got.eval.samples
-           << " correct, single device " << single.eval.correct << "/" << single.eval.samples;
-  return testing::all_close(std::vector<double>{got.eval.loss_sum},
-                            std::vector<double>{single.eval.loss_sum}, 0, 1e-5)
-         << " in the evaluation loss";
-}
-
 TEST(LayerSplit, MatchesSingleDeviceForEveryStageCountAndMicroBatchCount) {
   const Trained single = train("single", 1, json::object(), 10, 24);
   for (int k : {1, 2, 3, 4}) {

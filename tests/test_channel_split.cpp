@@ -1,0 +1,106 @@
+// channel_split against single-device training (loss, every gradient, parameters after 10 SGD
+// steps) for both pairings, its measured bytes against the analytic count, and its errors.
+#include <gtest/gtest.h>
+
+#include "core/error.h"
+#include "tests/strategy_harness.h"
+
+namespace paralab {
+namespace {
+
+TEST(ChannelSplit, MatchesSingleDeviceForEveryDeviceCountAndPairing) {
+  const Trained single = train("single", 1, json::object(), 10, 24);
+  for (int k : {1, 2, 3, 4})  // k = 3 splits conv1's 20 channels 7/7/6, fc2's 10 units 4/3/3
+    for (const char* pairing : {"none", "megatron"}) {
+      const Trained cs = train("channel_split", k, {{"pairing", pairing}}, 10, 24);
+      EXPECT_TRUE(matches_single(cs, single)) << pairing << " k=" << k;
+    }
+}
+
+TEST(ChannelSplit, MegatronPairingWithEveryAllreduceMatchesSingleDevice) {
+  const Trained single = train("single", 1, json::object(), 10, 24);
+  for (const char* algorithm : {"naive", "tree"}) {
+    const json options = {{"pairing", "megatron"}, {"allreduce", algorithm}};
+    EXPECT_TRUE(matches_single(train("channel_split", 3, options, 10, 24), single)) << algorithm;
+  }
+}
+
+TEST(ChannelSplit, CudaVirtualDevicesMatchSingleDevice) {
+  if (const std::string why = backend_unavailable("cuda"); !why.empty())
+    GTEST_SKIP() << "cuda: " << why;
+  const Trained single = train("single", 1, json::object(), 10, 24, "cuda");
+  for (int k : {2, 4})
+    for (const char* pairing : {"none", "megatron"})
+      EXPECT_TRUE(
+          matches_single(train("channel_split", k, {{"pairing", pairing}}, 10, 24, "cuda"), single))
+          << pairing << " k=" << k;
+}
+
+// One training step of `batch` on k devices; returns its detail (bytes sent and expected).
+json one_step(int k, const std::string& pairing, int64_t batch) {
+  Dataset data;
+  data.count = batch;
+  data.rows = data.cols = kImageSide;
+  data.images.assign(static_cast<std::size_t>(batch * 784), 0.25f);
+  data.labels.assign(static_cast<std::size_t>(batch), 1);
+  auto owned = make_devices("cpu", k, {});
+  std::vector<Device*> devices;
+  for (auto& d : owned) devices.push_back(d.get());
+  auto s = make_strategy("channel_split", {{"pairing", pairing}}, "runs.0");
+  StrategySetup setup;
+  setup.devices = devices;
+  setup.train = setup.test = &data;
+  setup.initial_parameters = lenet_initial_parameters(1);
+  s->setup(setup);
+  std::vector<int32_t> order(static_cast<std::size_t>(batch));
+  for (int i = 0; i < batch; ++i) order[static_cast<std::size_t>(i)] = i;
+  s->begin_epoch(order);
+  json detail = s->train_step(0, batch, 0.1f).detail;
+  detail["report"] = s->report();
+  return detail;
+}
+
+TEST(ChannelSplit, MeasuredBytesEqualTheAnalyticCount) {
+  // Floats per example each collective moves; a ring all-gather or reduce-scatter makes each
+  // of them travel k-1 hops, an allreduce 2(k-1).
+  //   none:     gathers 20*13*13 + 50*4*4 + 128 + 10, reduce-scatters 128 + 800 + 3380
+  //   megatron: gathers 3380 + 10, allreduces 128 + 128, reduce-scatters 3380
+  for (int k : {2, 3, 4}) {
+    const int64_t n = 16;
+    const json none = one_step(k, "none", n), megatron = one_step(k, "megatron", n);
+    EXPECT_EQ(none["bytes_expected"].get<int64_t>(), 4 * n * (k - 1) * (4318 + 4308));
+    EXPECT_EQ(none["bytes_sent"].get<int64_t>(), none["bytes_expected"].get<int64_t>());
+    EXPECT_EQ(megatron["bytes_expected"].get<int64_t>(), 4 * n * (k - 1) * (3390 + 2 * 256 + 3380));
+    EXPECT_EQ(megatron["bytes_sent"].get<int64_t>(), megatron["bytes_expected"].get<int64_t>());
+  }
+  const json report = one_step(3, "none", 4)["report"];
+  EXPECT_EQ(report["output_channels"]["conv1"], json::array({7, 7, 6}));
+  EXPECT_EQ(report["output_channels"]["fc2"], json::array({4, 3, 3}));
+}
+
+TEST(ChannelSplit, ErrorsNameTheProblem) {
+  auto error = [](const std::function<void()>& fn) {
+    try {
+      fn();
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  EXPECT_EQ(error([] { train("channel_split", 11, json::object(), 1, 24); }),
+            "channel_split: 11 devices, but fc2 has only 10 output channels to split (at most 10 "
+            "devices)");
+  auto option = [&](const json& o) {
+    return error([&] { make_strategy("channel_split", o, "runs.3"); });
+  };
+  EXPECT_EQ(option({{"pairing", "alexnet"}}),
+            "runs.3.pairing: unknown pairing 'alexnet' (known: megatron, none)");
+  EXPECT_EQ(option({{"allreduce", "star"}}),
+            "runs.3.allreduce: unknown allreduce 'star' (known: naive, ring, tree)");
+  EXPECT_EQ(option({{"microbatches", 2}}),
+            "runs.3.microbatches: unknown option for strategy 'channel_split' (known: pairing, "
+            "allreduce)");
+}
+
+}  // namespace
+}  // namespace paralab
