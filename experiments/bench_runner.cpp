@@ -61,9 +61,15 @@ void print_summary(const json& runs) {
 // speedup / devices. Throughput (images/s) makes strong and weak scaling comparable: strong keeps
 // the work per iteration fixed, weak grows it with the devices.
 void add_scaling(json& runs) {
-  auto is_baseline_for = [](const json& b, const json& r) {
+  // The baseline is single-device training (strategy single): a model-parallel strategy on one
+  // device (layer_split with micro-batches: gradient accumulation) is not what speedup means.
+  // Files without a single run fall back to any 1-device run.
+  bool have_single = false;
+  for (const json& r : runs) have_single = have_single || r["config"]["strategy"] == "single";
+  auto is_baseline_for = [&](const json& b, const json& r) {
     const json& c = b["config"];
     return b["status"] == "ok" && c["devices"] == 1 && b["timing"]["samples_per_s"].is_number() &&
+           (!have_single || c["strategy"] == "single") &&
            c["batch_scaling"] == r["config"]["batch_scaling"] &&
            c["backend"] == r["config"]["backend"];
   };

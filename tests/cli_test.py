@@ -441,6 +441,36 @@ class Divergence(BenchRunnerCase):
         self.assert_diverged(results["runs"][0])
 
 
+class ModelParallelRuns(BenchRunnerCase):
+    needs_data = True
+
+    def test_layer_and_channel_split_results_are_valid_and_complete(self):
+        doc = tiny_descriptor(runs=[
+            {"strategy": "single"},
+            {"strategy": "layer_split", "devices": 2, "microbatches": 4},
+            {"strategy": "channel_split", "devices": 2, "pairing": "megatron"}])
+        results = self.run_tiny(doc=doc)
+        single, layer, channel = results["runs"]
+        for run in (layer, channel):
+            self.assertEqual(run["status"], "ok", run["reason"])
+            self.assertEqual(run["scaling"]["baseline"], "single x1")
+            for it in run["iterations"]:
+                self.assertEqual(it["detail"]["bytes_sent"], it["detail"]["bytes_expected"])
+        self.assertEqual(layer["label"], "layer_split m4 x2")
+        report = layer["strategy_report"]
+        self.assertEqual(report["split_source"], "auto")
+        self.assertEqual(len(report["profiled_layer_ms"]), 4)
+        self.assertEqual(len(report["last_iteration_timeline"]), 2 * 2 * 4)
+        self.assertAlmostEqual(report["ideal_bubble_fraction"], 1 / 5)
+        self.assertGreater(layer["timing"]["detail"]["bubble_fraction"], 0)
+        self.assertEqual(channel["strategy_report"]["output_channels"]["fc2"], [5, 5])
+        # Same data, same initial weights: the same model after the same steps.
+        self.assertAlmostEqual(layer["epochs"][0]["train_loss"], single["epochs"][0]["train_loss"],
+                               places=4)
+        self.assertAlmostEqual(channel["epochs"][0]["test_acc"], single["epochs"][0]["test_acc"],
+                               places=2)
+
+
 class FailedRun(BenchRunnerCase):
     needs_data = True
 
