@@ -12,15 +12,20 @@ Not a script; the plot_*.py scripts beside it import it.
 import json
 import math
 import os
+import re
 import sys
 import tempfile
 
 KNOWN_SCHEMA_VERSIONS = (1,)
 
-# data_parallel's option defaults (strategies/data_parallel.cpp). A series name spells out
-# grouping and overlap only when they differ from these, so the common case stays short.
-DEFAULT_GROUPING = "bucketed"
-DEFAULT_OVERLAP = False
+# Strategy option defaults (struct Options in strategies/<strategy>.cpp). A series name spells
+# out these options only when they differ from the default, so the common case stays short.
+DEFAULT_GROUPING = "bucketed"  # data_parallel
+DEFAULT_OVERLAP = False  # data_parallel
+DEFAULT_SCHEDULE = "gpipe"  # layer_split
+DEFAULT_SPLIT = "auto"  # layer_split
+DEFAULT_PAIRING = "none"  # channel_split
+DEFAULT_CHANNEL_ALLREDUCE = "ring"  # channel_split
 
 # Batch-scaling key for runs whose config does not say (files written before the field existed).
 UNSPECIFIED_SCALING = "unspecified"
@@ -121,20 +126,58 @@ def oversubscribed(run):
 
 
 def series_name(run):
-    """The strategy and how it communicates, e.g. 'single', 'data_parallel/ring',
-    'data_parallel/tree/per_tensor+overlap'. Grouping and overlap appear only when non-default."""
+    """The strategy and the options its runs are compared by, joined by '/':
+      single                                   'single'
+      data_parallel: allreduce, then grouping and overlap when non-default
+                                               'data_parallel/ring',
+                                               'data_parallel/tree/per_tensor+overlap'
+      layer_split: m=<micro-batches>, then schedule and split when non-default
+                                               'layer_split/m=8', 'layer_split/m=8/1f1b',
+                                               'layer_split/m=4/split=1,3'
+      channel_split: pairing and allreduce when non-default
+                                               'channel_split', 'channel_split/megatron',
+                                               'channel_split/megatron/tree'
+    Any other strategy is named like data_parallel."""
     c = config(run)
     options = _dict(c.get("options"))
-    name = str(c.get("strategy") or "unknown")
+    strategy = str(c.get("strategy") or "unknown")
+    parts = [strategy]
+
+    def non_default(key, default):
+        value = options.get(key)
+        if value not in (None, "") and value != default:
+            parts.append(str(value))
+
+    if strategy == "layer_split":
+        m = options.get("microbatches")
+        if isinstance(m, int) and not isinstance(m, bool):
+            parts.append(f"m={m}")
+        non_default("schedule", DEFAULT_SCHEDULE)
+        split = options.get("split")
+        if isinstance(split, list):
+            parts.append("split=" + ",".join(map(str, split)))
+        elif split is not None and split != DEFAULT_SPLIT:
+            parts.append(f"split={split}")
+        return "/".join(parts)
+    if strategy == "channel_split":
+        non_default("pairing", DEFAULT_PAIRING)
+        non_default("allreduce", DEFAULT_CHANNEL_ALLREDUCE)
+        return "/".join(parts)
     if options.get("allreduce"):
-        name += "/" + str(options["allreduce"])
-    grouping = options.get("grouping")
-    if grouping and grouping != DEFAULT_GROUPING:
-        name += "/" + str(grouping)
+        parts.append(str(options["allreduce"]))
+    non_default("grouping", DEFAULT_GROUPING)
+    name = "/".join(parts)
     overlap = options.get("overlap")
     if overlap is not None and overlap != DEFAULT_OVERLAP:
         name += "+overlap" if overlap is True else f"+overlap={overlap}"
     return name
+
+
+def series_order(name):
+    """Sort key for series names: 'single' first, then by name with numbers compared as numbers
+    ('layer_split/m=2' before 'layer_split/m=16')."""
+    return name != "single", [(0, int(t), "") if t.isdigit() else (1, 0, t)
+                              for t in re.split(r"(\d+)", name) if t]
 
 
 def series_key(run):
@@ -262,7 +305,7 @@ def series_colors(names):
     """A fixed colour per series name, so every plot of one file colours a series the same."""
     palette = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
                "#7f7f7f", "#bcbd22", "#17becf"]
-    ordered = sorted(set(names), key=lambda n: (n != "single", n))
+    ordered = sorted(set(names), key=series_order)
     return {n: palette[i % len(palette)] for i, n in enumerate(ordered)}
 
 
@@ -273,15 +316,17 @@ def suptitle(fig, what, results, plotted_runs):
                  fontsize=11)
 
 
-def new_figure(ncols, width_per_col=5.5, height=4.5):
-    """A matplotlib Figure with ncols axes in one row (no pyplot: no global state)."""
+def new_figure(ncols, width_per_col=5.5, height=4.5, nrows=1, height_ratios=None):
+    """A matplotlib Figure with nrows x ncols axes (no pyplot: no global state); height is per
+    row. Returns the figure and its axes as one list, row by row."""
     import matplotlib
     matplotlib.use("Agg")
     matplotlib.rcParams["svg.hashsalt"] = "paralab"  # stable ids: same data, same SVG
     from matplotlib.figure import Figure
-    fig = Figure(figsize=(width_per_col * ncols, height), layout="constrained")
-    axes = fig.subplots(1, ncols, squeeze=False)[0]
-    return fig, list(axes)
+    fig = Figure(figsize=(width_per_col * ncols, height * nrows), layout="constrained")
+    axes = fig.subplots(nrows, ncols, squeeze=False,
+                        gridspec_kw={"height_ratios": height_ratios} if height_ratios else None)
+    return fig, list(axes.flat)
 
 
 def save_figure(fig, out_dir, name):
@@ -314,10 +359,12 @@ def default_out_dir(results_path):
 
 def run_cli(prog, plots, argv=None, loader=None, what="a bench_runner results file"):
     """The command line shared by the plot scripts. plots: list of (name, make_figure) where
-    make_figure(results) returns (figure, None) or (None, why there is nothing to draw).
+    make_figure(results) returns (figure, None) or (None, why there is nothing to draw), and
+    raises ResultsError (one line, without the path) when a field it needs is malformed.
     loader(path) reads the file (default load_results) and raises ResultsError with one line.
+    Every figure is made before any is written, so a malformed file writes nothing.
     Returns the exit status: 0 on success (also when a plot had nothing to draw), 1 when the
-    file is unreadable or a figure cannot be written."""
+    file is unreadable or malformed or a figure cannot be written."""
     loader = loader or load_results
     import argparse
     parser = argparse.ArgumentParser(
@@ -333,8 +380,12 @@ def run_cli(prog, plots, argv=None, loader=None, what="a bench_runner results fi
         print(f"{prog}: {e}", file=sys.stderr)
         return 1
     out_dir = args.out_dir or default_out_dir(args.results)
-    for name, make_figure in plots:
-        fig, why_not = make_figure(results)
+    try:
+        figures = [(name, *make_figure(results)) for name, make_figure in plots]
+    except ResultsError as e:
+        print(f"{prog}: {args.results}: {e}", file=sys.stderr)
+        return 1
+    for name, fig, why_not in figures:
         if fig is None:
             print(f"{name}: not written: {why_not}")
             continue

@@ -5,11 +5,12 @@
 
 Stacked bars of milliseconds per iteration: compute (forward + backward), exposed communication
 (the part not hidden behind compute), optimizer, idle (waiting for peers). One bar per ok run,
-grouped by series (strategy/allreduce), bars within a group by device count; one panel per batch
-scaling. Each bar is the mean over the run's devices (timing.per_device); a black tick marks the
-slowest device's total. Runs without per-device timing (single-device strategies, older files)
-are split from their iterations instead (paralab_results.breakdown). Writes breakdown.png and
-breakdown.svg, or nothing when no ok run has timed iterations.
+grouped by series (strategy and options: paralab_results.series_name), bars within a group by
+device count; one panel per batch scaling. Each bar is the mean over the run's devices
+(timing.per_device); a black tick marks the slowest device's total. Runs without per-device
+timing (single-device strategies, older files) are split from their iterations instead
+(paralab_results.breakdown). Writes breakdown.png and breakdown.svg, or nothing when no ok run
+has timed iterations.
 """
 
 import sys
@@ -66,7 +67,7 @@ def make_figure(results):
         by_series = bars[scaling]
         x, ticks, tick_labels, any_max = 0.0, [], [], False
         group_label = blended_transform_factory(ax.transData, ax.transAxes)
-        for series in sorted(by_series, key=lambda n: (n != "single", n)):
+        for series in sorted(by_series, key=pr.series_order):
             start = x
             for bar in by_series[series]:
                 bottom = 0.0

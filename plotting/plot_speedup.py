@@ -3,11 +3,13 @@
 
     /usr/bin/python3 plotting/plot_speedup.py RESULTS.json [--out-dir DIR]
 
-One panel per batch scaling (strong, weak), one line per series (strategy/allreduce), the ideal
-line y = x, log2 device axis. Speedup = samples_per_s / that of the 1-device run of the same
-batch scaling (the run's `scaling.speedup`; see paralab_results.speedup). Only ok runs are
-drawn; oversubscribed runs (more worker threads than cores) are hollow markers. Writes
-speedup.png and speedup.svg, or nothing when no run on more than one device has a speedup.
+One panel per batch scaling (strong, weak), one line per series (the strategy and its options,
+e.g. data_parallel/ring, layer_split/m=8/1f1b, channel_split/megatron: see
+paralab_results.series_name), the ideal line y = x, log2 device axis. Speedup = samples_per_s /
+that of the 1-device run of the same batch scaling (the run's `scaling.speedup`; see
+paralab_results.speedup). Only ok runs are drawn; oversubscribed runs (more worker threads than
+cores) are hollow markers. Writes speedup.png and speedup.svg, or nothing when no run on more
+than one device has a speedup.
 """
 
 import sys
@@ -65,7 +67,7 @@ def make_figure(results):
         ideal, = ax.plot([lo, hi], [lo, hi], color="0.6", linestyle="--", linewidth=1,
                          label="ideal")
         handles = [ideal]
-        for series in sorted(by_series, key=lambda n: (n != "single", n)):
+        for series in sorted(by_series, key=pr.series_order):
             ps = by_series[series]
             color = colors[series]
             # Several runs of one configuration (e.g. timing and accuracy runs) are each a

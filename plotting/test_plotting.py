@@ -27,10 +27,13 @@ import plot_accuracy  # noqa: E402
 import plot_breakdown  # noqa: E402
 import plot_allreduce  # noqa: E402
 import plot_speedup  # noqa: E402
+import plot_timeline  # noqa: E402
 
-SCRIPTS = ("plot_speedup.py", "plot_breakdown.py", "plot_accuracy.py", "plot_all.py")
+SCRIPTS = ("plot_speedup.py", "plot_breakdown.py", "plot_accuracy.py", "plot_timeline.py",
+           "plot_all.py")
 PLOT_NAMES = {"plot_speedup.py": ["speedup"], "plot_breakdown.py": ["breakdown"],
-              "plot_accuracy.py": ["accuracy"], "plot_all.py": ["speedup", "breakdown", "accuracy"]}
+              "plot_accuracy.py": ["accuracy"], "plot_timeline.py": ["timeline"],
+              "plot_all.py": ["speedup", "breakdown", "accuracy", "timeline"]}
 
 # Baseline throughputs: the 1-device runs of each batch scaling.
 STRONG_BASE_SPS = 1000.0
@@ -149,6 +152,83 @@ EXPECTED_WEAK = {
 }
 
 
+def gpipe_timeline(m):
+    """GPipe on 2 stages with fixed pass times (stage 0: forward 1 ms, backward 2; stage 1:
+    forward 2, backward 4), each pass starting when its input has arrived (transfers take no
+    time) and its stage is free. m=1: busy 9 ms of a 9 ms span on 2 stages, bubble 1 - 9/18 =
+    1/2. m=4: stage 0 busy 4 + 8, stage 1 8 + 16, span 27 ms: bubble 1 - 36/54 = 1/3."""
+    forward, backward = (1.0, 2.0), (2.0, 4.0)
+    events, free = [], [0.0, 0.0]
+    arrives = {}  # (forward?, stage, micro-batch) -> when its input is there
+
+    def run(s, fwd, mb):
+        start = max(free[s], arrives.get((fwd, s, mb), 0.0))
+        free[s] = start + (forward if fwd else backward)[s]
+        arrives[(fwd, s + 1 if fwd else s - 1, mb)] = free[s]
+        events.append({"stage": s, "pass": "forward" if fwd else "backward", "microbatch": mb,
+                       "start_ms": start, "end_ms": free[s]})
+
+    for s in (0, 1):
+        for mb in range(m):
+            run(s, True, mb)
+    for s in (1, 0):
+        for mb in reversed(range(m)):
+            run(s, False, mb)
+    return events
+
+
+def make_layer_split_run(m, sps, schedule="gpipe", label=None):
+    """A layer_split run on 2 devices (strong scaling) with its report and timeline (GPipe's
+    order whatever the schedule: the plots do not check the order)."""
+    run = make_run("layer_split", 2, "strong", sps,
+                   options={"microbatches": m, "schedule": schedule, "split": "auto"},
+                   label=label or f"layer_split m{m}{' ' + schedule if schedule != 'gpipe' else ''}"
+                                  " x2")
+    run["timing"]["detail"] = {"bubble_fraction": 0.52 if m == 1 else 0.36,
+                               "bytes_sent": 1000.0, "bytes_expected": 1000.0}
+    run["strategy_report"] = {
+        "split": [2], "split_source": "auto",
+        "stages": [{"device": "cpu:0", "layers": ["conv1", "conv2"], "parameters": 2572},
+                   {"device": "cpu:1", "layers": ["fc1", "fc2"], "parameters": 51850}],
+        "microbatches": m, "schedule": schedule, "ideal_bubble_fraction": 1 / (m + 1),
+        "bytes_per_example": 1600, "last_iteration_timeline": gpipe_timeline(m)}
+    return run
+
+
+def make_channel_split_run(pairing, sps):
+    run = make_run("channel_split", 2, "strong", sps,
+                   options={"pairing": pairing, "allreduce": "ring"},
+                   label=f"channel_split/{pairing} x2")
+    run["timing"]["detail"] = {"bytes_sent": 1000.0, "bytes_expected": 1000.0}
+    run["strategy_report"] = {"pairing": pairing, "bytes_per_example": 1000}
+    return run
+
+
+def make_model_parallel_results():
+    """make_results() plus, on 2 devices with strong scaling, layer_split m=1 and m=4 (gpipe),
+    m=4 1f1b, and channel_split without and with the megatron pairing."""
+    results = make_results()
+    results["runs"] += [make_layer_split_run(1, 900.0), make_layer_split_run(4, 1200.0),
+                        make_layer_split_run(4, 1250.0, schedule="1f1b"),
+                        make_channel_split_run("none", 1600.0),
+                        make_channel_split_run("megatron", 1700.0)]
+    return results
+
+
+def make_timeline_results():
+    """Only what the timeline needs: single x1 and layer_split m=1 and m=4 on 2 devices."""
+    results = make_results()
+    results["runs"] = [results["runs"][0], make_layer_split_run(1, 900.0),
+                       make_layer_split_run(4, 1200.0)]
+    return results
+
+
+EXPECTED_MODEL_PARALLEL_STRONG = dict(EXPECTED_STRONG, **{
+    "layer_split/m=1": [(2, 0.9)], "layer_split/m=4": [(2, 1.2)],
+    "layer_split/m=4/1f1b": [(2, 1.25)],
+    "channel_split": [(2, 1.6)], "channel_split/megatron": [(2, 1.7)]})
+
+
 def assert_png(test, path):
     with open(path, "rb") as f:
         data = f.read()
@@ -251,6 +331,119 @@ class DataTest(unittest.TestCase):
         del run["config"]["batch_scaling"]
         self.assertEqual(pr.batch_scaling(run), pr.UNSPECIFIED_SCALING)
 
+    def test_series_names_model_parallel(self):
+        def name(strategy, **options):
+            return pr.series_name(make_run(strategy, 2, "strong", 1.0, options=options))
+
+        self.assertEqual(name("layer_split", microbatches=8, schedule="gpipe", split="auto"),
+                         "layer_split/m=8")
+        self.assertEqual(name("layer_split", microbatches=8, schedule="1f1b", split="auto"),
+                         "layer_split/m=8/1f1b")
+        self.assertEqual(name("layer_split", microbatches=1, schedule="gpipe", split=[1, 3]),
+                         "layer_split/m=1/split=1,3")
+        self.assertEqual(name("channel_split", pairing="none", allreduce="ring"),
+                         "channel_split")
+        self.assertEqual(name("channel_split", pairing="megatron", allreduce="ring"),
+                         "channel_split/megatron")
+        self.assertEqual(name("channel_split", pairing="megatron", allreduce="tree"),
+                         "channel_split/megatron/tree")
+        # channel_split's allreduce option is not data_parallel's series axis.
+        self.assertNotIn("ring", name("channel_split", pairing="none", allreduce="ring"))
+        names = ["layer_split/m=16", "data_parallel/ring", "layer_split/m=2", "single",
+                 "channel_split", "layer_split/m=2/1f1b"]
+        self.assertEqual(sorted(names, key=pr.series_order),
+                         ["single", "channel_split", "data_parallel/ring", "layer_split/m=2",
+                          "layer_split/m=2/1f1b", "layer_split/m=16"])
+
+    def test_speedup_series_all_strategies(self):
+        results = make_model_parallel_results()
+        got = plot_speedup.speedup_series(results)
+        assert_close_series(self, got["strong"], EXPECTED_MODEL_PARALLEL_STRONG)
+        assert_close_series(self, got["weak"], EXPECTED_WEAK)
+        fig, why = plot_speedup.make_figure(results)
+        self.assertIsNone(why)
+        legend = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+        self.assertEqual(legend, ["ideal", "single", "channel_split", "channel_split/megatron",
+                                  "data_parallel/naive", "data_parallel/ring",
+                                  "data_parallel/tree", "layer_split/m=1", "layer_split/m=4",
+                                  "layer_split/m=4/1f1b"])
+
+    def test_timeline_data(self):
+        lines, why = plot_timeline.timelines(make_model_parallel_results())
+        self.assertIsNone(why)
+        self.assertEqual([t.label for t in lines],
+                         ["layer_split m1 x2", "layer_split m4 x2", "layer_split m4 1f1b x2"])
+        m1, m4 = lines[0], lines[1]
+        self.assertEqual(m1.stage_names, ["stage 0: cpu:0\nconv1, conv2",
+                                          "stage 1: cpu:1\nfc1, fc2"])
+        self.assertEqual(len(m1.passes), 4)
+        self.assertEqual(len(m4.passes), 16)
+        self.assertEqual(m4.passes[0], plot_timeline.Pass(0, True, 0, 0.0, 1.0))
+        self.assertEqual((m1.microbatches, m4.microbatches, m4.schedule), (1, 4, "gpipe"))
+        self.assertAlmostEqual(m1.iteration_bubble, 1 / 2)  # see gpipe_timeline
+        self.assertAlmostEqual(m4.iteration_bubble, 1 / 3)
+        self.assertEqual((m1.mean_bubble, m4.mean_bubble), (0.52, 0.36))
+        self.assertAlmostEqual(m4.ideal_bubble, 1 / 5)
+        self.assertEqual(m4.timed_iterations, 2)
+
+    def test_timeline_figure(self):
+        results = make_timeline_results()
+        fig, why = plot_timeline.make_figure(results)
+        self.assertIsNone(why)
+        self.assertEqual(len(fig.axes), 2, "one panel per layer_split run")
+        m1, m4 = fig.axes
+        self.assertEqual(len(m4.patches), 16, "one bar per pass")
+        colors = {tuple(p.get_facecolor()) for p in m4.patches}
+        self.assertEqual(len(colors), 2, "forward and backward in two colours")
+        self.assertEqual(sorted(t.get_text() for t in m4.texts), sorted("0123" * 4))
+        self.assertEqual(m1.get_xlim(), m4.get_xlim(), "one time axis")
+        self.assertEqual([t.get_text() for t in m4.get_yticklabels()],
+                         ["stage 0: cpu:0\nconv1, conv2", "stage 1: cpu:1\nfc1, fc2"])
+        title = m4.get_title(loc="left")
+        self.assertIn("layer_split m4 x2", title)
+        self.assertIn("36.0% measured (mean of 2 iterations)", title)
+        self.assertIn("33.3% in the iteration shown", title)
+        self.assertIn("20.0% ideal", title)
+        # Stretch m=1's iteration 100 times: on the common axis m=4's bars are too narrow for a
+        # label, m=1's are not.
+        for e in results["runs"][1]["strategy_report"]["last_iteration_timeline"]:
+            e["start_ms"] *= 100
+            e["end_ms"] *= 100
+        fig, _ = plot_timeline.make_figure(results)
+        self.assertEqual(len(fig.axes[1].texts), 0)
+        self.assertEqual(len(fig.axes[0].texts), 4)
+
+    def test_timeline_malformed_entries(self):
+        cases = {  # what is done to entry 2 of the m=4 run -> what the message says
+            "end before start": (lambda e: e.update(end_ms=e["start_ms"] - 1),
+                                 "[2]: end_ms 1 is before start_ms 2"),
+            "unknown pass": (lambda e: e.update({"pass": "sideways"}),
+                             '[2]: pass is "sideways", expected "forward" or "backward"'),
+            "stage out of range": (lambda e: e.update(stage=2),
+                                   "[2]: stage is 2, expected an integer in 0..1"),
+            "micro-batch out of range": (lambda e: e.update(microbatch=4),
+                                         "[2]: microbatch is 4, expected an integer in 0..3"),
+            "start not a number": (lambda e: e.update(start_ms="2"),
+                                   '[2]: start_ms and end_ms must be finite numbers, got "2"'),
+            "missing end": (lambda e: e.pop("end_ms"), "[2]: start_ms and end_ms must be"),
+        }
+        for case, (damage, message) in cases.items():
+            results = make_timeline_results()
+            damage(results["runs"][2]["strategy_report"]["last_iteration_timeline"][2])
+            with self.assertRaises(pr.ResultsError, msg=case) as cm:
+                plot_timeline.make_figure(results)
+            text = str(cm.exception)
+            self.assertTrue(text.startswith(
+                "run 'layer_split m4 x2': strategy_report.last_iteration_timeline" + message),
+                f"{case}: {text}")
+            self.assertNotIn("\n", text)
+        results = make_timeline_results()
+        results["runs"][1]["strategy_report"]["last_iteration_timeline"] = {"stage": 0}
+        with self.assertRaises(pr.ResultsError) as cm:
+            plot_timeline.make_figure(results)
+        self.assertEqual(str(cm.exception), "run 'layer_split m1 x2': "
+                         "strategy_report.last_iteration_timeline is a JSON dict, not a list")
+
     def test_breakdown_per_device_means_and_max(self):
         bars = plot_breakdown.breakdown_bars(make_results())
         ring2 = bars["strong"]["data_parallel/ring"][0]
@@ -321,7 +514,7 @@ class ScriptTest(PlotTestCase):
                 self.assertIn(os.path.join(out_dir, f"{n}.{ext}"), stdout.splitlines())
 
     def test_each_script_writes_png_and_svg(self):
-        path = self.write("results.json", make_results())
+        path = self.write("results.json", make_model_parallel_results())
         for script in SCRIPTS:
             out_dir = os.path.join(self.tmp, script + "-out")
             p = self.run_script(script, path, "--out-dir", out_dir)
@@ -397,6 +590,62 @@ class ScriptTest(PlotTestCase):
         p = self.run_script("plot_all.py", path, "--out-dir", out_dir)
         self.assertEqual(p.returncode, 0, p.stderr)
         self.check_written(out_dir, ["breakdown", "accuracy"], p.stdout)
+
+
+class TimelineScriptTest(PlotTestCase):
+    """plot_timeline.py as a user runs it."""
+
+    check_written = ScriptTest.check_written
+
+    def test_two_layer_split_runs(self):
+        path = self.write("mp.json", make_timeline_results())
+        out_dir = os.path.join(self.tmp, "out")
+        p = self.run_script("plot_timeline.py", path, "--out-dir", out_dir)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertEqual(p.stderr, "")
+        self.check_written(out_dir, ["timeline"], p.stdout)
+
+    def test_no_layer_split_run_writes_nothing(self):
+        path = self.write("dp.json", make_results())
+        out_dir = os.path.join(self.tmp, "out")
+        p = self.run_script("plot_timeline.py", path, "--out-dir", out_dir)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertEqual(p.stderr, "")
+        self.assertEqual(p.stdout, "timeline: not written: no layer_split run in the file\n")
+        self.assertFalse(os.path.exists(out_dir), "nothing written, not even the directory")
+
+        p = self.run_script("plot_all.py", path, "--out-dir", out_dir)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertIn("timeline: not written: no layer_split run in the file", p.stdout)
+        self.check_written(out_dir, ["speedup", "breakdown", "accuracy"], p.stdout)
+
+    def test_layer_split_runs_without_timeline(self):
+        """Failed runs, or a file written before the timeline existed."""
+        results = make_timeline_results()
+        del results["runs"][1]["strategy_report"]
+        results["runs"][2]["strategy_report"].pop("last_iteration_timeline")
+        path = self.write("old.json", results)
+        out_dir = os.path.join(self.tmp, "out")
+        p = self.run_script("plot_timeline.py", path, "--out-dir", out_dir)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertEqual(p.stdout, "timeline: not written: none of the 2 layer_split runs has a "
+                                   "strategy_report.last_iteration_timeline\n")
+        self.assertFalse(os.path.exists(out_dir))
+
+    def test_malformed_timeline_is_one_line_naming_the_run(self):
+        results = make_timeline_results()
+        results["runs"][2]["strategy_report"]["last_iteration_timeline"][5]["pass"] = "sideways"
+        path = self.write("bad.json", results)
+        for script in ("plot_timeline.py", "plot_all.py"):
+            out_dir = os.path.join(self.tmp, f"out-{script}")
+            p = self.run_script(script, path, "--out-dir", out_dir)
+            self.assertEqual(p.returncode, 1, script)
+            self.assertEqual(p.stderr.splitlines(), [
+                f"{script}: {path}: run 'layer_split m4 x2': "
+                'strategy_report.last_iteration_timeline[5]: pass is "sideways", expected '
+                '"forward" or "backward"'], script)
+            self.assertEqual(p.stdout, "", script)
+            self.assertFalse(os.path.exists(out_dir), f"{script}: wrote {out_dir}")
 
 
 class InProcessTest(PlotTestCase):

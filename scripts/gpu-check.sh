@@ -46,7 +46,7 @@ t0=$(date +%s)
 if [[ ! -x build-gpu/bench_runner ]]; then
   if ! cmake -S . -B build-gpu "${cmake_args[@]}" > "$OUT/configure.log" 2>&1 ||
      ! cmake --build build-gpu --parallel "$(nproc)" \
-       --target bench_runner allreduce_bench test_backends test_collectives test_data_parallel \
+       --target bench_runner allreduce_bench test_backends test_collectives test_data_parallel test_layer_split test_channel_split \
        > "$OUT/build.log" 2>&1; then
     log "build FAILED after $(( $(date +%s) - t0 )) s (see configure.log, build.log)"
     exit 1
@@ -57,7 +57,7 @@ log "built in $(( $(date +%s) - t0 )) s"
 
 # GPU tests: every backend test on cuda, collectives and data_parallel on virtual devices.
 t0=$(date +%s)
-for t in test_backends test_collectives test_data_parallel; do
+for t in test_backends test_collectives test_data_parallel test_layer_split test_channel_split; do
   filter='*cuda*:*Cuda*'
   timeout 240 "build-gpu/tests/$t" --gtest_filter="$filter" > "$OUT/$t.log" 2>&1
   rc=$?
