@@ -14,6 +14,7 @@
 namespace paralab {
 
 class Ops;
+class Tensor;
 
 enum class DeviceKind { Cpu, Cuda };
 
@@ -61,6 +62,23 @@ struct DeviceOptions {
 // usable, else cpu). Unknown names throw an Error listing the known ones.
 std::vector<std::unique_ptr<Device>> make_devices(const std::string& backend, int count,
                                                   const DeviceOptions& options);
+// A collective library's communicator over a whole device group (NCCL over CUDA devices):
+// created once for the group, then each rank calls it from its own thread, in the same order.
+class NativeCollectives {
+ public:
+  virtual ~NativeCollectives() = default;
+  // e.g. "nccl 2.28.3"
+  virtual std::string library() const = 0;
+  // buf = sum over ranks of buf (float32), queued on rank's device after its earlier work.
+  virtual void allreduce_sum(int rank, Tensor& buf) = 0;
+};
+
+// Creates `library`'s ("nccl") communicator over `devices` (rank r = devices[r]). Throws
+// Unavailable saying why when the build or the devices cannot have one (not CUDA devices, NCCL
+// not built, two ranks on one GPU).
+std::unique_ptr<NativeCollectives> make_native_collectives(const std::string& library,
+                                                           const std::vector<Device*>& devices);
+
 // Backend names compiled into this build, and the name "auto" resolves to here.
 std::vector<std::string> known_backends();
 std::string resolve_backend(const std::string& backend);

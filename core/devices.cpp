@@ -94,4 +94,18 @@ nlohmann::json backend_versions() {
   return v;
 }
 
+std::unique_ptr<NativeCollectives> make_native_collectives(const std::string& library,
+                                                           const std::vector<Device*>& devices) {
+  if (library != "nccl") throw Error("no collective library '" + library + "' (known: nccl)");
+  PARALAB_REQUIRE(!devices.empty(), std::string("nccl: a group needs at least one device"));
+  for (const Device* d : devices)
+    if (d->kind() != DeviceKind::Cuda)
+      throw Unavailable("nccl: needs CUDA devices, and " + d->name() + " is not one");
+#if PARALAB_HAVE_NCCL
+  return cuda::make_nccl(devices);
+#else
+  throw Unavailable("nccl: not built (NCCL was not found when ParaLab was configured)");
+#endif
+}
+
 }  // namespace paralab

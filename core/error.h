@@ -14,6 +14,14 @@ class Error : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// What a run asks for and this machine or build cannot provide (no usable GPU, NCCL with two
+// ranks on one GPU, a library not built in): bench_runner records such a run as skipped, with
+// the message as its reason, instead of failed.
+class Unavailable : public Error {
+ public:
+  using Error::Error;
+};
+
 // Throws Error("<library>: <what> in `<call>` at <file>:<line>").
 [[noreturn]] void throw_library_error(const char* library, const std::string& what,
                                       const char* call, const char* file, int line);

@@ -145,7 +145,10 @@ void run_collective(benchmark::State& state, Op op, const std::string& algorithm
   const int64_t n = bytes / 4;
   BenchGroup& g = group(k);
   std::unique_ptr<Allreduce> ar;
-  if (op == Op::Allreduce) ar = g_algorithms.at(algorithm)();
+  if (op == Op::Allreduce) {
+    ar = g_algorithms.at(algorithm)();
+    ar->prepare(g.ptrs);
+  }
   if (const std::string err = check(op, ar.get(), g, n); !err.empty()) {
     g_failed = true;
     state.SkipWithError(("wrong result before timing: " + err).c_str());
@@ -194,6 +197,7 @@ void run_lenet_per_tensor(benchmark::State& state, const std::string& algorithm)
   const int k = static_cast<int>(state.range(0));
   BenchGroup& g = group(k);
   auto ar = g_algorithms.at(algorithm)();
+  ar->prepare(g.ptrs);
   std::vector<Tensor> bufs(k);
   g.spmd->run([&](int r, Transport&) { bufs[r] = Tensor::zeros(*g.ptrs[r], {kLeNetParameters}); });
   time_ranks(
@@ -271,8 +275,21 @@ int allreduce_bench_main(int argc, char** argv,
       })->Iterations(1);
       continue;
     }
+    // An algorithm this group cannot run (nccl on CPU devices) is one skipped entry, with why.
+    std::map<std::string, std::string> unavailable;
+    for (const auto& [algo, factory] : g_algorithms) try {
+        factory()->prepare(group(k).ptrs);
+      } catch (const Unavailable& e) {
+        unavailable[algo] = e.what();
+        const std::string name = "allreduce/" + algo + "/devices:" + std::to_string(k);
+        benchmark::RegisterBenchmark(name.c_str(), [why = std::string(e.what())](
+                                                       benchmark::State& st) {
+          st.SkipWithError(("skipped: " + why).c_str());
+        })->Iterations(1);
+      }
     for (const auto& [algo, factory] : g_algorithms)
-      for (int64_t b : byte_sizes)
+      for (int64_t b : byte_sizes) {
+        if (unavailable.count(algo)) break;
         benchmark::RegisterBenchmark(
             ("allreduce/" + algo).c_str(),
             [algo = algo](benchmark::State& s) { run_collective(s, Op::Allreduce, algo); })
@@ -281,6 +298,7 @@ int allreduce_bench_main(int argc, char** argv,
             ->UseManualTime()
             ->MinTime(kMinTime)
             ->Unit(benchmark::kMicrosecond);
+      }
     for (Op op : {Op::Allgather, Op::ReduceScatter})
       for (int64_t b : byte_sizes)
         benchmark::RegisterBenchmark(op == Op::Allgather ? "allgather/ring" : "reduce_scatter/ring",
@@ -291,14 +309,15 @@ int allreduce_bench_main(int argc, char** argv,
             ->MinTime(kMinTime)
             ->Unit(benchmark::kMicrosecond);
     for (const auto& [algo, factory] : g_algorithms)
-      benchmark::RegisterBenchmark(
-          ("lenet_per_tensor/" + algo).c_str(),
-          [algo = algo](benchmark::State& s) { run_lenet_per_tensor(s, algo); })
-          ->Args({k, kLeNetParameters * 4})
-          ->ArgNames({"devices", "bytes"})
-          ->UseManualTime()
-          ->MinTime(kMinTime)
-          ->Unit(benchmark::kMicrosecond);
+      if (!unavailable.count(algo))
+        benchmark::RegisterBenchmark(
+            ("lenet_per_tensor/" + algo).c_str(),
+            [algo = algo](benchmark::State& s) { run_lenet_per_tensor(s, algo); })
+            ->Args({k, kLeNetParameters * 4})
+            ->ArgNames({"devices", "bytes"})
+            ->UseManualTime()
+            ->MinTime(kMinTime)
+            ->Unit(benchmark::kMicrosecond);
   }
   if (2 <= cores || oversubscribe)
     for (int64_t b : byte_sizes)

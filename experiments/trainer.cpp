@@ -298,6 +298,10 @@ json run_training(const RunSpec& run, const RunContext& ctx) {
       result["wall_seconds"] = seconds_since(run_start);
       if (json report = strategy->report(); !report.is_null())
         result["strategy_report"] = std::move(report);
+    } catch (const Unavailable& e) {  // found only once the devices exist, e.g. nccl on one GPU
+      status = "skipped";
+      reason = e.what();
+      ctx.progress->line(prefix + ": skipped: " + reason);
     } catch (const std::exception& e) {  // Error, and bad_alloc & co: the next run still goes on
       status = "failed";
       reason = e.what();

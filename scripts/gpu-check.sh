@@ -5,7 +5,7 @@
 #
 # On a host with ParaLab's packages it builds normally. On an offline GPU host it builds a
 # CUDA-only ParaLab from gpu-bundle/ (scripts/make-gpu-bundle.sh, run where the packages are),
-# taking cuDNN and cuBLAS from the CUDA toolkit or from PyTorch's nvidia-* Python wheels.
+# taking cuDNN, cuBLAS and NCCL from the CUDA toolkit or from PyTorch's nvidia-* Python wheels.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/gpu-check-out}
@@ -34,6 +34,15 @@ if ! ls /usr/local/cuda/lib64/libcudnn.so* /usr/local/cuda/lib/libcudnn.so* >/de
     lib_path+=("$cudnn/lib")
   fi
 fi
+if ! ls /usr/local/cuda/lib64/libnccl.so* /usr/local/cuda/lib/libnccl.so* >/dev/null 2>&1; then
+  nccl=$(wheel_dir nvidia.nccl)
+  nccl_include=$nccl/include
+  [[ -f $nccl_include/nccl.h ]] || nccl_include=$PWD/gpu-bundle/include/nccl
+  if [[ -n $nccl && -d $nccl/lib && -f $nccl_include/nccl.h ]]; then
+    nccl_lib=$(ls "$nccl"/lib/libnccl.so* | head -1)
+    cmake_args+=(-DNCCL_INCLUDE_DIR="$nccl_include" -DNCCL_LIBRARY="$nccl_lib")
+  fi
+fi
 for mod in nvidia.cublas nvidia.cuda_runtime nvidia.nccl; do
   d=$(wheel_dir $mod)
   [[ -n $d && -d $d/lib ]] && lib_path+=("$d/lib")
@@ -55,7 +64,8 @@ fi
 grep "ParaLab:" "$OUT/configure.log" 2>/dev/null | tee -a "$OUT/summary.txt"
 log "built in $(( $(date +%s) - t0 )) s"
 
-# GPU tests: every backend test on cuda, collectives and data_parallel on virtual devices.
+# GPU tests: every backend test on cuda; collectives (NCCL included), data_parallel, layer_split
+# and channel_split on virtual devices.
 t0=$(date +%s)
 for t in test_backends test_collectives test_data_parallel test_layer_split test_channel_split; do
   filter='*cuda*:*Cuda*'

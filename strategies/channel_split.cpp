@@ -88,6 +88,7 @@ class ChannelSplit final : public Strategy {
                     " output channels to split (at most " + std::to_string(kChannels[l]) +
                     " devices)");
     for (int l = 0; l < kLeNetLayers; ++l) bounds_[l] = equal_segments(kChannels[l], k);
+    if (o_.pairing == "megatron") allreduce_->prepare(s.devices);
     group_ = std::make_unique<SpmdGroup>(s.devices);
     ranks_ = std::vector<Rank>(static_cast<std::size_t>(k));
     eval_batch_ = s.eval_batch;

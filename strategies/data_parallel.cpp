@@ -139,6 +139,7 @@ class DataParallel final : public Strategy {
 
   void setup(const StrategySetup& s) override {
     const int k = static_cast<int>(s.devices.size());
+    allreduce_->prepare(s.devices);
     group_ = std::make_unique<SpmdGroup>(s.devices);
     ranks_.resize(static_cast<std::size_t>(k));
     eval_batch_ = s.eval_batch;

@@ -4,7 +4,7 @@
 // the same SGD step (lr / global batch), so replicas stay bit-identical.
 //
 // Options (descriptor run keys):
-//   "allreduce": "ring"        naive | ring | tree
+//   "allreduce": "ring"        naive | ring | tree | nccl (CUDA devices on distinct GPUs)
 //   "grouping": "bucketed"     per_tensor (8 allreduces, as the book) | bucketed (size-capped
 //                              groups of whole tensors, last layer first, as PyTorch DDP)
 //   "bucket_bytes": 26214400   bucket cap (DDP's 25 MiB: all of LeNet's 516,272 bytes in one)

@@ -471,6 +471,20 @@ class ModelParallelRuns(BenchRunnerCase):
                                places=2)
 
 
+class NcclRun(BenchRunnerCase):
+    needs_data = True
+
+    def test_nccl_without_cuda_devices_is_skipped_with_the_reason(self):
+        doc = tiny_descriptor(backend="cpu", runs=[
+            {"strategy": "data_parallel", "devices": 2, "allreduce": "nccl"},
+            {"strategy": "single"}])
+        nccl, single = self.run_tiny(doc=doc)["runs"]
+        self.assertEqual(nccl["status"], "skipped")
+        self.assertEqual(nccl["reason"], "nccl: needs CUDA devices, and cpu:0 is not one")
+        self.assertEqual(nccl["iterations"], [])
+        self.assertEqual(single["status"], "ok", "the next run still runs")
+
+
 class FailedRun(BenchRunnerCase):
     needs_data = True
 

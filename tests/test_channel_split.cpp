@@ -96,7 +96,7 @@ TEST(ChannelSplit, ErrorsNameTheProblem) {
   EXPECT_EQ(option({{"pairing", "alexnet"}}),
             "runs.3.pairing: unknown pairing 'alexnet' (known: megatron, none)");
   EXPECT_EQ(option({{"allreduce", "star"}}),
-            "runs.3.allreduce: unknown allreduce 'star' (known: naive, ring, tree)");
+            "runs.3.allreduce: unknown allreduce 'star' (known: naive, nccl, ring, tree)");
   EXPECT_EQ(option({{"microbatches", 2}}),
             "runs.3.microbatches: unknown option for strategy 'channel_split' (known: pairing, "
             "allreduce)");

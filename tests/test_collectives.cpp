@@ -61,6 +61,7 @@ std::vector<std::vector<float>> allreduce_all(const std::string& algorithm, int 
                                               const std::string& backend = "cpu") {
   Group g(k, backend);
   auto ar = make_allreduce(algorithm, {chunk_bytes});
+  ar->prepare(g.ptrs);
   std::vector<std::vector<float>> out(static_cast<std::size_t>(k));
   g.run([&](int r, Transport& t) {
     Tensor buf = Tensor::from_host(*g.ptrs[r], {n}, inputs(r));
@@ -164,12 +165,66 @@ TEST(Allreduce, CudaVirtualDevicesMatchReferenceAndAreExactOnExactData) {
       }
 }
 
+TEST(Nccl, CpuDevicesAreUnavailableWithTheReason) {
+  auto ar = make_allreduce("nccl", {});
+  auto devices = make_devices("cpu", 2, {});
+  try {
+    ar->prepare({devices[0].get(), devices[1].get()});
+    FAIL() << "no error";
+  } catch (const Unavailable& e) {
+    EXPECT_STREQ(e.what(), "nccl: needs CUDA devices, and cpu:0 is not one");
+  }
+}
+
+TEST(Nccl, CudaMatchesReferenceOnDistinctGpusAndRefusesSharedOnes) {
+  if (const std::string why = backend_unavailable("cuda"); !why.empty())
+    GTEST_SKIP() << "cuda: " << why;
+  // Two ranks on one GPU (virtual devices): NCCL cannot, and says so.
+  {
+    auto shared = make_devices("cuda", 2, Group::virtual_ok());
+    if (shared[0]->describe()["gpu"] == shared[1]->describe()["gpu"]) {
+      try {
+        make_allreduce("nccl", {})->prepare(Group::pointers(shared));
+        FAIL() << "no error for two ranks on one GPU";
+      } catch (const Unavailable& e) {
+        EXPECT_NE(std::string(e.what()).find("nccl: cannot put two ranks on one GPU"),
+                  std::string::npos)
+            << e.what();
+      }
+    }
+  }
+  // One rank per GPU, as many as there are (1 on a one-GPU machine).
+  int gpus = 1;
+  for (; gpus < 8; ++gpus) try {
+      make_devices("cuda", gpus + 1, {});
+    } catch (const Error&) {
+      break;
+    }
+  auto owned = make_devices("cuda", gpus, {});
+  const auto ptrs = Group::pointers(owned);
+  SpmdGroup spmd(ptrs);
+  auto ar = make_allreduce("nccl", {});
+  ar->prepare(ptrs);
+  for (int64_t n : {int64_t{1}, int64_t{129068}}) {
+    std::vector<std::vector<float>> got(static_cast<std::size_t>(gpus));
+    spmd.run([&](int r, Transport& t) {
+      Tensor buf = Tensor::from_host(*ptrs[r], {n}, exact_data(n, r));
+      ar->run(t, buf);
+      got[static_cast<std::size_t>(r)] = buf.to_host_f32();
+    });
+    std::vector<float> expect(static_cast<std::size_t>(n));
+    for (int64_t i = 0; i < n; ++i)
+      expect[static_cast<std::size_t>(i)] = float(gpus * (gpus + 1) / 2 * (i % 5 + 1));
+    for (int r = 0; r < gpus; ++r) EXPECT_EQ(got[r], expect) << "n=" << n << " rank " << r;
+  }
+}
+
 TEST(Allreduce, UnknownNameListsTheKnownOnes) {
   try {
     make_allreduce("butterfly", {});
     FAIL() << "no error";
   } catch (const Error& e) {
-    EXPECT_STREQ(e.what(), "unknown allreduce 'butterfly' (known: naive, ring, tree)");
+    EXPECT_STREQ(e.what(), "unknown allreduce 'butterfly' (known: naive, nccl, ring, tree)");
   }
 }
 

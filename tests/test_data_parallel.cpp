@@ -97,7 +97,7 @@ TEST(DataParallel, BadOptionsNameTheirPath) {
     return std::string();
   };
   EXPECT_EQ(error({{"allreduce", "butterfly"}}),
-            "runs.2.allreduce: unknown allreduce 'butterfly' (known: naive, ring, tree)");
+            "runs.2.allreduce: unknown allreduce 'butterfly' (known: naive, nccl, ring, tree)");
   EXPECT_EQ(error({{"grouping", "all"}}),
             "runs.2.grouping: unknown grouping 'all' (known: bucketed, per_tensor)");
   EXPECT_EQ(error({{"overlap", 1}}), "runs.2.overlap: must be true or false");

@@ -162,11 +162,15 @@ nlohmann::json library_versions() {
   int cublas_minor = 0;
   cublasGetProperty(MINOR_VERSION, &cublas_minor);
   const size_t cudnn = cudnnGetVersion();
-  return {
+  nlohmann::json v = {
       {"cuda_runtime", std::to_string(runtime / 1000) + "." + std::to_string(runtime % 1000 / 10)},
       {"cudnn", std::to_string(cudnn / 10000) + "." + std::to_string(cudnn % 10000 / 100) + "." +
                     std::to_string(cudnn % 100)},
       {"cublas", std::to_string(cublas) + "." + std::to_string(cublas_minor)}};
+#if PARALAB_HAVE_NCCL
+  v["nccl"] = nccl_version();
+#endif
+  return v;
 }
 
 }  // namespace paralab::cuda

@@ -65,6 +65,13 @@ std::vector<std::unique_ptr<Device>> make_cuda_devices(int count, const DeviceOp
 
 std::unique_ptr<Ops> make_ops(CudaDevice& device);
 
+#if PARALAB_HAVE_NCCL
+// NCCL over CUDA devices on distinct GPUs (Unavailable when two share one: NCCL cannot put two
+// ranks of a communicator on one GPU).
+std::unique_ptr<NativeCollectives> make_nccl(const std::vector<Device*>& devices);
+std::string nccl_version();  // "2.28.3"
+#endif
+
 nlohmann::json library_versions();
 
 }  // namespace paralab::cuda

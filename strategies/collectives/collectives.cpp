@@ -166,11 +166,30 @@ class Tree final : public Allreduce {
   int64_t piece_;
 };
 
+// The industrial reference: NCCL's own allreduce over the group's CUDA devices. It does not go
+// through the Transport (NCCL moves the data itself), so bytes_sent does not count its traffic.
+class Nccl final : public Allreduce {
+ public:
+  std::string name() const override { return "nccl"; }
+  void prepare(const std::vector<Device*>& devices) override {
+    comm_ = make_native_collectives("nccl", devices);
+  }
+  void run(Transport& t, Tensor& buf) override {
+    PARALAB_REQUIRE(comm_ != nullptr,
+                    std::string("nccl: prepare() was not called with the device group"));
+    comm_->allreduce_sum(t.rank(), buf);
+  }
+
+ private:
+  std::unique_ptr<NativeCollectives> comm_;
+};
+
 using Factory = std::function<std::unique_ptr<Allreduce>(const AllreduceOptions&)>;
 
 const std::map<std::string, Factory>& registry() {
   static const std::map<std::string, Factory> r = {
       {"naive", [](const AllreduceOptions&) { return std::make_unique<Naive>(); }},
+      {"nccl", [](const AllreduceOptions&) { return std::make_unique<Nccl>(); }},
       {"ring", [](const AllreduceOptions& o) { return std::make_unique<Ring>(o); }},
       {"tree", [](const AllreduceOptions& o) { return std::make_unique<Tree>(o); }},
   };

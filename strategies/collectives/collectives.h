@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "core/device.h"
 #include "core/tensor.h"
 #include "strategies/collectives/transport.h"
 
@@ -36,6 +37,9 @@ class Allreduce {
  public:
   virtual ~Allreduce() = default;
   virtual std::string name() const = 0;
+  // Called once with the group before the first run(), from one thread: for algorithms that
+  // need group-wide state (nccl's communicators; it throws Unavailable where it cannot run).
+  virtual void prepare(const std::vector<Device*>& devices) { (void)devices; }
   virtual void run(Transport& t, Tensor& buf) = 0;
 };
 
@@ -45,7 +49,8 @@ struct AllreduceOptions {
   int64_t chunk_bytes = 1 << 18;
 };
 
-// "naive", "ring", "tree"; an unknown name is an Error listing the known ones.
+// "naive", "ring", "tree", "nccl" (CUDA devices on distinct GPUs only); an unknown name is an Error
+// listing the known ones.
 std::unique_ptr<Allreduce> make_allreduce(const std::string& name, const AllreduceOptions& options);
 std::vector<std::string> known_allreduces();
 

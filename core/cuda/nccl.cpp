@@ -1,0 +1,83 @@
+// NCCL as a device group's native collectives: one communicator per rank, all created together
+// (ncclCommInitAll, one process driving every GPU), each rank's calls queued on its own stream.
+#include <nccl.h>
+
+#include <map>
+
+#include "core/cuda/check.h"
+#include "core/cuda/cuda_device.h"
+#include "core/tensor.h"
+
+#define PARALAB_NCCL(call)                                                                       \
+  do {                                                                                           \
+    const ncclResult_t e_ = (call);                                                              \
+    if (e_ != ncclSuccess)                                                                       \
+      ::paralab::throw_library_error("NCCL", ncclGetErrorString(e_), #call, __FILE__, __LINE__); \
+  } while (0)
+
+namespace paralab::cuda {
+
+namespace {
+
+class Nccl final : public NativeCollectives {
+ public:
+  explicit Nccl(std::vector<CudaDevice*> devices)
+      : devices_(std::move(devices)), comms_(devices_.size(), nullptr) {
+    std::vector<int> gpus;
+    for (const CudaDevice* d : devices_) gpus.push_back(d->gpu());
+    PARALAB_NCCL(ncclCommInitAll(comms_.data(), static_cast<int>(gpus.size()), gpus.data()));
+  }
+
+  ~Nccl() override {
+    for (ncclComm_t c : comms_)
+      if (c && ncclCommDestroy(c) != ncclSuccess) log_error("nccl: ncclCommDestroy failed");
+  }
+
+  std::string library() const override { return "nccl " + nccl_version(); }
+
+  void allreduce_sum(int rank, Tensor& buf) override {
+    PARALAB_REQUIRE(rank >= 0 && rank < static_cast<int>(devices_.size()),
+                    "nccl: no rank " + std::to_string(rank) + " in a group of " +
+                        std::to_string(devices_.size()));
+    CudaDevice& d = *devices_[static_cast<std::size_t>(rank)];
+    PARALAB_REQUIRE(&buf.device() == &d, "nccl: rank " + std::to_string(rank) + "'s buffer is on " +
+                                             buf.device().name() + ", not on " + d.name());
+    PARALAB_REQUIRE(buf.dtype() == DType::F32,
+                    std::string("nccl: allreduce of a non-float buffer"));
+    if (buf.numel() == 0) return;
+    PARALAB_NCCL(ncclAllReduce(buf.raw(), buf.raw(), static_cast<std::size_t>(buf.numel()),
+                               ncclFloat32, ncclSum, comms_[static_cast<std::size_t>(rank)],
+                               d.stream()));
+  }
+
+ private:
+  std::vector<CudaDevice*> devices_;
+  std::vector<ncclComm_t> comms_;
+};
+
+}  // namespace
+
+std::string nccl_version() {
+  int v = 0;
+  PARALAB_NCCL(ncclGetVersion(&v));
+  // NCCL_VERSION(X,Y,Z) = X*10000 + Y*100 + Z since 2.9.
+  return std::to_string(v / 10000) + "." + std::to_string(v / 100 % 100) + "." +
+         std::to_string(v % 100);
+}
+
+std::unique_ptr<NativeCollectives> make_nccl(const std::vector<Device*>& devices) {
+  std::vector<CudaDevice*> cuda;
+  std::map<int, const Device*> by_gpu;
+  for (Device* d : devices) {
+    auto* c = dynamic_cast<CudaDevice*>(d);
+    if (!c) throw Unavailable("nccl: needs CUDA devices, and " + d->name() + " is not one");
+    if (auto [it, fresh] = by_gpu.emplace(c->gpu(), d); !fresh)
+      throw Unavailable("nccl: cannot put two ranks on one GPU (" + it->second->name() + " and " +
+                        d->name() + " are virtual devices of GPU " + std::to_string(c->gpu()) +
+                        ")");
+    cuda.push_back(c);
+  }
+  return std::make_unique<Nccl>(std::move(cuda));
+}
+
+}  // namespace paralab::cuda
