@@ -16,6 +16,22 @@ namespace paralab {
 class Ops;
 class Tensor;
 
+// A point in a device's queue of work (CUDA: an event). Null means "already complete": CPU
+// devices run their work when it is queued, so they record none.
+class DeviceEvent {
+ public:
+  virtual ~DeviceEvent() = default;
+};
+using Event = std::shared_ptr<DeviceEvent>;
+
+// A captured sequence of one device's work that can be queued again as a whole (a CUDA graph):
+// the same kernels with the same pointers and arguments, for a fraction of the launch cost.
+class CapturedWork {
+ public:
+  virtual ~CapturedWork() = default;
+  virtual void launch() = 0;
+};
+
 enum class DeviceKind { Cpu, Cuda };
 
 class Device {
@@ -48,6 +64,21 @@ class Device {
   virtual void synchronize() = 0;
   // Prepares the calling host thread to drive this device.
   virtual void bind_thread() = 0;
+
+  // Ordering between devices without the host waiting: record() marks the work queued so far;
+  // wait(e) makes work queued on this device from now on start only after e's work is done (e
+  // may come from another device). The CPU's work is done when queued: null events, no-ops.
+  virtual Event record() { return nullptr; }
+  virtual void wait(const Event& event) { (void)event; }
+
+  // Capture (CUDA Graphs), where supports_capture(): between begin_capture() and end_capture()
+  // the work queued from the calling thread is recorded instead of run. Nothing in between may
+  // allocate, synchronise or copy to the host. abort_capture() ends a capture that failed
+  // half-way, dropping what was recorded.
+  virtual bool supports_capture() const { return false; }
+  virtual void begin_capture();
+  virtual std::unique_ptr<CapturedWork> end_capture();
+  virtual void abort_capture() noexcept {}
 
   virtual Ops& ops() = 0;
 };

@@ -94,6 +94,14 @@ nlohmann::json backend_versions() {
   return v;
 }
 
+void Device::begin_capture() {
+  throw Error(name() + ": this device cannot capture work (CUDA Graphs are CUDA only)");
+}
+
+std::unique_ptr<CapturedWork> Device::end_capture() {
+  throw Error(name() + ": this device cannot capture work (CUDA Graphs are CUDA only)");
+}
+
 std::unique_ptr<NativeCollectives> make_native_collectives(const std::string& library,
                                                            const std::vector<Device*>& devices) {
   if (library != "nccl") throw Error("no collective library '" + library + "' (known: nccl)");

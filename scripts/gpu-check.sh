@@ -55,7 +55,7 @@ t0=$(date +%s)
 if [[ ! -x build-gpu/bench_runner ]]; then
   if ! cmake -S . -B build-gpu "${cmake_args[@]}" > "$OUT/configure.log" 2>&1 ||
      ! cmake --build build-gpu --parallel "$(nproc)" \
-       --target bench_runner allreduce_bench test_backends test_collectives test_data_parallel test_layer_split test_channel_split \
+       --target bench_runner allreduce_bench test_backends test_collectives test_data_parallel test_layer_split test_channel_split test_single \
        > "$OUT/build.log" 2>&1; then
     log "build FAILED after $(( $(date +%s) - t0 )) s (see configure.log, build.log)"
     exit 1
@@ -67,7 +67,7 @@ log "built in $(( $(date +%s) - t0 )) s"
 # GPU tests: every backend test on cuda; collectives (NCCL included), data_parallel, layer_split
 # and channel_split on virtual devices.
 t0=$(date +%s)
-for t in test_backends test_collectives test_data_parallel test_layer_split test_channel_split; do
+for t in test_backends test_collectives test_data_parallel test_layer_split test_channel_split test_single; do
   filter='*cuda*:*Cuda*'
   timeout 240 "build-gpu/tests/$t" --gtest_filter="$filter" > "$OUT/$t.log" 2>&1
   rc=$?
@@ -83,4 +83,15 @@ rc=$?
 log "benchmark exit $rc in $(( $(date +%s) - t0 )) s"
 tail -n 20 "$OUT/bench_runner.log" >> "$OUT/summary.txt"
 ((rc == 0)) || status=1
+
+# The speed goal's benchmark: ParaLab against the book's PyTorch trainer on the same GPU, in one
+# invocation (the interpreter that has torch with CUDA).
+t0=$(date +%s)
+data_args=()
+[[ -n ${FASHION_MNIST_DIR:-} ]] && data_args=(--data-dir "$FASHION_MNIST_DIR")
+timeout 150 python3 experiments/baselines/compare_pytorch.py --device cuda \
+  --bench-runner build-gpu/bench_runner --repeats 3 "${data_args[@]}" \
+  --out "$OUT/compare-pytorch-gpu.json" > "$OUT/compare-pytorch.log" 2>&1
+rc=$?
+log "PyTorch comparison exit $rc in $(( $(date +%s) - t0 )) s: $(tail -n 2 "$OUT/compare-pytorch.log" | tr '\n' ' ')"
 exit $status

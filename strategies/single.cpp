@@ -18,6 +18,8 @@ double ms_since(Clock::time_point t0) {
 
 class Single final : public Strategy {
  public:
+  explicit Single(bool cuda_graphs) : graphs_(cuda_graphs) {}
+
   void setup(const StrategySetup& s) override {
     PARALAB_REQUIRE(s.devices.size() == 1,
                     "single: runs on exactly 1 device, got " + std::to_string(s.devices.size()));
@@ -40,33 +42,39 @@ class Single final : public Strategy {
 
   StepResult train_step(int64_t offset, int64_t count, float lr) override {
     device_->bind_thread();
-    Ops& ops = device_->ops();
-    StepResult r;
-    const auto t0 = Clock::now();
-    auto t = t0;
-    Tensor& x = batch_x(count);
-    ops.gather(train_x_, train_y_, order_, offset, count, x, y_);
-    model_->forward(x, y_, stats_, /*training=*/true);
-    device_->synchronize();
-    r.times.forward_ms = ms_since(t);
-    t = Clock::now();
-    model_->backward();
-    device_->synchronize();
-    r.times.backward_ms = ms_since(t);
-    t = Clock::now();
-    ops.sgd(model_->params(), model_->grads(), lr / static_cast<float>(count));
-    device_->synchronize();
-    r.times.optimizer_ms = ms_since(t);
-    r.times.total_ms = ms_since(t0);
-    const std::vector<float> st = stats_.to_host_f32();
-    r.loss_sum = st[0];
-    r.correct = static_cast<int64_t>(st[1]);
-    r.samples = count;
-    return r;
+    if (!graphs_ || !device_->supports_capture()) return eager_step(order_, offset, count, lr);
+    // A graph replays fixed pointers: this step's example indices go to a fixed buffer first.
+    if (!step_indices_.defined() || step_indices_.numel() != count)
+      step_indices_ = Tensor::empty(*device_, {count}, DType::I32);
+    device_->copy_on_device(step_indices_.raw(), order_.i32() + offset,
+                            static_cast<std::size_t>(count) * sizeof(int32_t));
+    if (graph_ && graph_count_ == count && graph_lr_ == lr) return replay(count);
+    graph_.reset();
+    if (sized_for_ != count) {
+      // The first step of a batch size runs eagerly: it allocates the activations and lets
+      // cuDNN choose its algorithms, which a capture must not do.
+      sized_for_ = count;
+      return eager_step(step_indices_, 0, count, lr);
+    }
+    device_->begin_capture();
+    try {
+      enqueue_step(step_indices_, 0, count, lr);
+      graph_ = device_->end_capture();
+    } catch (...) {
+      device_->abort_capture();
+      throw;
+    }
+    graph_count_ = count;
+    graph_lr_ = lr;
+    ++captures_;
+    return replay(count);
   }
 
   EvalResult evaluate() override {
     device_->bind_thread();
+    // Evaluation resizes the activations: a captured step's pointers would be stale.
+    graph_.reset();
+    sized_for_ = -1;
     EvalResult e;
     const int64_t total = test_x_.dim(0);
     for (int64_t offset = 0; offset < total; offset += eval_batch_) {
@@ -85,9 +93,70 @@ class Single final : public Strategy {
   std::vector<float> parameters() override { return model_->params().to_host_f32(); }
   std::vector<float> gradients() override { return model_->grads().to_host_f32(); }
 
-  nlohmann::json options() const override { return nlohmann::json::object(); }
+  nlohmann::json options() const override { return {{"cuda_graphs", graphs_}}; }
+
+  nlohmann::json report() const override {
+    if (!device_ || !graphs_ || !device_->supports_capture()) return nullptr;
+    return {{"cuda_graph_captures", captures_}, {"cuda_graph_replays", replays_}};
+  }
 
  private:
+  // The step as queued work: gather, forward, backward, SGD (no synchronisation, no host copy).
+  void enqueue_step(const Tensor& order, int64_t offset, int64_t count, float lr) {
+    Ops& ops = device_->ops();
+    Tensor& x = batch_x(count);
+    ops.gather(train_x_, train_y_, order, offset, count, x, y_);
+    model_->forward(x, y_, stats_, /*training=*/true);
+    model_->backward();
+    ops.sgd(model_->params(), model_->grads(), lr / static_cast<float>(count));
+  }
+
+  // One step run phase by phase, each phase timed to its end on the device.
+  StepResult eager_step(const Tensor& order, int64_t offset, int64_t count, float lr) {
+    Ops& ops = device_->ops();
+    StepResult r;
+    const auto t0 = Clock::now();
+    auto t = t0;
+    Tensor& x = batch_x(count);
+    ops.gather(train_x_, train_y_, order, offset, count, x, y_);
+    model_->forward(x, y_, stats_, /*training=*/true);
+    device_->synchronize();
+    r.times.forward_ms = ms_since(t);
+    t = Clock::now();
+    model_->backward();
+    device_->synchronize();
+    r.times.backward_ms = ms_since(t);
+    t = Clock::now();
+    ops.sgd(model_->params(), model_->grads(), lr / static_cast<float>(count));
+    device_->synchronize();
+    r.times.optimizer_ms = ms_since(t);
+    r.times.total_ms = ms_since(t0);
+    finish(r, count, false);
+    return r;
+  }
+
+  // The captured step queued again; one synchronisation at its end. Its phases cannot be told
+  // apart: forward, backward and optimizer times are 0, the whole step is in total_ms.
+  StepResult replay(int64_t count) {
+    StepResult r;
+    const auto t0 = Clock::now();
+    graph_->launch();
+    device_->synchronize();
+    r.times.total_ms = ms_since(t0);
+    ++replays_;
+    finish(r, count, true);
+    return r;
+  }
+
+  void finish(StepResult& r, int64_t count, bool replayed) {
+    const std::vector<float> st = stats_.to_host_f32();
+    r.loss_sum = st[0];
+    r.correct = static_cast<int64_t>(st[1]);
+    r.samples = count;
+    if (graphs_ && device_->supports_capture())
+      r.detail = {{"cuda_graph_replay", replayed ? 1 : 0}};
+  }
+
   void upload(const Dataset& d, Tensor& x, Tensor& y) {
     x = Tensor::from_host(*device_, {d.count, 1, d.rows, d.cols}, d.images);
     y = Tensor::from_host(*device_, {d.count}, d.labels);
@@ -107,14 +176,26 @@ class Single final : public Strategy {
   Tensor train_x_, train_y_, test_x_, test_y_, order_, test_order_;
   Tensor x_, y_, stats_;
   int64_t eval_batch_ = 1000;
+  // CUDA graphs: the captured step, the batch size and lr it was captured for, and the batch
+  // size the activations were last sized for by an eager step.
+  bool graphs_ = true;
+  std::unique_ptr<CapturedWork> graph_;
+  Tensor step_indices_;
+  int64_t graph_count_ = -1, sized_for_ = -1, captures_ = 0, replays_ = 0;
+  float graph_lr_ = 0;
 };
 
 }  // namespace
 
 std::unique_ptr<Strategy> make_single(const nlohmann::json& options, const std::string& path) {
-  for (const auto& [key, value] : options.items())
-    throw Error(path + "." + key + ": unknown option for strategy 'single' (it takes none)");
-  return std::make_unique<Single>();
+  bool graphs = true;
+  for (const auto& [key, value] : options.items()) {
+    if (key != "cuda_graphs")
+      throw Error(path + "." + key + ": unknown option for strategy 'single' (known: cuda_graphs)");
+    if (!value.is_boolean()) throw Error(path + "." + key + ": must be true or false");
+    graphs = value.get<bool>();
+  }
+  return std::make_unique<Single>(graphs);
 }
 
 }  // namespace paralab

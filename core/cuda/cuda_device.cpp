@@ -41,6 +41,11 @@ CudaDevice::CudaDevice(int ordinal, int gpu, int sharing, bool tf32)
   // CPU backend at float32 tolerances.
   PARALAB_CUBLAS(
       cublasSetMathMode(cublas_, tf32_ ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_PEDANTIC_MATH));
+  // cuBLAS's workspace given up front (32 MiB, NVIDIA's advice for Hopper), so that a CUDA
+  // graph capture never sees it allocate.
+  constexpr std::size_t kCublasWorkspace = std::size_t{32} << 20;
+  PARALAB_CUDA(cudaMalloc(&cublas_workspace_, kCublasWorkspace));
+  PARALAB_CUBLAS(cublasSetWorkspace(cublas_, cublas_workspace_, kCublasWorkspace));
   ops_ = make_ops(*this);
 }
 
@@ -48,6 +53,8 @@ CudaDevice::~CudaDevice() {
   ops_.reset();
   if (cublas_ && cublasDestroy(cublas_) != CUBLAS_STATUS_SUCCESS)
     log_error(name() + ": cublasDestroy failed");
+  if (cublas_workspace_ && cudaFree(cublas_workspace_) != cudaSuccess)
+    log_error(name() + ": cudaFree of the cuBLAS workspace failed");
   if (cudnn_ && cudnnDestroy(cudnn_) != CUDNN_STATUS_SUCCESS)
     log_error(name() + ": cudnnDestroy failed");
   if (stream_ && cudaStreamDestroy(stream_) != cudaSuccess)
@@ -106,6 +113,77 @@ void CudaDevice::copy_2d(void* dst, std::size_t dst_pitch, const void* src, std:
   if (width == 0 || rows == 0) return;
   PARALAB_CUDA(
       cudaMemcpy2DAsync(dst, dst_pitch, src, src_pitch, width, rows, cudaMemcpyDefault, stream_));
+}
+
+namespace {
+
+class CudaGraph final : public CapturedWork {
+ public:
+  CudaGraph(cudaGraphExec_t exec, cudaStream_t stream) : exec_(exec), stream_(stream) {}
+  ~CudaGraph() override {
+    if (cudaGraphExecDestroy(exec_) != cudaSuccess) log_error("cudaGraphExecDestroy failed");
+  }
+  void launch() override { PARALAB_CUDA(cudaGraphLaunch(exec_, stream_)); }
+
+ private:
+  cudaGraphExec_t exec_;
+  cudaStream_t stream_;
+};
+
+class CudaEvent final : public DeviceEvent {
+ public:
+  explicit CudaEvent(cudaStream_t stream) {
+    PARALAB_CUDA(cudaEventCreateWithFlags(&event_, cudaEventDisableTiming));
+    const cudaError_t e = cudaEventRecord(event_, stream);
+    if (e != cudaSuccess) cudaEventDestroy(event_);
+    PARALAB_CUDA(e);
+  }
+  // A recorded event may be destroyed before it completes: CUDA frees it once it has.
+  ~CudaEvent() override { cudaEventDestroy(event_); }
+  cudaEvent_t get() const { return event_; }
+
+ private:
+  cudaEvent_t event_ = nullptr;
+};
+
+}  // namespace
+
+Event CudaDevice::record() {
+  PARALAB_CUDA(cudaSetDevice(gpu_));
+  return std::make_shared<CudaEvent>(stream_);
+}
+
+void CudaDevice::wait(const Event& event) {
+  if (!event) return;
+  const auto* e = dynamic_cast<const CudaEvent*>(event.get());
+  PARALAB_REQUIRE(e != nullptr, name() + ": cannot wait on another backend's event");
+  PARALAB_CUDA(cudaStreamWaitEvent(stream_, e->get(), 0));
+}
+
+void CudaDevice::begin_capture() {
+  PARALAB_CUDA(cudaSetDevice(gpu_));
+  PARALAB_CUDA(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+}
+
+std::unique_ptr<CapturedWork> CudaDevice::end_capture() {
+  cudaGraph_t graph = nullptr;
+  PARALAB_CUDA(cudaStreamEndCapture(stream_, &graph));
+  cudaGraphExec_t exec = nullptr;
+  const cudaError_t made = cudaGraphInstantiate(&exec, graph, 0);
+  cudaGraphDestroy(graph);
+  PARALAB_CUDA(made);
+  return std::make_unique<CudaGraph>(exec, stream_);
+}
+
+void CudaDevice::abort_capture() noexcept {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(stream_, &status) != cudaSuccess ||
+      status == cudaStreamCaptureStatusNone)
+    return;
+  cudaGraph_t graph = nullptr;
+  cudaStreamEndCapture(stream_, &graph);  // fails for an invalidated capture; either way it ends
+  if (graph) cudaGraphDestroy(graph);
+  cudaGetLastError();  // clear the capture's sticky-free error state
 }
 
 void CudaDevice::synchronize() { PARALAB_CUDA(cudaStreamSynchronize(stream_)); }

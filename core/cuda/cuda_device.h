@@ -39,6 +39,12 @@ class CudaDevice final : public Device {
   void synchronize() override;
   void bind_thread() override;
   Ops& ops() override { return *ops_; }
+  Event record() override;
+  void wait(const Event& event) override;
+  bool supports_capture() const override { return true; }
+  void begin_capture() override;
+  std::unique_ptr<CapturedWork> end_capture() override;
+  void abort_capture() noexcept override;
 
   int gpu() const { return gpu_; }
   bool tf32() const { return tf32_; }
@@ -54,6 +60,7 @@ class CudaDevice final : public Device {
   cudaStream_t stream_ = nullptr;
   cudnnHandle_t cudnn_ = nullptr;
   cublasHandle_t cublas_ = nullptr;
+  void* cublas_workspace_ = nullptr;  // set explicitly, so that cuBLAS never allocates in a capture
   std::unique_ptr<Ops> ops_;
 };
 

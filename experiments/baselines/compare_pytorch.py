@@ -14,6 +14,10 @@ before starting its clock), so the ratio slightly favours PyTorch.
     /usr/bin/python3 experiments/baselines/compare_pytorch.py --threads 1 2
     (needs python3-torch: scripts/install-deps.sh --with-torch)
 
+On a GPU (--device cuda): bench_runner with backend cuda (CUDA graphs on, as single's default)
+against the trainer on torch's CUDA device, the thread count irrelevant (one row, threads 1);
+the interpreter running this script must have torch with CUDA, and the default goal is 15x.
+
 Writes results/compare-pytorch-<UTC time>.json (never overwriting) unless --out is given.
 """
 
@@ -54,7 +58,7 @@ def paralab_once(args, threads, tmp):
            "--set", f"training.max_iterations_per_epoch={args.iterations + args.warmup}",
            "--set", f"training.warmup_iterations={args.warmup}",
            "--set", f"training.threads_per_device={threads}",
-           "--set", "backend=cpu"]
+           "--set", f"backend={args.device}"]
     if args.data_dir:
         cmd += ["--data-dir", args.data_dir]
     doc = run_json(cmd, out)
@@ -66,7 +70,7 @@ def paralab_once(args, threads, tmp):
 
 def pytorch_once(args, threads, tmp):
     out = os.path.join(tmp, f"pytorch-{threads}-{time.monotonic_ns()}.json")
-    cmd = ["/usr/bin/python3", os.path.join(HERE, "pytorch_lenet.py"), "--quiet",
+    cmd = [args.python, os.path.join(HERE, "pytorch_lenet.py"), "--quiet", "--device", args.device,
            "--epochs", "1", "--max-iterations-per-epoch", str(args.iterations + args.warmup),
            "--warmup-iterations", str(args.warmup), "--threads", str(threads),
            "--test-limit", "1000", "--json", out]
@@ -96,14 +100,26 @@ def main():
     p.add_argument("--iterations", type=int, default=60, help="timed minibatches per run")
     p.add_argument("--warmup", type=int, default=5, help="excluded minibatches per run")
     p.add_argument("--repeats", type=int, default=3)
-    p.add_argument("--goal", type=float, default=2.0, help="required ParaLab/PyTorch ratio")
+    p.add_argument("--goal", type=float, default=None,
+                   help="required ParaLab/PyTorch ratio (default 2 on cpu, 15 on cuda)")
+    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    p.add_argument("--python", default=sys.executable,
+                   help="interpreter with torch for the baseline (default: this one)")
     p.add_argument("--data-dir", default=None)
     p.add_argument("--out", default=None)
     args = p.parse_args()
+    if args.goal is None:
+        args.goal = 15.0 if args.device == "cuda" else 2.0
+    if args.device == "cuda":
+        args.threads = [1]
     if not os.access(args.bench_runner, os.X_OK):
         fail(f"{args.bench_runner}: not built (run scripts/build.sh)")
-    if subprocess.run(["/usr/bin/python3", "-c", "import torch"], capture_output=True).returncode:
-        fail("python3-torch is not installed (scripts/install-deps.sh --with-torch)")
+    probe = "import torch, sys; sys.exit(0 if '%s' == 'cpu' or torch.cuda.is_available() else 3)"
+    got = subprocess.run([args.python, "-c", probe % args.device], capture_output=True).returncode
+    if got == 3:
+        fail(f"{args.python}: torch sees no CUDA device")
+    if got:
+        fail(f"{args.python}: torch is not installed (scripts/install-deps.sh --with-torch)")
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     out = args.out or os.path.join("results", f"compare-pytorch-{stamp}.json")
     if os.path.exists(out):
@@ -132,7 +148,8 @@ def main():
            "command": sys.argv,
            "environment": {"paralab": env, "torch_version": torch_version,
                            "python": platform.python_version()},
-           "config": {"batch_size": 256, "lr": 0.2, "seed": 0, "iterations": args.iterations,
+           "config": {"device": args.device, "batch_size": 256, "lr": 0.2, "seed": 0,
+                      "iterations": args.iterations,
                       "warmup": args.warmup, "repeats": args.repeats},
            "goal_ratio": args.goal,
            "rows": rows,

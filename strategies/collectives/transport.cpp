@@ -13,7 +13,9 @@ namespace paralab {
 
 struct Transport::Request {
   Tensor buf;                     // the sender's buffer (shares its storage)
-  std::atomic<bool> done{false};  // set by the receiver once it has read buf
+  Event ready;                    // the sender's work that produced buf
+  Event consumed;                 // the receiver's copy (or add) that reads buf
+  std::atomic<bool> done{false};  // set by the receiver once it has queued that copy
   std::mutex* mu = nullptr;       // the mailbox's: sleepers wait on its cv
   std::condition_variable* cv = nullptr;
 };
@@ -56,11 +58,11 @@ struct LocalFabric::Impl {
 
     Handle isend(int peer, const Tensor& buf) override {
       check_peer(peer);
-      // The peer reads buf as soon as the message is posted: the work that produced it must be
-      // finished, not just queued (a no-op on the CPU; a stream sync on CUDA).
-      device_.synchronize();
+      // The peer's copy must start after the work that produced buf: an event it waits on
+      // (CUDA; the host does not wait), nothing on the CPU, whose work is done when queued.
       auto req = std::make_shared<Request>();
       req->buf = buf;
+      req->ready = device_.record();
       Mailbox& box = fabric_.box(rank_, peer);
       req->mu = &box.mu;
       req->cv = &box.cv;
@@ -76,10 +78,13 @@ struct LocalFabric::Impl {
 
     void wait(const Handle& handle) override {
       PARALAB_REQUIRE(handle != nullptr, "transport: wait() on an empty request");
-      if (spin_until([&] { return handle->done.load(std::memory_order_acquire); })) return;
-      std::unique_lock lock(*handle->mu);
-      handle->cv->wait(lock, [&] { return handle->done || fabric_.aborted; });
-      if (!handle->done) fabric_.check_aborted(rank_);
+      if (!spin_until([&] { return handle->done.load(std::memory_order_acquire); })) {
+        std::unique_lock lock(*handle->mu);
+        handle->cv->wait(lock, [&] { return handle->done || fabric_.aborted; });
+        if (!handle->done) fabric_.check_aborted(rank_);
+      }
+      // Whatever this rank queues next (e.g. overwriting buf) waits for the peer's copy.
+      device_.wait(handle->consumed);
     }
 
     void recv(int peer, Tensor& buf) override { receive(peer, buf, false); }
@@ -124,13 +129,15 @@ struct LocalFabric::Impl {
                       "transport: rank " + std::to_string(rank_) + " expected " +
                           std::to_string(buf.numel()) + " values from rank " +
                           std::to_string(peer) + ", got " + std::to_string(req->buf.numel()));
-      // The receiver's device reads the sender's memory directly: one copy, no staging.
+      // The receiver's device reads the sender's memory directly: one copy, no staging, queued
+      // after the sender's work and before this rank's next.
       if (buf.numel()) {
+        device_.wait(req->ready);
         if (reduce)
           device_.ops().add_inplace(buf, req->buf);
         else
           device_.copy_on_device(buf.raw(), req->buf.raw(), buf.bytes());
-        device_.synchronize();
+        req->consumed = device_.record();
       }
       {
         std::lock_guard lock(box.mu);
