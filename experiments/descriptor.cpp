@@ -86,6 +86,7 @@ const json& defaults() {
       {"backend", "auto"},
       {"virtual_devices", false},
       {"tf32", false},
+      {"green_contexts", true},
       {"dataset", {{"dir", nullptr}, {"train_limit", nullptr}, {"test_limit", nullptr}}},
       {"training",
        {{"epochs", 1},
@@ -100,8 +101,9 @@ const json& defaults() {
   return d;
 }
 
-const std::vector<std::string> kTopKeys = {"name", "description", "backend",  "virtual_devices",
-                                           "tf32", "dataset",     "training", "runs"};
+const std::vector<std::string> kTopKeys = {"name", "description",    "backend", "virtual_devices",
+                                           "tf32", "green_contexts", "dataset", "training",
+                                           "runs"};
 const std::vector<std::string> kDatasetKeys = {"dir", "train_limit", "test_limit"};
 const std::vector<std::string> kTrainingKeys = {"epochs",
                                                 "batch_size",
@@ -328,10 +330,11 @@ Descriptor parse_descriptor(json doc, const std::string& file) {
     r.fail("backend", e.what());
   }
 
-  for (const char* key : {"virtual_devices", "tf32"})
+  for (const char* key : {"virtual_devices", "tf32", "green_contexts"})
     if (!doc[key].is_boolean()) r.fail(key, "must be true or false, got " + type_name(doc[key]));
   d.virtual_devices = doc["virtual_devices"].get<bool>();
   d.tf32 = doc["tf32"].get<bool>();
+  d.green_contexts = doc["green_contexts"].get<bool>();
 
   const json& ds = doc["dataset"];
   r.only_keys(ds, "dataset", kDatasetKeys);

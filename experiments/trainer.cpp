@@ -199,6 +199,7 @@ json run_training(const RunSpec& run, const RunContext& ctx) {
       device_options.threads_per_device = tc.threads_per_device;
       device_options.virtual_devices = d.virtual_devices;
       device_options.tf32 = d.tf32;
+      device_options.green_contexts = d.green_contexts;
       auto devices = make_devices(backend, run.devices, device_options);
       auto strategy = make_strategy(run.strategy, run.options, run.path);
       config["options"] = strategy->options();

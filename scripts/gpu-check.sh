@@ -68,7 +68,7 @@ log "built in $(( $(date +%s) - t0 )) s"
 # and channel_split on virtual devices.
 t0=$(date +%s)
 for t in test_backends test_collectives test_data_parallel test_layer_split test_channel_split test_single; do
-  filter='*cuda*:*Cuda*'
+  filter="*cuda*:*Cuda*"
   timeout 240 "build-gpu/tests/$t" --gtest_filter="$filter" > "$OUT/$t.log" 2>&1
   rc=$?
   log "$t: $(grep -E '^\[  (PASSED|FAILED)  \] [0-9]+ test' "$OUT/$t.log" | tr '\n' ' ')$(grep -cE '^\[  SKIPPED \] .*\(' "$OUT/$t.log") skipped (exit $rc)"

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <map>
 
 #include "core/device.h"
 #include "core/error.h"
@@ -163,6 +164,34 @@ TEST(Allreduce, CudaVirtualDevicesMatchReferenceAndAreExactOnExactData) {
         for (int r = 0; r < k; ++r)
           ASSERT_TRUE(all_close(rnd[r], ref, 1e-5, 1e-6)) << algorithm << " k=" << k;
       }
+}
+
+TEST(VirtualDevices, CudaGreenContextsGiveEqualDisjointSmSharesOrSayWhyNot) {
+  if (const std::string why = backend_unavailable("cuda"); !why.empty())
+    GTEST_SKIP() << "cuda: " << why;
+  for (int k : {2, 4}) {
+    auto devices = make_devices("cuda", k, Group::virtual_ok());
+    std::map<int, int> used;  // GPU -> SMs handed out
+    for (const auto& d : devices) {
+      const nlohmann::json info = d->describe();
+      if (info["devices_sharing_gpu"].get<int>() < 2) continue;
+      if (info["green_context"].get<bool>()) {
+        EXPECT_GT(info["sm_share"].get<int>(), 0) << info.dump();
+        used[info["gpu"].get<int>()] += info["sm_share"].get<int>();
+        EXPECT_LE(used[info["gpu"].get<int>()], info["sm_count"].get<int>()) << info.dump();
+      } else {
+        EXPECT_TRUE(info["sm_share"].is_null()) << info.dump();
+        EXPECT_TRUE(info["sm_share_note"].is_string()) << "no share and no reason: " << info.dump();
+      }
+    }
+  }
+  DeviceOptions off = Group::virtual_ok();
+  off.green_contexts = false;
+  auto plain = make_devices("cuda", 2, off);
+  if (plain[0]->describe()["devices_sharing_gpu"].get<int>() > 1) {
+    EXPECT_EQ(plain[0]->describe()["sm_share_note"],
+              "no SM share: green contexts off (green_contexts: false)");
+  }
 }
 
 TEST(Nccl, CpuDevicesAreUnavailableWithTheReason) {

@@ -1,5 +1,7 @@
 #include "core/cuda/cuda_device.h"
 
+#include <utility>
+
 #include "core/cuda/check.h"
 
 namespace paralab::cuda {
@@ -29,10 +31,19 @@ const char* cublas_status_name(cublasStatus_t status) {
   }
 }
 
-CudaDevice::CudaDevice(int ordinal, int gpu, int sharing, bool tf32)
-    : ordinal_(ordinal), gpu_(gpu), sharing_(sharing), tf32_(tf32) {
+CudaDevice::CudaDevice(int ordinal, int gpu, int sharing, bool tf32, SmShare share,
+                       std::string sm_note)
+    : ordinal_(ordinal),
+      gpu_(gpu),
+      sharing_(sharing),
+      tf32_(tf32),
+      share_(share),
+      sm_note_(std::move(sm_note)) {
   PARALAB_CUDA(cudaSetDevice(gpu_));
-  PARALAB_CUDA(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  if (share_.stream)
+    stream_ = share_.stream;  // work queued here runs on the green context's SMs only
+  else
+    PARALAB_CUDA(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   PARALAB_CUDNN(cudnnCreate(&cudnn_));
   PARALAB_CUDNN(cudnnSetStream(cudnn_, stream_));
   PARALAB_CUBLAS(cublasCreate(&cublas_));
@@ -57,7 +68,9 @@ CudaDevice::~CudaDevice() {
     log_error(name() + ": cudaFree of the cuBLAS workspace failed");
   if (cudnn_ && cudnnDestroy(cudnn_) != CUDNN_STATUS_SUCCESS)
     log_error(name() + ": cudnnDestroy failed");
-  if (stream_ && cudaStreamDestroy(stream_) != cudaSuccess)
+  if (share_.stream)
+    release(share_);
+  else if (stream_ && cudaStreamDestroy(stream_) != cudaSuccess)
     log_error(name() + ": cudaStreamDestroy failed");
 }
 
@@ -73,9 +86,13 @@ nlohmann::json CudaDevice::describe() const {
           {"virtual", sharing_ > 1},
           {"devices_sharing_gpu", sharing_},
           {"sm_count", prop.multiProcessorCount},
-          // Without green contexts every virtual device may use all SMs; its share is nominal.
-          {"sm_share",
-           sharing_ > 1 ? nlohmann::json(nullptr) : nlohmann::json(prop.multiProcessorCount)},
+          // With a green context, the SMs this device may use; a whole GPU, all of them; a
+          // virtual device without one may use all SMs, contending with the others: no share.
+          {"sm_share", share_.stream  ? nlohmann::json(share_.sm_count)
+                       : sharing_ > 1 ? nlohmann::json(nullptr)
+                                      : nlohmann::json(prop.multiProcessorCount)},
+          {"green_context", share_.stream != nullptr},
+          {"sm_share_note", sm_note_.empty() ? nlohmann::json(nullptr) : nlohmann::json(sm_note_)},
           {"tf32", tf32_}};
 }
 
@@ -223,11 +240,28 @@ std::vector<std::unique_ptr<Device>> make_cuda_devices(int count, const DeviceOp
       if (e != cudaSuccess && e != cudaErrorPeerAccessAlreadyEnabled) PARALAB_CUDA(e);
       cudaGetLastError();
     }
+  // Devices go round-robin over the GPUs; where several share one, each gets an equal share of
+  // its SMs as a green context when asked for and possible.
+  std::vector<std::vector<SmShare>> shares(static_cast<std::size_t>(used));
+  std::vector<std::string> notes(static_cast<std::size_t>(used));
+  for (int gpu = 0; gpu < used; ++gpu) {
+    const int sharing = count / gpus + (gpu < count % gpus ? 1 : 0);
+    if (sharing < 2) continue;
+    if (options.green_contexts)
+      shares[gpu] = split_sms(gpu, sharing, &notes[gpu]);
+    else
+      notes[gpu] = "green contexts off (green_contexts: false)";
+    if (!notes[gpu].empty()) notes[gpu] = "no SM share: " + notes[gpu];
+  }
   std::vector<std::unique_ptr<Device>> devices;
   for (int i = 0; i < count; ++i) {
     const int gpu = i % gpus;
     const int sharing = count / gpus + (gpu < count % gpus ? 1 : 0);
-    devices.push_back(std::make_unique<CudaDevice>(i, gpu, sharing, options.tf32));
+    auto& mine = shares[static_cast<std::size_t>(gpu)];
+    const std::size_t j = static_cast<std::size_t>(i / gpus);
+    SmShare share = j < mine.size() ? std::exchange(mine[j], SmShare{}) : SmShare{};
+    devices.push_back(std::make_unique<CudaDevice>(i, gpu, sharing, options.tf32, share,
+                                                   notes[static_cast<std::size_t>(gpu)]));
   }
   return devices;
 }

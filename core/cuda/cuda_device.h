@@ -10,7 +10,9 @@
 #include <cudnn.h>
 
 #include <memory>
+#include <string>
 
+#include "core/cuda/green_contexts.h"
 #include "core/device.h"
 #include "core/ops.h"
 
@@ -18,8 +20,11 @@ namespace paralab::cuda {
 
 class CudaDevice final : public Device {
  public:
-  // gpu: the CUDA device index; virtual_of: how many devices of the group share this GPU.
-  CudaDevice(int ordinal, int gpu, int sharing, bool tf32);
+  // gpu: the CUDA device index; sharing: how many devices of the group share this GPU. With an
+  // SM share (a green context and its stream) the device takes it over; otherwise it makes a
+  // stream of its own on the whole GPU, and sm_note says why it has no share (if it shares).
+  CudaDevice(int ordinal, int gpu, int sharing, bool tf32, SmShare share = {},
+             std::string sm_note = {});
   ~CudaDevice() override;
 
   DeviceKind kind() const override { return DeviceKind::Cuda; }
@@ -57,6 +62,8 @@ class CudaDevice final : public Device {
   int gpu_;
   int sharing_;
   bool tf32_;
+  SmShare share_;
+  std::string sm_note_;
   cudaStream_t stream_ = nullptr;
   cudnnHandle_t cudnn_ = nullptr;
   cublasHandle_t cublas_ = nullptr;

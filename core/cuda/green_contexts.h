@@ -1,0 +1,31 @@
+// Green contexts: an equal, disjoint share of a GPU's SMs for each virtual device on it, so that
+// k virtual devices model k smaller GPUs instead of k streams contending for all SMs.
+//
+// The driver API is reached through cudaGetDriverEntryPointByVersion, so that ParaLab never
+// links libcuda (CI machines have none) and runs on drivers older than green contexts (12.4),
+// where virtual devices fall back to plain streams and say why.
+#pragma once
+
+#include <cuda.h>
+#include <cuda_runtime.h>
+
+#include <string>
+#include <vector>
+
+namespace paralab::cuda {
+
+struct SmShare {
+  CUgreenCtx context = nullptr;
+  cudaStream_t stream = nullptr;  // a non-blocking stream of that green context
+  int sm_count = 0;
+};
+
+// Splits GPU `gpu`'s SMs into `parts` equal shares (rounded down to the architecture's
+// alignment), each a green context with a stream. Empty, with *why set, when the driver lacks
+// green contexts or the SMs cannot be split that many ways.
+std::vector<SmShare> split_sms(int gpu, int parts, std::string* why);
+
+// Destroys a share's stream and context (for destructors: never throws).
+void release(SmShare& share) noexcept;
+
+}  // namespace paralab::cuda
