@@ -1,7 +1,13 @@
 // allreduce_bench: the collectives alone, in the form nccl-tests reports them.
 //
-//   build/allreduce_bench [--devices=2,4,8] [--oversubscribe] [--sizes=lenet|sweep|all]
+//   build/allreduce_bench [--backend=cpu|cuda] [--devices=2,4,8] [--oversubscribe]
+//                         [--sizes=lenet|sweep|all]
 //                         [Google Benchmark flags, e.g. --benchmark_out=results/bench.json]
+//
+// --backend=cuda runs the same collectives between CUDA devices (virtual ones, labeled so, when
+// the GPUs are fewer than the devices); each rank synchronises its device before the clock
+// starts and before it stops, so the time covers the GPU work. nccl runs where each device has
+// a GPU of its own, and is one skipped entry with the reason elsewhere.
 //
 // Every configuration is checked for the exact sum before it is timed (device r contributes
 // r+1, exact in float32); a wrong sum ends that benchmark with SkipWithError and the process
@@ -37,9 +43,18 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// A group of k CPU devices with one thread per rank, reused across benchmarks of the same k.
+std::string g_backend = "cpu";  // --backend
+
+DeviceOptions bench_device_options() {
+  DeviceOptions o;
+  o.virtual_devices = true;  // CUDA: k devices on however many GPUs there are
+  return o;
+}
+
+// A group of k devices of --backend with one thread per rank, reused across benchmarks of the
+// same k.
 struct BenchGroup {
-  explicit BenchGroup(int k) : devices(make_devices("cpu", k, {})) {
+  explicit BenchGroup(int k) : devices(make_devices(g_backend, k, bench_device_options())) {
     for (auto& d : devices) ptrs.push_back(d.get());
     spmd = std::make_unique<SpmdGroup>(ptrs);
   }
@@ -118,9 +133,11 @@ void time_ranks(benchmark::State& state, BenchGroup& g, Prepare prepare, Body bo
   for (auto _ : state) {
     g.spmd->run([&](int r, Transport& t) {
       prepare(r);
+      g.ptrs[r]->synchronize();  // CUDA: the clock starts with the device idle ...
       t.barrier();
       const auto t0 = Clock::now();
       body(r, t);
+      g.ptrs[r]->synchronize();  // ... and stops when its queued work is done
       t.barrier();
       seconds[r] = std::chrono::duration<double>(Clock::now() - t0).count();
     });
@@ -128,8 +145,12 @@ void time_ranks(benchmark::State& state, BenchGroup& g, Prepare prepare, Body bo
   }
 }
 
-void set_counters(benchmark::State& state, int k, double bytes, double bus,
-                  const std::string& label) {
+void set_counters(benchmark::State& state, int k, double bytes, double bus, std::string label) {
+  if (g_backend != "cpu") {
+    const nlohmann::json d = group(k).ptrs[0]->describe();
+    label += " " + g_backend;
+    if (d.value("virtual", false)) label += " virtual";
+  }
   state.counters["devices"] = k;
   state.counters["bytes"] = bytes;
   state.counters["algbw"] =
@@ -181,7 +202,7 @@ void run_memcpy(benchmark::State& state) {
   g.spmd->run([&](int r, Transport&) { bufs[r] = Tensor::zeros(*g.ptrs[r], {bytes / 4}); });
   float stamp = 0;
   auto produce = [&](int r) {
-    if (r != 0) return;
+    if (r != 0 || g.ptrs[0]->kind() != DeviceKind::Cpu) return;  // CUDA: no CPU cache to warm
     stamp += 1;
     float* p = bufs[0].f32();
     for (int64_t i = 0; i < bufs[0].numel(); ++i) p[i] = stamp;
@@ -244,6 +265,8 @@ int allreduce_bench_main(int argc, char** argv,
     const std::string a = argv[i];
     if (a.rfind("--devices=", 0) == 0)
       devices = parse_devices(a.substr(10));
+    else if (a.rfind("--backend=", 0) == 0)
+      g_backend = resolve_backend(a.substr(10));
     else if (a == "--oversubscribe")
       oversubscribe = true;
     else if (a.rfind("--sizes=", 0) == 0)
@@ -253,6 +276,8 @@ int allreduce_bench_main(int argc, char** argv,
   }
   if (sizes != "lenet" && sizes != "sweep" && sizes != "all")
     throw Error("--sizes: '" + sizes + "' (known: lenet, sweep, all)");
+  if (const std::string why = backend_unavailable(g_backend); !why.empty())
+    throw Error("--backend=" + g_backend + ": " + why);
   int rest_argc = static_cast<int>(rest.size());
   benchmark::Initialize(&rest_argc, rest.data());
   if (benchmark::ReportUnrecognizedArguments(rest_argc, rest.data())) return 1;

@@ -84,6 +84,17 @@ log "benchmark exit $rc in $(( $(date +%s) - t0 )) s"
 tail -n 20 "$OUT/bench_runner.log" >> "$OUT/summary.txt"
 ((rc == 0)) || status=1
 
+# The collectives alone between CUDA devices (virtual ones on a single GPU): allreduce and the
+# memcpy baseline over the message-size sweep, on 2 and 4 devices.
+t0=$(date +%s)
+timeout 150 build-gpu/allreduce_bench --backend=cuda --devices=2,4 \
+  --benchmark_filter='^(allreduce|memcpy)/' \
+  --benchmark_out="$OUT/allreduce-cuda.json" --benchmark_out_format=json \
+  > "$OUT/allreduce_bench.log" 2>&1
+rc=$?
+log "allreduce_bench (cuda) exit $rc in $(( $(date +%s) - t0 )) s"
+((rc == 0)) || status=1
+
 # The speed goal's benchmark: ParaLab against the book's PyTorch trainer on the same GPU, in one
 # invocation (the interpreter that has torch with CUDA).
 t0=$(date +%s)
