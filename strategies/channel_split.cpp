@@ -7,6 +7,7 @@
 #include "core/lenet.h"
 #include "core/ops.h"
 #include "strategies/collectives/collectives.h"
+#include "strategies/device_data.h"
 #include "strategies/spmd_group.h"
 
 namespace paralab {
@@ -93,8 +94,6 @@ class ChannelSplit final : public Strategy {
     ranks_ = std::vector<Rank>(static_cast<std::size_t>(k));
     eval_batch_ = s.eval_batch;
     test_count_ = s.test->count;
-    std::vector<int32_t> identity(static_cast<std::size_t>(s.test->count));
-    for (std::size_t i = 0; i < identity.size(); ++i) identity[i] = static_cast<int32_t>(i);
     run([&](int r) {
       Rank& me = ranks_[r];
       Device& dev = group_->device(r);
@@ -120,13 +119,7 @@ class ChannelSplit final : public Strategy {
       me.fc2 = ops.make_linear();
       me.relu = ops.make_relu();
       me.xent = ops.make_softmax_xent();
-      me.train_x = Tensor::from_host(dev, {s.train->count, 1, s.train->rows, s.train->cols},
-                                     s.train->images);
-      me.train_y = Tensor::from_host(dev, {s.train->count}, s.train->labels);
-      me.test_x =
-          Tensor::from_host(dev, {s.test->count, 1, s.test->rows, s.test->cols}, s.test->images);
-      me.test_y = Tensor::from_host(dev, {s.test->count}, s.test->labels);
-      me.test_order = Tensor::from_host(dev, {s.test->count}, identity);
+      me.data = DeviceData(dev, *s.train, *s.test);
       me.stats = Tensor::zeros(dev, {2});
     });
   }
@@ -174,7 +167,7 @@ class ChannelSplit final : public Strategy {
       for (int64_t a = 0; a < test_count_; a += eval_batch_) {
         const int64_t n = std::min(eval_batch_, test_count_ - a);
         ensure_batch(me, n);
-        me.dev->ops().gather(me.test_x, me.test_y, me.test_order, a, n, me.x, me.y);
+        me.dev->ops().gather(me.data.test_x, me.data.test_y, me.data.test_order, a, n, me.x, me.y);
         forward(me, n, /*training=*/false);
         const auto st = me.stats.to_host_f32();
         me.loss += st[0];
@@ -227,7 +220,8 @@ class ChannelSplit final : public Strategy {
     std::unique_ptr<Linear> fc1, fc2;
     std::unique_ptr<Relu> relu;
     std::unique_ptr<SoftmaxXent> xent;
-    Tensor train_x, train_y, test_x, test_y, order, test_order, stats;
+    DeviceData data;
+    Tensor order, stats;
     // Batch buffers. Packed buffers hold a layer's output (or input gradient) device-major, so
     // that each device's channels are one contiguous segment for the collectives; *_own are
     // views of this device's segment; the others are whole NCHW activations.
@@ -452,7 +446,7 @@ class ChannelSplit final : public Strategy {
     me.comm_ms = 0;
     const auto t0 = Clock::now();
     ensure_batch(me, count);
-    dev.ops().gather(me.train_x, me.train_y, me.order, offset, count, me.x, me.y);
+    dev.ops().gather(me.data.train_x, me.data.train_y, me.order, offset, count, me.x, me.y);
     forward(me, count, /*training=*/true);
     dev.synchronize();
     const auto t1 = Clock::now();

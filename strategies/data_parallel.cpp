@@ -12,6 +12,7 @@
 #include "core/ops.h"
 #include "strategies/collectives/collectives.h"
 #include "strategies/collectives/transport.h"
+#include "strategies/device_data.h"
 #include "strategies/spmd_group.h"
 
 namespace paralab {
@@ -32,6 +33,7 @@ struct Options {
   bool overlap = false;
   int64_t chunk_bytes = int64_t{1} << 18;
   bool uneven_shards = false;
+  bool cuda_graphs = true;
 };
 
 // A bucket: parameter tensors [first, last] of lenet_layout(), contiguous in the flat buffers.
@@ -140,12 +142,11 @@ class DataParallel final : public Strategy {
   void setup(const StrategySetup& s) override {
     const int k = static_cast<int>(s.devices.size());
     allreduce_->prepare(s.devices);
+    graphs_ = graphs_reason(s.devices);
     group_ = std::make_unique<SpmdGroup>(s.devices);
     ranks_.resize(static_cast<std::size_t>(k));
     eval_batch_ = s.eval_batch;
     test_bounds_ = equal_segments(s.test->count, k);
-    std::vector<int32_t> identity(static_cast<std::size_t>(s.test->count));
-    for (std::size_t i = 0; i < identity.size(); ++i) identity[i] = static_cast<int32_t>(i);
     // Each rank uploads its own replica and data from its own thread (in parallel).
     run([&](int r) {
       Rank& me = ranks_[r];
@@ -153,13 +154,7 @@ class DataParallel final : public Strategy {
       me.transport = &group_->transport(r);
       me.model = std::make_unique<LeNet>(dev);
       me.model->params().copy_from_host(s.initial_parameters);
-      me.train_x = Tensor::from_host(dev, {s.train->count, 1, s.train->rows, s.train->cols},
-                                     s.train->images);
-      me.train_y = Tensor::from_host(dev, {s.train->count}, s.train->labels);
-      me.test_x =
-          Tensor::from_host(dev, {s.test->count, 1, s.test->rows, s.test->cols}, s.test->images);
-      me.test_y = Tensor::from_host(dev, {s.test->count}, s.test->labels);
-      me.test_order = Tensor::from_host(dev, {s.test->count}, identity);
+      me.data = DeviceData(dev, *s.train, *s.test);
       me.stats = Tensor::zeros(dev, {2});
       if (o_.overlap)
         me.comm = std::make_unique<CommWorker>(dev, [this, &me](int b) { reduce_bucket(me, b); });
@@ -191,7 +186,11 @@ class DataParallel final : public Strategy {
     const std::vector<int64_t> shard = equal_segments(count, k);
     const auto t0 = Clock::now();
     run([&](int r) {
-      rank_step(ranks_[r], offset + shard[r], shard[r + 1] - shard[r], count, lr);
+      Rank& me = ranks_[r];
+      if (graphs_.empty())
+        graph_step(me, offset + shard[r], shard[r + 1] - shard[r], count, lr);
+      else
+        rank_step(me, me.order, offset + shard[r], shard[r + 1] - shard[r], count, lr);
     });
     StepResult out;
     out.times.total_ms = ms_between(t0, Clock::now());
@@ -206,17 +205,21 @@ class DataParallel final : public Strategy {
     out.times.backward_ms = r0.backward_ms;
     out.times.communication_ms = r0.times.communication_ms;
     out.times.optimizer_ms = r0.times.optimizer_ms;
+    if (graphs_.empty()) out.detail = {{"cuda_graph_replay", r0.replayed ? 1 : 0}};
     return out;
   }
 
   EvalResult evaluate() override {
     run([&](int r) {
       Rank& me = ranks_[r];
+      // Evaluation resizes the activations: a captured step's pointers would be stale.
+      me.graph.reset();
+      me.sized_for = -1;
       double loss = 0, correct = 0;
       for (int64_t a = test_bounds_[r]; a < test_bounds_[r + 1]; a += eval_batch_) {
         const int64_t n = std::min(eval_batch_, test_bounds_[r + 1] - a);
         Tensor& x = me.batch(n);
-        me.device().ops().gather(me.test_x, me.test_y, me.test_order, a, n, x, me.y);
+        me.device().ops().gather(me.data.test_x, me.data.test_y, me.data.test_order, a, n, x, me.y);
         me.model->forward(x, me.y, me.stats, /*training=*/false);
         const auto st = me.stats.to_host_f32();
         loss += st[0];
@@ -253,7 +256,21 @@ class DataParallel final : public Strategy {
             {"buckets", buckets_.size()},
             {"overlap", o_.overlap},
             {"chunk_bytes", o_.chunk_bytes},
-            {"uneven_shards", o_.uneven_shards}};
+            {"uneven_shards", o_.uneven_shards},
+            {"cuda_graphs", o_.cuda_graphs}};
+  }
+
+  json report() const override {
+    if (ranks_.empty() || !o_.cuda_graphs) return nullptr;
+    if (!graphs_.empty()) return {{"cuda_graphs", "not used: " + graphs_}};
+    int64_t captures = 0, replays = 0;
+    for (const Rank& me : ranks_) {
+      captures += me.captures;
+      replays += me.replays;
+    }
+    return {{"cuda_graphs", "used"},
+            {"cuda_graph_captures", captures},
+            {"cuda_graph_replays", replays}};
   }
 
  private:
@@ -261,10 +278,18 @@ class DataParallel final : public Strategy {
     Transport* transport = nullptr;
     std::unique_ptr<LeNet> model;
     std::unique_ptr<CommWorker> comm;
-    Tensor train_x, train_y, test_x, test_y, order, test_order, x, y, stats;
+    DeviceData data;
+    Tensor order, x, y, stats;
     double loss = 0, forward_ms = 0, backward_ms = 0;
     int64_t correct = 0;
     RankTimes times;
+    // CUDA graphs: the captured step, the global batch and lr it was captured for, the global
+    // batch the activations were last sized for by an eager step, this step's indices.
+    std::unique_ptr<CapturedWork> graph;
+    Tensor step_indices;
+    int64_t graph_global = -1, sized_for = -1, captures = 0, replays = 0;
+    float graph_lr = 0;
+    bool replayed = false;  // the last step was a replay
 
     Device& device() const { return model->device(); }
     Tensor& batch(int64_t n) {
@@ -285,7 +310,74 @@ class DataParallel final : public Strategy {
     allreduce_->run(*me.transport, view);
   }
 
-  void rank_step(Rank& me, int64_t offset, int64_t count, int64_t global, float lr) {
+  // Empty when every rank's whole step can be captured as a CUDA graph; otherwise why not.
+  std::string graphs_reason(const std::vector<Device*>& devices) const {
+    if (!o_.cuda_graphs) return "cuda_graphs is false";
+    for (const Device* d : devices)
+      if (!d->supports_capture()) return d->name() + " cannot capture work (CUDA only)";
+    if (o_.allreduce != "nccl")
+      return "the " + o_.allreduce +
+             " allreduce hands buffers over on the host, which a capture cannot hold (nccl can "
+             "be captured)";
+    if (o_.overlap) return "overlap runs the allreduce on a second host thread";
+    return "";
+  }
+
+  // The step with its allreduces captured once per global batch and lr, then replayed: one
+  // launch and one synchronisation per step. Every rank decides alike (on the global batch),
+  // so that all of them capture, or replay, their NCCL calls together.
+  void graph_step(Rank& me, int64_t offset, int64_t count, int64_t global, float lr) {
+    Device& dev = me.device();
+    if (!me.step_indices.defined() || me.step_indices.numel() != count)
+      me.step_indices = Tensor::empty(dev, {count}, DType::I32);
+    dev.copy_on_device(me.step_indices.raw(), me.order.i32() + offset,
+                       static_cast<std::size_t>(count) * sizeof(int32_t));
+    if (!(me.graph && me.graph_global == global && me.graph_lr == lr)) {
+      me.graph.reset();
+      if (me.sized_for != global) {  // first step of this size: eager (allocations, cuDNN)
+        me.sized_for = global;
+        me.replayed = false;
+        rank_step(me, me.step_indices, 0, count, global, lr);
+        return;
+      }
+      dev.begin_capture();
+      try {
+        Tensor& x = me.batch(count);
+        dev.ops().gather(me.data.train_x, me.data.train_y, me.step_indices, 0, count, x, me.y);
+        me.model->forward(x, me.y, me.stats, /*training=*/true);
+        me.model->backward();
+        for (std::size_t b = 0; b < buckets_.size(); ++b) reduce_bucket(me, static_cast<int>(b));
+        dev.ops().sgd(me.model->params(), me.model->grads(), lr / static_cast<float>(global));
+        me.graph = dev.end_capture();
+      } catch (...) {
+        dev.abort_capture();
+        throw;
+      }
+      me.graph_global = global;
+      me.graph_lr = lr;
+      ++me.captures;
+    }
+    Transport& t = *me.transport;
+    t.barrier();
+    const auto t0 = Clock::now();
+    me.graph->launch();
+    dev.synchronize();
+    const double ms = ms_between(t0, Clock::now());
+    ++me.replays;
+    me.replayed = true;
+    const auto st = me.stats.to_host_f32();
+    me.loss = st[0];
+    me.correct = static_cast<int64_t>(st[1]);
+    // One launch: the phases cannot be told apart. NCCL's traffic is not the transport's.
+    me.forward_ms = me.backward_ms = 0;
+    me.times = RankTimes{};
+    me.times.samples = count;
+    t.barrier();
+    me.times.total_ms = ms;
+  }
+
+  void rank_step(Rank& me, const Tensor& order, int64_t offset, int64_t count, int64_t global,
+                 float lr) {
     Transport& t = *me.transport;
     Device& dev = me.device();
     // The barrier lines the ranks up so that every rank's times describe the same interval.
@@ -293,7 +385,7 @@ class DataParallel final : public Strategy {
     t.reset_bytes_sent();
     const auto t0 = Clock::now();
     Tensor& x = me.batch(count);
-    dev.ops().gather(me.train_x, me.train_y, me.order, offset, count, x, me.y);
+    dev.ops().gather(me.data.train_x, me.data.train_y, order, offset, count, x, me.y);
     me.model->forward(x, me.y, me.stats, /*training=*/true);
     dev.synchronize();
     const auto t1 = Clock::now();
@@ -338,6 +430,7 @@ class DataParallel final : public Strategy {
   std::unique_ptr<Allreduce> allreduce_;
   std::unique_ptr<SpmdGroup> group_;
   std::vector<Rank> ranks_;
+  std::string graphs_ = "not set up";  // empty: the step is captured (CUDA graphs)
   std::vector<int64_t> test_bounds_;
   int64_t eval_batch_ = 1000;
 };
@@ -356,13 +449,15 @@ Options parse_options(const json& options, const std::string& path) {
       if (!v.is_number_integer() || v.get<int64_t>() < (key == "bucket_bytes" ? 0 : 4))
         fail(key, key == "bucket_bytes" ? "must be an integer >= 0" : "must be an integer >= 4");
       (key == "bucket_bytes" ? o.bucket_bytes : o.chunk_bytes) = v.get<int64_t>();
-    } else if (key == "overlap" || key == "uneven_shards") {
+    } else if (key == "overlap" || key == "uneven_shards" || key == "cuda_graphs") {
       if (!v.is_boolean()) fail(key, "must be true or false");
-      (key == "overlap" ? o.overlap : o.uneven_shards) = v.get<bool>();
+      (key == "overlap"       ? o.overlap
+       : key == "cuda_graphs" ? o.cuda_graphs
+                              : o.uneven_shards) = v.get<bool>();
     } else {
       fail(key,
            "unknown option for strategy 'data_parallel' (known: allreduce, grouping, "
-           "bucket_bytes, overlap, chunk_bytes, uneven_shards)");
+           "bucket_bytes, overlap, chunk_bytes, uneven_shards, cuda_graphs)");
     }
   }
   if (o.grouping != "per_tensor" && o.grouping != "bucketed")

@@ -11,6 +11,8 @@
 //   "overlap": false           start each bucket's allreduce as soon as backward has produced
 //                              it, on a communication thread per device
 //   "chunk_bytes": 262144      piece size for the ring's and tree's pipelines
+//   "cuda_graphs": true        with nccl on CUDA devices (no overlap): capture each rank's whole
+//                              step once and replay it
 //   "uneven_shards": false     allow a global batch not divisible by k (shards differ by one;
 //                              the summed loss weights every example equally either way)
 #pragma once

@@ -8,6 +8,7 @@
 #include "core/lenet.h"
 #include "core/ops.h"
 #include "core/rng.h"
+#include "strategies/device_data.h"
 #include "strategies/pipeline.h"
 #include "strategies/spmd_group.h"
 
@@ -71,8 +72,6 @@ class LayerSplit final : public Strategy {
     ranks_ = std::vector<Rank>(static_cast<std::size_t>(k));
     eval_batch_ = s.eval_batch;
     test_count_ = s.test->count;
-    std::vector<int32_t> identity(static_cast<std::size_t>(s.test->count));
-    for (std::size_t i = 0; i < identity.size(); ++i) identity[i] = static_cast<int32_t>(i);
     run([&](int r) {
       Rank& me = ranks_[r];
       Device& dev = group_->device(r);
@@ -86,15 +85,8 @@ class LayerSplit final : public Strategy {
       me.grad_tmp = Tensor::zeros(dev, me.params.shape());
       me.layers = std::make_unique<LeNetStages>(dev, me.first, me.last, me.params, m);
       me.slots.resize(static_cast<std::size_t>(m));
-      if (r == 0 || r == k - 1) {  // the data: images for stage 0, labels for the last
-        me.train_x = Tensor::from_host(dev, {s.train->count, 1, s.train->rows, s.train->cols},
-                                       s.train->images);
-        me.train_y = Tensor::from_host(dev, {s.train->count}, s.train->labels);
-        me.test_x =
-            Tensor::from_host(dev, {s.test->count, 1, s.test->rows, s.test->cols}, s.test->images);
-        me.test_y = Tensor::from_host(dev, {s.test->count}, s.test->labels);
-        me.test_order = Tensor::from_host(dev, {s.test->count}, identity);
-      }
+      // The data: images for stage 0, labels for the last.
+      if (r == 0 || r == k - 1) me.data = DeviceData(dev, *s.train, *s.test);
     });
   }
 
@@ -108,7 +100,7 @@ class LayerSplit final : public Strategy {
   void begin_epoch(std::span<const int32_t> order) override {
     run([&](int r) {
       Rank& me = ranks_[r];
-      if (me.train_x.defined())
+      if (me.data.train_x.defined())
         me.order = Tensor::from_host(*me.dev, {static_cast<int64_t>(order.size())}, order);
     });
   }
@@ -169,7 +161,8 @@ class LayerSplit final : public Strategy {
         if (first || last) {  // images for stage 0's input, labels for the loss
           ensure(sl.x, dev, lenet_activation_shape(0, n));
           ensure(sl.y, dev, {n}, DType::I32);
-          dev.ops().gather(me.test_x, me.test_y, me.test_order, j * eval_batch_, n, sl.x, sl.y);
+          dev.ops().gather(me.data.test_x, me.data.test_y, me.data.test_order, j * eval_batch_, n,
+                           sl.x, sl.y);
         }
         const Tensor& out = me.layers->forward(j % st.slots, first ? sl.x : sl.in, false);
         if (last) {
@@ -233,7 +226,8 @@ class LayerSplit final : public Strategy {
     int first = 0, last = 0;
     std::unique_ptr<LeNetStages> layers;
     Tensor params, grads, grad_tmp;
-    Tensor train_x, train_y, test_x, test_y, order, test_order;
+    DeviceData data;
+    Tensor order;
     Tensor batch_x, batch_y;  // the last stage's labels of the whole minibatch (k > 1)
     std::vector<Slot> slots;
     int backwards = 0;
@@ -281,7 +275,7 @@ class LayerSplit final : public Strategy {
     if (last && !first) {  // labels for the loss, all micro-batches at once
       ensure(me.batch_x, dev, lenet_activation_shape(0, count));
       ensure(me.batch_y, dev, {count}, DType::I32);
-      ops.gather(me.train_x, me.train_y, me.order, offset, count, me.batch_x, me.batch_y);
+      ops.gather(me.data.train_x, me.data.train_y, me.order, offset, count, me.batch_x, me.batch_y);
     }
     me.backwards = 0;
     PipelineStage st;
@@ -297,7 +291,7 @@ class LayerSplit final : public Strategy {
       if (first) {
         ensure(sl.x, dev, lenet_activation_shape(0, mb));
         ensure(sl.y, dev, {mb}, DType::I32);
-        ops.gather(me.train_x, me.train_y, me.order, offset + j * mb, mb, sl.x, sl.y);
+        ops.gather(me.data.train_x, me.data.train_y, me.order, offset + j * mb, mb, sl.x, sl.y);
       }
       const Tensor& out = me.layers->forward(j % st.slots, first ? sl.x : sl.in, true);
       if (last) {

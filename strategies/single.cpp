@@ -5,6 +5,7 @@
 #include "core/error.h"
 #include "core/lenet.h"
 #include "core/ops.h"
+#include "strategies/device_data.h"
 
 namespace paralab {
 
@@ -27,13 +28,9 @@ class Single final : public Strategy {
     device_->bind_thread();
     model_ = std::make_unique<LeNet>(*device_);
     model_->params().copy_from_host(s.initial_parameters);
-    upload(*s.train, train_x_, train_y_);
-    upload(*s.test, test_x_, test_y_);
+    data_ = DeviceData(*device_, *s.train, *s.test);
     eval_batch_ = s.eval_batch;
     stats_ = Tensor::zeros(*device_, {2});
-    std::vector<int32_t> identity(static_cast<std::size_t>(s.test->count));
-    for (std::size_t i = 0; i < identity.size(); ++i) identity[i] = static_cast<int32_t>(i);
-    test_order_ = Tensor::from_host(*device_, {s.test->count}, identity);
   }
 
   void begin_epoch(std::span<const int32_t> order) override {
@@ -76,11 +73,11 @@ class Single final : public Strategy {
     graph_.reset();
     sized_for_ = -1;
     EvalResult e;
-    const int64_t total = test_x_.dim(0);
+    const int64_t total = data_.test_x.dim(0);
     for (int64_t offset = 0; offset < total; offset += eval_batch_) {
       const int64_t count = std::min(eval_batch_, total - offset);
       Tensor& x = batch_x(count);
-      device_->ops().gather(test_x_, test_y_, test_order_, offset, count, x, y_);
+      device_->ops().gather(data_.test_x, data_.test_y, data_.test_order, offset, count, x, y_);
       model_->forward(x, y_, stats_, /*training=*/false);
       const std::vector<float> st = stats_.to_host_f32();
       e.loss_sum += st[0];
@@ -105,7 +102,7 @@ class Single final : public Strategy {
   void enqueue_step(const Tensor& order, int64_t offset, int64_t count, float lr) {
     Ops& ops = device_->ops();
     Tensor& x = batch_x(count);
-    ops.gather(train_x_, train_y_, order, offset, count, x, y_);
+    ops.gather(data_.train_x, data_.train_y, order, offset, count, x, y_);
     model_->forward(x, y_, stats_, /*training=*/true);
     model_->backward();
     ops.sgd(model_->params(), model_->grads(), lr / static_cast<float>(count));
@@ -118,7 +115,7 @@ class Single final : public Strategy {
     const auto t0 = Clock::now();
     auto t = t0;
     Tensor& x = batch_x(count);
-    ops.gather(train_x_, train_y_, order, offset, count, x, y_);
+    ops.gather(data_.train_x, data_.train_y, order, offset, count, x, y_);
     model_->forward(x, y_, stats_, /*training=*/true);
     device_->synchronize();
     r.times.forward_ms = ms_since(t);
@@ -157,11 +154,6 @@ class Single final : public Strategy {
       r.detail = {{"cuda_graph_replay", replayed ? 1 : 0}};
   }
 
-  void upload(const Dataset& d, Tensor& x, Tensor& y) {
-    x = Tensor::from_host(*device_, {d.count, 1, d.rows, d.cols}, d.images);
-    y = Tensor::from_host(*device_, {d.count}, d.labels);
-  }
-
   // Input buffers sized for `count` images (train and eval batches differ; reallocated rarely).
   Tensor& batch_x(int64_t count) {
     if (!x_.defined() || x_.dim(0) != count) {
@@ -173,7 +165,8 @@ class Single final : public Strategy {
 
   Device* device_ = nullptr;
   std::unique_ptr<LeNet> model_;
-  Tensor train_x_, train_y_, test_x_, test_y_, order_, test_order_;
+  DeviceData data_;
+  Tensor order_;
   Tensor x_, y_, stats_;
   int64_t eval_batch_ = 1000;
   // CUDA graphs: the captured step, the batch size and lr it was captured for, and the batch

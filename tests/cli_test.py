@@ -477,8 +477,11 @@ class NcclRun(BenchRunnerCase):
     def test_nccl_without_cuda_devices_is_skipped_with_the_reason(self):
         doc = tiny_descriptor(backend="cpu", runs=[
             {"strategy": "data_parallel", "devices": 2, "allreduce": "nccl"},
-            {"strategy": "single"}])
-        nccl, single = self.run_tiny(doc=doc)["runs"]
+            {"strategy": "single"},
+            {"strategy": "data_parallel", "devices": 2}])
+        nccl, single, ring = self.run_tiny(doc=doc)["runs"]
+        self.assertEqual(ring["strategy_report"],
+                         {"cuda_graphs": "not used: cpu:0 cannot capture work (CUDA only)"})
         self.assertEqual(nccl["status"], "skipped")
         self.assertEqual(nccl["reason"], "nccl: needs CUDA devices, and cpu:0 is not one")
         self.assertEqual(nccl["iterations"], [])

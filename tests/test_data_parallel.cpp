@@ -37,6 +37,19 @@ TEST(DataParallel, CudaVirtualDevicesMatchSingleDevice) {
   }
 }
 
+TEST(DataParallel, CudaNcclGraphReplayMatchesEagerStepsBitForBit) {
+  if (const std::string why = backend_unavailable("cuda"); !why.empty())
+    GTEST_SKIP() << "cuda: " << why;
+  // One rank on one GPU: NCCL's allreduce is then a copy, and the captured step must replay
+  // exactly what the eager one computes.
+  const json graphs = {{"allreduce", "nccl"}, {"cuda_graphs", true}};
+  const json eager = {{"allreduce", "nccl"}, {"cuda_graphs", false}};
+  const Trained a = train("data_parallel", 1, graphs, 20, 24, "cuda");
+  const Trained b = train("data_parallel", 1, eager, 20, 24, "cuda");
+  EXPECT_EQ(a.losses, b.losses);
+  EXPECT_EQ(a.params, b.params);
+}
+
 TEST(DataParallel, GroupingAndOverlapMatchSingleDevice) {
   const Trained single = train("single", 1, json::object(), 20, 24);
   const std::vector<json> variants = {
@@ -101,6 +114,7 @@ TEST(DataParallel, BadOptionsNameTheirPath) {
   EXPECT_EQ(error({{"grouping", "all"}}),
             "runs.2.grouping: unknown grouping 'all' (known: bucketed, per_tensor)");
   EXPECT_EQ(error({{"overlap", 1}}), "runs.2.overlap: must be true or false");
+  EXPECT_EQ(error({{"cuda_graphs", "on"}}), "runs.2.cuda_graphs: must be true or false");
   EXPECT_NE(error({{"allredcue", "ring"}}).find("runs.2.allredcue: unknown option"),
             std::string::npos);
 }
