@@ -17,11 +17,13 @@ for d in nlohmann CLI gtest benchmark; do
 done
 cp /usr/include/zlib.h /usr/include/zconf.h "$out.tmp/include/"
 # NCCL's header, for GPU hosts whose NCCL (a Python wheel) comes without one.
-nccl_h=$(ls /usr/local/cuda/include/nccl.h /usr/include/nccl.h 2>/dev/null | head -1)
-if [[ -n $nccl_h ]]; then
-  mkdir -p "$out.tmp/include/nccl"
-  cp "$nccl_h" "$out.tmp/include/nccl/"
-fi
+for nccl_h in /usr/local/cuda/include/nccl.h /usr/include/nccl.h; do
+  if [[ -f $nccl_h ]]; then
+    mkdir -p "$out.tmp/include/nccl"
+    cp "$nccl_h" "$out.tmp/include/nccl/"
+    break
+  fi
+done
 # Debian ships Google Benchmark as a shared library only: its runtime file goes along (under its
 # soname, no symlinks), and gpu-check.sh puts gpu-bundle/lib on LD_LIBRARY_PATH.
 bench_soname=$(objdump -p "$libdir/libbenchmark.so" 2>/dev/null | awk '/SONAME/ {print $2}')

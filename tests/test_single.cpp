@@ -25,7 +25,7 @@ TEST(Single, OptionsAreCheckedWithTheirPath) {
             (json{{"cuda_graphs", false}}));
 }
 
-TEST(Single, CpuDevicesIgnoreCudaGraphs) {
+TEST(Single, CpuDevicesIgnoreTheGraphOption) {
   const Trained with = train("single", 1, {{"cuda_graphs", true}}, 5, 24);
   const Trained without = train("single", 1, {{"cuda_graphs", false}}, 5, 24);
   EXPECT_EQ(with.params, without.params);
