@@ -107,7 +107,6 @@ class LayerSplit final : public Strategy {
 
   StepResult train_step(int64_t offset, int64_t count, float lr) override {
     check_batch(count);
-    const int k = static_cast<int>(ranks_.size());
     const int64_t mb = count / o_.microbatches;
     const auto t0 = Clock::now();
     run([&](int r) { rank_step(ranks_[r], r, offset, count, mb, lr, t0); });
@@ -136,7 +135,6 @@ class LayerSplit final : public Strategy {
                   {"bytes_sent", bytes},
                   {"bytes_expected", expected_bytes(count)}};
     last_events_ = std::move(events);
-    (void)k;
     return out;
   }
 
