@@ -2,8 +2,10 @@
 // in-process transport, on k CPU devices driven by k threads, against a double-precision sum.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <map>
+#include <mutex>
 
 #include "core/device.h"
 #include "core/error.h"
@@ -317,6 +319,97 @@ TEST(Transport, CountsBytesSent) {
   });
   // Ring: 2 (k-1) steps of n/k elements each: 2 * 3 * 250 * 4 bytes.
   for (int r = 0; r < 4; ++r) EXPECT_EQ(sent[r], 6000) << "rank " << r;
+}
+
+// A CPU device that hands out event objects, the way a CUDA device does, and logs the order of
+// its records, waits and copies: the transport's ordering protocol, checked without a GPU.
+class LoggingDevice final : public Device {
+ public:
+  struct Mark final : DeviceEvent {
+    explicit Mark(int serial) : id(serial) {}
+    int id;
+  };
+  LoggingDevice(Device& inner, std::vector<std::string>& log, std::mutex& mu, int& next_id)
+      : inner_(inner), log_(log), mu_(mu), next_id_(next_id) {}
+
+  DeviceKind kind() const override { return inner_.kind(); }
+  int ordinal() const override { return inner_.ordinal(); }
+  std::string name() const override { return inner_.name(); }
+  nlohmann::json describe() const override { return inner_.describe(); }
+  void* allocate(std::size_t bytes) override { return inner_.allocate(bytes); }
+  void deallocate(void* p) noexcept override { inner_.deallocate(p); }
+  void copy_from_host(void* d, const void* s, std::size_t n) override {
+    inner_.copy_from_host(d, s, n);
+  }
+  void copy_to_host(void* d, const void* s, std::size_t n) override {
+    inner_.copy_to_host(d, s, n);
+  }
+  void copy_on_device(void* d, const void* s, std::size_t n) override {
+    note("copy");
+    inner_.copy_on_device(d, s, n);
+  }
+  void fill_zero(void* d, std::size_t n) override { inner_.fill_zero(d, n); }
+  void copy_2d(void* d, std::size_t dp, const void* s, std::size_t sp, std::size_t w,
+               std::size_t rows) override {
+    inner_.copy_2d(d, dp, s, sp, w, rows);
+  }
+  void synchronize() override { note("synchronize"); }
+  void bind_thread() override { inner_.bind_thread(); }
+  Ops& ops() override { return inner_.ops(); }
+  Event record() override {
+    std::lock_guard lock(mu_);
+    auto e = std::make_shared<Mark>(++next_id_);
+    log_.push_back(name() + " record e" + std::to_string(e->id));
+    return e;
+  }
+  void wait(const Event& e) override {
+    ASSERT_NE(e, nullptr) << name() << " waits on a null event";
+    note("wait e" + std::to_string(static_cast<const Mark&>(*e).id));
+  }
+
+ private:
+  void note(const std::string& what) {
+    std::lock_guard lock(mu_);
+    log_.push_back(name() + " " + what);
+  }
+  Device& inner_;
+  std::vector<std::string>& log_;
+  std::mutex& mu_;
+  int& next_id_;
+};
+
+TEST(Transport, OrdersDevicesWithEventsNotHostSynchronisation) {
+  auto cpus = make_devices("cpu", 2, {});
+  std::vector<std::string> log;
+  std::mutex mu;
+  int next_id = 0;
+  LoggingDevice d0(*cpus[0], log, mu, next_id), d1(*cpus[1], log, mu, next_id);
+  std::vector<Device*> devices{&d0, &d1};
+  SpmdGroup g(devices);
+  std::vector<std::string> before_wait;
+  g.run([&](int r, Transport& t) {
+    Tensor buf = Tensor::from_host(*devices[r], {4}, std::vector<float>{1, 2, 3, float(r)});
+    if (r == 0) {
+      auto h = t.isend(1, buf);
+      t.wait(h);
+    } else {
+      t.recv(0, buf);
+      EXPECT_EQ(buf.to_host_f32(), (std::vector<float>{1, 2, 3, 0}));
+    }
+  });
+  // The sender marks its buffer ready; the receiver's device waits on that mark, copies, marks
+  // the copy; the sender's device waits on the copy's mark before it may reuse the buffer. No
+  // host synchronisation anywhere.
+  auto at = [&](const std::string& entry) {
+    return std::find(log.begin(), log.end(), entry) - log.begin();
+  };
+  const std::vector<std::string> expected = {"cpu:0 record e1", "cpu:1 wait e1", "cpu:1 copy",
+                                             "cpu:1 record e2", "cpu:0 wait e2"};
+  for (const auto& entry : expected)
+    ASSERT_LT(at(entry), static_cast<std::ptrdiff_t>(log.size())) << "missing: " << entry;
+  for (std::size_t i = 1; i < expected.size(); ++i)
+    EXPECT_LT(at(expected[i - 1]), at(expected[i])) << expected[i - 1] << " before " << expected[i];
+  for (const auto& entry : log) EXPECT_EQ(entry.find("synchronize"), std::string::npos) << entry;
 }
 
 TEST(Transport, SizeMismatchFailsEveryRankInsteadOfHanging) {
