@@ -32,6 +32,102 @@ TEST(Single, CpuDevicesIgnoreTheGraphOption) {
   EXPECT_EQ(with.losses, without.losses);
 }
 
+// A CPU device that claims it can capture: "captured" work runs at once (the CPU cannot defer
+// it) and a launch only counts. Enough to check when single captures, replays and runs eagerly,
+// and that nothing a real capture forbids (allocation, synchronisation, host copies) happens
+// while capturing.
+class FakeCaptureDevice final : public Device {
+ public:
+  explicit FakeCaptureDevice(Device& inner) : inner_(inner) {}
+  DeviceKind kind() const override { return inner_.kind(); }
+  int ordinal() const override { return inner_.ordinal(); }
+  std::string name() const override { return inner_.name(); }
+  nlohmann::json describe() const override { return inner_.describe(); }
+  void* allocate(std::size_t bytes) override {
+    forbidden("allocate");
+    return inner_.allocate(bytes);
+  }
+  void deallocate(void* p) noexcept override { inner_.deallocate(p); }
+  void copy_from_host(void* d, const void* s, std::size_t n) override {
+    forbidden("copy_from_host");
+    inner_.copy_from_host(d, s, n);
+  }
+  void copy_to_host(void* d, const void* s, std::size_t n) override {
+    forbidden("copy_to_host");
+    inner_.copy_to_host(d, s, n);
+  }
+  void copy_on_device(void* d, const void* s, std::size_t n) override {
+    inner_.copy_on_device(d, s, n);
+  }
+  void fill_zero(void* d, std::size_t n) override { inner_.fill_zero(d, n); }
+  void copy_2d(void* d, std::size_t dp, const void* s, std::size_t sp, std::size_t w,
+               std::size_t rows) override {
+    inner_.copy_2d(d, dp, s, sp, w, rows);
+  }
+  void synchronize() override { forbidden("synchronize"); }
+  void bind_thread() override { inner_.bind_thread(); }
+  Ops& ops() override { return inner_.ops(); }
+  bool supports_capture() const override { return true; }
+  void begin_capture() override {
+    EXPECT_FALSE(capturing_) << "nested capture";
+    capturing_ = true;
+  }
+  std::unique_ptr<CapturedWork> end_capture() override {
+    EXPECT_TRUE(capturing_) << "end_capture without begin_capture";
+    capturing_ = false;
+    ++captures;
+    struct Graph final : CapturedWork {
+      explicit Graph(int& n) : launches(n) {}
+      void launch() override { ++launches; }
+      int& launches;
+    };
+    return std::make_unique<Graph>(launches);
+  }
+  int captures = 0, launches = 0;
+
+ private:
+  void forbidden(const char* what) const {
+    EXPECT_FALSE(capturing_) << what << " during a capture";
+  }
+  Device& inner_;
+  bool capturing_ = false;
+};
+
+TEST(Single, CapturesOncePerBatchSizeAndLrAndReplaysSafely) {
+  static const Dataset data = synthetic(96, 5);
+  auto cpu = make_devices("cpu", 1, {});
+  FakeCaptureDevice dev(*cpu[0]);
+  auto s = make_strategy("single", json::object(), "runs.0");
+  StrategySetup setup;
+  setup.devices = {&dev};
+  setup.train = setup.test = &data;
+  setup.initial_parameters = lenet_initial_parameters(3, 0.1);
+  s->setup(setup);
+  Rng shuffle(1);
+  s->begin_epoch(random_permutation(data.count, shuffle));
+  auto replayed = [&](int64_t offset, int64_t count, float lr) {
+    return s->train_step(offset, count, lr).detail.at("cuda_graph_replay").get<int>();
+  };
+  // The first step of a size runs eagerly; the second captures and replays; then replays.
+  EXPECT_EQ(replayed(0, 16, 0.1f), 0);
+  EXPECT_EQ(replayed(16, 16, 0.1f), 1);
+  EXPECT_EQ(replayed(32, 16, 0.1f), 1);
+  EXPECT_EQ(dev.captures, 1);
+  EXPECT_EQ(dev.launches, 2);
+  // A new learning rate (warm-up) is a new capture; a new batch size is an eager step first.
+  EXPECT_EQ(replayed(48, 16, 0.2f), 1);
+  EXPECT_EQ(dev.captures, 2);
+  EXPECT_EQ(replayed(64, 8, 0.2f), 0);
+  EXPECT_EQ(replayed(72, 8, 0.2f), 1);
+  EXPECT_EQ(dev.captures, 3);
+  // Evaluation resizes the activations: the next step is eager again.
+  s->evaluate();
+  EXPECT_EQ(replayed(0, 8, 0.2f), 0);
+  EXPECT_EQ(replayed(8, 8, 0.2f), 1);
+  EXPECT_EQ(s->report(), (json{{"cuda_graph_captures", 4}, {"cuda_graph_replays", 5}}));
+  s.reset();
+}
+
 TEST(Single, CudaGraphReplayMatchesEagerStepsBitForBit) {
   if (const std::string why = backend_unavailable("cuda"); !why.empty())
     GTEST_SKIP() << "cuda: " << why;
