@@ -35,6 +35,8 @@ struct StagePlan {
   Staged w_src, w_dw;        // backward weights: x in, dw out
   Staged d_w, d_dx;          // backward data: w in, dx out
   bool has_forward = false;  // a training forward has filled act
+  bool nhwc = false;         // act and the pooled tensors are channels-last (acdb)
+  int64_t n = 0, k = 0, oh = 0, ow = 0;
 };
 
 memory::desc any(const memory::dims& d) {
@@ -70,9 +72,13 @@ class CpuConvReluPool final : public ConvReluPool {
                                        shape_string(x.shape()));
     auto& s = device_.stream();
     PARALAB_DNNL("conv_relu_pool backward", {
-      p.pool_bwd.execute(s,
-                         {{DNNL_ARG_DIFF_DST, p.b_dy.in(dy.raw())}, {DNNL_ARG_DIFF_SRC, p.d_act}});
-      relu_backward_in_place(p);
+      if (p.nhwc) {
+        pool_relu_backward_nhwc(p, p.b_dy.in(dy.raw()));
+      } else {
+        p.pool_bwd.execute(
+            s, {{DNNL_ARG_DIFF_DST, p.b_dy.in(dy.raw())}, {DNNL_ARG_DIFF_SRC, p.d_act}});
+        relu_backward_in_place(p);
+      }
       p.d_bias.set_data_handle(db.raw());
       p.conv_bwd_weights.execute(s, {{DNNL_ARG_SRC, p.w_src.in(x.raw())},
                                      {DNNL_ARG_DIFF_DST, p.d_act},
@@ -89,6 +95,35 @@ class CpuConvReluPool final : public ConvReluPool {
   }
 
  private:
+  // Channels-last: the pooling's and the ReLU's backward in one pass, d_act = act > 0 ?
+  // dy(pooled position) / 4 : 0, instead of oneDNN's pooling backward (which writes d_act) and
+  // the masking pass (which reads act and rewrites d_act): one pass over the activation saved.
+  // Rows and columns beyond 2 x the pooled extent (floor mode) get 0.
+  static void pool_relu_backward_nhwc(StagePlan& p, const dnnl::memory& pooled_dy) {
+    const auto* a = static_cast<const float*>(p.act.get_data_handle());
+    auto* d = static_cast<float*>(p.d_act.get_data_handle());
+    const auto* g = static_cast<const float*>(pooled_dy.get_data_handle());
+    const int64_t k = p.k, oh = p.oh, ow = p.ow, ph = oh / 2, pw = ow / 2;
+#pragma omp parallel for schedule(static)
+    for (int64_t row = 0; row < p.n * oh; ++row) {
+      const int64_t img = row / oh, h = row % oh;
+      const float* arow = a + row * ow * k;
+      float* drow = d + row * ow * k;
+      const float* grow = g + (img * ph + h / 2) * pw * k;
+      for (int64_t w = 0; w < ow; ++w) {
+        const float* ap = arow + w * k;
+        float* dp = drow + w * k;
+        if (h >= 2 * ph || w >= 2 * pw) {
+          for (int64_t c = 0; c < k; ++c) dp[c] = 0.0f;
+          continue;
+        }
+        const float* gp = grow + (w / 2) * k;
+#pragma omp simd
+        for (int64_t c = 0; c < k; ++c) dp[c] = ap[c] > 0.0f ? 0.25f * gp[c] : 0.0f;
+      }
+    }
+  }
+
   // d_act = act > 0 ? d_act : 0 over the whole blocked buffer; padded channels hold 0 in act
   // (oneDNN zero-fills padding), so their gradient is 0 too.
   static void relu_backward_in_place(StagePlan& p) {
@@ -165,6 +200,15 @@ class CpuConvReluPool final : public ConvReluPool {
       p.pool_bwd = dnnl::pooling_backward(pool_bwd_pd);
       p.conv_bwd_weights = dnnl::convolution_backward_weights(bwd_w_pd);
       p.conv_bwd_data = dnnl::convolution_backward_data(bwd_d_pd);
+      p.nhwc = nhwc &&
+               conv_pd.dst_desc() ==
+                   memory::desc(act, memory::data_type::f32, memory::format_tag::acdb) &&
+               pool_bwd_pd.diff_dst_desc() ==
+                   memory::desc(pooled, memory::data_type::f32, memory::format_tag::acdb);
+      p.n = x.dim(0);
+      p.k = w.dim(0);
+      p.oh = oh;
+      p.ow = ow;
       p.act = memory(conv_pd.dst_desc(), eng);
       p.d_act = memory(conv_pd.dst_desc(), eng);
       p.bias = memory(plain_desc(bias), eng, DNNL_MEMORY_NONE);
