@@ -8,6 +8,10 @@
 // Semantics, as MPI's: messages between a pair of ranks are delivered in the order they were
 // sent; isend() does not block, and its buffer must not change until wait() returns; recv()
 // blocks until the matching message has arrived and been copied (or added) into its buffer.
+// "Copied" is in device order: on devices that queue work (CUDA) the copy is queued after the
+// sender's work that produced the buffer and before the receiver's next work, through events
+// (Device::record / wait), and wait() makes the sender's later work follow the copy; the host
+// itself never waits for a device here.
 #pragma once
 
 #include <cstdint>
