@@ -195,6 +195,39 @@ std::string default_label(const RunSpec& spec) {
   return label;
 }
 
+// A device list: comma-separated "cuda:G" (one device on GPU G) or "cuda:G*N" (N devices on
+// it). Returns the GPU of each device; fails naming `path`.
+std::vector<int> parse_device_list(const Reader& r, const std::string& list,
+                                   const std::string& path) {
+  auto bad = [&](const std::string& why) {
+    r.fail(path, "'" + list + "' is not a device list (" + why +
+                     "; e.g. \"cuda:0*4\" or \"cuda:0*2,cuda:1*2\")");
+  };
+  auto number = [&](const std::string& s, int low, int high) {
+    if (s.empty() || s.size() > 4 || s.find_first_not_of("0123456789") != std::string::npos)
+      bad("'" + s + "' is not a number");
+    const int v = std::stoi(s);
+    if (v < low || v > high)
+      bad(std::to_string(v) + " is outside " + std::to_string(low) + ".." + std::to_string(high));
+    return v;
+  };
+  std::vector<int> gpus;
+  std::size_t start = 0;
+  while (start <= list.size()) {
+    const std::size_t comma = std::min(list.find(',', start), list.size());
+    const std::string item = list.substr(start, comma - start);
+    if (item.rfind("cuda:", 0) != 0) bad("each entry is cuda:G or cuda:G*N, got '" + item + "'");
+    const std::string rest = item.substr(5);
+    const std::size_t star = rest.find('*');
+    const int gpu = number(rest.substr(0, star), 0, 1023);
+    const int copies = star == std::string::npos ? 1 : number(rest.substr(star + 1), 1, 4096);
+    gpus.insert(gpus.end(), static_cast<std::size_t>(copies), gpu);
+    start = comma + 1;
+  }
+  if (gpus.size() > 4096) bad("more than 4096 devices");
+  return gpus;
+}
+
 RunSpec parse_run(const Reader& r, json run, const json& training_defaults, const std::string& path,
                   const json& point, const std::string& file) {
   if (!run.is_object()) r.fail(path, "must be an object, got " + type_name(run));
@@ -203,10 +236,15 @@ RunSpec parse_run(const Reader& r, json run, const json& training_defaults, cons
   spec.sweep_point = point;
   if (!run.contains("strategy")) r.fail(path + ".strategy", "missing");
   spec.strategy = r.string(run["strategy"], path + ".strategy");
-  const int64_t devices =
-      run.contains("devices") ? r.integer(run["devices"], path + ".devices", 1) : 1;
-  if (devices > 4096) r.fail(path + ".devices", "must be <= 4096");
-  spec.devices = static_cast<int>(devices);
+  if (run.contains("devices") && run["devices"].is_string()) {
+    spec.gpus = parse_device_list(r, run["devices"].get<std::string>(), path + ".devices");
+    spec.devices = static_cast<int>(spec.gpus.size());
+  } else {
+    const int64_t devices =
+        run.contains("devices") ? r.integer(run["devices"], path + ".devices", 1) : 1;
+    if (devices > 4096) r.fail(path + ".devices", "must be <= 4096");
+    spec.devices = static_cast<int>(devices);
+  }
   json training = training_defaults;
   if (run.contains("training")) {
     r.only_keys(run["training"], path + ".training", kTrainingKeys);
@@ -354,6 +392,8 @@ Descriptor parse_descriptor(json doc, const std::string& file) {
     for (const auto& [run, point] : expand_sweep(r, runs[i], path)) {
       const std::string where = point.empty() ? path : path + "[" + sweep_suffix(point) + "]";
       d.runs.push_back(parse_run(r, run, doc["training"], where, point, file));
+      if (!d.runs.back().gpus.empty() && d.backend == "cpu")
+        r.fail(where + ".devices", "a device list names CUDA GPUs, but the backend is cpu");
     }
   }
   d.resolved = std::move(doc);

@@ -24,6 +24,9 @@ struct TrainingConfig {
 struct RunSpec {
   std::string strategy;
   int devices = 1;
+  // From a device list such as "cuda:0*4" or "cuda:0*2,cuda:1*2": the GPU of each device
+  // (several on one GPU are virtual devices). Empty when `devices` was given as a count.
+  std::vector<int> gpus;
   std::string label;        // generated ("data_parallel/ring x4 weak") unless given
   TrainingConfig training;  // the descriptor's training block with the run's overrides
   nlohmann::json options;   // strategy-specific keys

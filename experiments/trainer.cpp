@@ -129,7 +129,8 @@ json run_training(const RunSpec& run, const RunContext& ctx) {
   const Descriptor& d = *ctx.descriptor;
   const Dataset& train = ctx.data->train;
   const Dataset& test = ctx.data->test;
-  const std::string backend = resolve_backend(d.backend);
+  // A device list ("cuda:0*4") names CUDA GPUs whatever the descriptor's backend ("auto").
+  const std::string backend = run.gpus.empty() ? resolve_backend(d.backend) : "cuda";
 
   const int64_t global = run.batch_scaling == "weak" ? tc.batch_size * run.devices : tc.batch_size;
   const double growth = static_cast<double>(global) / static_cast<double>(tc.batch_size);
@@ -200,6 +201,7 @@ json run_training(const RunSpec& run, const RunContext& ctx) {
       device_options.virtual_devices = d.virtual_devices;
       device_options.tf32 = d.tf32;
       device_options.green_contexts = d.green_contexts;
+      device_options.gpus = run.gpus;
       auto devices = make_devices(backend, run.devices, device_options);
       auto strategy = make_strategy(run.strategy, run.options, run.path);
       config["options"] = strategy->options();

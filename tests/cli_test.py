@@ -488,6 +488,25 @@ class NcclRun(BenchRunnerCase):
         self.assertEqual(single["status"], "ok", "the next run still runs")
 
 
+class DeviceListRun(BenchRunnerCase):
+    needs_data = True
+
+    def test_a_device_list_is_a_cuda_run_skipped_without_a_gpu(self):
+        doc = tiny_descriptor(runs=[{"strategy": "data_parallel", "devices": "cuda:0*2"},
+                                    {"strategy": "single"}])
+        errors = validate(DESCRIPTOR_SCHEMA, doc)
+        self.assertEqual(errors, [], "the schema must accept a device list")
+        listed, single = self.run_tiny(doc=doc)["runs"]
+        self.assertEqual(single["status"], "ok")
+        self.assertEqual(listed["config"]["devices"], 2)
+        self.assertEqual(listed["config"]["backend"], "cuda")
+        if listed["status"] == "skipped":  # no usable GPU here (CI): it says why
+            self.assertTrue(listed["reason"].startswith("cuda: "), listed["reason"])
+        else:
+            self.assertEqual(listed["status"], "ok", listed["reason"])
+            self.assertEqual([d["gpu"] for d in listed["config"]["device_list"]], [0, 0])
+
+
 class FailedRun(BenchRunnerCase):
     needs_data = True
 

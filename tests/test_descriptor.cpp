@@ -50,6 +50,36 @@ TEST(Descriptor, RunTrainingOverridesMergeOverTheTopLevel) {
   EXPECT_EQ(d.runs[1].label, "slow");
 }
 
+TEST(Descriptor, DeviceListsPlaceDevicesOnGpus) {
+  json doc = minimal();
+  doc["runs"] = {{{"strategy", "data_parallel"}, {"devices", "cuda:0*2,cuda:1,cuda:3*2"}},
+                 {{"strategy", "data_parallel"}, {"devices", 3}}};
+  const Descriptor d = parse_descriptor(doc, "d.json");
+  EXPECT_EQ(d.runs[0].devices, 5);
+  EXPECT_EQ(d.runs[0].gpus, (std::vector<int>{0, 0, 1, 3, 3}));
+  EXPECT_EQ(d.runs[1].devices, 3);
+  EXPECT_TRUE(d.runs[1].gpus.empty());
+  auto error = [&](const json& devices, const std::string& backend = "auto") {
+    json bad = minimal();
+    bad["backend"] = backend;
+    bad["runs"] = {{{"strategy", "data_parallel"}, {"devices", devices}}};
+    return parse_error(bad);
+  };
+  EXPECT_EQ(error("cuda:0*0"),
+            "d.json: runs.0.devices: 'cuda:0*0' is not a device list (0 is outside 1..4096; e.g. "
+            "\"cuda:0*4\" or \"cuda:0*2,cuda:1*2\")");
+  EXPECT_NE(error("gpu:0").find("each entry is cuda:G or cuda:G*N, got 'gpu:0'"),
+            std::string::npos);
+  EXPECT_NE(error("cuda:x").find("'x' is not a number"), std::string::npos);
+  EXPECT_NE(error("cuda:0,").find("got ''"), std::string::npos);
+  EXPECT_EQ(error("cuda:0*2", "cpu"),
+            "d.json: runs.0.devices: a device list names CUDA GPUs, but the backend is cpu");
+  json single = minimal();
+  single["runs"][0]["devices"] = "cuda:0*2";
+  EXPECT_NE(parse_error(single).find("strategy 'single' runs on 1 device, got 2"),
+            std::string::npos);
+}
+
 TEST(Descriptor, RejectsBadInputWithFileAndPath) {
   struct Case {
     json doc;

@@ -223,16 +223,31 @@ std::vector<std::unique_ptr<Device>> make_cuda_devices(int count, const DeviceOp
   std::string why;
   const int gpus = usable_gpus(&why);
   if (gpus == 0) throw Error("cuda: " + why);
-  if (count > gpus && !options.virtual_devices)
-    throw Error("cuda: " + std::to_string(count) + " devices asked for, " + std::to_string(gpus) +
-                " GPU(s) present (set virtual_devices to place several devices on one GPU)");
-  const int used = std::min(count, gpus);
+  // Each device's GPU: from the device list, else round robin.
+  std::vector<int> gpu_of = options.gpus;
+  if (gpu_of.empty()) {
+    if (count > gpus && !options.virtual_devices)
+      throw Error("cuda: " + std::to_string(count) + " devices asked for, " + std::to_string(gpus) +
+                  " GPU(s) present (set virtual_devices to place several devices on one GPU)");
+    for (int i = 0; i < count; ++i) gpu_of.push_back(i % gpus);
+  }
+  PARALAB_REQUIRE(static_cast<int>(gpu_of.size()) == count,
+                  "cuda: a device list of " + std::to_string(gpu_of.size()) + " for " +
+                      std::to_string(count) + " devices");
+  std::vector<int> sharing(static_cast<std::size_t>(gpus), 0);
+  for (int g : gpu_of) {
+    if (g < 0 || g >= gpus)
+      throw Error("cuda: the device list names cuda:" + std::to_string(g) + ", but " +
+                  std::to_string(gpus) + " GPU(s) are present");
+    ++sharing[static_cast<std::size_t>(g)];
+  }
   // Peer access between the GPUs in use, where the hardware allows it: copies and reduction
   // kernels then read a peer's memory directly.
-  for (int a = 0; a < used; ++a)
-    for (int b = 0; b < used; ++b) {
+  for (int a = 0; a < gpus; ++a)
+    for (int b = 0; b < gpus; ++b) {
       int can = 0;
-      if (a == b) continue;
+      if (a == b || !sharing[static_cast<std::size_t>(a)] || !sharing[static_cast<std::size_t>(b)])
+        continue;
       PARALAB_CUDA(cudaDeviceCanAccessPeer(&can, a, b));
       if (!can) continue;
       PARALAB_CUDA(cudaSetDevice(a));
@@ -240,28 +255,29 @@ std::vector<std::unique_ptr<Device>> make_cuda_devices(int count, const DeviceOp
       if (e != cudaSuccess && e != cudaErrorPeerAccessAlreadyEnabled) PARALAB_CUDA(e);
       cudaGetLastError();
     }
-  // Devices go round-robin over the GPUs; where several share one, each gets an equal share of
-  // its SMs as a green context when asked for and possible.
-  std::vector<std::vector<SmShare>> shares(static_cast<std::size_t>(used));
-  std::vector<std::string> notes(static_cast<std::size_t>(used));
-  for (int gpu = 0; gpu < used; ++gpu) {
-    const int sharing = count / gpus + (gpu < count % gpus ? 1 : 0);
-    if (sharing < 2) continue;
+  // Where several devices share a GPU, each gets an equal share of its SMs as a green context
+  // when asked for and possible.
+  std::vector<std::vector<SmShare>> shares(static_cast<std::size_t>(gpus));
+  std::vector<std::string> notes(static_cast<std::size_t>(gpus));
+  for (int g = 0; g < gpus; ++g) {
+    const int n = sharing[static_cast<std::size_t>(g)];
+    if (n < 2) continue;
     if (options.green_contexts)
-      shares[gpu] = split_sms(gpu, sharing, &notes[gpu]);
+      shares[static_cast<std::size_t>(g)] = split_sms(g, n, &notes[static_cast<std::size_t>(g)]);
     else
-      notes[gpu] = "green contexts off (green_contexts: false)";
-    if (!notes[gpu].empty()) notes[gpu] = "no SM share: " + notes[gpu];
+      notes[static_cast<std::size_t>(g)] = "green contexts off (green_contexts: false)";
+    if (!notes[static_cast<std::size_t>(g)].empty())
+      notes[static_cast<std::size_t>(g)] = "no SM share: " + notes[static_cast<std::size_t>(g)];
   }
   std::vector<std::unique_ptr<Device>> devices;
+  std::vector<std::size_t> next(static_cast<std::size_t>(gpus), 0);
   for (int i = 0; i < count; ++i) {
-    const int gpu = i % gpus;
-    const int sharing = count / gpus + (gpu < count % gpus ? 1 : 0);
-    auto& mine = shares[static_cast<std::size_t>(gpu)];
-    const std::size_t j = static_cast<std::size_t>(i / gpus);
+    const auto g = static_cast<std::size_t>(gpu_of[static_cast<std::size_t>(i)]);
+    auto& mine = shares[g];
+    const std::size_t j = next[g]++;
     SmShare share = j < mine.size() ? std::exchange(mine[j], SmShare{}) : SmShare{};
-    devices.push_back(std::make_unique<CudaDevice>(i, gpu, sharing, options.tf32, share,
-                                                   notes[static_cast<std::size_t>(gpu)]));
+    devices.push_back(std::make_unique<CudaDevice>(i, static_cast<int>(g), sharing[g], options.tf32,
+                                                   share, notes[g]));
   }
   return devices;
 }
