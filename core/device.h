@@ -5,6 +5,7 @@
 // drives a device calls bind_thread() first (CPU: its thread count; CUDA: the current device).
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -23,6 +24,13 @@ class DeviceEvent {
   virtual ~DeviceEvent() = default;
 };
 using Event = std::shared_ptr<DeviceEvent>;
+
+// A point in a device's queue of work, for timing: the host clock when it was marked and, on
+// devices that queue work (CUDA), a timing event that completes when the work before it does.
+struct TimeMark {
+  std::chrono::steady_clock::time_point host{};
+  Event event;  // null on the CPU, whose work is done when queued
+};
 
 // A captured sequence of one device's work that can be queued again as a whole (a CUDA graph):
 // the same kernels with the same pointers and arguments, for a fraction of the launch cost.
@@ -70,6 +78,14 @@ class Device {
   // may come from another device). The CPU's work is done when queued: null events, no-ops.
   virtual Event record() { return nullptr; }
   virtual void wait(const Event& event) { (void)event; }
+
+  // Timing phases without stopping the device: mark() notes a point in the queue; after a
+  // synchronize(), elapsed_ms(a, b) is the time the device took from a to b. The CPU's is the
+  // host clock between the marks (its work runs when queued).
+  virtual TimeMark mark() { return {std::chrono::steady_clock::now(), nullptr}; }
+  virtual double elapsed_ms(const TimeMark& a, const TimeMark& b) {
+    return std::chrono::duration<double, std::milli>(b.host - a.host).count();
+  }
 
   // Capture (CUDA Graphs), where supports_capture(): between begin_capture() and end_capture()
   // the work queued from the calling thread is recorded instead of run. Nothing in between may

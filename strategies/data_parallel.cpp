@@ -384,11 +384,18 @@ class DataParallel final : public Strategy {
     t.barrier();
     t.reset_bytes_sent();
     const auto t0 = Clock::now();
+    // Phases are timed with marks in the device's queue and one synchronisation at the end, so
+    // the device never stops between them. With overlap a second thread queues allreduces on
+    // the same device during backward, so each phase then ends with a synchronisation instead.
+    auto phase_end = [&] {
+      if (o_.overlap) dev.synchronize();
+      return dev.mark();
+    };
+    const TimeMark m0 = dev.mark();
     Tensor& x = me.batch(count);
     dev.ops().gather(me.data.train_x, me.data.train_y, order, offset, count, x, me.y);
     me.model->forward(x, me.y, me.stats, /*training=*/true);
-    dev.synchronize();
-    const auto t1 = Clock::now();
+    const TimeMark m1 = phase_end();
     std::size_t next = 0;  // buckets go out in backward order
     auto on_ready = [&](int tensor) {
       while (next < buckets_.size() && tensor == buckets_[next].first) me.comm->push(next++);
@@ -397,28 +404,26 @@ class DataParallel final : public Strategy {
       me.model->backward(on_ready);
     else
       me.model->backward();
-    dev.synchronize();
-    const auto t2 = Clock::now();
+    const TimeMark m2 = phase_end();
     double comm_ms = 0;
     if (o_.overlap) {
       comm_ms = me.comm->drain();
     } else {
       for (std::size_t b = 0; b < buckets_.size(); ++b) reduce_bucket(me, static_cast<int>(b));
-      dev.synchronize();
     }
-    const auto t3 = Clock::now();
+    const TimeMark m3 = phase_end();
     dev.ops().sgd(me.model->params(), me.model->grads(), lr / static_cast<float>(global));
+    const TimeMark m4 = dev.mark();
     dev.synchronize();
-    const auto t4 = Clock::now();
     const auto st = me.stats.to_host_f32();
     me.loss = st[0];
     me.correct = static_cast<int64_t>(st[1]);
-    me.forward_ms = ms_between(t0, t1);
-    me.backward_ms = ms_between(t1, t2);
-    me.times.compute_ms = ms_between(t0, t2);
-    me.times.exposed_communication_ms = ms_between(t2, t3);
-    me.times.communication_ms = o_.overlap ? comm_ms : ms_between(t2, t3);
-    me.times.optimizer_ms = ms_between(t3, t4);
+    me.forward_ms = dev.elapsed_ms(m0, m1);
+    me.backward_ms = dev.elapsed_ms(m1, m2);
+    me.times.compute_ms = dev.elapsed_ms(m0, m2);
+    me.times.exposed_communication_ms = dev.elapsed_ms(m2, m3);
+    me.times.communication_ms = o_.overlap ? comm_ms : dev.elapsed_ms(m2, m3);
+    me.times.optimizer_ms = dev.elapsed_ms(m3, m4);
     me.times.bytes_sent = t.bytes_sent();
     me.times.samples = count;
     t.barrier();

@@ -149,8 +149,10 @@ class CudaGraph final : public CapturedWork {
 
 class CudaEvent final : public DeviceEvent {
  public:
-  explicit CudaEvent(cudaStream_t stream) {
-    PARALAB_CUDA(cudaEventCreateWithFlags(&event_, cudaEventDisableTiming));
+  // timing: an event cudaEventElapsedTime can measure (ordering-only events are cheaper).
+  explicit CudaEvent(cudaStream_t stream, bool timing = false) {
+    PARALAB_CUDA(
+        cudaEventCreateWithFlags(&event_, timing ? cudaEventDefault : cudaEventDisableTiming));
     const cudaError_t e = cudaEventRecord(event_, stream);
     if (e != cudaSuccess) cudaEventDestroy(event_);
     PARALAB_CUDA(e);
@@ -168,6 +170,20 @@ class CudaEvent final : public DeviceEvent {
 Event CudaDevice::record() {
   PARALAB_CUDA(cudaSetDevice(gpu_));
   return std::make_shared<CudaEvent>(stream_);
+}
+
+TimeMark CudaDevice::mark() {
+  PARALAB_CUDA(cudaSetDevice(gpu_));
+  return {std::chrono::steady_clock::now(), std::make_shared<CudaEvent>(stream_, true)};
+}
+
+double CudaDevice::elapsed_ms(const TimeMark& a, const TimeMark& b) {
+  const auto* ea = dynamic_cast<const CudaEvent*>(a.event.get());
+  const auto* eb = dynamic_cast<const CudaEvent*>(b.event.get());
+  PARALAB_REQUIRE(ea && eb, name() + ": elapsed_ms between marks of another device");
+  float ms = 0;
+  PARALAB_CUDA(cudaEventElapsedTime(&ms, ea->get(), eb->get()));
+  return ms;
 }
 
 void CudaDevice::wait(const Event& event) {

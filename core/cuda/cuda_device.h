@@ -46,6 +46,8 @@ class CudaDevice final : public Device {
   Ops& ops() override { return *ops_; }
   Event record() override;
   void wait(const Event& event) override;
+  TimeMark mark() override;
+  double elapsed_ms(const TimeMark& a, const TimeMark& b) override;
   bool supports_capture() const override { return true; }
   void begin_capture() override;
   std::unique_ptr<CapturedWork> end_capture() override;
