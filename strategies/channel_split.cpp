@@ -169,6 +169,7 @@ class ChannelSplit final : public Strategy {
         ensure_batch(me, n);
         me.dev->ops().gather(me.data.test_x, me.data.test_y, me.data.test_order, a, n, me.x, me.y);
         forward(me, n, /*training=*/false);
+        me.comm_marks.clear();  // evaluation is not timed
         const auto st = me.stats.to_host_f32();
         me.loss += st[0];
         me.correct += static_cast<int64_t>(st[1]);
@@ -230,7 +231,8 @@ class ChannelSplit final : public Strategy {
     Tensor packed1, own1, act1, packed2, own2, act2, packed3, own3, act3;
     Tensor packed4, own4, logits, dlogits, dlogits_own, dact3;
     Tensor dpacked3, down3, dact2, dpacked2, down2, dact1, dpacked1, down1;
-    double loss = 0, forward_ms = 0, backward_ms = 0, comm_ms = 0;
+    double loss = 0, forward_ms = 0, backward_ms = 0;
+    std::vector<std::pair<TimeMark, TimeMark>> comm_marks;  // this step's communication
     int64_t correct = 0;
     RankTimes times;
   };
@@ -363,15 +365,21 @@ class ChannelSplit final : public Strategy {
     me.n = n;
   }
 
-  // Runs a communication step, timed apart from compute (the device is synchronised first so
-  // that queued compute is not counted as communication).
+  // Runs a communication step between two marks in the device's queue, so that it is timed
+  // apart from compute without stopping the device (the marks are read at the step's end).
   template <typename Fn>
   void comm(Rank& me, Fn&& fn) {
-    me.dev->synchronize();
-    const auto a = Clock::now();
+    const TimeMark a = me.dev->mark();
     fn();
-    me.dev->synchronize();
-    me.comm_ms += ms_between(a, Clock::now());
+    me.comm_marks.emplace_back(a, me.dev->mark());
+  }
+
+  // Time in the communication steps [from, to) of comm_marks (after a synchronisation).
+  double comm_ms(Rank& me, std::size_t from, std::size_t to) {
+    double ms = 0;
+    for (std::size_t i = from; i < to; ++i)
+      ms += me.dev->elapsed_ms(me.comm_marks[i].first, me.comm_marks[i].second);
+    return ms;
   }
 
   // All-gathers layer l's output: every device's channels into `packed`, then into NCHW.
@@ -443,29 +451,30 @@ class ChannelSplit final : public Strategy {
     Device& dev = *me.dev;
     t.barrier();
     t.reset_bytes_sent();
-    me.comm_ms = 0;
+    me.comm_marks.clear();
     const auto t0 = Clock::now();
     ensure_batch(me, count);
+    const TimeMark m0 = dev.mark();
     dev.ops().gather(me.data.train_x, me.data.train_y, me.order, offset, count, me.x, me.y);
     forward(me, count, /*training=*/true);
-    dev.synchronize();
-    const auto t1 = Clock::now();
-    const double forward_comm = me.comm_ms;
+    const TimeMark m1 = dev.mark();
+    const std::size_t forward_steps = me.comm_marks.size();
     backward(me, count);
-    dev.synchronize();
-    const auto t2 = Clock::now();
+    const TimeMark m2 = dev.mark();
     dev.ops().sgd(me.params, me.grads, lr / static_cast<float>(count));
+    const TimeMark m3 = dev.mark();
     dev.synchronize();
-    const auto t3 = Clock::now();
     const auto st = me.stats.to_host_f32();
     me.loss = st[0];
     me.correct = static_cast<int64_t>(st[1]);
-    me.forward_ms = ms_between(t0, t1) - forward_comm;
-    me.backward_ms = ms_between(t1, t2) - (me.comm_ms - forward_comm);
-    me.times.compute_ms = ms_between(t0, t2) - me.comm_ms;
-    me.times.communication_ms = me.comm_ms;
-    me.times.exposed_communication_ms = me.comm_ms;
-    me.times.optimizer_ms = ms_between(t2, t3);
+    const double forward_comm = comm_ms(me, 0, forward_steps);
+    const double all_comm = comm_ms(me, 0, me.comm_marks.size());
+    me.forward_ms = dev.elapsed_ms(m0, m1) - forward_comm;
+    me.backward_ms = dev.elapsed_ms(m1, m2) - (all_comm - forward_comm);
+    me.times.compute_ms = dev.elapsed_ms(m0, m2) - all_comm;
+    me.times.communication_ms = all_comm;
+    me.times.exposed_communication_ms = all_comm;
+    me.times.optimizer_ms = dev.elapsed_ms(m2, m3);
     me.times.bytes_sent = t.bytes_sent();
     me.times.samples = count;
     t.barrier();

@@ -69,6 +69,15 @@ PipelineTimes run_pipeline(Transport& t, Device& device, const std::vector<Pipel
   const int s = t.rank(), k = t.size();
   PARALAB_REQUIRE(stage.slots >= 1, std::string("pipeline: a stage needs at least one slot"));
   PipelineTimes times;
+  // Passes are timed with marks in the device's queue, read once the pipeline is done: the
+  // device never stops between passes (on the CPU a mark is the host clock).
+  const TimeMark origin = device.mark();
+  const double origin_ms = ms_between(t0, origin.host);
+  struct Marked {
+    PipelinePass pass;
+    TimeMark start, end;
+  };
+  std::vector<Marked> marks;
   // In-flight sends by (direction, slot): a slot's buffer must not change until its send is done.
   std::map<std::pair<bool, int>, Transport::Handle> pending;
   auto timed = [&](auto&& fn) {
@@ -87,16 +96,20 @@ PipelineTimes run_pipeline(Transport& t, Device& device, const std::vector<Pipel
     settle(p.forward, slot);
     if (p.forward && s > 0) timed([&] { t.recv(s - 1, stage.input(p.microbatch)); });
     if (!p.forward && s < k - 1) timed([&] { t.recv(s + 1, stage.output_grad(p.microbatch)); });
-    const auto a = Clock::now();
+    const TimeMark a = device.mark();
     const Tensor& out = p.forward ? stage.forward(p.microbatch) : stage.backward(p.microbatch);
-    device.synchronize();
-    const auto b = Clock::now();
-    times.events.push_back({p, ms_between(t0, a), ms_between(t0, b)});
-    times.busy_ms += ms_between(a, b);
+    marks.push_back({p, a, device.mark()});
     const int peer = p.forward ? s + 1 : s - 1;
     if (peer >= 0 && peer < k) timed([&] { pending[{p.forward, slot}] = t.isend(peer, out); });
   }
   for (auto& [key, handle] : pending) timed([&] { t.wait(handle); });
+  device.synchronize();
+  for (const Marked& m : marks) {
+    const double a = origin_ms + device.elapsed_ms(origin, m.start);
+    const double b = origin_ms + device.elapsed_ms(origin, m.end);
+    times.events.push_back({m.pass, a, b});
+    times.busy_ms += b - a;
+  }
   return times;
 }
 

@@ -70,8 +70,9 @@ struct PipelineTimes {
   double transfer_ms = 0;  // in the transport: receiving (including waiting for the peer), sends
 };
 
-// Runs `passes` as stage t.rank() of t.size(). Each compute ends with a device synchronise so
-// that its interval is true. Waits for its own sends before returning.
+// Runs `passes` as stage t.rank() of t.size(). Each pass's compute is timed with marks in the
+// device's queue (Device::mark), so the device never stops between passes; the intervals are
+// read after one synchronisation at the end. Waits for its own sends before returning.
 PipelineTimes run_pipeline(Transport& t, Device& device, const std::vector<PipelinePass>& passes,
                            const PipelineStage& stage, std::chrono::steady_clock::time_point t0);
 
