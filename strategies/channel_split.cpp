@@ -9,17 +9,13 @@
 #include "strategies/collectives/collectives.h"
 #include "strategies/device_data.h"
 #include "strategies/spmd_group.h"
+#include "strategies/timing.h"
 
 namespace paralab {
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
 using nlohmann::json;
-
-double ms_between(Clock::time_point a, Clock::time_point b) {
-  return std::chrono::duration<double, std::milli>(b - a).count();
-}
 
 // Output channels (units) of conv1, conv2, fc1, fc2 and the elements per channel of each output.
 constexpr std::array<int64_t, kLeNetLayers> kChannels = {20, 50, 128, 10};

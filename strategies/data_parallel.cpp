@@ -14,17 +14,13 @@
 #include "strategies/collectives/transport.h"
 #include "strategies/device_data.h"
 #include "strategies/spmd_group.h"
+#include "strategies/timing.h"
 
 namespace paralab {
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
 using nlohmann::json;
-
-double ms_between(Clock::time_point a, Clock::time_point b) {
-  return std::chrono::duration<double, std::milli>(b - a).count();
-}
 
 struct Options {
   std::string allreduce = "ring";

@@ -11,17 +11,13 @@
 #include "strategies/device_data.h"
 #include "strategies/pipeline.h"
 #include "strategies/spmd_group.h"
+#include "strategies/timing.h"
 
 namespace paralab {
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
 using nlohmann::json;
-
-double ms_between(Clock::time_point a, Clock::time_point b) {
-  return std::chrono::duration<double, std::milli>(b - a).count();
-}
 
 // (Re)allocates t unless it already has this shape and type.
 Tensor& ensure(Tensor& t, Device& device, const Shape& shape, DType dtype = DType::F32) {

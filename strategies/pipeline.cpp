@@ -4,18 +4,9 @@
 #include <map>
 
 #include "core/error.h"
+#include "strategies/timing.h"
 
 namespace paralab {
-
-namespace {
-
-using Clock = std::chrono::steady_clock;
-
-double ms_between(Clock::time_point a, Clock::time_point b) {
-  return std::chrono::duration<double, std::milli>(b - a).count();
-}
-
-}  // namespace
 
 std::vector<std::string> known_pipeline_schedules() { return {"1f1b", "gpipe"}; }
 

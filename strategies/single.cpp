@@ -6,16 +6,11 @@
 #include "core/lenet.h"
 #include "core/ops.h"
 #include "strategies/device_data.h"
+#include "strategies/timing.h"
 
 namespace paralab {
 
 namespace {
-
-using Clock = std::chrono::steady_clock;
-
-double ms_since(Clock::time_point t0) {
-  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-}
 
 class Single final : public Strategy {
  public:
@@ -124,7 +119,7 @@ class Single final : public Strategy {
     ops.sgd(model_->params(), model_->grads(), lr / static_cast<float>(count));
     const TimeMark m3 = device_->mark();
     device_->synchronize();
-    r.times.total_ms = ms_since(t0);
+    r.times.total_ms = ms_between(t0, Clock::now());
     r.times.forward_ms = device_->elapsed_ms(m0, m1);
     r.times.backward_ms = device_->elapsed_ms(m1, m2);
     r.times.optimizer_ms = device_->elapsed_ms(m2, m3);
@@ -139,7 +134,7 @@ class Single final : public Strategy {
     const auto t0 = Clock::now();
     graph_->launch();
     device_->synchronize();
-    r.times.total_ms = ms_since(t0);
+    r.times.total_ms = ms_between(t0, Clock::now());
     ++replays_;
     finish(r, count, true);
     return r;
