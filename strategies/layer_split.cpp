@@ -68,6 +68,7 @@ class LayerSplit final : public Strategy {
     ranks_ = std::vector<Rank>(static_cast<std::size_t>(k));
     eval_batch_ = s.eval_batch;
     test_count_ = s.test->count;
+    train_ = s.train;
     run([&](int r) {
       Rank& me = ranks_[r];
       Device& dev = group_->device(r);
@@ -82,7 +83,12 @@ class LayerSplit final : public Strategy {
       me.layers = std::make_unique<LeNetStages>(dev, me.first, me.last, me.params, m);
       me.slots.resize(static_cast<std::size_t>(m));
       // The data: images for stage 0, labels for the last.
-      if (r == 0 || r == k - 1) me.data = DeviceData(dev, *s.train, *s.test);
+      // The data: stage 0 gathers its images (and, alone, its labels); a last stage k > 1
+      // needs labels only, which it gets in epoch order (begin_epoch) and test order.
+      if (r == 0)
+        me.data = DeviceData(dev, *s.train, *s.test);
+      else if (r == k - 1)
+        me.test_labels = Tensor::from_host(dev, {s.test->count}, s.test->labels);
     });
   }
 
@@ -94,10 +100,17 @@ class LayerSplit final : public Strategy {
   }
 
   void begin_epoch(std::span<const int32_t> order) override {
+    const int k = static_cast<int>(ranks_.size());
     run([&](int r) {
       Rank& me = ranks_[r];
-      if (me.data.train_x.defined())
-        me.order = Tensor::from_host(*me.dev, {static_cast<int64_t>(order.size())}, order);
+      const auto n = static_cast<int64_t>(order.size());
+      if (r == 0) me.order = Tensor::from_host(*me.dev, {n}, order);
+      if (r == k - 1 && r > 0) {  // the epoch's labels in training order: a view per step
+        std::vector<int32_t> labels(order.size());
+        for (std::size_t i = 0; i < order.size(); ++i)
+          labels[i] = train_->labels[static_cast<std::size_t>(order[i])];
+        me.epoch_labels = Tensor::from_host(*me.dev, {n}, labels);
+      }
     });
   }
 
@@ -152,7 +165,7 @@ class LayerSplit final : public Strategy {
       st.forward = [&](int j) -> const Tensor& {
         Slot& sl = slot(me, j);
         const int64_t n = rows(j);
-        if (first || last) {  // images for stage 0's input, labels for the loss
+        if (first) {  // images for the input (and the labels, when it is also the last stage)
           ensure(sl.x, dev, lenet_activation_shape(0, n));
           ensure(sl.y, dev, {n}, DType::I32);
           dev.ops().gather(me.data.test_x, me.data.test_y, me.data.test_order, j * eval_batch_, n,
@@ -161,7 +174,8 @@ class LayerSplit final : public Strategy {
         const Tensor& out = me.layers->forward(j % st.slots, first ? sl.x : sl.in, false);
         if (last) {
           ensure(sl.stats, dev, {2});
-          me.layers->loss(j % st.slots, sl.y, sl.stats, false);
+          me.layers->loss(j % st.slots, first ? sl.y : me.test_labels.view(j * eval_batch_, {n}),
+                          sl.stats, false);
           const auto v = sl.stats.to_host_f32();
           me.loss += v[0];
           me.correct += static_cast<int64_t>(v[1]);
@@ -220,9 +234,9 @@ class LayerSplit final : public Strategy {
     int first = 0, last = 0;
     std::unique_ptr<LeNetStages> layers;
     Tensor params, grads, grad_tmp;
-    DeviceData data;
-    Tensor order;
-    Tensor batch_x, batch_y;  // the last stage's labels of the whole minibatch (k > 1)
+    DeviceData data;                   // stage 0
+    Tensor order;                      // stage 0: the epoch's example order
+    Tensor epoch_labels, test_labels;  // a last stage k > 1: labels in epoch and test order
     std::vector<Slot> slots;
     int backwards = 0;
     PipelineTimes pipeline;
@@ -266,11 +280,6 @@ class LayerSplit final : public Strategy {
     t.barrier();
     t.reset_bytes_sent();
     const auto a = Clock::now();
-    if (last && !first) {  // labels for the loss, all micro-batches at once
-      ensure(me.batch_x, dev, lenet_activation_shape(0, count));
-      ensure(me.batch_y, dev, {count}, DType::I32);
-      ops.gather(me.data.train_x, me.data.train_y, me.order, offset, count, me.batch_x, me.batch_y);
-    }
     me.backwards = 0;
     PipelineStage st;
     st.slots = static_cast<int>(me.slots.size());
@@ -290,7 +299,8 @@ class LayerSplit final : public Strategy {
       const Tensor& out = me.layers->forward(j % st.slots, first ? sl.x : sl.in, true);
       if (last) {
         ensure(sl.stats, dev, {2});
-        me.layers->loss(j % st.slots, first ? sl.y : me.batch_y.view(j * mb, {mb}), sl.stats, true);
+        me.layers->loss(j % st.slots, first ? sl.y : me.epoch_labels.view(offset + j * mb, {mb}),
+                        sl.stats, true);
       }
       return out;
     };
@@ -333,6 +343,7 @@ class LayerSplit final : public Strategy {
   std::vector<Rank> ranks_;
   std::vector<std::vector<PipelineEvent>> last_events_;
   int64_t eval_batch_ = 1000, test_count_ = 0;
+  const Dataset* train_ = nullptr;  // the caller's, for the last stage's labels each epoch
 };
 
 Options parse_options(const json& options, const std::string& path) {

@@ -57,7 +57,7 @@ struct EvalResult {
 
 struct StrategySetup {
   std::vector<Device*> devices;  // the group, owned by the caller
-  const Dataset* train = nullptr;
+  const Dataset* train = nullptr;  // both owned by the caller and alive as long as the strategy
   const Dataset* test = nullptr;
   std::vector<float> initial_parameters;  // lenet_initial_parameters(seed)
   int64_t eval_batch = 1000;
