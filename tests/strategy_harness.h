@@ -7,9 +7,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <string>
 #include <vector>
 
+#include "core/error.h"
 #include "core/lenet.h"
 #include "core/rng.h"
 #include "strategies/strategy.h"
@@ -19,6 +21,16 @@ namespace paralab {
 namespace {
 
 using nlohmann::json;
+
+// The message of the Error that fn throws ("" if it throws none).
+inline std::string error_of(const std::function<void()>& fn) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
 
 inline Dataset synthetic(int64_t count, uint64_t seed) {
   Dataset d;

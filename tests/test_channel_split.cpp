@@ -79,14 +79,7 @@ TEST(ChannelSplit, MeasuredBytesEqualTheAnalyticCount) {
 }
 
 TEST(ChannelSplit, ErrorsNameTheProblem) {
-  auto error = [](const std::function<void()>& fn) {
-    try {
-      fn();
-    } catch (const Error& e) {
-      return std::string(e.what());
-    }
-    return std::string();
-  };
+  const auto error = error_of;
   EXPECT_EQ(error([] { train("channel_split", 11, json::object(), 1, 24); }),
             "channel_split: 11 devices, but fc2 has only 10 output channels to split (at most 10 "
             "devices)");

@@ -323,39 +323,20 @@ TEST(Transport, CountsBytesSent) {
 
 // A CPU device that hands out event objects, the way a CUDA device does, and logs the order of
 // its records, waits and copies: the transport's ordering protocol, checked without a GPU.
-class LoggingDevice final : public Device {
+class LoggingDevice final : public testing::ForwardingDevice {
  public:
   struct Mark final : DeviceEvent {
     explicit Mark(int serial) : id(serial) {}
     int id;
   };
   LoggingDevice(Device& inner, std::vector<std::string>& log, std::mutex& mu, int& next_id)
-      : inner_(inner), log_(log), mu_(mu), next_id_(next_id) {}
+      : ForwardingDevice(inner), log_(log), mu_(mu), next_id_(next_id) {}
 
-  DeviceKind kind() const override { return inner_.kind(); }
-  int ordinal() const override { return inner_.ordinal(); }
-  std::string name() const override { return inner_.name(); }
-  nlohmann::json describe() const override { return inner_.describe(); }
-  void* allocate(std::size_t bytes) override { return inner_.allocate(bytes); }
-  void deallocate(void* p) noexcept override { inner_.deallocate(p); }
-  void copy_from_host(void* d, const void* s, std::size_t n) override {
-    inner_.copy_from_host(d, s, n);
-  }
-  void copy_to_host(void* d, const void* s, std::size_t n) override {
-    inner_.copy_to_host(d, s, n);
-  }
   void copy_on_device(void* d, const void* s, std::size_t n) override {
     note("copy");
-    inner_.copy_on_device(d, s, n);
-  }
-  void fill_zero(void* d, std::size_t n) override { inner_.fill_zero(d, n); }
-  void copy_2d(void* d, std::size_t dp, const void* s, std::size_t sp, std::size_t w,
-               std::size_t rows) override {
-    inner_.copy_2d(d, dp, s, sp, w, rows);
+    ForwardingDevice::copy_on_device(d, s, n);
   }
   void synchronize() override { note("synchronize"); }
-  void bind_thread() override { inner_.bind_thread(); }
-  Ops& ops() override { return inner_.ops(); }
   Event record() override {
     std::lock_guard lock(mu_);
     auto e = std::make_shared<Mark>(++next_id_);
@@ -372,7 +353,6 @@ class LoggingDevice final : public Device {
     std::lock_guard lock(mu_);
     log_.push_back(name() + " " + what);
   }
-  Device& inner_;
   std::vector<std::string>& log_;
   std::mutex& mu_;
   int& next_id_;

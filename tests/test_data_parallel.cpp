@@ -102,12 +102,7 @@ TEST(DataParallel, NonDivisibleBatchIsAClearError) {
 
 TEST(DataParallel, BadOptionsNameTheirPath) {
   auto error = [](const json& options) {
-    try {
-      make_strategy("data_parallel", options, "runs.2");
-    } catch (const Error& e) {
-      return std::string(e.what());
-    }
-    return std::string();
+    return error_of([&] { make_strategy("data_parallel", options, "runs.2"); });
   };
   EXPECT_EQ(error({{"allreduce", "butterfly"}}),
             "runs.2.allreduce: unknown allreduce 'butterfly' (known: naive, nccl, ring, tree)");

@@ -180,14 +180,7 @@ TEST(LayerSplit, ReportsTheSplitBubbleAndBytesMoved) {
 }
 
 TEST(LayerSplit, ErrorsNameTheProblem) {
-  auto error = [](const std::function<void()>& fn) {
-    try {
-      fn();
-    } catch (const Error& e) {
-      return std::string(e.what());
-    }
-    return std::string();
-  };
+  const auto error = error_of;
   EXPECT_EQ(error([] { train("layer_split", 5, json::object(), 1, 24); }),
             "layer_split: 5 devices, but LeNet has only 4 layers (conv1, conv2, fc1, fc2) to cut "
             "into stages: at most 4 devices");

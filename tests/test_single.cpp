@@ -9,12 +9,7 @@ namespace {
 
 TEST(Single, OptionsAreCheckedWithTheirPath) {
   auto error = [](const json& options) {
-    try {
-      make_strategy("single", options, "runs.4");
-    } catch (const Error& e) {
-      return std::string(e.what());
-    }
-    return std::string();
+    return error_of([&] { make_strategy("single", options, "runs.4"); });
   };
   EXPECT_EQ(error({{"cuda_graphs", 1}}), "runs.4.cuda_graphs: must be true or false");
   EXPECT_EQ(error({{"ring", true}}),
@@ -36,37 +31,22 @@ TEST(Single, CpuDevicesIgnoreTheGraphOption) {
 // it) and a launch only counts. Enough to check when single captures, replays and runs eagerly,
 // and that nothing a real capture forbids (allocation, synchronisation, host copies) happens
 // while capturing.
-class FakeCaptureDevice final : public Device {
+class FakeCaptureDevice final : public testing::ForwardingDevice {
  public:
-  explicit FakeCaptureDevice(Device& inner) : inner_(inner) {}
-  DeviceKind kind() const override { return inner_.kind(); }
-  int ordinal() const override { return inner_.ordinal(); }
-  std::string name() const override { return inner_.name(); }
-  nlohmann::json describe() const override { return inner_.describe(); }
+  using ForwardingDevice::ForwardingDevice;
   void* allocate(std::size_t bytes) override {
     forbidden("allocate");
-    return inner_.allocate(bytes);
+    return ForwardingDevice::allocate(bytes);
   }
-  void deallocate(void* p) noexcept override { inner_.deallocate(p); }
   void copy_from_host(void* d, const void* s, std::size_t n) override {
     forbidden("copy_from_host");
-    inner_.copy_from_host(d, s, n);
+    ForwardingDevice::copy_from_host(d, s, n);
   }
   void copy_to_host(void* d, const void* s, std::size_t n) override {
     forbidden("copy_to_host");
-    inner_.copy_to_host(d, s, n);
-  }
-  void copy_on_device(void* d, const void* s, std::size_t n) override {
-    inner_.copy_on_device(d, s, n);
-  }
-  void fill_zero(void* d, std::size_t n) override { inner_.fill_zero(d, n); }
-  void copy_2d(void* d, std::size_t dp, const void* s, std::size_t sp, std::size_t w,
-               std::size_t rows) override {
-    inner_.copy_2d(d, dp, s, sp, w, rows);
+    ForwardingDevice::copy_to_host(d, s, n);
   }
   void synchronize() override { forbidden("synchronize"); }
-  void bind_thread() override { inner_.bind_thread(); }
-  Ops& ops() override { return inner_.ops(); }
   bool supports_capture() const override { return true; }
   void begin_capture() override {
     EXPECT_FALSE(capturing_) << "nested capture";
@@ -89,7 +69,6 @@ class FakeCaptureDevice final : public Device {
   void forbidden(const char* what) const {
     EXPECT_FALSE(capturing_) << what << " during a capture";
   }
-  Device& inner_;
   bool capturing_ = false;
 };
 

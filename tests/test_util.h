@@ -38,6 +38,39 @@ template <typename Got, typename Ref>
          << rtol << ")";
 }
 
+// A device that passes everything to another: the base of test devices that watch or alter a
+// few calls (event order, capture rules) and leave the rest to a real backend.
+class ForwardingDevice : public Device {
+ public:
+  explicit ForwardingDevice(Device& inner) : inner_(inner) {}
+  DeviceKind kind() const override { return inner_.kind(); }
+  int ordinal() const override { return inner_.ordinal(); }
+  std::string name() const override { return inner_.name(); }
+  nlohmann::json describe() const override { return inner_.describe(); }
+  void* allocate(std::size_t bytes) override { return inner_.allocate(bytes); }
+  void deallocate(void* p) noexcept override { inner_.deallocate(p); }
+  void copy_from_host(void* d, const void* s, std::size_t n) override {
+    inner_.copy_from_host(d, s, n);
+  }
+  void copy_to_host(void* d, const void* s, std::size_t n) override {
+    inner_.copy_to_host(d, s, n);
+  }
+  void copy_on_device(void* d, const void* s, std::size_t n) override {
+    inner_.copy_on_device(d, s, n);
+  }
+  void fill_zero(void* d, std::size_t n) override { inner_.fill_zero(d, n); }
+  void copy_2d(void* d, std::size_t dp, const void* s, std::size_t sp, std::size_t w,
+               std::size_t rows) override {
+    inner_.copy_2d(d, dp, s, sp, w, rows);
+  }
+  void synchronize() override { inner_.synchronize(); }
+  void bind_thread() override { inner_.bind_thread(); }
+  Ops& ops() override { return inner_.ops(); }
+
+ private:
+  Device& inner_;
+};
+
 inline std::vector<double> to_double(const std::vector<float>& v) {
   return std::vector<double>(v.begin(), v.end());
 }
