@@ -155,7 +155,10 @@ class CudaConvReluPool final : public ConvReluPool {
     const std::size_t ws = std::max({f.memory, dd.memory, ff.memory, std::size_t{4}});
     p->workspace = Tensor::empty(d_, {static_cast<int64_t>((ws + 3) / 4)});
     p->activation = Tensor::empty(d_, {n, k, oh, ow});
-    p->d_activation = Tensor::empty(d_, {n, k, oh, ow});
+    // Zeroed once: with floor-mode pooling no window covers conv2's last row and column, and
+    // their gradient must be 0 whether or not cudnnPoolingBackward writes cells no window covers
+    // (the in-place ReLU backward then keeps a 0 at 0).
+    p->d_activation = Tensor::zeros(d_, {n, k, oh, ow});
     return *plans_.emplace(key, std::move(p)).first->second;
   }
 

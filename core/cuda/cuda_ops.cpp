@@ -77,6 +77,8 @@ class CudaSoftmaxXent final : public SoftmaxXent {
     PARALAB_REQUIRE(logits.ndim() == 2 && labels.numel() == logits.dim(0) && stats.numel() == 2,
                     "softmax_xent: logits " + shape_string(logits.shape()) + ", labels " +
                         shape_string(labels.shape()) + " and stats do not fit");
+    PARALAB_REQUIRE(!dlogits || dlogits->shape() == logits.shape(),
+                    "softmax_xent: dlogits shape differs from logits");
     softmax_xent(logits.f32(), labels.i32(), dlogits ? dlogits->f32() : nullptr, stats.f32(),
                  logits.dim(0), logits.dim(1), d_.stream());
   }
@@ -107,8 +109,8 @@ class CudaOps final : public Ops {
   void gather(const Tensor& images, const Tensor& labels, const Tensor& indices, int64_t offset,
               int64_t count, Tensor& x, Tensor& y) override {
     const int64_t row = images.numel() / images.dim(0);
-    PARALAB_REQUIRE(offset >= 0 && offset + count <= indices.numel() && x.numel() == count * row &&
-                        y.numel() == count,
+    PARALAB_REQUIRE(offset >= 0 && offset + count <= indices.numel() && x.dim(0) == count &&
+                        x.numel() == count * row && y.numel() == count,
                     "gather: batch of " + std::to_string(count) + " at " + std::to_string(offset) +
                         " does not fit");
     gather_rows(images.f32(), labels.i32(), indices.i32() + offset, count, row, x.f32(), y.i32(),

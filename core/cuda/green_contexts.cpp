@@ -1,32 +1,37 @@
 #include "core/cuda/green_contexts.h"
 
+#include <cudaTypedefs.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <type_traits>
 
 namespace paralab::cuda {
 
 namespace {
 
-// The driver functions green contexts need, or why they are missing.
+// The driver functions green contexts need, or why they are missing. Each is typed with
+// cudaTypedefs.h's PFN_<symbol>_v<version> and looked up at that same version (PARALAB_DRIVER
+// below, which will not compile otherwise): the driver returns the symbol's newest ABI not newer
+// than the version asked for, and nothing when the symbol is newer than it (asking for
+// cuGreenCtxStreamCreate, new in 12.5, at 12.4 finds nothing).
 struct GreenApi {
-  decltype(&cuDeviceGet) device_get = nullptr;
-  decltype(&cuDeviceGetDevResource) get_resource = nullptr;
-  decltype(&cuDevSmResourceSplitByCount) split = nullptr;
-  decltype(&cuDevResourceGenerateDesc) generate_desc = nullptr;
-  decltype(&cuGreenCtxCreate) create = nullptr;
-  decltype(&cuGreenCtxStreamCreate) stream_create = nullptr;
-  decltype(&cuGreenCtxDestroy) destroy = nullptr;
-  decltype(&cuGetErrorString) error_string = nullptr;
+  PFN_cuDeviceGet_v2000 device_get = nullptr;
+  PFN_cuDeviceGetDevResource_v12040 get_resource = nullptr;
+  PFN_cuDevSmResourceSplitByCount_v12040 split = nullptr;
+  PFN_cuDevResourceGenerateDesc_v12040 generate_desc = nullptr;
+  PFN_cuGreenCtxCreate_v12040 create = nullptr;
+  PFN_cuGreenCtxStreamCreate_v12050 stream_create = nullptr;  // streams came with 12.5
+  PFN_cuGreenCtxDestroy_v12040 destroy = nullptr;
+  PFN_cuGetErrorString_v6000 error_string = nullptr;
   std::string missing;  // empty when all were found
 };
 
 template <typename Fn>
-void find(const char* symbol, Fn& fn, std::string& missing) {
+void find(const char* symbol, int version, Fn& fn, std::string& missing) {
   void* p = nullptr;
   cudaDriverEntryPointQueryResult status = cudaDriverEntryPointSymbolNotFound;
-  // 12040: the CUDA version that introduced green contexts, and these functions' ABI.
-  if (cudaGetDriverEntryPointByVersion(symbol, &p, 12040, cudaEnableDefault, &status) !=
+  if (cudaGetDriverEntryPointByVersion(symbol, &p, version, cudaEnableDefault, &status) !=
           cudaSuccess ||
       status != cudaDriverEntryPointSuccess || !p) {
     cudaGetLastError();
@@ -36,21 +41,29 @@ void find(const char* symbol, Fn& fn, std::string& missing) {
   fn = reinterpret_cast<Fn>(p);
 }
 
+#define PARALAB_DRIVER(field, symbol, version)                                   \
+  do {                                                                           \
+    static_assert(std::is_same_v<decltype(g.field), PFN_##symbol##_v##version>); \
+    find(#symbol, version, g.field, g.missing);                                  \
+  } while (0)
+
 const GreenApi& api() {
   static const GreenApi a = [] {
     GreenApi g;
-    find("cuDeviceGet", g.device_get, g.missing);
-    find("cuDeviceGetDevResource", g.get_resource, g.missing);
-    find("cuDevSmResourceSplitByCount", g.split, g.missing);
-    find("cuDevResourceGenerateDesc", g.generate_desc, g.missing);
-    find("cuGreenCtxCreate", g.create, g.missing);
-    find("cuGreenCtxStreamCreate", g.stream_create, g.missing);
-    find("cuGreenCtxDestroy", g.destroy, g.missing);
-    find("cuGetErrorString", g.error_string, g.missing);
+    PARALAB_DRIVER(device_get, cuDeviceGet, 2000);
+    PARALAB_DRIVER(get_resource, cuDeviceGetDevResource, 12040);
+    PARALAB_DRIVER(split, cuDevSmResourceSplitByCount, 12040);
+    PARALAB_DRIVER(generate_desc, cuDevResourceGenerateDesc, 12040);
+    PARALAB_DRIVER(create, cuGreenCtxCreate, 12040);
+    PARALAB_DRIVER(stream_create, cuGreenCtxStreamCreate, 12050);
+    PARALAB_DRIVER(destroy, cuGreenCtxDestroy, 12040);
+    PARALAB_DRIVER(error_string, cuGetErrorString, 6000);
     return g;
   }();
   return a;
 }
+
+#undef PARALAB_DRIVER
 
 std::string describe(CUresult r, const char* call) {
   const char* s = nullptr;
