@@ -69,6 +69,8 @@ BenchGroup& group(int k) {
   return *groups[k];
 }
 
+int host_cores() { return static_cast<int>(std::max(1u, std::thread::hardware_concurrency())); }
+
 bool g_failed = false;  // any correctness check failed: exit non-zero
 // Seconds of measured (manual) time per benchmark. Each iteration also pays for waking the rank
 // threads, outside the measured time, so a small message needs many times this in wall time;
@@ -151,6 +153,9 @@ void set_counters(benchmark::State& state, int k, double bytes, double bus, std:
     label += " " + g_backend;
     if (d.value("virtual", false)) label += " virtual";
   }
+  if (const int cores = host_cores(); g_backend == "cpu" && k > cores)
+    label +=
+        " time-shared (" + std::to_string(k) + " ranks on " + std::to_string(cores) + " cores)";
   state.counters["devices"] = k;
   state.counters["bytes"] = bytes;
   state.counters["algbw"] =
@@ -278,11 +283,12 @@ int allreduce_bench_main(int argc, char** argv,
     throw Error("--sizes: '" + sizes + "' (known: lenet, sweep, all)");
   if (const std::string why = backend_unavailable(g_backend); !why.empty())
     throw Error("--backend=" + g_backend + ": " + why);
+  benchmark::AddCustomContext("paralab_backend", g_backend);
   int rest_argc = static_cast<int>(rest.size());
   benchmark::Initialize(&rest_argc, rest.data());
   if (benchmark::ReportUnrecognizedArguments(rest_argc, rest.data())) return 1;
 
-  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const int cores = host_cores();
   std::vector<int64_t> byte_sizes;
   if (sizes != "lenet")
     for (int64_t b = 4; b <= (int64_t{256} << 20); b *= 4) byte_sizes.push_back(b);

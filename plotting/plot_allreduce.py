@@ -57,7 +57,8 @@ def load_benchmark(path):
         unit = {"ns": 1e-3, "us": 1.0, "ms": 1e3, "s": 1e6}.get(b.get("time_unit", "ns"), 1e-3)
         rows.append({"op": "memcpy" if c else m["op"], "algo": "memcpy" if c else m["algo"],
                      "devices": int((c or m)["k"]), "bytes": int((c or m)["bytes"]),
-                     "us": float(b["real_time"]) * unit, "busbw": float(b.get("busbw", 0.0))})
+                     "us": float(b["real_time"]) * unit, "busbw": float(b.get("busbw", 0.0)),
+                     "time_shared": "time-shared" in str(b.get("label", ""))})
     if not rows:
         raise pr.ResultsError(f"{path}: no allreduce_bench rows in it")
     return {"rows": rows, "context": doc.get("context", {})}
@@ -77,9 +78,11 @@ def series(rows, max_bytes=None):
 
 
 def crossovers(rows):
-    """{devices: bytes or None}: for each device count with both tree and ring allreduce, the
-    smallest measured size from which ring's time <= tree's at that size and every larger one.
-    None when tree is never faster (no crossover); absent when either is missing."""
+    """{devices: bytes | "ring" | "tree"}: for each device count with both tree and ring
+    allreduce, the smallest measured size from which ring's time <= tree's at that size and
+    every larger one; "ring" when that is the smallest size (ring never slower), "tree" when
+    tree is still faster at the largest size (no crossover within the sweep). Device counts
+    missing either algorithm are absent."""
     s = series(rows)
     out = {}
     for (op, algo, k) in s:
@@ -88,13 +91,21 @@ def crossovers(rows):
         ring = {b: us for b, us, _ in s[("allreduce", "ring", k)]}
         tree = {b: us for b, us, _ in s[("allreduce", "tree", k)]}
         sizes = sorted(set(ring) & set(tree))
-        cross = None
-        for i, b in enumerate(sizes):
-            if all(ring[x] <= tree[x] for x in sizes[i:]):
-                cross = b
-                break
-        out[k] = None if cross == sizes[0] else cross
+        if not sizes:
+            continue
+        cross = next((b for i, b in enumerate(sizes)
+                      if all(ring[x] <= tree[x] for x in sizes[i:])), None)
+        out[k] = "tree" if cross is None else "ring" if cross == sizes[0] else cross
     return out
+
+
+def describe_crossover(k, c, largest):
+    head = f"tree/ring crossover on {k} devices: "
+    if c == "ring":
+        return head + "none (ring at least as fast at every size)"
+    if c == "tree":
+        return head + f"none within the sweep (tree still faster at {human(largest)})"
+    return head + human(c)
 
 
 def human(b):
@@ -104,12 +115,19 @@ def human(b):
     return f"{b} B"
 
 
-def _draw(ax, s, y_index, ylabel):
+def time_shared(rows):
+    """Device counts whose rows the benchmark labeled time-shared (more ranks than cores)."""
+    return {r["devices"] for r in rows if r.get("time_shared")}
+
+
+def _draw(ax, s, y_index, ylabel, shared=frozenset()):
     import matplotlib.ticker as ticker
     for (op, algo, k), pts in sorted(s.items()):
         style = "--" if op == "memcpy" else "-"
         label = "memcpy (2 devices)" if op == "memcpy" else (
             f"{algo} x{k}" if op == "allreduce" else f"{op} x{k}")
+        if k in shared and op != "memcpy":
+            label += " (time-shared)"
         ax.plot([p[0] for p in pts], [p[y_index] for p in pts], style, marker="o", markersize=3,
                 label=label)
     ax.set_xscale("log", base=2)
@@ -125,13 +143,13 @@ def busbw_figure(bench):
         return None, "no rows"
     fig, ax = pr.new_figure(1, width_per_col=9, height=5.5)
     ax = ax[0]
-    _draw(ax, s, 2, "busbw (GB/s)")
-    for k, b in sorted(crossovers(bench["rows"]).items()):
-        print(f"tree/ring crossover on {k} devices: "
-              + (human(b) if b else "none (ring at least as fast at every size)"))
-        if b:
-            ax.axvline(b, color="gray", linestyle=":")
-            ax.annotate(f"tree/ring crossover x{k}: {human(b)}", (b, ax.get_ylim()[1] * 0.9),
+    _draw(ax, s, 2, "busbw (GB/s)", time_shared(bench["rows"]))
+    largest = max(r["bytes"] for r in bench["rows"])
+    for k, c in sorted(crossovers(bench["rows"]).items()):
+        print(describe_crossover(k, c, largest))
+        if isinstance(c, int):
+            ax.axvline(c, color="gray", linestyle=":")
+            ax.annotate(f"tree/ring crossover x{k}: {human(c)}", (c, ax.get_ylim()[1] * 0.9),
                         fontsize=8, rotation=90, va="top")
     ax.legend(fontsize=7, ncol=2)
     fig.suptitle("Collectives on CPU devices: bus bandwidth (nccl-tests busbw)", fontsize=11)
@@ -145,7 +163,7 @@ def latency_figure(bench):
         return None, "no message of 64 KiB or less"
     fig, ax = pr.new_figure(1, width_per_col=9, height=5.5)
     ax = ax[0]
-    _draw(ax, s, 1, "time (µs)")
+    _draw(ax, s, 1, "time (µs)", time_shared(bench["rows"]))
     ax.set_yscale("log")
     ax.legend(fontsize=7, ncol=2)
     fig.suptitle("Allreduce latency for small messages", fontsize=11)

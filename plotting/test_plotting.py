@@ -664,13 +664,17 @@ def bench_row(name, us, busbw):
 
 def make_bench():
     """allreduce_bench JSON: on 4 devices tree is faster up to 1 KiB and ring from 16 KiB on; on
-    2 devices ring is never slower; plus a memcpy row, a LeNet row and an errored row."""
+    2 devices ring is never slower; on 8 (time-shared) devices tree is faster at every size;
+    plus a memcpy row, a LeNet row and an errored row."""
     rows = []
     for b in (4, 1024, 16384, 65536, 1 << 20):
         rows.append(bench_row(f"allreduce/ring/devices:4/bytes:{b}", 10.0 + b / 1000, 1.0))
         rows.append(bench_row(f"allreduce/tree/devices:4/bytes:{b}", 5.0 + b / 500, 0.5))
         rows.append(bench_row(f"allreduce/ring/devices:2/bytes:{b}", 5.0 + b / 2000, 2.0))
         rows.append(bench_row(f"allreduce/tree/devices:2/bytes:{b}", 6.0 + b / 1000, 1.0))
+        for algo, us in (("ring", 50.0 + b / 100), ("tree", 20.0 + b / 200)):
+            rows.append(dict(bench_row(f"allreduce/{algo}/devices:8/bytes:{b}", us, 0.1),
+                             label=f"{algo} time-shared (8 ranks on 2 cores)"))
         rows.append(bench_row(f"memcpy/devices:2/bytes:{b}", 1.0 + b / 10000, 9.0))
     rows.append(bench_row("lenet_per_tensor/ring/devices:2/bytes:516272", 100.0, 1.0))
     rows.append({"name": "allreduce/devices:8", "run_name": "allreduce/devices:8",
@@ -683,7 +687,10 @@ class AllreducePlots(PlotTestCase):
         bench = plot_allreduce.load_benchmark(self.write("b.json", make_bench()))
         # 4 devices: tree (5 + b/500 us) beats ring (10 + b/1000 us) while b < 5000 bytes, so
         # at 1 KiB it wins and at 16 KiB it no longer does.
-        self.assertEqual(plot_allreduce.crossovers(bench["rows"]), {2: None, 4: 16384})
+        # 8 devices: tree (20 + b/200) stays faster than ring (50 + b/100) up to the largest.
+        self.assertEqual(plot_allreduce.crossovers(bench["rows"]),
+                         {2: "ring", 4: 16384, 8: "tree"})
+        self.assertEqual(plot_allreduce.time_shared(bench["rows"]), {8})
 
     def test_writes_both_plots_and_reports_the_crossover(self):
         path = self.write("b.json", make_bench())
@@ -694,7 +701,10 @@ class AllreducePlots(PlotTestCase):
             assert_png(self, os.path.join(out, name + ".png"))
             assert_svg(self, os.path.join(out, name + ".svg"))
         self.assertIn("tree/ring crossover on 4 devices: 16 KiB", proc.stdout)
-        self.assertIn("tree/ring crossover on 2 devices: none", proc.stdout)
+        self.assertIn("tree/ring crossover on 2 devices: none (ring at least as fast at every "
+                      "size)", proc.stdout)
+        self.assertIn("tree/ring crossover on 8 devices: none within the sweep (tree still "
+                      "faster at 1 MiB)", proc.stdout)
 
     def test_median_aggregates_win_over_repetitions(self):
         doc = make_bench()
