@@ -42,6 +42,10 @@ struct Plan {
   cudnnConvolutionFwdAlgo_t fwd_algo{};
   cudnnConvolutionBwdDataAlgo_t data_algo{};
   cudnnConvolutionBwdFilterAlgo_t filter_algo{};
+  // The math type each chosen algorithm was measured with (cuDNN's Find reports it): FMA when
+  // TF32 is off; with it on, a direction's algorithm may need tensor-op math, another's not.
+  cudnnMathType_t fwd_math = CUDNN_FMA_MATH, data_math = CUDNN_FMA_MATH,
+                  filter_math = CUDNN_FMA_MATH;
   Tensor workspace, activation, d_activation;
   const void* last_y = nullptr;  // the pooled output of the last training forward
   bool has_forward = false;
@@ -65,6 +69,7 @@ class CudaConvReluPool final : public ConvReluPool {
     Plan& p = plan(x, w);
     const float one = 1.0f, zero = 0.0f;
     cudnnHandle_t h = d_.cudnn();
+    PARALAB_CUDNN(cudnnSetConvolutionMathType(p.conv, p.fwd_math));
     PARALAB_CUDNN(cudnnConvolutionForward(h, &one, p.x, x.raw(), p.w, w.raw(), p.conv, p.fwd_algo,
                                           p.workspace.raw(), p.workspace.bytes(), &zero, p.act,
                                           p.activation.raw()));
@@ -95,10 +100,12 @@ class CudaConvReluPool final : public ConvReluPool {
     PARALAB_CUDNN(cudnnActivationBackward(h, p.relu, &one, p.act, act, p.act, dact, p.act, act,
                                           &zero, p.act, dact));
     PARALAB_CUDNN(cudnnConvolutionBackwardBias(h, &one, p.act, dact, &zero, p.bias, db.raw()));
+    PARALAB_CUDNN(cudnnSetConvolutionMathType(p.conv, p.filter_math));
     PARALAB_CUDNN(cudnnConvolutionBackwardFilter(h, &one, p.x, x.raw(), p.act, dact, p.conv,
                                                  p.filter_algo, p.workspace.raw(),
                                                  p.workspace.bytes(), &zero, p.w, dw.raw()));
     if (dx) {
+      PARALAB_CUDNN(cudnnSetConvolutionMathType(p.conv, p.data_math));
       PARALAB_CUDNN(cudnnConvolutionBackwardData(h, &one, p.w, w.raw(), p.act, dact, p.conv,
                                                  p.data_algo, p.workspace.raw(),
                                                  p.workspace.bytes(), &zero, p.x, dx->raw()));
@@ -152,6 +159,11 @@ class CudaConvReluPool final : public ConvReluPool {
     p->fwd_algo = f.algo;
     p->data_algo = dd.algo;
     p->filter_algo = ff.algo;
+    if (d_.tf32()) {
+      p->fwd_math = f.mathType;
+      p->data_math = dd.mathType;
+      p->filter_math = ff.mathType;
+    }
     const std::size_t ws = std::max({f.memory, dd.memory, ff.memory, std::size_t{4}});
     p->workspace = Tensor::empty(d_, {static_cast<int64_t>((ws + 3) / 4)});
     p->activation = Tensor::empty(d_, {n, k, oh, ow});

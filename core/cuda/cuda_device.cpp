@@ -3,6 +3,7 @@
 #include <utility>
 
 #include "core/cuda/check.h"
+#include "core/cuda/kernels.h"
 
 namespace paralab::cuda {
 
@@ -57,7 +58,52 @@ CudaDevice::CudaDevice(int ordinal, int gpu, int sharing, bool tf32, SmShare sha
   constexpr std::size_t kCublasWorkspace = std::size_t{32} << 20;
   PARALAB_CUDA(cudaMalloc(&cublas_workspace_, kCublasWorkspace));
   PARALAB_CUBLAS(cublasSetWorkspace(cublas_, cublas_workspace_, kCublasWorkspace));
+  // A green context's stream must take everything a device queues. Checked once here: a share
+  // whose stream fails falls back to a plain stream and says why, so that a run goes ahead on
+  // contended SMs instead of failing in its first step.
+  if (share_.stream) {
+    if (const std::string failure = check_stream(); !failure.empty()) {
+      release(share_);
+      PARALAB_CUDA(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+      PARALAB_CUDNN(cudnnSetStream(cudnn_, stream_));
+      PARALAB_CUBLAS(cublasSetStream(cublas_, stream_));  // this resets the workspace: set again
+      PARALAB_CUBLAS(cublasSetWorkspace(cublas_, cublas_workspace_, kCublasWorkspace));
+      sm_note_ = "no SM share: its green context's stream failed a check: " + failure;
+    }
+  }
   ops_ = make_ops(*this);
+}
+
+// One of each kind of work a device queues, on stream_: a memset, one of ParaLab's kernels, a
+// cuBLAS and a cuDNN call, an event recorded and waited on, then a synchronisation. Returns the
+// first failure's message, or "" when all went through.
+std::string CudaDevice::check_stream() {
+  float* scratch = nullptr;
+  cudnnTensorDescriptor_t one_value = nullptr;
+  cudaEvent_t event = nullptr;
+  std::string failure;
+  try {
+    PARALAB_CUDA(cudaMalloc(&scratch, 2 * sizeof(float)));
+    PARALAB_CUDA(cudaMemsetAsync(scratch, 0, 2 * sizeof(float), stream_));
+    add_inplace(scratch, scratch + 1, 1, stream_);
+    const float one = 1.0f;
+    PARALAB_CUBLAS(cublasSaxpy(cublas_, 1, &one, scratch, 1, scratch + 1, 1));
+    PARALAB_CUDNN(cudnnCreateTensorDescriptor(&one_value));
+    PARALAB_CUDNN(
+        cudnnSetTensor4dDescriptor(one_value, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, 1, 1, 1, 1));
+    PARALAB_CUDNN(cudnnSetTensor(cudnn_, one_value, scratch, &one));
+    PARALAB_CUDA(cudaEventCreateWithFlags(&event, cudaEventDisableTiming));
+    PARALAB_CUDA(cudaEventRecord(event, stream_));
+    PARALAB_CUDA(cudaStreamWaitEvent(stream_, event, 0));
+    PARALAB_CUDA(cudaStreamSynchronize(stream_));
+  } catch (const Error& e) {
+    failure = e.what();
+    cudaGetLastError();  // a refused call's error is not sticky: clear it for later calls
+  }
+  if (event) cudaEventDestroy(event);
+  if (one_value) cudnnDestroyTensorDescriptor(one_value);
+  if (scratch) cudaFree(scratch);
+  return failure;
 }
 
 CudaDevice::~CudaDevice() {

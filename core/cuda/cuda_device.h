@@ -60,6 +60,8 @@ class CudaDevice final : public Device {
   cublasHandle_t cublas() const { return cublas_; }
 
  private:
+  std::string check_stream();
+
   int ordinal_;
   int gpu_;
   int sharing_;
