@@ -313,8 +313,8 @@ class DataParallel final : public Strategy {
       if (!d->supports_capture()) return d->name() + " cannot capture work (CUDA only)";
     if (o_.allreduce != "nccl")
       return "the " + o_.allreduce +
-             " allreduce hands buffers over on the host, which a capture cannot hold (nccl can "
-             "be captured)";
+             " allreduce makes each rank's stream wait on its peers' events, which separate "
+             "per-rank captures cannot hold (nccl can be captured)";
     if (o_.overlap) return "overlap runs the allreduce on a second host thread";
     return "";
   }
