@@ -5,14 +5,15 @@
 //                         [Google Benchmark flags, e.g. --benchmark_out=results/bench.json]
 //
 // --backend=cuda runs the same collectives between CUDA devices (virtual ones, labeled so, when
-// the GPUs are fewer than the devices); each rank synchronises its device before the clock
-// starts and before it stops, so the time covers the GPU work. nccl runs where each device has
-// a GPU of its own, and is one skipped entry with the reason elsewhere.
+// the GPUs are fewer than the devices), timed with CUDA events queued around each rank's part.
+// nccl runs where each device has a GPU of its own, and is one skipped entry with the reason
+// elsewhere.
 //
 // Every configuration is checked for the exact sum before it is timed (device r contributes
 // r+1, exact in float32); a wrong sum ends that benchmark with SkipWithError and the process
-// exits non-zero. Each timed iteration is one collective on all ranks, bracketed by barriers;
-// its time is the slowest rank's (manual time).
+// exits non-zero. After one untimed warm-up run, each timed iteration is one collective on all
+// ranks, started together after a barrier; its time is the slowest rank's device time between
+// marks around its part (CUDA timing events on GPUs), reported as manual time.
 //
 // Counters, as nccl-tests defines them (doc/PERFORMANCE.md there):
 //   algbw = bytes / time                       (GB/s, 1e9)
@@ -23,7 +24,6 @@
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cstring>
 #include <map>
 #include <memory>
@@ -40,8 +40,6 @@
 
 namespace paralab {
 namespace {
-
-using Clock = std::chrono::steady_clock;
 
 std::string g_backend = "cpu";  // --backend
 
@@ -127,21 +125,32 @@ std::string check(Op op, Allreduce* ar, BenchGroup& g, int64_t n) {
   return "";
 }
 
-// Times body(rank, transport) on every rank between two barriers, after prepare(rank) (untimed);
-// the iteration's time is the slowest rank's.
+// Times body(rank, transport) on every rank, after prepare(rank) (untimed) and a barrier with
+// every device idle; the iteration's time is the slowest rank's. Each rank's time is its
+// device's, between two marks queued around its part (Device::mark: CUDA timing events on a
+// GPU, so the launches' host overhead is not counted; the host clock on the CPU, whose work is
+// done when queued), read after a synchronisation.
 template <typename Prepare, typename Body>
 void time_ranks(benchmark::State& state, BenchGroup& g, Prepare prepare, Body body) {
   std::vector<double> seconds(g.ptrs.size());
+  // One untimed run first (warm-up): first touches, lazy module loading, cold caches.
+  g.spmd->run([&](int r, Transport& t) {
+    prepare(r);
+    body(r, t);
+    g.ptrs[r]->synchronize();
+  });
   for (auto _ : state) {
     g.spmd->run([&](int r, Transport& t) {
+      Device& dev = *g.ptrs[r];
       prepare(r);
-      g.ptrs[r]->synchronize();  // CUDA: the clock starts with the device idle ...
+      dev.synchronize();
       t.barrier();
-      const auto t0 = Clock::now();
+      const TimeMark start = dev.mark();
       body(r, t);
-      g.ptrs[r]->synchronize();  // ... and stops when its queued work is done
+      const TimeMark end = dev.mark();
+      dev.synchronize();
       t.barrier();
-      seconds[r] = std::chrono::duration<double>(Clock::now() - t0).count();
+      seconds[r] = dev.elapsed_ms(start, end) / 1e3;
     });
     state.SetIterationTime(*std::max_element(seconds.begin(), seconds.end()));
   }
