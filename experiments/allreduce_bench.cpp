@@ -24,6 +24,7 @@
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <map>
 #include <memory>
@@ -70,10 +71,13 @@ BenchGroup& group(int k) {
 int host_cores() { return static_cast<int>(std::max(1u, std::thread::hardware_concurrency())); }
 
 bool g_failed = false;  // any correctness check failed: exit non-zero
-// Seconds of measured (manual) time per benchmark. Each iteration also pays for waking the rank
-// threads, outside the measured time, so a small message needs many times this in wall time;
-// 0.2 s keeps the default sweep within a few minutes on 2 cores.
+// How many collectives a benchmark times: until their measured time reaches kMinTime seconds,
+// or kMaxWall seconds of wall time have passed, whichever is first, and at least one. Each one
+// also pays, outside its measured time, for waking the rank threads and two barriers (tens of
+// microseconds here), which for a small message is far more than the message itself; without
+// the wall-time cap a 4-byte memcpy would be repeated a million times.
 constexpr double kMinTime = 0.2;
+constexpr double kMaxWall = 0.5;
 std::map<std::string, AllreduceFactory> g_algorithms;  // naive, ring, tree, and any extras
 
 enum class Op { Allreduce, Allgather, ReduceScatter };
@@ -126,20 +130,16 @@ std::string check(Op op, Allreduce* ar, BenchGroup& g, int64_t n) {
 }
 
 // Times body(rank, transport) on every rank, after prepare(rank) (untimed) and a barrier with
-// every device idle; the iteration's time is the slowest rank's. Each rank's time is its
+// every device idle; one collective's time is the slowest rank's. Each rank's time is its
 // device's, between two marks queued around its part (Device::mark: CUDA timing events on a
 // GPU, so the launches' host overhead is not counted; the host clock on the CPU, whose work is
-// done when queued), read after a synchronisation.
+// done when queued), read after a synchronisation. After one untimed warm-up collective it times
+// as many as kMinTime / kMaxWall allow, like nccl-tests' iterations, and reports their mean as
+// the benchmark's one iteration (registered with Iterations(1)); "ops" counts them.
 template <typename Prepare, typename Body>
 void time_ranks(benchmark::State& state, BenchGroup& g, Prepare prepare, Body body) {
   std::vector<double> seconds(g.ptrs.size());
-  // One untimed run first (warm-up): first touches, lazy module loading, cold caches.
-  g.spmd->run([&](int r, Transport& t) {
-    prepare(r);
-    body(r, t);
-    g.ptrs[r]->synchronize();
-  });
-  for (auto _ : state) {
+  auto one = [&](bool timed) {
     g.spmd->run([&](int r, Transport& t) {
       Device& dev = *g.ptrs[r];
       prepare(r);
@@ -150,9 +150,23 @@ void time_ranks(benchmark::State& state, BenchGroup& g, Prepare prepare, Body bo
       const TimeMark end = dev.mark();
       dev.synchronize();
       t.barrier();
-      seconds[r] = dev.elapsed_ms(start, end) / 1e3;
+      if (timed) seconds[r] = dev.elapsed_ms(start, end) / 1e3;
     });
-    state.SetIterationTime(*std::max_element(seconds.begin(), seconds.end()));
+    return *std::max_element(seconds.begin(), seconds.end());
+  };
+  one(false);  // warm-up: first touches, lazy module loading, cold caches
+  for (auto _ : state) {
+    double measured = 0;
+    int64_t ops = 0;
+    const auto wall0 = std::chrono::steady_clock::now();
+    do {
+      measured += one(true);
+      ++ops;
+    } while (measured < kMinTime &&
+             std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count() <
+                 kMaxWall);
+    state.SetIterationTime(measured / static_cast<double>(ops));
+    state.counters["ops"] = static_cast<double>(ops);
   }
 }
 
@@ -336,7 +350,7 @@ int allreduce_bench_main(int argc, char** argv,
             ->Args({k, b})
             ->ArgNames({"devices", "bytes"})
             ->UseManualTime()
-            ->MinTime(kMinTime)
+            ->Iterations(1)
             ->Unit(benchmark::kMicrosecond);
       }
     for (Op op : {Op::Allgather, Op::ReduceScatter})
@@ -346,7 +360,7 @@ int allreduce_bench_main(int argc, char** argv,
             ->Args({k, b})
             ->ArgNames({"devices", "bytes"})
             ->UseManualTime()
-            ->MinTime(kMinTime)
+            ->Iterations(1)
             ->Unit(benchmark::kMicrosecond);
     for (const auto& [algo, factory] : g_algorithms)
       if (!unavailable.count(algo))
@@ -356,7 +370,7 @@ int allreduce_bench_main(int argc, char** argv,
             ->Args({k, kLeNetParameters * 4})
             ->ArgNames({"devices", "bytes"})
             ->UseManualTime()
-            ->MinTime(kMinTime)
+            ->Iterations(1)
             ->Unit(benchmark::kMicrosecond);
   }
   if (2 <= cores || oversubscribe)
@@ -365,7 +379,7 @@ int allreduce_bench_main(int argc, char** argv,
           ->Args({2, b})
           ->ArgNames({"devices", "bytes"})
           ->UseManualTime()
-          ->MinTime(kMinTime)
+          ->Iterations(1)
           ->Unit(benchmark::kMicrosecond);
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();
