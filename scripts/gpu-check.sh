@@ -83,6 +83,26 @@ rc=$?
 log "benchmark exit $rc in $(( $(date +%s) - t0 )) s"
 tail -n 20 "$OUT/bench_runner.log" >> "$OUT/summary.txt"
 ((rc == 0)) || status=1
+# The 10-epoch run against the CPU backend's accuracy bar: >= 0.82 within 10 epochs and >= 0.80
+# at the end.
+bar=$(python3 - "$OUT/gpu-check.json" <<'PY'
+import json, sys
+try:
+    runs = json.load(open(sys.argv[1]))["runs"]
+except (OSError, ValueError, KeyError) as e:
+    print(f"FAIL: no results to check ({e})")
+    sys.exit()
+run = next((r for r in runs if r.get("label", "").startswith("single gpu 10 epochs")), None)
+accs = [e["test_acc"] for e in (run or {}).get("epochs", [])]
+if len(accs) < 10:
+    print(f"FAIL: the 10-epoch run has {len(accs)} epochs (status {(run or {}).get('status')})")
+else:
+    ok = max(accs) >= 0.82 and accs[-1] >= 0.80
+    print(("PASS" if ok else "FAIL") + f": best test accuracy {max(accs):.4f}, final {accs[-1]:.4f}")
+PY
+)
+log "10-epoch accuracy bar: $bar"
+[[ $bar == PASS* ]] || status=1
 
 # The collectives alone between CUDA devices (virtual ones on a single GPU): allreduce and the
 # memcpy baseline over the message-size sweep, on 2 and 4 devices.
