@@ -11,9 +11,10 @@
 //
 // Every configuration is checked for the exact sum before it is timed (device r contributes
 // r+1, exact in float32); a wrong sum ends that benchmark with SkipWithError and the process
-// exits non-zero. After one untimed warm-up run, each timed iteration is one collective on all
-// ranks, started together after a barrier; its time is the slowest rank's device time between
-// marks around its part (CUDA timing events on GPUs), reported as manual time.
+// exits non-zero. After one untimed warm-up run, each benchmark times collectives on all ranks,
+// each started together after a barrier; one collective's time is the slowest rank's device time
+// between marks around its part (CUDA timing events on GPUs). It reports their mean as its one
+// iteration's manual time, and how many it timed as the counter "ops" (time_ranks).
 //
 // Counters, as nccl-tests defines them (doc/PERFORMANCE.md there):
 //   algbw = bytes / time                       (GB/s, 1e9)
