@@ -224,6 +224,9 @@ class DataParallel final : public Strategy {
       // Sum the shards' counts with the group's own collective (exact: integers < 2^24).
       const std::vector<float> mine{static_cast<float>(loss), static_cast<float>(correct)};
       me.stats.copy_from_host(mine);
+      // Every rank done with its shard (and its allocations) before any queues the allreduce:
+      // an NCCL kernel spinning on a peer that is still allocating is a known way to hang.
+      me.transport->barrier();
       allreduce_->run(*me.transport, me.stats);
       const auto total = me.stats.to_host_f32();
       me.loss = total[0];

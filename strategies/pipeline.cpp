@@ -60,8 +60,10 @@ PipelineTimes run_pipeline(Transport& t, Device& device, const std::vector<Pipel
   const int s = t.rank(), k = t.size();
   PARALAB_REQUIRE(stage.slots >= 1, std::string("pipeline: a stage needs at least one slot"));
   PipelineTimes times;
-  // Passes are timed with marks in the device's queue, read once the pipeline is done: the
-  // device never stops between passes (on the CPU a mark is the host clock).
+  // Passes and transfers are timed with marks in the device's queue, read once the pipeline is
+  // done: the device never stops between passes (on the CPU a mark is the host clock). The
+  // origin is marked with the device idle, so that its host time is the device's time too.
+  device.synchronize();
   const TimeMark origin = device.mark();
   const double origin_ms = ms_between(t0, origin.host);
   struct Marked {
@@ -71,20 +73,27 @@ PipelineTimes run_pipeline(Transport& t, Device& device, const std::vector<Pipel
   std::vector<Marked> marks;
   // In-flight sends by (direction, slot): a slot's buffer must not change until its send is done.
   std::map<std::pair<bool, int>, Transport::Handle> pending;
+  // What the device spends receiving and on sends' completions (on a GPU: waiting for the
+  // peer's event and copying, not the host's queueing).
+  std::vector<std::pair<TimeMark, TimeMark>> transfers;
   auto timed = [&](auto&& fn) {
-    const auto a = Clock::now();
+    const TimeMark a = device.mark();
     fn();
-    times.transfer_ms += ms_between(a, Clock::now());
+    transfers.push_back({a, device.mark()});
   };
-  auto settle = [&](bool forward, int slot) {
+  // reuse: the slot is about to take another micro-batch, whose shape may differ (evaluation's
+  // short last chunk), and the stage may then free the buffer the peer is copying from. The
+  // stream's wait orders this device's work only, so the host waits too.
+  auto settle = [&](bool forward, int slot, bool reuse) {
     auto it = pending.find({forward, slot});
     if (it == pending.end()) return;
     timed([&] { t.wait(it->second); });
     pending.erase(it);
+    if (reuse) device.synchronize();
   };
   for (const PipelinePass& p : passes) {
     const int slot = p.microbatch % stage.slots;
-    settle(p.forward, slot);
+    settle(p.forward, slot, p.microbatch >= stage.slots);
     if (p.forward && s > 0) timed([&] { t.recv(s - 1, stage.input(p.microbatch)); });
     if (!p.forward && s < k - 1) timed([&] { t.recv(s + 1, stage.output_grad(p.microbatch)); });
     const TimeMark a = device.mark();
@@ -95,6 +104,7 @@ PipelineTimes run_pipeline(Transport& t, Device& device, const std::vector<Pipel
   }
   for (auto& [key, handle] : pending) timed([&] { t.wait(handle); });
   device.synchronize();
+  for (const auto& [a, b] : transfers) times.transfer_ms += device.elapsed_ms(a, b);
   for (const Marked& m : marks) {
     const double a = origin_ms + device.elapsed_ms(origin, m.start);
     const double b = origin_ms + device.elapsed_ms(origin, m.end);

@@ -66,13 +66,16 @@ struct PipelineStage {
 
 struct PipelineTimes {
   std::vector<PipelineEvent> events;
-  double busy_ms = 0;      // summed compute
-  double transfer_ms = 0;  // in the transport: receiving (including waiting for the peer), sends
+  double busy_ms = 0;  // summed compute
+  // In the transport, timed with device marks: receiving (including waiting for the peer) and
+  // waiting for sends to be consumed.
+  double transfer_ms = 0;
 };
 
-// Runs `passes` as stage t.rank() of t.size(). Each pass's compute is timed with marks in the
-// device's queue (Device::mark), so the device never stops between passes; the intervals are
-// read after one synchronisation at the end. Waits for its own sends before returning.
+// Runs `passes` as stage t.rank() of t.size(). Each pass's compute and each transfer is timed
+// with marks in the device's queue (Device::mark), so the device never stops between passes;
+// the intervals are read after one synchronisation at the end. Waits for its own sends before
+// returning, and on the host before a slot takes another micro-batch (evaluation).
 PipelineTimes run_pipeline(Transport& t, Device& device, const std::vector<PipelinePass>& passes,
                            const PipelineStage& stage, std::chrono::steady_clock::time_point t0);
 

@@ -142,6 +142,36 @@ TEST(Pipeline, MeasuredBubbleOfEqualStagesIsGPipes) {
   EXPECT_DOUBLE_EQ(ideal_bubble_fraction(2, 8), 1.0 / 9.0);
 }
 
+// Transfer time is what a stage spends receiving, waiting for its peer included: with one
+// micro-batch, stage 1 waits for stage 0's forward, and stage 0 for stage 1's forward and
+// backward. Waiting can only take longer than the peer's sleep, so lower bounds cannot flake.
+TEST(Pipeline, TransferTimeIncludesWaitingForThePeer) {
+  auto owned = make_devices("cpu", 2, {});
+  std::vector<Device*> devices{owned[0].get(), owned[1].get()};
+  SpmdGroup group(devices);
+  std::vector<double> transfer(2);
+  const auto cost = std::chrono::milliseconds(20);
+  group.run([&](int r, Transport& t) {
+    Tensor in = Tensor::zeros(*devices[r], {16}), out = Tensor::zeros(*devices[r], {16});
+    PipelineStage st;
+    st.input = [&](int) -> Tensor& { return in; };
+    st.output_grad = [&](int) -> Tensor& { return in; };
+    st.forward = [&](int) -> const Tensor& {
+      std::this_thread::sleep_for(cost);
+      return out;
+    };
+    st.backward = [&](int) -> const Tensor& {
+      std::this_thread::sleep_for(2 * cost);
+      return out;
+    };
+    transfer[r] = run_pipeline(t, *devices[r], pipeline_schedule("gpipe", r, 2, 1), st,
+                               std::chrono::steady_clock::now())
+                      .transfer_ms;
+  });
+  EXPECT_GE(transfer[1], 19.0);  // stage 0's forward
+  EXPECT_GE(transfer[0], 59.0);  // stage 1's forward and backward
+}
+
 TEST(LayerSplit, ReportsTheSplitBubbleAndBytesMoved) {
   const Dataset data = [] {
     Dataset d;

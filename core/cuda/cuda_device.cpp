@@ -106,8 +106,26 @@ std::string CudaDevice::check_stream() {
   return failure;
 }
 
+const void* CudaDevice::readable(const void* src, std::size_t bytes) {
+  if (!peer_reads_staged_ || bytes == 0) return src;
+  cudaPointerAttributes attr{};
+  PARALAB_CUDA(cudaPointerGetAttributes(&attr, src));
+  if (attr.type != cudaMemoryTypeDevice || attr.device == gpu_) return src;
+  if (staging_bytes_ < bytes) {
+    PARALAB_CUDA(cudaSetDevice(gpu_));
+    if (staging_) PARALAB_CUDA(cudaFree(staging_));  // synchronises: earlier users are done
+    staging_ = nullptr;
+    staging_bytes_ = 0;
+    PARALAB_CUDA(cudaMalloc(&staging_, bytes));
+    staging_bytes_ = bytes;
+  }
+  PARALAB_CUDA(cudaMemcpyAsync(staging_, src, bytes, cudaMemcpyDefault, stream_));
+  return staging_;
+}
+
 CudaDevice::~CudaDevice() {
   ops_.reset();
+  if (staging_ && cudaFree(staging_) != cudaSuccess) log_error(name() + ": cudaFree failed");
   if (cublas_ && cublasDestroy(cublas_) != CUBLAS_STATUS_SUCCESS)
     log_error(name() + ": cublasDestroy failed");
   if (cublas_workspace_ && cudaFree(cublas_workspace_) != cudaSuccess)
@@ -139,6 +157,7 @@ nlohmann::json CudaDevice::describe() const {
                                       : nlohmann::json(prop.multiProcessorCount)},
           {"green_context", share_.stream != nullptr},
           {"sm_share_note", sm_note_.empty() ? nlohmann::json(nullptr) : nlohmann::json(sm_note_)},
+          {"peer_reads_staged", peer_reads_staged_},
           {"tf32", tf32_}};
 }
 
@@ -304,7 +323,8 @@ std::vector<std::unique_ptr<Device>> make_cuda_devices(int count, const DeviceOp
     ++sharing[static_cast<std::size_t>(g)];
   }
   // Peer access between the GPUs in use, where the hardware allows it: copies and reduction
-  // kernels then read a peer's memory directly.
+  // kernels then read a peer's memory directly. peer[a * gpus + b]: a can read b's memory.
+  std::vector<bool> peer(static_cast<std::size_t>(gpus * gpus), false);
   for (int a = 0; a < gpus; ++a)
     for (int b = 0; b < gpus; ++b) {
       int can = 0;
@@ -312,6 +332,7 @@ std::vector<std::unique_ptr<Device>> make_cuda_devices(int count, const DeviceOp
         continue;
       PARALAB_CUDA(cudaDeviceCanAccessPeer(&can, a, b));
       if (!can) continue;
+      peer[static_cast<std::size_t>(a * gpus + b)] = true;
       PARALAB_CUDA(cudaSetDevice(a));
       const cudaError_t e = cudaDeviceEnablePeerAccess(b, 0);
       if (e != cudaSuccess && e != cudaErrorPeerAccessAlreadyEnabled) PARALAB_CUDA(e);
@@ -333,13 +354,23 @@ std::vector<std::unique_ptr<Device>> make_cuda_devices(int count, const DeviceOp
   }
   std::vector<std::unique_ptr<Device>> devices;
   std::vector<std::size_t> next(static_cast<std::size_t>(gpus), 0);
+  // A GPU of the group that cannot read another's memory, or be read by it: its devices stage
+  // peers' data for the reduction kernels (CudaDevice::readable).
+  std::vector<bool> staged(static_cast<std::size_t>(gpus), false);
+  for (int a = 0; a < gpus; ++a)
+    for (int b = 0; b < gpus; ++b)
+      if (a != b && sharing[static_cast<std::size_t>(a)] && sharing[static_cast<std::size_t>(b)] &&
+          !peer[static_cast<std::size_t>(a * gpus + b)])
+        staged[static_cast<std::size_t>(a)] = true;
   for (int i = 0; i < count; ++i) {
     const auto g = static_cast<std::size_t>(gpu_of[static_cast<std::size_t>(i)]);
     auto& mine = shares[g];
     const std::size_t j = next[g]++;
     SmShare share = j < mine.size() ? std::exchange(mine[j], SmShare{}) : SmShare{};
-    devices.push_back(std::make_unique<CudaDevice>(i, static_cast<int>(g), sharing[g], options.tf32,
-                                                   share, notes[g]));
+    auto device = std::make_unique<CudaDevice>(i, static_cast<int>(g), sharing[g], options.tf32,
+                                               share, notes[g]);
+    device->set_peer_reads_staged(staged[g]);
+    devices.push_back(std::move(device));
   }
   return devices;
 }

@@ -53,6 +53,14 @@ class CudaDevice final : public Device {
   std::unique_ptr<CapturedWork> end_capture() override;
   void abort_capture() noexcept override;
 
+  // Set when another GPU of the group cannot read this one's memory directly, or this one
+  // theirs (no peer access): add_inplace then copies a peer's data into a local buffer first
+  // (a copy between GPUs goes through the host where needed; a kernel cannot).
+  void set_peer_reads_staged(bool staged) { peer_reads_staged_ = staged; }
+  // src itself when it is this GPU's memory, or when this GPU reads its peers directly;
+  // otherwise a copy of its `bytes` in a buffer of this device, queued on its stream.
+  const void* readable(const void* src, std::size_t bytes);
+
   int gpu() const { return gpu_; }
   bool tf32() const { return tf32_; }
   cudaStream_t stream() const { return stream_; }
@@ -72,6 +80,9 @@ class CudaDevice final : public Device {
   cudnnHandle_t cudnn_ = nullptr;
   cublasHandle_t cublas_ = nullptr;
   void* cublas_workspace_ = nullptr;  // set explicitly, so that cuBLAS never allocates in a capture
+  bool peer_reads_staged_ = false;
+  void* staging_ = nullptr;  // readable()'s local copies of peers' data
+  std::size_t staging_bytes_ = 0;
   std::unique_ptr<Ops> ops_;
 };
 

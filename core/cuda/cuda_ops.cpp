@@ -104,7 +104,10 @@ class CudaOps final : public Ops {
   }
   void add_inplace(Tensor& dst, const Tensor& src) override {
     PARALAB_REQUIRE(dst.numel() == src.numel(), "add: sizes differ");
-    cuda::add_inplace(dst.f32(), src.f32(), dst.numel(), d_.stream());
+    // src may be a peer GPU's buffer (the transport's receive-and-add): a kernel reads it
+    // directly with peer access, or a local copy of it without.
+    const auto* x = static_cast<const float*>(d_.readable(src.raw(), src.bytes()));
+    cuda::add_inplace(dst.f32(), x, dst.numel(), d_.stream());
   }
   void gather(const Tensor& images, const Tensor& labels, const Tensor& indices, int64_t offset,
               int64_t count, Tensor& x, Tensor& y) override {
