@@ -40,7 +40,7 @@ class Single final : public Strategy {
       step_indices_ = Tensor::empty(*device_, {count}, DType::I32);
     device_->copy_on_device(step_indices_.raw(), order_.i32() + offset,
                             static_cast<std::size_t>(count) * sizeof(int32_t));
-    if (graph_ && graph_count_ == count && graph_lr_ == lr) return replay(count);
+    if (graph_ && graph_count_ == count && graph_lr_ == lr) return replay(count, Clock::now());
     graph_.reset();
     if (sized_for_ != count) {
       // The first step of a batch size runs eagerly: it allocates the activations and lets
@@ -48,6 +48,9 @@ class Single final : public Strategy {
       sized_for_ = count;
       return eager_step(step_indices_, 0, count, lr);
     }
+    // A step that captures counts the capture in its time (a new lr during warm-up captures
+    // anew each step).
+    const auto t0 = Clock::now();
     device_->begin_capture();
     try {
       enqueue_step(step_indices_, 0, count, lr);
@@ -59,7 +62,7 @@ class Single final : public Strategy {
     graph_count_ = count;
     graph_lr_ = lr;
     ++captures_;
-    return replay(count);
+    return replay(count, t0);
   }
 
   EvalResult evaluate() override {
@@ -128,10 +131,9 @@ class Single final : public Strategy {
   }
 
   // The captured step queued again; one synchronisation at its end. Its phases cannot be told
-  // apart: forward, backward and optimizer times are 0, the whole step is in total_ms.
-  StepResult replay(int64_t count) {
+  // apart: forward, backward and optimizer times are 0, the whole step is in total_ms, from t0.
+  StepResult replay(int64_t count, Clock::time_point t0) {
     StepResult r;
-    const auto t0 = Clock::now();
     graph_->launch();
     device_->synchronize();
     r.times.total_ms = ms_between(t0, Clock::now());
