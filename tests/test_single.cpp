@@ -1,6 +1,9 @@
 // single: its options, and CUDA-graph replay against eager steps (CUDA only).
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <thread>
+
 #include "core/error.h"
 #include "tests/strategy_harness.h"
 
@@ -54,6 +57,7 @@ class FakeCaptureDevice final : public testing::ForwardingDevice {
   }
   std::unique_ptr<CapturedWork> end_capture() override {
     EXPECT_TRUE(capturing_) << "end_capture without begin_capture";
+    std::this_thread::sleep_for(capture_cost);
     capturing_ = false;
     ++captures;
     struct Graph final : CapturedWork {
@@ -64,6 +68,7 @@ class FakeCaptureDevice final : public testing::ForwardingDevice {
     return std::make_unique<Graph>(launches);
   }
   int captures = 0, launches = 0;
+  std::chrono::milliseconds capture_cost{0};  // what instantiating the graph takes
 
  private:
   void forbidden(const char* what) const {
@@ -104,6 +109,26 @@ TEST(Single, CapturesOncePerBatchSizeAndLrAndReplaysSafely) {
   EXPECT_EQ(replayed(0, 8, 0.2f), 0);
   EXPECT_EQ(replayed(8, 8, 0.2f), 1);
   EXPECT_EQ(s->report(), (json{{"cuda_graph_captures", 4}, {"cuda_graph_replays", 5}}));
+  s.reset();
+}
+
+TEST(Single, AStepThatCapturesCountsTheCaptureInItsTime) {
+  static const Dataset data = synthetic(64, 5);
+  auto cpu = make_devices("cpu", 1, {});
+  FakeCaptureDevice dev(*cpu[0]);
+  dev.capture_cost = std::chrono::milliseconds(30);
+  auto s = make_strategy("single", json::object(), "runs.0");
+  StrategySetup setup;
+  setup.devices = {&dev};
+  setup.train = setup.test = &data;
+  setup.initial_parameters = lenet_initial_parameters(3, 0.1);
+  s->setup(setup);
+  Rng shuffle(1);
+  s->begin_epoch(random_permutation(data.count, shuffle));
+  s->train_step(0, 16, 0.1f);  // eager
+  const StepResult captured = s->train_step(16, 16, 0.1f);
+  EXPECT_EQ(dev.captures, 1);
+  EXPECT_GE(captured.times.total_ms, 30.0);  // waiting can only make it longer
   s.reset();
 }
 
