@@ -78,6 +78,12 @@ class Ops {
 
   // The book's sgd: params -= step * grads, step = lr / global batch size. Equal sizes.
   virtual void sgd(Tensor& params, const Tensor& grads, float step) = 0;
+  // The same, with step read from a one-float tensor on this device when the work runs: a
+  // captured step (CUDA graph) then takes whatever set_scalar wrote before its replay, so a
+  // learning-rate schedule does not need a new capture per value.
+  virtual void sgd(Tensor& params, const Tensor& grads, const Tensor& step) = 0;
+  // t (one float on this device) = value, queued like other work: no host synchronisation.
+  virtual void set_scalar(Tensor& t, float value) = 0;
   // dst += src, equal sizes (collectives' reduction).
   virtual void add_inplace(Tensor& dst, const Tensor& src) = 0;
   // Minibatch gather: for i in [0,count): x[i] = images[indices[offset+i]], y[i] = labels[...].

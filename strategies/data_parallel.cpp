@@ -152,6 +152,7 @@ class DataParallel final : public Strategy {
       me.model->params().copy_from_host(s.initial_parameters);
       me.data = DeviceData(dev, *s.train, *s.test);
       me.stats = Tensor::zeros(dev, {2});
+      me.step = Tensor::zeros(dev, {1});
       if (o_.overlap)
         me.comm = std::make_unique<CommWorker>(dev, [this, &me](int b) { reduce_bucket(me, b); });
     });
@@ -282,12 +283,12 @@ class DataParallel final : public Strategy {
     double loss = 0, forward_ms = 0, backward_ms = 0;
     int64_t correct = 0;
     RankTimes times;
-    // CUDA graphs: the captured step, the global batch and lr it was captured for, the global
-    // batch the activations were last sized for by an eager step, this step's indices.
+    // CUDA graphs: the captured step, the global batch it was captured for, the global batch
+    // the activations were last sized for by an eager step, this step's indices, and the SGD
+    // step the graph reads (set before each launch).
     std::unique_ptr<CapturedWork> graph;
-    Tensor step_indices;
+    Tensor step_indices, step;
     int64_t graph_global = -1, sized_for = -1, captures = 0, replays = 0;
-    float graph_lr = 0;
     bool replayed = false;  // the last step was a replay
 
     Device& device() const { return model->device(); }
@@ -322,16 +323,17 @@ class DataParallel final : public Strategy {
     return "";
   }
 
-  // The step with its allreduces captured once per global batch and lr, then replayed: one
-  // launch and one synchronisation per step. Every rank decides alike (on the global batch),
-  // so that all of them capture, or replay, their NCCL calls together.
+  // The step with its allreduces captured once per global batch, then replayed with the SGD
+  // step set before each launch (any lr): one launch and one synchronisation per step. Every
+  // rank decides alike (on the global batch), so that all of them capture, or replay, their
+  // NCCL calls together.
   void graph_step(Rank& me, int64_t offset, int64_t count, int64_t global, float lr) {
     Device& dev = me.device();
     if (!me.step_indices.defined() || me.step_indices.numel() != count)
       me.step_indices = Tensor::empty(dev, {count}, DType::I32);
     dev.copy_on_device(me.step_indices.raw(), me.order.i32() + offset,
                        static_cast<std::size_t>(count) * sizeof(int32_t));
-    if (!(me.graph && me.graph_global == global && me.graph_lr == lr)) {
+    if (!(me.graph && me.graph_global == global)) {
       me.graph.reset();
       if (me.sized_for != global) {  // first step of this size: eager (allocations, cuDNN)
         me.sized_for = global;
@@ -346,19 +348,19 @@ class DataParallel final : public Strategy {
         me.model->forward(x, me.y, me.stats, /*training=*/true);
         me.model->backward();
         for (std::size_t b = 0; b < buckets_.size(); ++b) reduce_bucket(me, static_cast<int>(b));
-        dev.ops().sgd(me.model->params(), me.model->grads(), lr / static_cast<float>(global));
+        dev.ops().sgd(me.model->params(), me.model->grads(), me.step);
         me.graph = dev.end_capture();
       } catch (...) {
         dev.abort_capture();
         throw;
       }
       me.graph_global = global;
-      me.graph_lr = lr;
       ++me.captures;
     }
     Transport& t = *me.transport;
     t.barrier();
     const auto t0 = Clock::now();
+    dev.ops().set_scalar(me.step, lr / static_cast<float>(global));
     me.graph->launch();
     dev.synchronize();
     const double ms = ms_between(t0, Clock::now());

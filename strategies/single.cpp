@@ -26,6 +26,7 @@ class Single final : public Strategy {
     data_ = DeviceData(*device_, *s.train, *s.test);
     eval_batch_ = s.eval_batch;
     stats_ = Tensor::zeros(*device_, {2});
+    step_ = Tensor::zeros(*device_, {1});
   }
 
   void begin_epoch(std::span<const int32_t> order) override {
@@ -40,7 +41,9 @@ class Single final : public Strategy {
       step_indices_ = Tensor::empty(*device_, {count}, DType::I32);
     device_->copy_on_device(step_indices_.raw(), order_.i32() + offset,
                             static_cast<std::size_t>(count) * sizeof(int32_t));
-    if (graph_ && graph_count_ == count && graph_lr_ == lr) return replay(count, Clock::now());
+    // The graph reads the SGD step from step_, set before each replay: any lr replays it.
+    const float step = lr / static_cast<float>(count);
+    if (graph_ && graph_count_ == count) return replay(count, step, Clock::now());
     graph_.reset();
     if (sized_for_ != count) {
       // The first step of a batch size runs eagerly: it allocates the activations and lets
@@ -48,21 +51,19 @@ class Single final : public Strategy {
       sized_for_ = count;
       return eager_step(step_indices_, 0, count, lr);
     }
-    // A step that captures counts the capture in its time (a new lr during warm-up captures
-    // anew each step).
+    // A step that captures counts the capture in its time.
     const auto t0 = Clock::now();
     device_->begin_capture();
     try {
-      enqueue_step(step_indices_, 0, count, lr);
+      enqueue_step(step_indices_, 0, count);
       graph_ = device_->end_capture();
     } catch (...) {
       device_->abort_capture();
       throw;
     }
     graph_count_ = count;
-    graph_lr_ = lr;
     ++captures_;
-    return replay(count, t0);
+    return replay(count, step, t0);
   }
 
   EvalResult evaluate() override {
@@ -96,14 +97,15 @@ class Single final : public Strategy {
   }
 
  private:
-  // The step as queued work: gather, forward, backward, SGD (no synchronisation, no host copy).
-  void enqueue_step(const Tensor& order, int64_t offset, int64_t count, float lr) {
+  // The step as captured work: gather, forward, backward, SGD with its step read from step_
+  // (no synchronisation, no host copy).
+  void enqueue_step(const Tensor& order, int64_t offset, int64_t count) {
     Ops& ops = device_->ops();
     Tensor& x = batch_x(count);
     ops.gather(data_.train_x, data_.train_y, order, offset, count, x, y_);
     model_->forward(x, y_, stats_, /*training=*/true);
     model_->backward();
-    ops.sgd(model_->params(), model_->grads(), lr / static_cast<float>(count));
+    ops.sgd(model_->params(), model_->grads(), step_);
   }
 
   // One step queued phase by phase, with a time mark between phases and one synchronisation
@@ -130,10 +132,12 @@ class Single final : public Strategy {
     return r;
   }
 
-  // The captured step queued again; one synchronisation at its end. Its phases cannot be told
-  // apart: forward, backward and optimizer times are 0, the whole step is in total_ms, from t0.
-  StepResult replay(int64_t count, Clock::time_point t0) {
+  // The captured step queued again after its SGD step is set; one synchronisation at its end.
+  // Its phases cannot be told apart: forward, backward and optimizer times are 0, the whole
+  // step is in total_ms, from t0.
+  StepResult replay(int64_t count, float step, Clock::time_point t0) {
     StepResult r;
+    device_->ops().set_scalar(step_, step);
     graph_->launch();
     device_->synchronize();
     r.times.total_ms = ms_between(t0, Clock::now());
@@ -166,13 +170,12 @@ class Single final : public Strategy {
   Tensor order_;
   Tensor x_, y_, stats_;
   int64_t eval_batch_ = 1000;
-  // CUDA graphs: the captured step, the batch size and lr it was captured for, and the batch
-  // size the activations were last sized for by an eager step.
+  // CUDA graphs: the captured step, the batch size it was captured for, the batch size the
+  // activations were last sized for by an eager step, and the SGD step the graph reads.
   bool graphs_ = true;
   std::unique_ptr<CapturedWork> graph_;
-  Tensor step_indices_;
+  Tensor step_indices_, step_;
   int64_t graph_count_ = -1, sized_for_ = -1, captures_ = 0, replays_ = 0;
-  float graph_lr_ = 0;
 };
 
 }  // namespace

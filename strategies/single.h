@@ -1,7 +1,8 @@
 // single: the whole minibatch on one device; the baseline every other strategy is measured by.
 //
 // Options: "cuda_graphs": true  on a device that can capture work (CUDA), the step (gather,
-// forward, backward, SGD) is captured once per batch size and learning rate and replayed.
+// forward, backward, SGD) is captured once per batch size and replayed; the SGD step is read
+// from device memory, set before each replay, so any learning rate replays the same graph.
 #pragma once
 
 #include <memory>

@@ -56,8 +56,10 @@ struct Trained {
 // learning rate small enough that training on random labels is not chaotic: at lr 0.1 this
 // setup amplifies float rounding (1e-7) to a 10 % parameter difference within 15 steps, so no
 // two summation orders could agree, however correct.
+// lr_of(step): the learning rate of each step (default 0.05 throughout).
 inline Trained train(const std::string& strategy, int devices, const json& options, int steps,
-                     int64_t batch, const std::string& backend = "cpu") {
+                     int64_t batch, const std::string& backend = "cpu",
+                     const std::function<float(int)>& lr_of = nullptr) {
   static const Dataset train_set = synthetic(480, 1), test_set = synthetic(100, 2);
   DeviceOptions device_options;
   device_options.virtual_devices = true;  // CUDA: k devices may share one GPU
@@ -79,7 +81,7 @@ inline Trained train(const std::string& strategy, int devices, const json& optio
   Trained t;
   for (int i = 0; i < steps; ++i) {
     const int64_t offset = (i * batch) % (train_set.count - batch + 1);
-    t.losses.push_back(s->train_step(offset, batch, 0.05f).loss_sum);
+    t.losses.push_back(s->train_step(offset, batch, lr_of ? lr_of(i) : 0.05f).loss_sum);
     if (i == 0) t.first_gradients = s->gradients();
   }
   t.last_gradients = s->gradients();

@@ -210,6 +210,24 @@ TEST_P(Backend, SgdAndAddAreExact) {
   EXPECT_TRUE(all_close(tp.to_host_f32(), expect, 0, 0));
 }
 
+// The step read from a device scalar, as a replayed CUDA graph reads it: set, used, set again.
+TEST_P(Backend, SgdWithItsStepOnTheDeviceTakesEachNewValue) {
+  auto p = random_vec(100, 53), g = random_vec(100, 54);
+  Tensor tp = put(p, {100}), tg = put(g, {100});
+  Tensor step = Tensor::zeros(*dev_, {1});
+  ref::Vec expect(p.begin(), p.end());
+  for (const double s : {0.25, 0.5}) {  // powers of two: exact in float
+    dev_->ops().set_scalar(step, static_cast<float>(s));
+    dev_->ops().sgd(tp, tg, step);
+    for (int i = 0; i < 100; ++i) expect[i] = static_cast<float>(expect[i] - s * g[i]);
+    EXPECT_TRUE(all_close(tp.to_host_f32(), expect, 0, 0)) << "step " << s;
+  }
+  EXPECT_EQ(step.to_host_f32(), std::vector<float>{0.5f});
+  Tensor two = Tensor::zeros(*dev_, {2});
+  EXPECT_THROW(dev_->ops().sgd(tp, tg, two), Error);
+  EXPECT_THROW(dev_->ops().set_scalar(two, 1.0f), Error);
+}
+
 ref::LeNetParams to_ref_params(const std::vector<float>& flat) {
   return ref::unflatten(to_double(flat));
 }

@@ -41,11 +41,12 @@ TEST(DataParallel, CudaNcclGraphReplayMatchesEagerStepsBitForBit) {
   if (const std::string why = backend_unavailable("cuda"); !why.empty())
     GTEST_SKIP() << "cuda: " << why;
   // One rank on one GPU: NCCL's allreduce is then a copy, and the captured step must replay
-  // exactly what the eager one computes.
+  // exactly what the eager one computes, with a learning rate that changes every step.
   const json graphs = {{"allreduce", "nccl"}, {"cuda_graphs", true}};
   const json eager = {{"allreduce", "nccl"}, {"cuda_graphs", false}};
-  const Trained a = train("data_parallel", 1, graphs, 20, 24, "cuda");
-  const Trained b = train("data_parallel", 1, eager, 20, 24, "cuda");
+  const auto lr = [](int step) { return 0.01f * static_cast<float>(1 + step % 5); };
+  const Trained a = train("data_parallel", 1, graphs, 20, 24, "cuda", lr);
+  const Trained b = train("data_parallel", 1, eager, 20, 24, "cuda", lr);
   EXPECT_EQ(a.losses, b.losses);
   EXPECT_EQ(a.params, b.params);
 }

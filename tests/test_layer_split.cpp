@@ -143,14 +143,15 @@ TEST(Pipeline, MeasuredBubbleOfEqualStagesIsGPipes) {
 }
 
 // Transfer time is what a stage spends receiving, waiting for its peer included: with one
-// micro-batch, stage 1 waits for stage 0's forward, and stage 0 for stage 1's forward and
-// backward. Waiting can only take longer than the peer's sleep, so lower bounds cannot flake.
+// micro-batch, stage 0 sends its activation and waits for the gradient, which stage 1 can only
+// send 90 ms later (its forward and backward sleep 30 and 60 ms after it receives). Stage 0's
+// wait starts just after its send; the bound leaves 30 ms for a late start on a loaded machine.
 TEST(Pipeline, TransferTimeIncludesWaitingForThePeer) {
   auto owned = make_devices("cpu", 2, {});
   std::vector<Device*> devices{owned[0].get(), owned[1].get()};
   SpmdGroup group(devices);
   std::vector<double> transfer(2);
-  const auto cost = std::chrono::milliseconds(20);
+  const auto cost = std::chrono::milliseconds(30);
   group.run([&](int r, Transport& t) {
     Tensor in = Tensor::zeros(*devices[r], {16}), out = Tensor::zeros(*devices[r], {16});
     PipelineStage st;
@@ -168,8 +169,7 @@ TEST(Pipeline, TransferTimeIncludesWaitingForThePeer) {
                                std::chrono::steady_clock::now())
                       .transfer_ms;
   });
-  EXPECT_GE(transfer[1], 19.0);  // stage 0's forward
-  EXPECT_GE(transfer[0], 59.0);  // stage 1's forward and backward
+  EXPECT_GE(transfer[0], 60.0);
 }
 
 TEST(LayerSplit, ReportsTheSplitBubbleAndBytesMoved) {

@@ -98,17 +98,19 @@ TEST(Single, CapturesOncePerBatchSizeAndLrAndReplaysSafely) {
   EXPECT_EQ(replayed(32, 16, 0.1f), 1);
   EXPECT_EQ(dev.captures, 1);
   EXPECT_EQ(dev.launches, 2);
-  // A new learning rate (warm-up) is a new capture; a new batch size is an eager step first.
+  // A new learning rate (warm-up) replays the same graph: the step is read on the device. A
+  // new batch size is an eager step first.
   EXPECT_EQ(replayed(48, 16, 0.2f), 1);
-  EXPECT_EQ(dev.captures, 2);
+  EXPECT_EQ(replayed(64, 16, 0.3f), 1);
+  EXPECT_EQ(dev.captures, 1);
   EXPECT_EQ(replayed(64, 8, 0.2f), 0);
   EXPECT_EQ(replayed(72, 8, 0.2f), 1);
-  EXPECT_EQ(dev.captures, 3);
+  EXPECT_EQ(dev.captures, 2);
   // Evaluation resizes the activations: the next step is eager again.
   s->evaluate();
   EXPECT_EQ(replayed(0, 8, 0.2f), 0);
   EXPECT_EQ(replayed(8, 8, 0.2f), 1);
-  EXPECT_EQ(s->report(), (json{{"cuda_graph_captures", 4}, {"cuda_graph_replays", 5}}));
+  EXPECT_EQ(s->report(), (json{{"cuda_graph_captures", 3}, {"cuda_graph_replays", 6}}));
   s.reset();
 }
 
@@ -136,9 +138,11 @@ TEST(Single, CudaGraphReplayMatchesEagerStepsBitForBit) {
   if (const std::string why = backend_unavailable("cuda"); !why.empty())
     GTEST_SKIP() << "cuda: " << why;
   // 20 steps: the first eager, the second captured, the rest replayed; the same kernels with
-  // the same (deterministic) algorithms, so the same bits.
-  const Trained graphs = train("single", 1, {{"cuda_graphs", true}}, 20, 24, "cuda");
-  const Trained eager = train("single", 1, {{"cuda_graphs", false}}, 20, 24, "cuda");
+  // the same (deterministic) algorithms, so the same bits. The learning rate changes every
+  // step, as in a warm-up: the replays must take each new value.
+  const auto lr = [](int step) { return 0.01f * static_cast<float>(1 + step % 5); };
+  const Trained graphs = train("single", 1, {{"cuda_graphs", true}}, 20, 24, "cuda", lr);
+  const Trained eager = train("single", 1, {{"cuda_graphs", false}}, 20, 24, "cuda", lr);
   EXPECT_EQ(graphs.losses, eager.losses);
   EXPECT_EQ(graphs.params, eager.params);
   EXPECT_EQ(graphs.eval.correct, eager.eval.correct);

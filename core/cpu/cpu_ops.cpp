@@ -32,6 +32,18 @@ class CpuOps final : public Ops {
     for (int64_t i = 0; i < n; ++i) p[i] -= step * g[i];
   }
 
+  void sgd(Tensor& params, const Tensor& grads, const Tensor& step) override {
+    PARALAB_REQUIRE(step.numel() == 1 && step.dtype() == DType::F32,
+                    "sgd: step must be one float, got " + shape_string(step.shape()));
+    sgd(params, grads, step.f32()[0]);
+  }
+
+  void set_scalar(Tensor& t, float value) override {
+    PARALAB_REQUIRE(t.numel() == 1 && t.dtype() == DType::F32,
+                    "set_scalar: needs one float, got " + shape_string(t.shape()));
+    t.f32()[0] = value;
+  }
+
   void add_inplace(Tensor& dst, const Tensor& src) override {
     PARALAB_REQUIRE(dst.numel() == src.numel(), "add: sizes differ");
     float* d = dst.f32();

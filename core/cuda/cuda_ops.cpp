@@ -102,6 +102,17 @@ class CudaOps final : public Ops {
     PARALAB_REQUIRE(params.numel() == grads.numel(), "sgd: params and grads sizes differ");
     cuda::sgd(params.f32(), grads.f32(), step, params.numel(), d_.stream());
   }
+  void sgd(Tensor& params, const Tensor& grads, const Tensor& step) override {
+    PARALAB_REQUIRE(params.numel() == grads.numel(), "sgd: params and grads sizes differ");
+    PARALAB_REQUIRE(step.numel() == 1 && step.dtype() == DType::F32,
+                    "sgd: step must be one float, got " + shape_string(step.shape()));
+    cuda::sgd_at(params.f32(), grads.f32(), step.f32(), params.numel(), d_.stream());
+  }
+  void set_scalar(Tensor& t, float value) override {
+    PARALAB_REQUIRE(t.numel() == 1 && t.dtype() == DType::F32,
+                    "set_scalar: needs one float, got " + shape_string(t.shape()));
+    cuda::set_scalar(t.f32(), value, d_.stream());
+  }
   void add_inplace(Tensor& dst, const Tensor& src) override {
     PARALAB_REQUIRE(dst.numel() == src.numel(), "add: sizes differ");
     // src may be a peer GPU's buffer (the transport's receive-and-add): a kernel reads it

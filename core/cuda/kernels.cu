@@ -87,6 +87,15 @@ __global__ void sgd_k(float* p, const float* g, float step, int64_t n) {
     p[i] -= step * g[i];
 }
 
+__global__ void sgd_at_k(float* p, const float* g, const float* step, int64_t n) {
+  const float s = *step;
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{blockDim.x} * gridDim.x)
+    p[i] -= s * g[i];
+}
+
+__global__ void set_scalar_k(float* p, float value) { *p = value; }
+
 __global__ void add_k(float* d, const float* x, int64_t n) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
        i += int64_t{blockDim.x} * gridDim.x)
@@ -135,6 +144,16 @@ void softmax_xent(const float* logits, const int32_t* labels, float* dlogits, fl
 
 void sgd(float* p, const float* g, float step, int64_t n, cudaStream_t s) {
   sgd_k<<<blocks_for(n), kThreads, 0, s>>>(p, g, step, n);
+  PARALAB_CUDA_LAUNCHED();
+}
+
+void sgd_at(float* p, const float* g, const float* step, int64_t n, cudaStream_t s) {
+  sgd_at_k<<<blocks_for(n), kThreads, 0, s>>>(p, g, step, n);
+  PARALAB_CUDA_LAUNCHED();
+}
+
+void set_scalar(float* p, float value, cudaStream_t s) {
+  set_scalar_k<<<1, 1, 0, s>>>(p, value);
   PARALAB_CUDA_LAUNCHED();
 }
 

@@ -22,6 +22,10 @@ void softmax_xent(const float* logits, const int32_t* labels, float* dlogits, fl
                   int64_t rows, int64_t classes, cudaStream_t s);
 // p -= step * g
 void sgd(float* p, const float* g, float step, int64_t n, cudaStream_t s);
+// p -= (*step) * g, *step read on the device when the kernel runs
+void sgd_at(float* p, const float* g, const float* step, int64_t n, cudaStream_t s);
+// *p = value
+void set_scalar(float* p, float value, cudaStream_t s);
 // d += x (x may live on a peer GPU with peer access, or on this one)
 void add_inplace(float* d, const float* x, int64_t n, cudaStream_t s);
 // x[i] = images[idx[i]] (row floats each), y[i] = labels[idx[i]] for i < count.
