@@ -98,15 +98,15 @@ TEST(Pipeline, SchedulesRunEveryPassOnceInADependencyRespectingOrder) {
   EXPECT_THROW(pipeline_schedule("zigzag", 0, 2, 2), Error);
 }
 
-// Stages whose passes cost a known time each (sleeps, so that 4 stages do not compete for 2
-// cores): the measured bubble must be GPipe's (k-1)/(m+k-1).
-double synthetic_bubble(const char* schedule, int k, int m) {
+// k stages whose passes cost a known time each: a forward sleeps `cost`, a backward twice that
+// (sleeps, so that 4 stages do not compete for 2 cores). Each stage's pipeline times.
+std::vector<PipelineTimes> sleeping_stages(const char* schedule, int k, int m,
+                                           std::chrono::milliseconds cost) {
   auto owned = make_devices("cpu", k, {});
   std::vector<Device*> devices;
   for (auto& d : owned) devices.push_back(d.get());
   SpmdGroup group(devices);
-  std::vector<std::vector<PipelineEvent>> events(static_cast<std::size_t>(k));
-  const auto cost = std::chrono::milliseconds(5);
+  std::vector<PipelineTimes> times(static_cast<std::size_t>(k));
   const auto t0 = std::chrono::steady_clock::now();
   group.run([&](int r, Transport& t) {
     Tensor in = Tensor::zeros(*devices[r], {16}), out = Tensor::zeros(*devices[r], {16});
@@ -121,8 +121,16 @@ double synthetic_bubble(const char* schedule, int k, int m) {
       std::this_thread::sleep_for(2 * cost);
       return out;
     };
-    events[r] = run_pipeline(t, *devices[r], pipeline_schedule(schedule, r, k, m), st, t0).events;
+    times[r] = run_pipeline(t, *devices[r], pipeline_schedule(schedule, r, k, m), st, t0);
   });
+  return times;
+}
+
+// Stages of equal known cost: the measured bubble must be GPipe's (k-1)/(m+k-1).
+double synthetic_bubble(const char* schedule, int k, int m) {
+  std::vector<std::vector<PipelineEvent>> events;
+  for (const PipelineTimes& t : sleeping_stages(schedule, k, m, std::chrono::milliseconds(5)))
+    events.push_back(t.events);
   return measured_bubble_fraction(events);
 }
 
@@ -147,29 +155,8 @@ TEST(Pipeline, MeasuredBubbleOfEqualStagesIsGPipes) {
 // send 90 ms later (its forward and backward sleep 30 and 60 ms after it receives). Stage 0's
 // wait starts just after its send; the bound leaves 30 ms for a late start on a loaded machine.
 TEST(Pipeline, TransferTimeIncludesWaitingForThePeer) {
-  auto owned = make_devices("cpu", 2, {});
-  std::vector<Device*> devices{owned[0].get(), owned[1].get()};
-  SpmdGroup group(devices);
-  std::vector<double> transfer(2);
-  const auto cost = std::chrono::milliseconds(30);
-  group.run([&](int r, Transport& t) {
-    Tensor in = Tensor::zeros(*devices[r], {16}), out = Tensor::zeros(*devices[r], {16});
-    PipelineStage st;
-    st.input = [&](int) -> Tensor& { return in; };
-    st.output_grad = [&](int) -> Tensor& { return in; };
-    st.forward = [&](int) -> const Tensor& {
-      std::this_thread::sleep_for(cost);
-      return out;
-    };
-    st.backward = [&](int) -> const Tensor& {
-      std::this_thread::sleep_for(2 * cost);
-      return out;
-    };
-    transfer[r] = run_pipeline(t, *devices[r], pipeline_schedule("gpipe", r, 2, 1), st,
-                               std::chrono::steady_clock::now())
-                      .transfer_ms;
-  });
-  EXPECT_GE(transfer[0], 60.0);
+  const auto times = sleeping_stages("gpipe", 2, 1, std::chrono::milliseconds(30));
+  EXPECT_GE(times[0].transfer_ms, 60.0);
 }
 
 TEST(LayerSplit, ReportsTheSplitBubbleAndBytesMoved) {

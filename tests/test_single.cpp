@@ -77,10 +77,8 @@ class FakeCaptureDevice final : public testing::ForwardingDevice {
   bool capturing_ = false;
 };
 
-TEST(Single, CapturesOncePerBatchSizeAndLrAndReplaysSafely) {
-  static const Dataset data = synthetic(96, 5);
-  auto cpu = make_devices("cpu", 1, {});
-  FakeCaptureDevice dev(*cpu[0]);
+// `single` with its default options on `dev`, set up on `data` and into its first epoch.
+std::unique_ptr<Strategy> single_on(Device& dev, const Dataset& data) {
   auto s = make_strategy("single", json::object(), "runs.0");
   StrategySetup setup;
   setup.devices = {&dev};
@@ -89,6 +87,14 @@ TEST(Single, CapturesOncePerBatchSizeAndLrAndReplaysSafely) {
   s->setup(setup);
   Rng shuffle(1);
   s->begin_epoch(random_permutation(data.count, shuffle));
+  return s;
+}
+
+TEST(Single, CapturesOncePerBatchSizeAndReplaysAnyLr) {
+  static const Dataset data = synthetic(96, 5);
+  auto cpu = make_devices("cpu", 1, {});
+  FakeCaptureDevice dev(*cpu[0]);
+  auto s = single_on(dev, data);
   auto replayed = [&](int64_t offset, int64_t count, float lr) {
     return s->train_step(offset, count, lr).detail.at("cuda_graph_replay").get<int>();
   };
@@ -119,14 +125,7 @@ TEST(Single, AStepThatCapturesCountsTheCaptureInItsTime) {
   auto cpu = make_devices("cpu", 1, {});
   FakeCaptureDevice dev(*cpu[0]);
   dev.capture_cost = std::chrono::milliseconds(30);
-  auto s = make_strategy("single", json::object(), "runs.0");
-  StrategySetup setup;
-  setup.devices = {&dev};
-  setup.train = setup.test = &data;
-  setup.initial_parameters = lenet_initial_parameters(3, 0.1);
-  s->setup(setup);
-  Rng shuffle(1);
-  s->begin_epoch(random_permutation(data.count, shuffle));
+  auto s = single_on(dev, data);
   s->train_step(0, 16, 0.1f);  // eager
   const StepResult captured = s->train_step(16, 16, 0.1f);
   EXPECT_EQ(dev.captures, 1);
