@@ -1,13 +1,25 @@
 #!/usr/bin/env bash
 # Configures and builds ParaLab (Release) into ${BUILD_DIR:-build}. Extra arguments go to cmake.
+# Configures again whenever the build folder has no build system (a configure that failed or was
+# killed leaves CMakeCache.txt without build.ninja / Makefile), and starts the folder afresh when
+# it was configured with another generator than the one chosen here (ninja when installed).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build_dir=${BUILD_DIR:-build}
-generator=()
-command -v ninja >/dev/null && generator=(-G Ninja)
-if [[ ! -f "$build_dir/CMakeCache.txt" ]]; then
-  cmake -S . -B "$build_dir" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release "$@"
-elif (($#)); then
-  cmake "$build_dir" "$@"
+generator="Unix Makefiles"
+command -v ninja >/dev/null && generator=Ninja
+cache="$build_dir/CMakeCache.txt"
+if [[ -f "$cache" ]]; then
+  cached=$(sed -n 's/^CMAKE_GENERATOR:INTERNAL=//p' "$cache")
+  if [[ -n "$cached" && "$cached" != "$generator" ]]; then
+    echo "build.sh: $build_dir was configured for '$cached', not '$generator': configuring it afresh"
+    rm -rf "$cache" "$build_dir/CMakeFiles"
+  fi
+fi
+if [[ ! -f "$cache" ]]; then
+  cmake -S . -B "$build_dir" -G "$generator" -DCMAKE_BUILD_TYPE=Release "$@"
+elif (($#)) || [[ ! -f "$build_dir/build.ninja" && ! -f "$build_dir/Makefile" ]]; then
+  # CMake keeps the options of the earlier configure in the cache; NOTFOUND entries are searched again.
+  cmake -S . -B "$build_dir" "$@"
 fi
 cmake --build "$build_dir" --parallel "$(nproc)"

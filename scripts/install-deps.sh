@@ -8,6 +8,8 @@ set -euo pipefail
 packages=(
   cmake ninja-build g++ git pkg-config
   libdnnl-dev            # oneDNN: the CPU backend
+  ocl-icd-opencl-dev     # OpenCL headers and loader: Debian's dnnl-config.cmake requires them
+                         # (oneDNN is built with its OpenCL GPU runtime; the package only Recommends it)
   zlib1g-dev             # Fashion-MNIST .gz files
   nlohmann-json3-dev     # descriptors and results
   libcli11-dev           # bench_runner's command line
