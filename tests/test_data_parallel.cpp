@@ -13,25 +13,20 @@ namespace {
 
 using nlohmann::json;
 
-TEST(DataParallel, MatchesSingleDeviceAfter20Steps) {
-  const Trained single = train("single", 1, json::object(), 20, 24);
-  for (const char* algorithm : {"naive", "ring", "tree"}) {
-    for (int k : {2, 3, 4}) {
-      const Trained dp = train("data_parallel", k, {{"allreduce", algorithm}}, 20, 24);
-      EXPECT_TRUE(close_per_tensor(dp.params, single.params)) << algorithm << " k=" << k;
-      EXPECT_NEAR(dp.losses.back(), single.losses.back(), 1e-4 * std::abs(single.losses.back()))
+TEST(DataParallel, TracksSingleDeviceFor20Steps) {
+  for (const char* algorithm : {"naive", "ring", "tree"})
+    for (int k : {2, 3, 4})
+      EXPECT_TRUE(tracks_single("data_parallel", k, {{"allreduce", algorithm}}, 20, 24))
           << algorithm << " k=" << k;
-    }
-  }
 }
 
 TEST(DataParallel, CudaVirtualDevicesMatchSingleDevice) {
   if (const std::string why = backend_unavailable("cuda"); !why.empty())
     GTEST_SKIP() << "cuda: " << why;
-  const Trained single = train("single", 1, json::object(), 20, 24, "cuda");
   for (int k : {2, 4}) {
+    EXPECT_TRUE(tracks_single("data_parallel", k, {{"allreduce", "ring"}}, 20, 24, "cuda"))
+        << "k=" << k;
     const Trained dp = train("data_parallel", k, {{"allreduce", "ring"}}, 20, 24, "cuda");
-    EXPECT_TRUE(close_per_tensor(dp.params, single.params)) << "k=" << k;
     for (std::size_t r = 1; r < dp.replicas.size(); ++r)
       EXPECT_EQ(dp.replicas[r], dp.replicas[0]) << "k=" << k << " replica " << r;
   }
@@ -51,18 +46,15 @@ TEST(DataParallel, CudaNcclGraphReplayMatchesEagerStepsBitForBit) {
   EXPECT_EQ(a.params, b.params);
 }
 
-TEST(DataParallel, GroupingAndOverlapMatchSingleDevice) {
-  const Trained single = train("single", 1, json::object(), 20, 24);
+TEST(DataParallel, GroupingAndOverlapTrackSingleDevice) {
   const std::vector<json> variants = {
       {{"allreduce", "ring"}, {"grouping", "per_tensor"}},
       {{"allreduce", "ring"}, {"grouping", "bucketed"}, {"bucket_bytes", 4096}, {"overlap", true}},
       {{"allreduce", "tree"}, {"grouping", "per_tensor"}, {"overlap", true}},
       {{"allreduce", "naive"}, {"grouping", "bucketed"}, {"overlap", true}},
   };
-  for (const json& v : variants) {
-    const Trained dp = train("data_parallel", 3, v, 20, 24);
-    EXPECT_TRUE(close_per_tensor(dp.params, single.params)) << v.dump();
-  }
+  for (const json& v : variants)
+    EXPECT_TRUE(tracks_single("data_parallel", 3, v, 20, 24)) << v.dump();
 }
 
 TEST(DataParallel, OverlapDoesNotChangeTheArithmetic) {
@@ -85,9 +77,9 @@ TEST(DataParallel, ReplicasStayBitIdenticalAfter50Steps) {
 }
 
 TEST(DataParallel, UnevenShardsWeightEveryExampleEqually) {
-  const Trained single = train("single", 1, json::object(), 20, 25);
-  const Trained dp = train("data_parallel", 3, {{"uneven_shards", true}}, 20, 25);  // 9/8/8
-  EXPECT_TRUE(close_per_tensor(dp.params, single.params));
+  // 9/8/8. Compared as two 20-step trajectories, this configuration failed under
+  // ONEDNN_MAX_CPU_ISA=AVX2: a ReLU kink at step 6 (see tracks_single).
+  EXPECT_TRUE(tracks_single("data_parallel", 3, {{"uneven_shards", true}}, 20, 25));
 }
 
 TEST(DataParallel, NonDivisibleBatchIsAClearError) {
