@@ -137,5 +137,8 @@ std::string resolve_backend(const std::string& backend);
 std::string backend_unavailable(const std::string& backend);
 // Library versions linked into the build, e.g. {"onednn": "2.6.3"}.
 nlohmann::json backend_versions();
+// The instruction set the CPU backend's oneDNN kernels use ("avx2", ...; see ONEDNN_MAX_CPU_ISA),
+// null in builds without the CPU backend.
+nlohmann::json onednn_cpu_isa();
 
 }  // namespace paralab

@@ -94,6 +94,14 @@ nlohmann::json backend_versions() {
   return v;
 }
 
+nlohmann::json onednn_cpu_isa() {
+#if PARALAB_HAVE_CPU
+  return cpu::onednn_cpu_isa();
+#else
+  return nullptr;
+#endif
+}
+
 void Device::begin_capture() {
   throw Error(name() + ": this device cannot capture work (CUDA Graphs are CUDA only)");
 }

@@ -165,6 +165,7 @@ int run(int argc, char** argv) {
     doc["runs"].push_back(std::move(r));
   }
   add_scaling(doc["runs"]);
+  doc["environment"]["gpu_model"] = paralab::used_gpu_models(doc["runs"]);
   const std::string written = paralab::write_results_atomically(doc, path, out.empty());
   if (!quiet) {
     print_summary(doc["runs"]);

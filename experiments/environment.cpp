@@ -1,13 +1,16 @@
 // The environment block of a results file: what ran where, built how, from which commit.
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <thread>
 
 #include "core/device.h"
 #include "experiments/results.h"
+#include "paralab_build_info.h"  // generated at build time by cmake/build_info.cmake
 
 namespace paralab {
 
@@ -37,13 +40,31 @@ std::optional<std::string> command_output(const std::string& cmd) {
   return out;
 }
 
-nlohmann::json git_state() {
-  const std::string git = "git -C '" PARALAB_SOURCE_DIR "' ";
+// The source directory's git state as the run starts. Only when the directory is the top of its
+// own work tree: a copy inside another repository would otherwise report that repository's
+// commit.
+nlohmann::json source_tree_state() {
+  const std::string dir = PARALAB_SOURCE_DIR;
+  nlohmann::json out = {{"path", dir}, {"commit", nullptr}, {"dirty", nullptr}};
+  const std::string git = "git -C '" + dir + "' ";
+  const auto top = command_output(git + "rev-parse --show-toplevel");
+  std::error_code ec;
+  if (!top || !std::filesystem::equivalent(*top, dir, ec) || ec) return out;
   const auto commit = command_output(git + "rev-parse HEAD");
-  if (!commit) return {{"commit", nullptr}, {"dirty", nullptr}};
+  if (!commit) return out;
   const auto status = command_output(git + "status --porcelain --untracked-files=no");
-  return {{"commit", *commit},
-          {"dirty", status ? nlohmann::json(!status->empty()) : nlohmann::json(nullptr)}};
+  out["commit"] = *commit;
+  out["dirty"] = status ? nlohmann::json(!status->empty()) : nlohmann::json(nullptr);
+  return out;
+}
+
+// What cmake/build_info.cmake recorded when this binary was built.
+nlohmann::json build_state() {
+  const char* commit = PARALAB_BUILD_COMMIT;
+  const int dirty = PARALAB_BUILD_DIRTY;
+  return {{"commit", commit ? nlohmann::json(commit) : nlohmann::json(nullptr)},
+          {"dirty", dirty < 0 ? nlohmann::json(nullptr) : nlohmann::json(dirty == 1)},
+          {"from", PARALAB_BUILD_COMMIT_ORIGIN}};
 }
 
 std::string compiler() {
@@ -71,13 +92,28 @@ nlohmann::json describe_environment(int argc, char** argv, const std::string& ut
           {"build_type", PARALAB_BUILD_TYPE},
           {"cpu_model", cpu_model()},
           {"cpu_cores", std::thread::hardware_concurrency()},
-          {"gpu_model", nullptr},
+          {"gpu_model", nullptr},  // set from the runs' devices once they ran (used_gpu_models)
           {"hostname", host},
           {"compiler", compiler()},
           {"libraries", libs},
-          {"git", git_state()},
+          {"onednn_cpu_isa", onednn_cpu_isa()},
+          {"git", {{"build", build_state()}, {"source_tree", source_tree_state()}}},
           {"argv", args},
           {"utc_time", utc_time}};
+}
+
+nlohmann::json used_gpu_models(const nlohmann::json& runs) {
+  nlohmann::json models = nlohmann::json::array();
+  for (const auto& run : runs) {
+    const auto list = run.find("device_list");
+    if (list == run.end() || !list->is_array()) continue;
+    for (const auto& device : *list) {
+      const auto model = device.find("gpu_model");
+      if (model == device.end() || !model->is_string()) continue;
+      if (std::find(models.begin(), models.end(), *model) == models.end()) models.push_back(*model);
+    }
+  }
+  return models.empty() ? nlohmann::json(nullptr) : models;
 }
 
 }  // namespace paralab

@@ -8,7 +8,7 @@
 
 namespace paralab {
 
-constexpr int kResultsSchemaVersion = 1;
+constexpr int kResultsSchemaVersion = 2;
 
 // The current UTC time in a strftime format; utc_timestamp() is "20261130T015310Z".
 std::string utc_now(const char* format);
@@ -25,9 +25,12 @@ std::string choose_results_path(const std::optional<std::string>& out, const std
 std::string write_results_atomically(const nlohmann::json& doc, const std::string& path,
                                      bool may_rename);
 
-// Environment block: CPU, cores, compiler, library versions, git commit and dirty flag, argv,
-// UTC time.
+// Environment block: CPU, cores, compiler, library versions, oneDNN's instruction set, the
+// commit the binary was built from and the source tree's, argv, UTC time. gpu_model is null here:
+// set it to used_gpu_models(runs) once the runs have run.
 nlohmann::json describe_environment(int argc, char** argv, const std::string& utc_time);
+// The distinct GPU models in the runs' device lists, in order of first use; null if none.
+nlohmann::json used_gpu_models(const nlohmann::json& runs);
 
 // Percentile p (0..100) of `values` by linear interpolation between closest ranks.
 double percentile(std::vector<double> values, double p);

@@ -16,7 +16,7 @@ import re
 import sys
 import tempfile
 
-KNOWN_SCHEMA_VERSIONS = (1,)
+KNOWN_SCHEMA_VERSIONS = (1, 2)  # 2: environment.gpu_model a list, git build and source_tree
 
 # Strategy option defaults (struct Options in strategies/<strategy>.cpp). A series name spells
 # out these options only when they differ from the default, so the common case stays short.
@@ -269,8 +269,11 @@ def machine_description(results):
     if cpu and cpu != "unknown":
         cores = env.get("cpu_cores")
         parts.append(f"{cpu}, {cores} cores" if isinstance(cores, int) and cores > 0 else str(cpu))
-    if env.get("gpu_model"):
-        parts.append(str(env["gpu_model"]))
+    gpus = env.get("gpu_model")  # schema 2: a list of models; schema 1: a string
+    if isinstance(gpus, list):
+        parts.extend(str(g) for g in gpus)
+    elif gpus:
+        parts.append(str(gpus))
     return "; ".join(parts) or "unknown machine"
 
 

@@ -125,12 +125,15 @@ def make_results():
     runs.append(make_run("data_parallel", 8, "strong", 0, allreduce="ring", status="skipped"))
     runs.append(make_run("data_parallel", 3, "strong", 0, allreduce="naive", status="failed"))
     return {
-        "schema_version": 1,
+        "schema_version": 2,
         "environment": {"paralab_version": "0.1.0", "build_type": "Release",
                         "cpu_model": "Synthetic CPU 9000", "cpu_cores": 4, "gpu_model": None,
                         "hostname": "test", "compiler": "gcc 12.2.0",
                         "libraries": {"onednn": "2.6.3", "nlohmann_json": "3.11.2"},
-                        "git": {"commit": None, "dirty": None}, "argv": ["bench_runner"],
+                        "onednn_cpu_isa": "avx2",
+                        "git": {"build": {"commit": None, "dirty": None, "from": "unknown"},
+                                "source_tree": {"path": "/src", "commit": None, "dirty": None}},
+                        "argv": ["bench_runner"],
                         "utc_time": "2026-11-30T02:12:24Z"},
         "descriptor": {"name": "synthetic"},
         "dataset": {"dir": "/nowhere", "train_examples": 1024, "test_examples": 500},
@@ -482,6 +485,15 @@ class DataTest(unittest.TestCase):
         self.assertEqual(single.points, [(1, 0.45), (2, 0.65)])
         fig, _ = plot_accuracy.make_figure(results)
         self.assertEqual(len(fig.axes), 2)
+
+    def test_machine_description_names_every_gpu_model(self):
+        env = {"cpu_model": "Xeon", "cpu_cores": 2, "gpu_model": ["NVIDIA H200", "NVIDIA A100"]}
+        self.assertEqual(pr.machine_description({"environment": env}),
+                         "Xeon, 2 cores; NVIDIA H200; NVIDIA A100")
+        env["gpu_model"] = "NVIDIA H200"  # schema 1 files
+        self.assertEqual(pr.machine_description({"environment": env}), "Xeon, 2 cores; NVIDIA H200")
+        env["gpu_model"] = None
+        self.assertEqual(pr.machine_description({"environment": env}), "Xeon, 2 cores")
 
     def test_load_results_errors_name_the_file(self):
         with tempfile.TemporaryDirectory() as tmp:

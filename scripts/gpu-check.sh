@@ -6,6 +6,8 @@
 # On a host with ParaLab's packages it builds normally. On an offline GPU host it builds a
 # CUDA-only ParaLab from gpu-bundle/ (scripts/make-gpu-bundle.sh, run where the packages are),
 # taking cuDNN, cuBLAS and NCCL from the CUDA toolkit or from PyTorch's nvidia-* Python wheels.
+# A copy of the tree without .git records its commit only from .paralab-source-commit
+# (scripts/stamp-source.sh, run before copying; carry the file with gpu-bundle).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/gpu-check-out}
@@ -63,6 +65,7 @@ if [[ ! -x build-gpu/bench_runner ]]; then
 fi
 grep "ParaLab:" "$OUT/configure.log" 2>/dev/null | tee -a "$OUT/summary.txt"
 log "built in $(( $(date +%s) - t0 )) s"
+log "built from: $(grep -hE '^#define PARALAB_BUILD_(COMMIT|DIRTY|COMMIT_ORIGIN) ' build-gpu/generated/paralab_build_info.h 2>/dev/null | awk '{print $3}' | tr '\n' ' ')(commit, dirty, origin; run scripts/stamp-source.sh and carry .paralab-source-commit where the copy has no .git)"
 
 # GPU tests: every backend test on cuda; collectives (NCCL included), data_parallel, layer_split
 # and channel_split on virtual devices.

@@ -1,5 +1,8 @@
 #!/usr/bin/env bash
 # The test job, set-up included: installs what is missing, builds, and runs every test (ctest).
+# The numerical tests (label "numerics": backends, reference, training, every strategy against
+# single-device training) then run again with oneDNN limited to AVX2 and to SSE4.1, so that an
+# AVX-512 machine also checks the AVX2 and SSE code paths and an AVX2 machine the SSE one.
 # Where nvcc is present the default build includes the CUDA backend; then a second, CPU-only
 # build (PARALAB_WITH_CUDA=OFF) is built and tested too, so that the build without CUDA keeps
 # working.
@@ -8,6 +11,11 @@ cd "$(dirname "$0")/.."
 scripts/install-deps.sh
 scripts/build.sh
 (cd "${BUILD_DIR:-build}" && ctest --output-on-failure --timeout 600 -j "$(nproc)")
+for isa in AVX2 SSE41; do
+  echo "test.sh: numerical tests with ONEDNN_MAX_CPU_ISA=$isa"
+  (cd "${BUILD_DIR:-build}" &&
+    ONEDNN_MAX_CPU_ISA=$isa ctest -L numerics --output-on-failure --timeout 600 -j "$(nproc)")
+done
 if command -v nvcc >/dev/null || [[ -x /usr/local/cuda/bin/nvcc ]]; then
   echo "test.sh: CPU-only build (PARALAB_WITH_CUDA=OFF)"
   BUILD_DIR=build-cpu-only scripts/build.sh -DPARALAB_WITH_CUDA=OFF

@@ -102,9 +102,10 @@ class BenchRunnerCase(unittest.TestCase):
         path.write_text(doc if isinstance(doc, str) else json.dumps(doc, indent=1))
         return name  # relative to the cwd bench_runner runs in
 
-    def run_bench(self, *args):
+    def run_bench(self, *args, env=None):
         return subprocess.run([str(BENCH_RUNNER), *args], cwd=self.tmp, stdin=subprocess.DEVNULL,
-                              capture_output=True, text=True, timeout=TIMEOUT_S)
+                              capture_output=True, text=True, timeout=TIMEOUT_S,
+                              env=None if env is None else {**os.environ, **env})
 
     def files(self):
         """Every file under the temporary cwd (hidden ones included), relative paths."""
@@ -138,7 +139,7 @@ class HappyPath(BenchRunnerCase):
         self.assertEqual(self.files(), ["descriptor.json", "out.json"], "stray or temporary files")
         doc = self.load_valid_results("out.json")
 
-        self.assertEqual(doc["schema_version"], 1)
+        self.assertEqual(doc["schema_version"], 2)
         self.assertEqual(doc["environment"]["argv"],
                          [str(BENCH_RUNNER), name, "--out", "out.json", "--quiet"])
         self.assertEqual(doc["dataset"], {"dir": DATA_DIR, "train_examples": TRAIN_LIMIT,
@@ -527,6 +528,33 @@ class FailedRun(BenchRunnerCase):
         self.assertEqual((run["epochs"], run["iterations"], run["warmup"]), ([], [], []))
 
 
+class Environment(BenchRunnerCase):
+    needs_data = True
+
+    def test_records_onednn_isa_no_gpu_and_both_commits(self):
+        name = self.write_descriptor(tiny_descriptor())
+        proc = self.run_bench(name, "--out", "out.json", "--quiet",
+                              env={"ONEDNN_MAX_CPU_ISA": "SSE41"})
+        self.assert_ran(proc)
+        env = self.load_valid_results("out.json")["environment"]
+        self.assertEqual(env["onednn_cpu_isa"], "sse41")
+        self.assertIsNone(env["gpu_model"], "a CPU run used no GPU")
+        tree = env["git"]["source_tree"]
+        self.assertEqual(Path(tree["path"]).resolve(), SOURCE_DIR)
+        git = shutil.which("git")
+        top = subprocess.run([git, "-C", str(SOURCE_DIR), "rev-parse", "--show-toplevel"],
+                             capture_output=True, text=True) if git else None
+        if not top or top.returncode != 0 or Path(top.stdout.strip()).resolve() != SOURCE_DIR:
+            self.assertIsNone(tree["commit"], "the source directory is not its own git checkout")
+            return
+        head = subprocess.run([git, "-C", str(SOURCE_DIR), "rev-parse", "HEAD"],
+                              capture_output=True, text=True, check=True).stdout.strip()
+        self.assertEqual(tree["commit"], head)
+        # ctest runs after the build: the binary was built from the same HEAD.
+        self.assertEqual((env["git"]["build"]["commit"], env["git"]["build"]["from"]),
+                         (head, "git"))
+
+
 class Schemas(unittest.TestCase):
     def test_shipped_descriptors_match_the_schema(self):
         descriptors = [p for p in sorted((SOURCE_DIR / "experiments").glob("*.json"))
@@ -537,7 +565,7 @@ class Schemas(unittest.TestCase):
                 self.assertEqual(validate(DESCRIPTOR_SCHEMA, json.loads(path.read_text())), [])
 
     def test_schema_rejects_a_broken_results_file(self):
-        broken = {"schema_version": 2, "environment": {}, "descriptor": {}, "dataset": {},
+        broken = {"schema_version": 3, "environment": {}, "descriptor": {}, "dataset": {},
                   "runs": []}
         paths = {line.split(":")[0] for line in validate(RESULTS_SCHEMA, broken)}
         self.assertTrue({"$.schema_version", "$.environment", "$.descriptor", "$.dataset",

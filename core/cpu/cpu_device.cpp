@@ -76,6 +76,38 @@ void rethrow_dnnl(const dnnl::error& e, const char* op, const char* file, int li
       file, line);
 }
 
+std::string onednn_cpu_isa() {
+  // The most capable instruction set oneDNN dispatches to: the CPU's, or less where
+  // ONEDNN_MAX_CPU_ISA (or dnnl::set_max_cpu_isa) limits it. Names as ONEDNN_MAX_CPU_ISA takes
+  // them.
+  switch (dnnl::get_effective_cpu_isa()) {
+    case dnnl::cpu_isa::sse41:
+      return "sse41";
+    case dnnl::cpu_isa::avx:
+      return "avx";
+    case dnnl::cpu_isa::avx2:
+      return "avx2";
+    case dnnl::cpu_isa::avx2_vnni:
+      return "avx2_vnni";
+    case dnnl::cpu_isa::avx512_mic:
+      return "avx512_mic";
+    case dnnl::cpu_isa::avx512_mic_4ops:
+      return "avx512_mic_4ops";
+    case dnnl::cpu_isa::avx512_core:
+      return "avx512_core";
+    case dnnl::cpu_isa::avx512_core_vnni:
+      return "avx512_core_vnni";
+    case dnnl::cpu_isa::avx512_core_bf16:
+      return "avx512_core_bf16";
+    case dnnl::cpu_isa::avx512_core_amx:
+      return "avx512_core_amx";
+    case dnnl::cpu_isa::all:
+      return "all";
+    default:
+      return "isa " + std::to_string(static_cast<int>(dnnl::get_effective_cpu_isa()));
+  }
+}
+
 std::string onednn_version() {
   const dnnl_version_t* v = dnnl_version();
   return std::to_string(v->major) + "." + std::to_string(v->minor) + "." + std::to_string(v->patch);

@@ -49,6 +49,8 @@ class CpuDevice final : public Device {
 [[noreturn]] void rethrow_dnnl(const dnnl::error& e, const char* op, const char* file, int line);
 
 std::string onednn_version();
+// e.g. "avx512_core", "avx2", "sse41": the instruction set oneDNN's kernels use here.
+std::string onednn_cpu_isa();
 
 }  // namespace paralab::cpu
 
