@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # Configures and builds ParaLab (Release) into ${BUILD_DIR:-build}. Extra arguments go to cmake.
+# BUILD_TARGETS="bench_runner ..." builds only those targets (default: everything).
 # Configures again whenever the build folder has no build system (a configure that failed or was
 # killed leaves CMakeCache.txt without build.ninja / Makefile), and starts the folder afresh when
 # it was configured with another generator than the one chosen here (ninja when installed).
@@ -22,4 +23,6 @@ elif (($#)) || [[ ! -f "$build_dir/build.ninja" && ! -f "$build_dir/Makefile" ]]
   # CMake keeps the options of the earlier configure in the cache; NOTFOUND entries are searched again.
   cmake -S . -B "$build_dir" "$@"
 fi
-cmake --build "$build_dir" --parallel "$(nproc)"
+targets=()
+for t in ${BUILD_TARGETS:-}; do targets+=(--target "$t"); done
+cmake --build "$build_dir" --parallel "$(nproc)" "${targets[@]}"
