@@ -3,14 +3,24 @@
 //   bench_runner DESCRIPTOR.json [--out PATH] [--set key.path=value ...] [--data-dir DIR]
 //                [--quiet] [--plot]
 //
-// Exit status: 0 when every run ended ok, skipped or diverged; 1 on bad input (one line on
-// stderr, no results file); 3 when a run failed (its reason is in the results file); 4 when
-// --plot could not draw the plots (the results file is written).
+// Exit status: 0 when the runs ended ok, diverged or skipped (not all skipped); 1 on bad input
+// (one line on stderr, no results file); 3 when a run failed (its reason is in the results
+// file); 4 when nothing could run (every run skipped); 5 when --plot could not draw the plots;
+// 128 + the signal (130, 143) when SIGINT or SIGTERM stopped it. The results file exists from
+// before the first run and holds every finished run at every moment (ResultsFile).
+#include <signal.h>
+#include <unistd.h>
+
 #include <CLI/CLI.hpp>
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <ctime>
 #include <filesystem>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -24,6 +34,48 @@
 namespace {
 
 using nlohmann::json;
+
+// The first SIGINT/SIGTERM's number: the run in progress stops after its iteration, the results
+// file is written with it marked interrupted, and bench_runner exits 128 + the number. A second
+// signal exits at once, removing the temporary file of a write in progress: the results file
+// then holds the runs written before.
+std::atomic<int> g_stop{0};
+
+extern "C" void on_stop_signal(int sig) {
+  if (g_stop.exchange(sig) != 0) {
+    paralab::remove_temporary_results_file();
+    _exit(128 + sig);
+  }
+  static const char msg[] =
+      "\nbench_runner: stopping after the current iteration to write the results (signal again "
+      "to stop at once)\n";
+  const ssize_t ignored = ::write(STDERR_FILENO, msg, sizeof msg - 1);
+  (void)ignored;
+}
+
+void install_signal_handlers() {
+  struct sigaction sa {};
+  sa.sa_handler = on_stop_signal;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART;
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+}
+
+// About how large the results file grows: measured on the reference files, ~260 bytes per
+// iteration on one device and ~300 more per device beyond it, plus a few KiB per run.
+uint64_t expected_results_bytes(const paralab::Descriptor& d, const paralab::FashionMnist& data) {
+  uint64_t bytes = 64 << 10;
+  for (const auto& run : d.runs) {
+    const auto& t = run.training;
+    const int64_t global = run.batch_scaling == "weak" ? t.batch_size * run.devices : t.batch_size;
+    int64_t per_epoch = (data.train.count + global - 1) / std::max<int64_t>(global, 1);
+    if (t.max_iterations_per_epoch) per_epoch = std::min(per_epoch, *t.max_iterations_per_epoch);
+    const auto iterations = static_cast<uint64_t>(per_epoch) * static_cast<uint64_t>(t.epochs);
+    bytes += 8192 + iterations * (260 + 300 * static_cast<uint64_t>(run.devices - 1));
+  }
+  return bytes;
+}
 
 std::string cell(const json& v, const char* fmt) {
   if (!v.is_number()) return "-";
@@ -92,6 +144,41 @@ void add_scaling(json& runs) {
   }
 }
 
+// The ok runs of an earlier results file of the same descriptor, for --resume. The descriptor
+// must be the same after --set and defaults (and so expand to the same runs); the earlier file's
+// runs are matched to this descriptor's by their expanded configuration (run_spec), not their
+// position, so a file with the runs in any order, or only some of them, resumes.
+std::vector<json> resumable_runs(const std::string& file, const paralab::Descriptor& d) {
+  paralab::check_utf8("--resume", file);
+  std::ifstream in(file);
+  if (!in) throw paralab::Error("--resume " + file + ": cannot open: " + std::strerror(errno));
+  json old;
+  try {
+    old = json::parse(in);
+  } catch (const json::exception&) {
+    throw paralab::Error("--resume " + file + ": not a JSON file");
+  }
+  if (!old.is_object() || !old.contains("runs") || !old["runs"].is_array() ||
+      !old.contains("descriptor"))
+    throw paralab::Error("--resume " + file + ": not a ParaLab results file");
+  if (old.value("schema_version", 0) != paralab::kResultsSchemaVersion)
+    throw paralab::Error("--resume " + file + ": schema_version " +
+                         old.value("schema_version", json(nullptr)).dump() +
+                         ", this bench_runner writes " +
+                         std::to_string(paralab::kResultsSchemaVersion) + " (rerun it whole)");
+  if (old["descriptor"] != d.resolved) {
+    const json diff = json::diff(old["descriptor"], d.resolved);
+    const std::string where = diff.empty() ? "" : diff[0].value("path", std::string());
+    throw paralab::Error("--resume " + file + ": made from another descriptor (they differ at " +
+                         (where.empty() ? std::string("the top level") : where) + ")");
+  }
+  std::vector<json> ok;
+  for (json& r : old["runs"])
+    if (r.is_object() && r.value("status", "") == "ok" && r.contains("run_spec"))
+      ok.push_back(std::move(r));
+  return ok;
+}
+
 // Runs plotting/plot_all.py on the results file with Debian's python3 (where python3-matplotlib
 // lives) when present. The results are already written; a plotting failure is reported on its
 // own and gives exit status 4.
@@ -127,6 +214,10 @@ int run(int argc, char** argv) {
                  "override a descriptor key, e.g. --set training.epochs=2 --set runs.0.devices=2")
       ->allow_extra_args(false);  // one assignment per --set, so the descriptor may follow
   app.add_option("--data-dir", data_dir, "Fashion-MNIST directory (overrides dataset.dir)");
+  std::string resume;
+  app.add_option("--resume", resume,
+                 "a results file of this descriptor: its ok runs are kept, the rest run; all go "
+                 "to a new results file");
   app.add_flag("--quiet", quiet, "no progress and no summary table");
   try {
     app.parse(argc, argv);
@@ -139,8 +230,11 @@ int run(int argc, char** argv) {
   }
 
   const std::string utc = paralab::utc_now("%Y-%m-%dT%H:%M:%SZ");
+  if (!out.empty()) paralab::check_utf8("--out", out);
   const paralab::Descriptor d = paralab::load_descriptor(
       descriptor_file, sets, data_dir.empty() ? std::nullopt : std::optional(data_dir));
+  std::vector<json> reusable;  // --resume: ok runs, each used once
+  if (!resume.empty()) reusable = resumable_runs(resume, d);
   const std::string path = paralab::choose_results_path(
       out.empty() ? std::nullopt : std::optional(out), d.name, paralab::utc_timestamp());
   const paralab::FashionMnist data =
@@ -151,39 +245,87 @@ int run(int argc, char** argv) {
                 std::to_string(data.test.count) + " test)");
   json doc;
   doc["schema_version"] = paralab::kResultsSchemaVersion;
+  doc["state"] = "running";
   doc["environment"] = paralab::describe_environment(argc, argv, utc);
   doc["descriptor"] = d.resolved;
   doc["dataset"] = {
       {"dir", data.dir}, {"train_examples", data.train.count}, {"test_examples", data.test.count}};
   doc["runs"] = json::array();
-  bool failed = false;
-  for (std::size_t i = 0; i < d.runs.size(); ++i) {
+  if (!resume.empty()) doc["resumed_from"] = {{"path", resume}, {"runs_kept", 0}};
+  // From here on a signal stops the run in progress and the file keeps every finished run.
+  install_signal_handlers();
+  paralab::ResultsFile file =
+      paralab::ResultsFile::create(path, out.empty(), doc, expected_results_bytes(d, data));
+  progress.line("results: " + file.path() + " (rewritten after each run)");
+  for (std::size_t i = 0; i < d.runs.size() && g_stop.load() == 0; ++i) {
     paralab::RunContext ctx{
-        &d, &data, &progress, static_cast<int>(i), static_cast<int>(d.runs.size()), quiet};
-    json r = paralab::run_training(d.runs[i], ctx);
-    failed = failed || r["status"] == "failed";
-    doc["runs"].push_back(std::move(r));
+        &d, &data, &progress, static_cast<int>(i), static_cast<int>(d.runs.size()), quiet, &g_stop};
+    const auto kept = std::find_if(reusable.begin(), reusable.end(), [&](const json& r) {
+      return r["run_spec"] == d.runs[i].expanded;
+    });
+    if (kept != reusable.end()) {
+      progress.line("[run " + std::to_string(i + 1) + "/" + std::to_string(d.runs.size()) + "] " +
+                    d.runs[i].label + ": ok in " + resume + ", kept");
+      doc["runs"].push_back(std::move(*kept));
+      reusable.erase(kept);
+      doc["resumed_from"]["runs_kept"] = doc["resumed_from"]["runs_kept"].get<int>() + 1;
+    } else {
+      doc["runs"].push_back(paralab::run_training(d.runs[i], ctx));
+    }
+    add_scaling(doc["runs"]);
+    doc["environment"]["gpu_model"] = paralab::used_gpu_models(doc["runs"]);
+    if (i + 1 < d.runs.size()) file.update(doc);
   }
-  add_scaling(doc["runs"]);
-  doc["environment"]["gpu_model"] = paralab::used_gpu_models(doc["runs"]);
-  const std::string written = paralab::write_results_atomically(doc, path, out.empty());
+  const int stop = g_stop.load();
+  doc["state"] = stop ? "interrupted" : "complete";
+  file.update(doc);
   if (!quiet) {
     print_summary(doc["runs"]);
-    std::printf("\nresults: %s\n", written.c_str());
+    std::printf("\nresults: %s\n", file.path().c_str());
     std::fflush(stdout);
   }
-  if (plot && !draw_plots(written, quiet)) return 4;
-  return failed ? 3 : 0;
+  if (stop) {
+    std::fprintf(stderr, "bench_runner: interrupted by %s: %zu of %zu runs in %s\n",
+                 paralab::signal_name(stop).c_str(), doc["runs"].size(), d.runs.size(),
+                 file.path().c_str());
+    return 128 + stop;
+  }
+  bool failed = false, any_ran = false;
+  for (const json& r : doc["runs"]) {
+    failed = failed || r["status"] == "failed";
+    any_ran = any_ran || r["status"] != "skipped";
+  }
+  if (plot && any_ran && !draw_plots(file.path(), quiet)) return 5;
+  if (failed) return 3;
+  if (!any_ran) {
+    std::fprintf(stderr, "bench_runner: nothing could run: every run was skipped (reasons in %s)\n",
+                 file.path().c_str());
+    return 4;
+  }
+  return 0;
 }
 
 }  // namespace
 
+// One line of at most ~300 characters: a message that quotes input must not flood the terminal.
+std::string one_line(std::string m) {
+  for (char& c : m)
+    if (c == '\n' || c == '\r') c = ' ';
+  return m.size() > 320 ? m.substr(0, 200) + " ... " + m.substr(m.size() - 100) : m;
+}
+
 int main(int argc, char** argv) {
   try {
     return run(argc, argv);
+  } catch (const std::bad_alloc&) {
+    std::fflush(stdout);
+    std::fprintf(stderr,
+                 "bench_runner: out of memory outside a run (reading the descriptor or "
+                 "the data, or writing the results)\n");
+    return 1;
   } catch (const std::exception& e) {
     std::fflush(stdout);
-    std::fprintf(stderr, "bench_runner: %s\n", e.what());
+    std::fprintf(stderr, "bench_runner: %s\n", one_line(e.what()).c_str());
     return 1;
   }
 }

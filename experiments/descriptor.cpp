@@ -1,6 +1,10 @@
 #include "experiments/descriptor.h"
 
+#include <cerrno>
 #include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <regex>
 #include <sstream>
@@ -65,10 +69,15 @@ class Reader {
     return integer(v, path, min);
   }
 
-  double positive_number(const json& v, const std::string& path) const {
+  // A number that becomes a float: finite and > 0 as a float too (4.9e-324 rounds to 0 and
+  // 1e300 to infinity in float32).
+  double positive_float(const json& v, const std::string& path) const {
     if (!v.is_number()) fail(path, "must be a number, got " + type_name(v));
     const double x = v.get<double>();
     if (!(x > 0.0) || !std::isfinite(x)) fail(path, "must be > 0, got " + v.dump());
+    const auto f = static_cast<float>(x);
+    if (!(f > 0.0f) || !std::isfinite(f))
+      fail(path, "must be a positive float32 (1.2e-38 to 3.4e38), got " + v.dump());
     return x;
   }
 
@@ -80,6 +89,86 @@ class Reader {
  private:
   std::string file_;
 };
+
+// Descriptors nest a few levels (runs.0.sweep.key.[values]); anything deeper is a mistake or an
+// attack, and the JSON writer recurses once per level (100,000 levels overflow the stack).
+constexpr int kMaxDepth = 32;
+// Runs after sweep expansion, counted before expanding: 10 keys of 10 values would be 10^10.
+constexpr double kMaxRuns = 10000;
+
+// `text` for a message: at most 60 characters, bytes that are not printable ASCII as \xNN.
+std::string quoted(const std::string& text) {
+  std::string out;
+  for (std::size_t i = 0; i < text.size() && out.size() < 60; ++i) {
+    const auto c = static_cast<unsigned char>(text[i]);
+    if (c >= 0x20 && c < 0x7f) {
+      out += static_cast<char>(c);
+    } else {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\x%02X", c);
+      out += buf;
+    }
+  }
+  return "'" + out + (out.size() >= 60 ? "...'" : "'");
+}
+
+// nlohmann's message without its "[json.exception.parse_error.101] " prefix, in one short line.
+std::string json_error_text(const json::exception& e) {
+  std::string m = e.what();
+  if (const auto close = m.find("] ");
+      m.rfind("[json.exception.", 0) == 0 && close != std::string::npos)
+    m = m.substr(close + 2);
+  if (const auto last = m.find("; last read: "); last != std::string::npos) m = m.substr(0, last);
+  return m.size() > 200 ? m.substr(0, 200) + "..." : m;
+}
+
+struct TooDeep {};
+
+// Parses JSON no deeper than kMaxDepth. With bare_word_ok (a --set value) text that is not JSON
+// is taken as the string text_if_bare, except a number too large for a double: an error.
+template <typename Input>
+json parse_limited(Input&& input, const std::string& what, bool bare_word_ok,
+                   const std::string& text_if_bare = "") {
+  const json::parser_callback_t limit = [](int depth, json::parse_event_t, json&) {
+    if (depth > kMaxDepth) throw TooDeep{};
+    return true;
+  };
+  try {
+    return json::parse(std::forward<Input>(input), limit);
+  } catch (const TooDeep&) {
+    throw Error(what + ": nested deeper than " + std::to_string(kMaxDepth) + " levels");
+  } catch (const json::out_of_range& e) {
+    throw Error(what + ": " + json_error_text(e));
+  } catch (const json::exception& e) {
+    if (bare_word_ok) return text_if_bare;
+    throw Error(what + ": not valid JSON: " + json_error_text(e));
+  }
+}
+
+// The number of runs a run's sweep expands to (the product of its lists' lengths), before
+// expanding it; non-lists count 1 (expand_sweep names them).
+double sweep_size(const json& run) {
+  const auto sweep = run.find("sweep");
+  if (sweep == run.end() || !sweep->is_object()) return 1;
+  double n = 1;
+  for (const auto& [key, values] : sweep->items())
+    if (values.is_array()) n *= static_cast<double>(std::max<std::size_t>(values.size(), 1));
+  return n;
+}
+
+std::string fixed_count(double n) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, n < 1e15 ? "%.0f" : "%.3g", n);
+  return buf;
+}
+
+std::string sweep_keys(const json& run) {
+  std::string keys;
+  for (const auto& [key, values] : run["sweep"].items())
+    keys += (keys.empty() ? "" : " x ") + key + " (" +
+            std::to_string(values.is_array() ? values.size() : 1) + ")";
+  return keys.size() > 150 ? keys.substr(0, 150) + "..." : keys;
+}
 
 const json& defaults() {
   static const json d = {
@@ -128,7 +217,7 @@ TrainingConfig read_training(const Reader& r, const json& t, const std::string& 
   TrainingConfig c;
   c.epochs = r.integer(t.at("epochs"), path + ".epochs", 1);
   c.batch_size = r.integer(t.at("batch_size"), path + ".batch_size", 1);
-  c.lr = r.positive_number(t.at("lr"), path + ".lr");
+  c.lr = r.positive_float(t.at("lr"), path + ".lr");
   c.seed = static_cast<uint64_t>(r.integer(t.at("seed"), path + ".seed", 0));
   c.max_iterations_per_epoch =
       r.optional_integer(t.at("max_iterations_per_epoch"), path + ".max_iterations_per_epoch", 1);
@@ -251,6 +340,8 @@ RunSpec parse_run(const Reader& r, json run, const json& training_defaults, cons
     training.update(run["training"]);
   }
   spec.training = read_training(r, training, path + ".training");
+  spec.expanded = run;
+  spec.expanded["training"] = training;
   auto choice = [&](const char* key, const std::vector<std::string>& known, std::string& out) {
     if (!run.contains(key)) return;
     out = r.string(run[key], path + "." + key);
@@ -262,6 +353,15 @@ RunSpec parse_run(const Reader& r, json run, const json& training_defaults, cons
   };
   choice("batch_scaling", {"strong", "weak"}, spec.batch_scaling);
   choice("lr_scaling", {"none", "linear", "sqrt"}, spec.lr_scaling);
+  {
+    const double growth = spec.batch_scaling == "weak" ? spec.devices : 1.0;
+    const double lr = spec.lr_scaling == "linear" ? spec.training.lr * growth
+                      : spec.lr_scaling == "sqrt" ? spec.training.lr * std::sqrt(growth)
+                                                  : spec.training.lr;
+    if (!std::isfinite(static_cast<float>(lr)))
+      r.fail(path + ".lr_scaling", "scales lr " + json(spec.training.lr).dump() + " to " +
+                                       json(lr).dump() + ", beyond float32");
+  }
   if (run.contains("lr_warmup_iterations"))
     spec.lr_warmup_iterations =
         r.integer(run["lr_warmup_iterations"], path + ".lr_warmup_iterations", 0);
@@ -304,21 +404,52 @@ void fill_defaults(json& obj, const json& defs) {
 
 }  // namespace
 
+void check_utf8(const std::string& what, const std::string& text) {
+  const auto* s = reinterpret_cast<const unsigned char*>(text.data());
+  const std::size_t n = text.size();
+  for (std::size_t i = 0; i < n;) {
+    const unsigned char c = s[i];
+    std::size_t len = 0;
+    uint32_t cp = 0, min = 0;
+    if (c < 0x80) {
+      len = 1, cp = c;
+    } else if ((c & 0xE0) == 0xC0) {
+      len = 2, cp = c & 0x1F, min = 0x80;
+    } else if ((c & 0xF0) == 0xE0) {
+      len = 3, cp = c & 0x0F, min = 0x800;
+    } else if ((c & 0xF8) == 0xF0) {
+      len = 4, cp = c & 0x07, min = 0x10000;
+    }
+    bool ok = len != 0 && i + len <= n;
+    for (std::size_t k = 1; ok && k < len; ++k) {
+      ok = (s[i + k] & 0xC0) == 0x80;
+      cp = (cp << 6) | (s[i + k] & 0x3F);
+    }
+    ok = ok && cp >= min && cp <= 0x10FFFF && !(cp >= 0xD800 && cp <= 0xDFFF);
+    if (!ok)
+      throw Error(what + ": not valid UTF-8 (byte " + std::to_string(i) + "): " + quoted(text));
+    i += len;
+  }
+}
+
 void apply_override(json& doc, const std::string& assignment) {
   const auto eq = assignment.find('=');
   if (eq == std::string::npos || eq == 0)
     throw Error("--set " + assignment + ": expected key.path=value");
   const std::string path = assignment.substr(0, eq);
   const std::string text = assignment.substr(eq + 1);
-  json value = json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (value.is_discarded()) value = text;  // a bare word is a string
+  check_utf8("--set " + path, text);
+  json value = parse_limited(text, "--set " + path, /*bare_word_ok=*/true, text);
 
   json* node = &doc;
   std::string walked;
-  std::stringstream ss(path);
-  std::string part;
-  std::vector<std::string> parts;
-  while (std::getline(ss, part, '.')) parts.push_back(part);
+  std::vector<std::string> parts;  // empty parts kept: "training." names an empty key
+  for (std::size_t start = 0;;) {
+    const std::size_t dot = path.find('.', start);
+    parts.push_back(path.substr(start, dot - start));
+    if (dot == std::string::npos) break;
+    start = dot + 1;
+  }
   for (std::size_t i = 0; i < parts.size(); ++i) {
     const std::string& key = parts[i];
     if (key.empty()) throw Error("--set " + path + ": empty key in path");
@@ -386,6 +517,18 @@ Descriptor parse_descriptor(json doc, const std::string& file) {
   json& runs = doc["runs"];
   if (!runs.is_array()) r.fail("runs", "must be a list, got " + type_name(runs));
   if (runs.empty()) r.fail("runs", "must hold at least one run");
+  double total = 0;
+  for (std::size_t i = 0; i < runs.size(); ++i) {
+    const double n = runs[i].is_object() ? sweep_size(runs[i]) : 1;
+    total += n;
+    if (n > kMaxRuns)
+      r.fail("runs." + std::to_string(i) + ".sweep",
+             "expands to " + fixed_count(n) + " runs (" + sweep_keys(runs[i]) +
+                 "), more than the limit of " + fixed_count(kMaxRuns));
+    if (total > kMaxRuns)
+      r.fail("runs", "expand to more than " + fixed_count(kMaxRuns) + " runs (at runs." +
+                         std::to_string(i) + ")");
+  }
   for (std::size_t i = 0; i < runs.size(); ++i) {
     const std::string path = "runs." + std::to_string(i);
     if (!runs[i].is_object()) r.fail(path, "must be an object, got " + type_name(runs[i]));
@@ -402,14 +545,13 @@ Descriptor parse_descriptor(json doc, const std::string& file) {
 
 Descriptor load_descriptor(const std::string& file, const std::vector<std::string>& overrides,
                            const std::optional<std::string>& data_dir) {
+  check_utf8("descriptor file name", file);
+  std::error_code ec;
+  if (std::filesystem::is_directory(file, ec))
+    throw Error(file + ": is a directory, not a descriptor file");
   std::ifstream in(file);
-  if (!in) throw Error(file + ": cannot open descriptor");
-  json doc;
-  try {
-    doc = json::parse(in);
-  } catch (const json::parse_error& e) {
-    throw Error(file + ": not valid JSON: " + e.what());
-  }
+  if (!in) throw Error(file + ": cannot open descriptor: " + std::strerror(errno));
+  json doc = parse_limited(in, file, /*bare_word_ok=*/false);
   for (const auto& o : overrides) {
     try {
       apply_override(doc, o);
@@ -418,6 +560,7 @@ Descriptor load_descriptor(const std::string& file, const std::vector<std::strin
     }
   }
   if (data_dir) {
+    check_utf8("--data-dir", *data_dir);
     if (!doc.is_object()) throw Error(file + ": (top level): must be an object");
     if (doc.contains("dataset") && !doc["dataset"].is_object())
       throw Error(file + ": dataset: must be an object, got " + type_name(doc["dataset"]));

@@ -40,6 +40,9 @@ struct RunSpec {
   int64_t lr_warmup_iterations = 0;     // ramp linearly from lr to the scaled lr over these
   bool allow_oversubscription = false;  // more devices x threads than cores: run, and mark it
   nlohmann::json sweep_point;           // the sweep values that produced this run ({} if none)
+  // The run as the descriptor expands it: its keys after the sweep, with the whole training
+  // block merged in. Identifies the run in a results file (--resume matches on it).
+  nlohmann::json expanded;
 };
 
 struct Descriptor {
@@ -53,6 +56,11 @@ struct Descriptor {
   std::vector<RunSpec> runs;
   nlohmann::json resolved;  // the whole descriptor after --set, with defaults filled in
 };
+
+// An Error "<what>: not valid UTF-8 (byte N): '<text with bad bytes as \xNN>'" unless `text` is
+// UTF-8: file names and command-line values are checked before any work, since the results
+// file (JSON) can only hold UTF-8.
+void check_utf8(const std::string& what, const std::string& text);
 
 // Applies one "key.path=value" override (value parsed as JSON, else taken as a string).
 void apply_override(nlohmann::json& doc, const std::string& assignment);

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -27,71 +28,156 @@ std::string utc_now(const char* format) {
   return buf;
 }
 
-std::string choose_results_path(const std::optional<std::string>& out, const std::string& name,
-                                const std::string& timestamp) {
-  // The default name is only a first choice: write_results_atomically() moves on to -2, -3, ...
-  // if another invocation takes it meanwhile.
-  if (out) {
-    if (fs::exists(*out))
-      throw Error("--out " + *out + ": file exists (results are never overwritten)");
-    const fs::path parent = fs::path(*out).parent_path();
-    if (!parent.empty() && !fs::is_directory(parent))
-      throw Error("--out " + *out + ": directory " + parent.string() + " does not exist");
-    return *out;
-  }
-  std::error_code ec;
-  fs::create_directories("results", ec);
-  if (ec) throw Error("results/: cannot create directory: " + ec.message());
-  const std::string stem = "results/" + name + "-" + timestamp;
-  std::string path = stem + ".json";
-  for (int i = 2; fs::exists(path); ++i) path = stem + "-" + std::to_string(i) + ".json";
-  return path;
+namespace {
+
+// The temporary file being written, for the signal handler: a second signal exits at once and
+// removes it, so that only the last complete results file remains. Plain storage (a handler may
+// read it), filled before the file is created and cleared after it is renamed or removed.
+char g_temporary[4096] = {};
+
+void set_temporary(const std::string& path) {
+  const std::size_t n = std::min(path.size(), sizeof g_temporary - 1);
+  std::memcpy(g_temporary, path.data(), n);
+  g_temporary[n] = '\0';
 }
 
-std::string write_results_atomically(const nlohmann::json& doc, const std::string& path,
-                                     bool may_rename) {
-  const fs::path target(path);
-  const fs::path dir = target.parent_path().empty() ? fs::path(".") : target.parent_path();
-  std::string tmpl = (dir / ("." + target.filename().string() + ".XXXXXX")).string();
-  const int fd = mkstemp(tmpl.data());
-  if (fd < 0) throw Error(path + ": cannot create a temporary file: " + std::strerror(errno));
-  const std::string text = doc.dump(1) + "\n";
+// Writes all of `text` to fd, then syncs it; false (errno set) on any failure.
+bool write_all(int fd, const std::string& text) {
   std::size_t written = 0;
-  bool ok = true;
   while (written < text.size()) {
     const ssize_t n = ::write(fd, text.data() + written, text.size() - written);
+    if (n < 0 && errno == EINTR) continue;
     if (n <= 0) {
-      ok = false;
-      break;
+      if (n == 0) errno = EIO;
+      return false;
     }
     written += static_cast<std::size_t>(n);
   }
-  const int saved = errno;
+  return ::fsync(fd) == 0;
+}
+
+// The text of a results file. Strings that are not UTF-8 are written with U+FFFD in place of
+// the bad bytes instead of failing (every input string is checked up front; this is the last
+// line of defence), and nesting is bounded by the descriptor's depth limit.
+std::string results_text(const nlohmann::json& doc) {
+  return doc.dump(1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+}
+
+std::string directory_of(const std::string& path) {
+  const fs::path parent = fs::path(path).parent_path();
+  return parent.empty() ? "." : parent.string();
+}
+
+}  // namespace
+
+void remove_temporary_results_file() noexcept {
+  if (g_temporary[0] != '\0') ::unlink(g_temporary);
+}
+
+std::string choose_results_path(const std::optional<std::string>& out, const std::string& name,
+                                const std::string& timestamp) {
+  // The default name is only a first choice: ResultsFile::create() moves on to -2, -3, ... if
+  // another invocation takes it meanwhile.
+  std::string path;
+  if (out) {
+    path = *out;
+    struct stat st {};
+    // lstat: a dangling symbolic link exists too, and is never written through.
+    if (::lstat(path.c_str(), &st) == 0)
+      throw Error("--out " + path + ": " +
+                  (S_ISLNK(st.st_mode) ? "is a symbolic link" : "file exists") +
+                  " (results are never overwritten)");
+    if (path.ends_with("/")) throw Error("--out " + path + ": names a directory, not a file");
+  } else {
+    std::error_code ec;
+    fs::create_directories("results", ec);
+    if (ec) throw Error("results/: cannot create directory: " + ec.message());
+    const std::string stem = "results/" + name + "-" + timestamp;
+    path = stem + ".json";
+    for (int i = 2; fs::exists(fs::symlink_status(path)); ++i)
+      path = stem + "-" + std::to_string(i) + ".json";
+  }
+  const std::string dir = directory_of(path);
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec))
+    throw Error((out ? "--out " : "") + path + ": directory " + dir + " does not exist");
+  if (::access(dir.c_str(), W_OK | X_OK) != 0)
+    throw Error((out ? "--out " : "") + path + ": directory " + dir +
+                " is not writable: " + std::strerror(errno));
+  return path;
+}
+
+ResultsFile ResultsFile::create(const std::string& path, bool may_rename, const nlohmann::json& doc,
+                                uint64_t expected_bytes) {
+  const std::string text = results_text(doc);
+  const std::string stem =
+      path.size() > 5 && path.ends_with(".json") ? path.substr(0, path.size() - 5) : path;
+  std::string final_path = path;
+  int fd = -1;
+  for (int i = 2;; ++i) {
+    // O_EXCL (with O_NOFOLLOW): never an existing file, never through a symbolic link; a
+    // second invocation with the same --out stops here, before it trains.
+    fd = ::open(final_path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666);
+    if (fd >= 0) break;
+    const int err = errno;
+    if (err != EEXIST || !may_rename || i > 1000)
+      throw Error(final_path + ": cannot create results file: " + std::strerror(err) +
+                  (err == EEXIST ? " (results are never overwritten)" : ""));
+    final_path = stem + "-" + std::to_string(i) + ".json";
+  }
+  struct statvfs vfs {};
+  const bool have_space = ::fstatvfs(fd, &vfs) != 0 ||
+                          uint64_t{vfs.f_bavail} * vfs.f_frsize >= 2 * expected_bytes + text.size();
+  if (!have_space || !write_all(fd, text)) {
+    const int err = have_space ? errno : ENOSPC;
+    ::close(fd);
+    ::unlink(final_path.c_str());
+    const uint64_t free_bytes = uint64_t{vfs.f_bavail} * vfs.f_frsize;
+    throw Error(final_path + ": cannot write results file: " + std::strerror(err) +
+                (have_space ? ""
+                            : " (" + std::to_string(free_bytes >> 20) +
+                                  " MiB free, the results need about " +
+                                  std::to_string((2 * expected_bytes) >> 20) + " MiB)"));
+  }
+  ::close(fd);
+  ResultsFile f;
+  f.path_ = final_path;
+  return f;
+}
+
+void ResultsFile::update(const nlohmann::json& doc) {
+  const std::string text = results_text(doc);
+  const fs::path target(path_);
+  std::string tmpl =
+      (fs::path(directory_of(path_)) / ("." + target.filename().string() + ".XXXXXX")).string();
+  set_temporary(tmpl);  // the X's are replaced in place below; the handler sees the final name
+  const int fd = mkostemp(g_temporary, O_CLOEXEC);
+  if (fd < 0) {
+    const int err = errno;
+    g_temporary[0] = '\0';
+    throw Error(path_ + ": cannot create a temporary file beside it: " + std::strerror(err) +
+                " (the file holds the runs written before)");
+  }
   // mkstemp creates 0600; results are meant to be shared like any file the user creates.
   const mode_t mask = ::umask(0);
   ::umask(mask);
-  ok = ok && ::fchmod(fd, 0666 & ~mask) == 0;
-  ok = ok && ::fsync(fd) == 0;
+  bool ok = ::fchmod(fd, 0666 & ~mask) == 0 && write_all(fd, text);
+  const int saved = errno;
   ::close(fd);
-  if (!ok) {
-    ::unlink(tmpl.c_str());
-    throw Error(path + ": write failed: " + std::strerror(saved));
+  // rename() replaces the previous version in one step: the path always holds a complete file.
+  ok = ok && ::rename(g_temporary, path_.c_str()) == 0;
+  const int err = ok ? 0 : (saved ? saved : errno);
+  if (!ok) ::unlink(g_temporary);
+  g_temporary[0] = '\0';
+  if (!ok)
+    throw Error(path_ + ": cannot update results file: " + std::strerror(err) +
+                " (the file holds the runs written before)");
+  // The rename itself is durable once the directory is synced.
+  const int dir = ::open(directory_of(path_).c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dir >= 0) {
+    ::fsync(dir);
+    ::close(dir);
   }
-  // link() refuses an existing name, unlike rename(): an existing file is never replaced.
-  std::string final_path = path;
-  const std::string stem =
-      path.size() > 5 && path.ends_with(".json") ? path.substr(0, path.size() - 5) : path;
-  for (int i = 2; ::link(tmpl.c_str(), final_path.c_str()) != 0; ++i) {
-    const int err = errno;
-    if (err != EEXIST || !may_rename || i > 1000) {
-      ::unlink(tmpl.c_str());
-      throw Error(final_path + ": cannot create results file: " + std::strerror(err) +
-                  (err == EEXIST ? " (results are never overwritten)" : ""));
-    }
-    final_path = stem + "-" + std::to_string(i) + ".json";
-  }
-  ::unlink(tmpl.c_str());
-  return final_path;
 }
 
 double percentile(std::vector<double> values, double p) {

@@ -2,6 +2,7 @@
 // The format is documented in results/README.md with a JSON Schema beside it.
 #pragma once
 
+#include <cstdint>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -14,16 +15,33 @@ constexpr int kResultsSchemaVersion = 2;
 std::string utc_now(const char* format);
 inline std::string utc_timestamp() { return utc_now("%Y%m%dT%H%M%SZ"); }
 
-// --out when given (an Error if it exists: results are never overwritten), else
-// results/<name>-<timestamp>.json, with -2, -3, ... appended if that name is taken.
+// --out when given, else results/<name>-<timestamp>.json (-2, -3, ... appended if taken),
+// checked before any work: --out must not exist (not even as a dangling symbolic link: results
+// are never overwritten) and its directory must exist and be writable. Errors name the path.
 std::string choose_results_path(const std::optional<std::string>& out, const std::string& name,
                                 const std::string& timestamp);
 
-// Writes `doc` to a temporary file beside `path`, then links it into place, and returns the path
-// written. If `path` exists: with may_rename (a default name) the next free "-2", "-3", ...
-// name is used; without it, an Error. Nothing is left behind on failure.
-std::string write_results_atomically(const nlohmann::json& doc, const std::string& path,
-                                     bool may_rename);
+// A results file that holds every finished run at every moment. create() makes it exclusively
+// before the first run, so a second invocation with the same path, an unwritable place or a
+// full disk stops there; update() rewrites it whole into a temporary file beside it and renames
+// that over it, so a kill at any point leaves the last complete version.
+class ResultsFile {
+ public:
+  // Creates `path` (with may_rename, a default name: the next free -2, -3, ... if taken) holding
+  // `doc`. expected_bytes: the estimated final size; the file system must have room for it
+  // twice (the file and its next version), else an Error naming the path and the space.
+  static ResultsFile create(const std::string& path, bool may_rename, const nlohmann::json& doc,
+                            uint64_t expected_bytes);
+  void update(const nlohmann::json& doc);
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+// Removes the temporary file an update() is writing, if any: async-signal-safe, for a signal
+// handler that must exit at once and leave only the last complete results file.
+void remove_temporary_results_file() noexcept;
 
 // Environment block: CPU, cores, compiler, library versions, oneDNN's instruction set, the
 // commit the binary was built from and the source tree's, argv, UTC time. gpu_model is null here:

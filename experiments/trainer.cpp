@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <csignal>
 #include <cstdio>
 #include <thread>
 
@@ -124,6 +125,12 @@ std::string fixed(double v, int digits) {
 
 }  // namespace
 
+std::string signal_name(int sig) {
+  if (sig == SIGINT) return "SIGINT";
+  if (sig == SIGTERM) return "SIGTERM";
+  return "signal " + std::to_string(sig);
+}
+
 json run_training(const RunSpec& run, const RunContext& ctx) {
   const TrainingConfig& tc = run.training;
   const Descriptor& d = *ctx.descriptor;
@@ -150,6 +157,7 @@ json run_training(const RunSpec& run, const RunContext& ctx) {
 
   json result;
   result["label"] = run.label;
+  result["run_spec"] = run.expanded;
   json config = {{"strategy", run.strategy},
                  {"backend", backend},
                  {"devices", run.devices},
@@ -234,6 +242,16 @@ json run_training(const RunSpec& run, const RunContext& ctx) {
       int64_t done = 0;
       double timed_seconds = 0;  // for the ETA
       const auto run_start = Clock::now();
+      const auto stopped = [&] { return ctx.stop && ctx.stop->load() != 0; };
+      const auto interrupt = [&](int64_t epoch, int64_t iterations_done) {
+        status = "interrupted";
+        reason = "interrupted by " + signal_name(ctx.stop->load()) + " in epoch " +
+                 std::to_string(epoch) + " after " + std::to_string(iterations_done) +
+                 " iteration" + (iterations_done == 1 ? "" : "s") + "; " +
+                 std::to_string(epoch - 1) + " epoch" + (epoch == 2 ? "" : "s") + " completed";
+        result["interrupted_at"] = {{"epoch", epoch}, {"iteration", iterations_done}};
+        ctx.progress->line(prefix + ": " + reason);
+      };
 
       for (int64_t epoch = 1; epoch <= tc.epochs && status == "ok"; ++epoch) {
         const std::vector<int32_t> order = random_permutation(train.count, shuffle);
@@ -242,6 +260,10 @@ json run_training(const RunSpec& run, const RunContext& ctx) {
         int64_t correct = 0, samples = 0;
         const auto epoch_start = Clock::now();
         for (int64_t it = 0; it < per_epoch; ++it) {
+          if (stopped()) {
+            interrupt(epoch, it);
+            break;
+          }
           const int64_t offset = it * global;
           const int64_t count = std::min(global, train.count - offset);
           const float lr = lr_at(done);
@@ -272,6 +294,7 @@ json run_training(const RunSpec& run, const RunContext& ctx) {
           }
         }
         const double train_seconds = seconds_since(epoch_start);
+        if (status == "ok" && stopped()) interrupt(epoch, per_epoch);  // before its evaluation
         if (status != "ok") break;
         const auto eval_start = Clock::now();
         const EvalResult e = strategy->evaluate();
@@ -305,7 +328,11 @@ json run_training(const RunSpec& run, const RunContext& ctx) {
       status = "skipped";
       reason = e.what();
       ctx.progress->line(prefix + ": skipped: " + reason);
-    } catch (const std::exception& e) {  // Error, and bad_alloc & co: the next run still goes on
+    } catch (const std::bad_alloc&) {  // the next run still goes on, and may fit
+      status = "failed";
+      reason = "out of memory";
+      ctx.progress->line(prefix + ": failed: " + reason);
+    } catch (const std::exception& e) {  // Error, and the like: the next run still goes on
       status = "failed";
       reason = e.what();
       ctx.progress->line(prefix + ": failed: " + reason);

@@ -2,7 +2,9 @@
 // through a Strategy, evaluate per epoch, time every iteration; it does not know the strategy.
 #pragma once
 
+#include <atomic>
 #include <nlohmann/json.hpp>
+#include <string>
 
 #include "core/fashion_mnist.h"
 #include "experiments/descriptor.h"
@@ -17,10 +19,17 @@ struct RunContext {
   int index;  // 0-based
   int total;
   bool quiet = false;  // no warnings on stderr
+  // Set (to the signal's number) by a SIGINT/SIGTERM handler: the run stops after the iteration
+  // in progress and is recorded as interrupted. Null: never.
+  const std::atomic<int>* stop = nullptr;
 };
 
-// One element of the results' runs[]: config, status (ok | skipped | diverged | failed) and
-// reason, iterations, warmup, timing, epochs. Library errors inside the run become "failed".
+// "SIGINT", "SIGTERM", or "signal N".
+std::string signal_name(int sig);
+
+// One element of the results' runs[]: config, status (ok | skipped | diverged | failed |
+// interrupted) and reason, iterations, warmup, timing, epochs (the completed ones). Library
+// errors inside the run become "failed".
 nlohmann::json run_training(const RunSpec& run, const RunContext& ctx);
 
 }  // namespace paralab
