@@ -4,8 +4,8 @@
 // package dataset-fashion-mnist installs into /usr/share/datasets/fashion-mnist:
 //   train-images-idx3-ubyte.gz  train-labels-idx1-ubyte.gz
 //   t10k-images-idx3-ubyte.gz   t10k-labels-idx1-ubyte.gz
-// The same names without ".gz" are accepted too (zlib's gzread passes plain files through); when
-// both exist the ".gz" one is read. Get the data with `apt-get install dataset-fashion-mnist` or
+// The same names without ".gz" are accepted too (plain IDX files); when both exist the ".gz" one
+// is read. Get the data with `apt-get install dataset-fashion-mnist` or
 // scripts/fetch-fashion-mnist.sh (downloads into ./data/fashion-mnist and checks the MD5 sums).
 //
 // IDX layout (all integers big-endian): images = magic 0x00000803, count, rows, cols, then
@@ -17,6 +17,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -47,14 +48,23 @@ std::string find_fashion_mnist_dir(const std::vector<std::string>& dirs);
 // Loads train and test from the first search directory that holds all four files. An explicit_dir
 // that lacks any of them is an error: the search never falls back past a directory the user
 // named. A limit keeps only the first N examples of that split (N >= 1; a limit above the split's
-// size keeps it all); nullopt keeps all. The whole file is validated whatever the limit.
+// size keeps it all); nullopt keeps all. The whole file is validated whatever the limit. With
+// `side`, images must be side x side (bench_runner: LeNet's 28), checked from the header.
 FashionMnist load_fashion_mnist(const std::optional<std::string>& explicit_dir,
                                 std::optional<int64_t> train_limit,
-                                std::optional<int64_t> test_limit);
+                                std::optional<int64_t> test_limit,
+                                std::optional<int> side = std::nullopt);
 
-// Reads and validates one images/labels pair: readable gzip or plain file, magic numbers,
-// dimensions, exact byte counts (no truncation, no trailing bytes), equal counts, labels in 0..9.
+// Reads and validates one images/labels pair: readable gzip (one or more members, nothing after
+// them) or plain file, magic numbers, dimensions (side x side when `side` is given), exact byte
+// counts (no truncation, no trailing bytes), equal counts, labels in 0..9. The header is checked
+// before the body is decompressed, and no more than it promises is ever inflated.
 Dataset read_idx_pair(const std::string& images_path, const std::string& labels_path,
-                      std::optional<int64_t> limit);
+                      std::optional<int64_t> limit, std::optional<int> side = std::nullopt);
+// The same from the files' stored bytes in memory (messages name them "images" and "labels"):
+// for tests and the fuzzer (tests/fuzz/fuzz_idx.cpp).
+Dataset read_idx_pair_from_memory(std::span<const uint8_t> images, std::span<const uint8_t> labels,
+                                  std::optional<int64_t> limit,
+                                  std::optional<int> side = std::nullopt);
 
 }  // namespace paralab

@@ -26,6 +26,7 @@
 
 #include "core/error.h"
 #include "core/fashion_mnist.h"
+#include "core/lenet.h"
 #include "experiments/descriptor.h"
 #include "experiments/progress.h"
 #include "experiments/results.h"
@@ -238,7 +239,7 @@ int run(int argc, char** argv) {
   const std::string path = paralab::choose_results_path(
       out.empty() ? std::nullopt : std::optional(out), d.name, paralab::utc_timestamp());
   const paralab::FashionMnist data =
-      paralab::load_fashion_mnist(d.data_dir, d.train_limit, d.test_limit);
+      paralab::load_fashion_mnist(d.data_dir, d.train_limit, d.test_limit, paralab::kImageSide);
 
   paralab::Progress progress(paralab::Progress::wanted(quiet));
   progress.line("data: " + data.dir + " (" + std::to_string(data.train.count) + " train, " +

@@ -16,8 +16,10 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <initializer_list>
+#include <iterator>
 #include <optional>
 #include <random>
 #include <string>
@@ -287,6 +289,87 @@ TEST(FashionMnistRead, CorruptGzipStream) {
   write_gzip(tmp.file("lab.gz"), valid_labels());
   expect_error([&] { read_idx_pair(tmp.file("img.gz"), tmp.file("lab.gz"), std::nullopt); },
                {tmp.file("img.gz"), "unreadable", "gzip"});
+}
+
+Bytes file_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return Bytes(std::istreambuf_iterator<char>(in), {});
+}
+
+TEST(FashionMnistRead, AGzipBombIsStoppedAfterWhatTheHeaderPromises) {
+  // A header promising 3 images of 2x3, followed by 256 MiB of zeros (about 1 MB compressed):
+  // the reader inflates the 18 promised bytes and counts at most 64 MiB more, never the rest.
+  TempDir tmp;
+  {
+    gzFile f = gzopen(tmp.file("bomb.gz").c_str(), "wb1");
+    ASSERT_NE(f, nullptr);
+    const Bytes head = valid_images();
+    ASSERT_EQ(gzwrite(f, head.data(), static_cast<unsigned>(head.size())),
+              static_cast<int>(head.size()));
+    const Bytes zeros(1 << 20, 0);
+    for (int i = 0; i < 256; ++i)
+      ASSERT_EQ(gzwrite(f, zeros.data(), static_cast<unsigned>(zeros.size())), 1 << 20);
+    ASSERT_EQ(gzclose(f), Z_OK);
+  }
+  write_gzip(tmp.file("lab.gz"), valid_labels());
+  const auto t0 = std::chrono::steady_clock::now();
+  expect_error([&] { read_idx_pair(tmp.file("bomb.gz"), tmp.file("lab.gz"), std::nullopt); },
+               {tmp.file("bomb.gz"), "more than 64 MiB of unexpected trailing bytes"});
+  // 64 MiB inflate in a fraction of a second; the bound only catches reading everything of a
+  // much larger bomb, so it is loose (ctest runs suites in parallel).
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 5.0);
+}
+
+TEST(FashionMnistRead, AHeaderPromisingMoreThan4GiBIsRefusedBeforeReading) {
+  TempDir tmp;
+  write_gzip(tmp.file("img.gz"), idx_images(0x803, 0xFFFFFFFF, 28, 28, {}));
+  write_gzip(tmp.file("lab.gz"), valid_labels());
+  expect_error([&] { read_idx_pair(tmp.file("img.gz"), tmp.file("lab.gz"), std::nullopt); },
+               {tmp.file("img.gz"), "4294967295 images of 28x28", "limit of 4 GiB"});
+}
+
+TEST(FashionMnistRead, DataAfterTheGzipStreamIsAnError) {
+  TempDir tmp;
+  write_gzip(tmp.file("img.gz"), valid_images());
+  Bytes b = file_bytes(tmp.file("img.gz"));
+  b.insert(b.end(), {'j', 'u', 'n', 'k'});
+  write_plain(tmp.file("img.gz"), b);
+  write_gzip(tmp.file("lab.gz"), valid_labels());
+  expect_error([&] { read_idx_pair(tmp.file("img.gz"), tmp.file("lab.gz"), std::nullopt); },
+               {tmp.file("img.gz"), "unexpected data after the end of the gzip stream"});
+}
+
+TEST(FashionMnistRead, SeveralGzipMembersAreOneFile) {
+  // gzip -c a > f; gzip -c b >> f is one valid gzip file holding a then b.
+  TempDir tmp;
+  const Bytes img = valid_images();
+  write_gzip(tmp.file("a.gz"), Bytes(img.begin(), img.begin() + 10));
+  write_gzip(tmp.file("b.gz"), Bytes(img.begin() + 10, img.end()));
+  Bytes both = file_bytes(tmp.file("a.gz"));
+  const Bytes second = file_bytes(tmp.file("b.gz"));
+  both.insert(both.end(), second.begin(), second.end());
+  write_plain(tmp.file("img.gz"), both);
+  write_gzip(tmp.file("lab.gz"), valid_labels());
+  expect_matches_fixture(read_idx_pair(tmp.file("img.gz"), tmp.file("lab.gz"), std::nullopt),
+                         kCount);
+}
+
+TEST(FashionMnistRead, ImagesMustHaveTheModelsSideWhenOneIsGiven) {
+  TempDir tmp;
+  write_gzip(tmp.file("img.gz"), valid_images());
+  write_gzip(tmp.file("lab.gz"), valid_labels());
+  expect_error([&] { read_idx_pair(tmp.file("img.gz"), tmp.file("lab.gz"), std::nullopt, 28); },
+               {tmp.file("img.gz"), "images are 2x3, the model takes 28x28"});
+}
+
+TEST(FashionMnistRead, MemoryAndFileReadTheSame) {
+  TempDir tmp;
+  write_gzip(tmp.file("img.gz"), valid_images());
+  write_gzip(tmp.file("lab.gz"), valid_labels());
+  const Bytes img = file_bytes(tmp.file("img.gz")), lab = file_bytes(tmp.file("lab.gz"));
+  expect_matches_fixture(read_idx_pair_from_memory(img, lab, std::nullopt), kCount);
+  expect_error([&] { read_idx_pair_from_memory(img, Bytes(lab.begin(), lab.end() - 3), 2); },
+               {"labels", "truncated gzip stream"});
 }
 
 TEST(FashionMnistRead, CountMismatch) {
