@@ -23,9 +23,11 @@
 #include "experiments/allreduce_bench.h"
 
 #include <benchmark/benchmark.h>
+#include <sys/stat.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <map>
 #include <memory>
@@ -265,17 +267,36 @@ void run_lenet_per_tensor(benchmark::State& state, const std::string& algorithm)
 std::vector<int> parse_devices(const std::string& list) {
   std::vector<int> out;
   std::size_t pos = 0;
-  while (pos < list.size()) {
+  for (;;) {
     const std::size_t comma = list.find(',', pos);
     const std::string item =
         list.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
-    const int k = std::atoi(item.c_str());
-    if (k < 1 || k > 64) throw Error("--devices: '" + item + "' is not a device count in 1..64");
+    // Digits only: "2abc" is not 2.
+    const bool digits = !item.empty() && item.size() <= 2 &&
+                        item.find_first_not_of("0123456789") == std::string::npos;
+    const int k = digits ? std::stoi(item) : 0;
+    if (k < 1 || k > 64)
+      throw Error("--devices: '" + item.substr(0, 20) + "' is not a device count in 1..64");
     out.push_back(k);
     if (comma == std::string::npos) break;
     pos = comma + 1;
   }
   return out;
+}
+
+void print_help() {
+  std::printf(
+      "allreduce_bench: ParaLab's collectives timed as nccl-tests reports them\n"
+      "  --backend=cpu|cuda|auto   devices to run on (default cpu)\n"
+      "  --devices=K[,K...]        group sizes, each 1..64 (default 2,4,8)\n"
+      "  --oversubscribe           run groups with more ranks than cores (labeled time-shared)\n"
+      "  --sizes=lenet|sweep|all   message sizes: the LeNet gradient, or 4 B..256 MiB by 4x\n"
+      "                            with it (sweep, all; default sweep)\n"
+      "  --help                    this text\n"
+      "A --benchmark_out file must not exist (results are never overwritten); a\n"
+      "--benchmark_filter that selects nothing, or is not a valid regex, is an error.\n"
+      "Google Benchmark's flags:\n");
+  benchmark::PrintDefaultHelp();
 }
 
 }  // namespace
@@ -292,6 +313,17 @@ int allreduce_bench_main(int argc, char** argv,
   std::vector<char*> rest{argv[0]};
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
+    if (a == "--help" || a == "-h") {
+      print_help();
+      return 0;
+    }
+    if (a.rfind("--benchmark_out=", 0) == 0) {
+      const std::string out = a.substr(16);
+      struct stat st {};
+      if (out.empty()) throw Error("--benchmark_out: needs a file name");
+      if (::lstat(out.c_str(), &st) == 0)
+        throw Error("--benchmark_out=" + out + ": file exists (results are never overwritten)");
+    }
     if (a.rfind("--devices=", 0) == 0)
       devices = parse_devices(a.substr(10));
     else if (a.rfind("--backend=", 0) == 0)
@@ -382,8 +414,14 @@ int allreduce_bench_main(int argc, char** argv,
           ->UseManualTime()
           ->Iterations(1)
           ->Unit(benchmark::kMicrosecond);
-  benchmark::RunSpecifiedBenchmarks();
+  const std::size_t ran = benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();
+  if (ran == 0) {
+    std::fprintf(stderr,
+                 "allreduce_bench: no benchmark ran (--benchmark_filter selects none, or is not a "
+                 "valid regex; see --benchmark_list_tests)\n");
+    return 1;
+  }
   if (g_failed)
     std::fprintf(stderr, "allreduce_bench: a collective gave a wrong result (see above)\n");
   return g_failed ? 2 : 0;
