@@ -89,9 +89,16 @@ std::string choose_results_path(const std::optional<std::string>& out, const std
                   " (results are never overwritten)");
     if (path.ends_with("/")) throw Error("--out " + path + ": names a directory, not a file");
   } else {
+    // results/ is made when the file is created (ResultsFile::create), not before: bad input
+    // found in between leaves nothing behind. Until then the directory that will hold it must
+    // be writable.
     std::error_code ec;
-    fs::create_directories("results", ec);
-    if (ec) throw Error("results/: cannot create directory: " + ec.message());
+    if (!fs::exists("results", ec)) {
+      if (::access(".", W_OK | X_OK) != 0)
+        throw Error("results/: cannot be created here: " + std::string(std::strerror(errno)) +
+                    " (use --out)");
+      return "results/" + name + "-" + timestamp + ".json";
+    }
     const std::string stem = "results/" + name + "-" + timestamp;
     path = stem + ".json";
     for (int i = 2; fs::exists(fs::symlink_status(path)); ++i)
@@ -113,6 +120,11 @@ ResultsFile ResultsFile::create(const std::string& path, bool may_rename, const 
   const std::string stem =
       path.size() > 5 && path.ends_with(".json") ? path.substr(0, path.size() - 5) : path;
   std::string final_path = path;
+  if (may_rename) {  // a default name: its directory (results/) is made now, when needed
+    std::error_code ec;
+    fs::create_directories(directory_of(path), ec);
+    if (ec) throw Error(directory_of(path) + "/: cannot create directory: " + ec.message());
+  }
   int fd = -1;
   for (int i = 2;; ++i) {
     // O_EXCL (with O_NOFOLLOW): never an existing file, never through a symbolic link; a

@@ -1,0 +1,426 @@
+#!/usr/bin/python3
+"""Faults and hostile inputs: bench_runner and allreduce_bench must lose nothing and crash never.
+
+    tests/fault_test.py --bench-runner build/bench_runner --allreduce-bench build/allreduce_bench
+                        --source-dir . [-v] [unittest args]
+
+Each case asserts the exit status, the one-line message (naming the file or key, under ~300
+characters) and the results file on disk: valid against results/results.schema.json and holding
+every run that finished, or absent when the input was bad.
+- Interruption: SIGINT / SIGTERM during training, a second signal, SIGKILL at random moments
+  (during training, evaluation and the rewrites), --resume of an interrupted 6-run sweep.
+- The output: an unwritable path, a read-only file system, a full file system (at the start, and
+  filling up during the run), a racing second invocation with the same --out.
+- Inputs: bytes that are not UTF-8, a 100,000-deep array, a sweep of 10^10 runs, a gzip bomb,
+  trailing garbage after a gzip stream, images of the wrong size, learning rates that are not
+  usable floats, '--set training.=', a directory as descriptor, every run skipped.
+- allreduce_bench's flags.
+Cases that mount a file system need root (and mount rights); they skip with the reason otherwise.
+Needs the Fashion-MNIST data (the installed package, $FASHION_MNIST_DIR or SOURCE/data).
+"""
+import argparse
+import gzip
+import json
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from validate_json import validate  # noqa: E402
+
+BENCH = ALLREDUCE = SOURCE = SCHEMA = DATA = None
+STEMS = ("train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte",
+         "t10k-labels-idx1-ubyte")
+MAX_LINE = 320  # bench_runner's one-line bound
+
+
+def find_data():
+    for d in filter(None, [os.environ.get("FASHION_MNIST_DIR"), str(SOURCE / "data/fashion-mnist"),
+                           "/usr/share/datasets/fashion-mnist"]):
+        if all((Path(d) / (s + ".gz")).is_file() for s in STEMS):
+            return Path(d).resolve()
+    return None
+
+
+def descriptor(runs=1, iterations=3, epochs=1, train=512, test=256, **training):
+    t = {"epochs": epochs, "batch_size": 64, "lr": 0.1, "max_iterations_per_epoch": iterations,
+         "warmup_iterations": 1}
+    t.update(training)
+    return {"name": "fault", "dataset": {"dir": str(DATA), "train_limit": train,
+                                         "test_limit": test},
+            "training": t, "runs": [{"strategy": "single"} for _ in range(runs)]}
+
+
+def can_mount():
+    if os.geteuid() != 0:
+        return "needs root to mount a tmpfs"
+    probe = Path(tempfile.mkdtemp(prefix="paralab-mount-probe-"))
+    try:
+        r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(probe)],
+                           capture_output=True, text=True)
+        if r.returncode != 0:
+            return "cannot mount a tmpfs here: " + r.stderr.strip()
+        subprocess.run(["umount", str(probe)], check=True)
+        return ""
+    finally:
+        probe.rmdir()
+
+
+class Case(unittest.TestCase):
+    def setUp(self):
+        if DATA is None:
+            self.skipTest("Fashion-MNIST not found (apt-get install dataset-fashion-mnist)")
+        self.tmp = Path(tempfile.mkdtemp(prefix="paralab-fault-test-"))
+        self.addCleanup(shutil.rmtree, self.tmp, ignore_errors=True)
+
+    # ---- helpers ----
+    def write(self, doc, name="d.json"):
+        (self.tmp / name).write_text(json.dumps(doc))
+        return name
+
+    def start(self, *args, program=None):
+        return subprocess.Popen([str(program or BENCH), *args], cwd=self.tmp,
+                                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True, errors="replace")
+
+    def run_cmd(self, *args, program=None, timeout=120):
+        p = subprocess.run([str(program or BENCH), *args], cwd=self.tmp,
+                           stdin=subprocess.DEVNULL, capture_output=True, timeout=timeout)
+        return p.returncode, p.stdout.decode(errors="replace"), p.stderr.decode(errors="replace")
+
+    def assert_bad_input(self, args, *needles, rc=1, program=None):
+        """Exit rc, one line on stderr naming what is wrong, and no file left behind."""
+        before = sorted(p.name for p in self.tmp.rglob("*"))
+        code, out, err = self.run_cmd(*args, program=program)
+        self.assertEqual(code, rc, f"stderr: {err!r}")
+        lines = err.strip().splitlines()
+        self.assertEqual(len(lines), 1, f"not one line: {err!r}")
+        self.assertLessEqual(len(lines[0]), MAX_LINE, lines[0])
+        for n in needles:
+            self.assertIn(n, lines[0])
+        self.assertEqual(sorted(p.name for p in self.tmp.rglob("*")), before,
+                         "a file was written or left behind")
+        return lines[0]
+
+    def load_valid(self, path):
+        doc = json.loads(Path(path).read_text())
+        self.assertEqual(validate(SCHEMA, doc), [], f"{path} does not match the schema")
+        return doc
+
+    def wait_for_runs(self, path, n, proc, timeout=60):
+        """Waits until the results file holds n runs (it is rewritten after each)."""
+        t0 = time.time()
+        while time.time() - t0 < timeout:
+            if proc.poll() is not None:
+                self.fail(f"exited {proc.returncode} early: {proc.stderr.read()}")
+            try:
+                if len(json.loads(Path(path).read_text())["runs"]) >= n:
+                    return
+            except (OSError, ValueError, KeyError):
+                pass
+            time.sleep(0.02)
+        self.fail(f"{path} never held {n} runs")
+
+    def no_temporaries(self, directory):
+        left = [p.name for p in Path(directory).iterdir() if p.name.startswith(".")]
+        self.assertEqual(left, [], "temporary files left behind")
+
+
+class Interruption(Case):
+    def test_sigint_in_run_3_keeps_runs_1_and_2_and_marks_3(self):
+        name = self.write(descriptor(runs=3, iterations=400, train=60000))
+        p = self.start(name, "--out", "r.json", "--quiet")
+        self.wait_for_runs(self.tmp / "r.json", 2, p, timeout=120)
+        time.sleep(0.5)
+        p.send_signal(signal.SIGINT)
+        _, err = p.communicate(timeout=60)
+        self.assertEqual(p.returncode, 130, err)
+        self.assertIn("interrupted by SIGINT", err)
+        doc = self.load_valid(self.tmp / "r.json")
+        self.assertEqual(doc["state"], "interrupted")
+        self.assertEqual([r["status"] for r in doc["runs"]], ["ok", "ok", "interrupted"])
+        self.assertEqual(doc["runs"][2]["interrupted_at"]["epoch"], 1)
+        self.no_temporaries(self.tmp)
+
+    def test_sigterm_exits_143_and_a_second_signal_exits_at_once(self):
+        name = self.write(descriptor(runs=2, iterations=400, train=60000))
+        p = self.start(name, "--out", "r.json", "--quiet")
+        self.wait_for_runs(self.tmp / "r.json", 0, p)
+        time.sleep(1.0)
+        p.send_signal(signal.SIGTERM)
+        p.communicate(timeout=60)
+        self.assertEqual(p.returncode, 143)
+        self.assertEqual(self.load_valid(self.tmp / "r.json")["state"], "interrupted")
+        # Two signals in a row: the second ends it without writing; the file stays as it was.
+        name = self.write(descriptor(runs=2, iterations=400, train=60000), "d2.json")
+        p = self.start(name, "--out", "r2.json", "--quiet")
+        self.wait_for_runs(self.tmp / "r2.json", 0, p)
+        time.sleep(1.0)
+        p.send_signal(signal.SIGINT)
+        p.send_signal(signal.SIGINT)
+        p.communicate(timeout=60)
+        self.assertEqual(p.returncode, 130)
+        doc = self.load_valid(self.tmp / "r2.json")
+        self.assertIn(doc["state"], ("running", "interrupted"))
+        self.no_temporaries(self.tmp)
+
+    def test_sigkill_at_random_moments_leaves_a_valid_file_with_every_finished_run(self):
+        # Runs short enough that kills land in training, in evaluation (a 10,000-image test
+        # set) and during the rewrites after each run; 12 kills at spread-out moments.
+        name = self.write(descriptor(runs=6, iterations=2, test=10000))
+        rng = random.Random(7)
+        for i in range(12):
+            out = f"k{i}.json"
+            p = self.start(name, "--out", out, "--quiet")
+            self.wait_for_runs(self.tmp / out, 0, p)
+            time.sleep(rng.uniform(0.0, 2.5))
+            p.kill()
+            p.communicate(timeout=60)
+            doc = self.load_valid(self.tmp / out)
+            finished = [r for r in doc["runs"] if r["status"] == "ok"]
+            self.assertEqual(len(finished), len(doc["runs"]), "a run written unfinished")
+            self.assertIn(doc["state"], ("running", "complete"))
+            if doc["state"] == "complete":
+                self.assertEqual(len(doc["runs"]), 6)
+        # SIGKILL cannot clean up: a rewrite it interrupts may leave its hidden temporary file.
+
+    def test_resume_completes_an_interrupted_6_run_sweep_exactly(self):
+        doc = descriptor(iterations=2)
+        doc["runs"] = [{"strategy": "data_parallel", "devices": 2,
+                        "sweep": {"allreduce": ["naive", "ring", "tree"],
+                                  "batch_scaling": ["strong", "weak"]}}]
+        name = self.write(doc)
+        p = self.start(name, "--out", "first.json", "--quiet")
+        self.wait_for_runs(self.tmp / "first.json", 3, p)
+        p.send_signal(signal.SIGINT)
+        p.communicate(timeout=60)
+        self.assertEqual(p.returncode, 130)
+        first = self.load_valid(self.tmp / "first.json")
+        kept = [r for r in first["runs"] if r["status"] == "ok"]
+        self.assertGreaterEqual(len(kept), 3)
+        code, out, err = self.run_cmd(name, "--resume", "first.json", "--out", "all.json",
+                                      "--quiet")
+        self.assertEqual(code, 0, err)
+        full = self.load_valid(self.tmp / "all.json")
+        self.assertEqual(full["state"], "complete")
+        self.assertEqual(full["resumed_from"], {"path": "first.json", "runs_kept": len(kept)})
+        specs = [json.dumps(r["run_spec"], sort_keys=True) for r in full["runs"]]
+        self.assertEqual(len(specs), 6)
+        self.assertEqual(len(set(specs)), 6, "a run twice")
+        self.assertTrue(all(r["status"] == "ok" for r in full["runs"]))
+        # The kept runs are the earlier file's, unchanged.
+        for r in kept:
+            self.assertIn(r, full["runs"])
+        # Another descriptor cannot resume it.
+        self.assert_bad_input([name, "--resume", "first.json", "--set", "training.epochs=2"],
+                              "--resume first.json", "another descriptor", "/training/epochs")
+
+
+class Output(Case):
+    def test_unwritable_places_fail_before_training(self):
+        name = self.write(descriptor())
+        self.assert_bad_input([name, "--out", "/proc/x.json"], "/proc/x.json")
+        self.assert_bad_input([name, "--out", "nodir/x.json"], "nodir", "does not exist")
+        os.symlink("/nonexistent/target", self.tmp / "dangling.json")
+        self.assert_bad_input([name, "--out", "dangling.json"], "dangling.json", "symbolic link")
+        (self.tmp / "taken.json").write_text("{}")
+        self.assert_bad_input([name, "--out", "taken.json"], "taken.json", "never overwritten")
+        self.assertEqual((self.tmp / "taken.json").read_text(), "{}")
+
+    def test_a_racing_second_invocation_stops_before_training(self):
+        name = self.write(descriptor(runs=2))
+        a = self.start(name, "--out", "same.json", "--quiet")
+        b = self.start(name, "--out", "same.json", "--quiet")
+        (_, err_a), (_, err_b) = a.communicate(timeout=120), b.communicate(timeout=120)
+        self.assertEqual(sorted([a.returncode, b.returncode]), [0, 1], err_a + err_b)
+        loser = err_a if a.returncode else err_b
+        self.assertIn("same.json", loser)
+        self.assertRegex(loser, "exists|never overwritten")
+        self.assertEqual(len(self.load_valid(self.tmp / "same.json")["runs"]), 2)
+
+    def mount_tmpfs(self, size, *options):
+        why = can_mount()
+        if why:
+            self.skipTest(why)
+        mnt = self.tmp / "mnt"
+        mnt.mkdir()
+        subprocess.run(["mount", "-t", "tmpfs", "-o", ",".join([f"size={size}", *options]),
+                        "tmpfs", str(mnt)], check=True)
+        self.addCleanup(subprocess.run, ["umount", "-l", str(mnt)])
+        return mnt
+
+    def test_read_only_file_system(self):
+        mnt = self.mount_tmpfs("1m", "ro")
+        name = self.write(descriptor())
+        self.assert_bad_input([name, "--out", str(mnt / "r.json")], str(mnt), "not writable")
+
+    def test_a_full_file_system_fails_at_the_start(self):
+        mnt = self.mount_tmpfs("64k")
+        name = self.write(descriptor(runs=3, iterations=50))
+        line = self.assert_bad_input([name, "--out", str(mnt / "r.json")], str(mnt / "r.json"),
+                                     "MiB free")
+        self.assertEqual(list(mnt.iterdir()), [], line)
+
+    def test_a_file_system_that_fills_up_keeps_the_runs_written_before(self):
+        mnt = self.mount_tmpfs("2m")
+        name = self.write(descriptor(runs=4, iterations=3))
+        p = self.start(name, "--out", str(mnt / "r.json"), "--quiet")
+        self.wait_for_runs(mnt / "r.json", 1, p)
+        # Fill what is left: the next rewrite cannot be written.
+        subprocess.run(["dd", "if=/dev/zero", f"of={mnt / 'filler'}", "bs=64k"],
+                       capture_output=True)
+        _, err = p.communicate(timeout=60)
+        self.assertEqual(p.returncode, 1, err)
+        self.assertIn("cannot", err)
+        self.assertIn("holds the runs written before", err)
+        doc = self.load_valid(mnt / "r.json")
+        self.assertGreaterEqual(len(doc["runs"]), 1)
+        self.no_temporaries(mnt)
+
+
+class HostileInput(Case):
+    def test_bytes_that_are_not_utf8(self):
+        name = self.write(descriptor())
+        bad = self.tmp / os.fsdecode(b"d\xff.json")  # a file name that is not UTF-8
+        bad.write_text(json.dumps(descriptor()))
+        self.assert_bad_input([os.fsdecode(b"d\xff.json")], "not valid UTF-8", "\\xFF")
+        bad.unlink()
+        self.assert_bad_input([name, "--out", os.fsdecode(b"r\xfe.json")], "--out",
+                              "not valid UTF-8")
+        self.assert_bad_input([name, "--data-dir", os.fsdecode(b"/tmp/\xc0\xaf")], "--data-dir",
+                              "not valid UTF-8")
+        self.assert_bad_input([name, "--set", os.fsdecode(b"name=\xfe")], "--set name",
+                              "not valid UTF-8")
+
+    def test_deep_nesting_is_refused_in_a_file_and_in_set(self):
+        deep = "[" * 100000 + "1" + "]" * 100000
+        doc = json.dumps(descriptor())[:-1] + ', "deep": ' + deep + "}"
+        (self.tmp / "deep.json").write_text(doc)
+        self.assert_bad_input(["deep.json"], "deep.json", "nested deeper than 32 levels")
+        name = self.write(descriptor())
+        self.assert_bad_input([name, "--set", "runs.0.sweep.devices=" + "[" * 50000 + "]" * 50000],
+                              "--set runs.0.sweep.devices", "nested deeper")
+
+    def test_a_huge_sweep_is_refused_before_it_is_expanded(self):
+        doc = descriptor()
+        doc["runs"] = [{"strategy": "data_parallel",
+                        "sweep": {f"k{i}": list(range(10)) for i in range(10)}}]
+        name = self.write(doc)
+        line = self.assert_bad_input([name], "runs.0.sweep", "10000000000 runs", "k0 (10)")
+        self.assertIn("limit of 10000", line)
+
+    def write_data(self, images_gz_bytes=None, side=(28, 28), trailing=b""):
+        data = self.tmp / "data"
+        data.mkdir(exist_ok=True)
+        for stem in STEMS:
+            shutil.copy(DATA / (stem + ".gz"), data / (stem + ".gz"))
+        target = data / "train-images-idx3-ubyte.gz"
+        if images_gz_bytes is not None:
+            target.write_bytes(images_gz_bytes)
+        elif side != (28, 28):
+            raw = gzip.open(DATA / "train-images-idx3-ubyte.gz").read()
+            count = int.from_bytes(raw[4:8], "big")
+            body = raw[16:16 + count * side[0] * side[1]]
+            body += bytes(count * side[0] * side[1] - len(body))
+            header = raw[:4] + b"".join(v.to_bytes(4, "big") for v in (count, *side))
+            target.write_bytes(gzip.compress(header + body, 1) + trailing)
+        elif trailing:
+            target.write_bytes(target.read_bytes() + trailing)
+        return data
+
+    def test_data_files_are_checked_from_their_headers(self):
+        doc = descriptor()
+        del doc["dataset"]["dir"]
+        name = self.write(doc)
+        data = self.write_data(side=(14, 56))
+        self.assert_bad_input([name, "--data-dir", str(data)], "train-images-idx3-ubyte.gz",
+                              "images are 14x56, the model takes 28x28")
+        data = self.write_data(side=(32, 32))
+        self.assert_bad_input([name, "--data-dir", str(data)], "images are 32x32")
+        data = self.write_data(trailing=b"garbage")
+        self.assert_bad_input([name, "--data-dir", str(data)], "train-images-idx3-ubyte.gz",
+                              "after the end of the gzip stream")
+        # A 1 MB file that inflates to 1 GiB: refused after the promised bytes, quickly.
+        header = (0x803).to_bytes(4, "big") + b"".join(v.to_bytes(4, "big") for v in (1, 28, 28))
+        comp = __import__("zlib").compressobj(9, 8, 31)
+        bomb = comp.compress(header + bytes(784))
+        zeros = bytes(1 << 20)
+        for _ in range(1024):
+            bomb += comp.compress(zeros)
+        bomb += comp.flush()
+        data = self.write_data(images_gz_bytes=bomb)
+        t0 = time.time()
+        self.assert_bad_input([name, "--data-dir", str(data)], "train-images-idx3-ubyte.gz",
+                              "more than 64 MiB of unexpected trailing bytes")
+        self.assertLess(time.time() - t0, 10)
+
+    def test_numbers_must_be_usable_as_the_type_they_become(self):
+        name = self.write(descriptor())
+        for value in ("4.9e-324", "1e300"):
+            self.assert_bad_input([name, "--set", "training.lr=" + value], "training.lr",
+                                  "positive float32")
+        self.assert_bad_input([name, "--set", "training.lr=1e999"], "--set training.lr",
+                              "overflow")
+        self.assert_bad_input([name, "--set", "training.=0.1"], "--set training.",
+                              "empty key")
+
+    def test_a_directory_as_descriptor(self):
+        (self.tmp / "dir").mkdir()
+        self.assert_bad_input(["dir"], "dir: is a directory")
+
+    def test_nothing_could_run_exits_4_with_the_file(self):
+        doc = descriptor(runs=2)
+        doc["backend"] = "cuda"
+        name = self.write(doc)
+        code, out, err = self.run_cmd(name, "--out", "r.json", "--quiet")
+        if code == 0:
+            self.skipTest("a GPU is usable here: cuda runs are not skipped")
+        self.assertEqual(code, 4, err)
+        self.assertIn("nothing could run", err)
+        doc = self.load_valid(self.tmp / "r.json")
+        self.assertEqual({r["status"] for r in doc["runs"]}, {"skipped"})
+
+
+class AllreduceBenchFlags(Case):
+    def test_flags(self):
+        code, out, err = self.run_cmd("--help", program=ALLREDUCE)
+        self.assertEqual(code, 0)
+        for flag in ("--backend", "--devices", "--oversubscribe", "--sizes",
+                     "--benchmark_filter"):
+            self.assertIn(flag, out)
+        self.assert_bad_input(["--devices=2abc"], "--devices", "2abc", program=ALLREDUCE)
+        (self.tmp / "old.json").write_text("{}")
+        self.assert_bad_input(["--benchmark_out=old.json", "--devices=2", "--sizes=lenet"],
+                              "old.json", "never overwritten", program=ALLREDUCE)
+        self.assertEqual((self.tmp / "old.json").read_text(), "{}")
+        for bad in ("(", "matches_nothing"):
+            code, out, err = self.run_cmd("--devices=2", "--sizes=lenet",
+                                          "--benchmark_filter=" + bad, program=ALLREDUCE)
+            self.assertEqual(code, 1, err)
+            self.assertIn("no benchmark ran", err)
+
+
+def main():
+    global BENCH, ALLREDUCE, SOURCE, SCHEMA, DATA
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--bench-runner", required=True)
+    parser.add_argument("--allreduce-bench", required=True)
+    parser.add_argument("--source-dir", required=True)
+    args, rest = parser.parse_known_args()
+    BENCH = Path(args.bench_runner).resolve()
+    ALLREDUCE = Path(args.allreduce_bench).resolve()
+    SOURCE = Path(args.source_dir).resolve()
+    SCHEMA = SOURCE / "results" / "results.schema.json"
+    DATA = find_data()
+    unittest.main(module=__name__, argv=[sys.argv[0], *rest])
+
+
+if __name__ == "__main__":
+    main()
