@@ -4,6 +4,7 @@
 // prints the line and returns non-zero. Destructors never throw: they log through log_error().
 #pragma once
 
+#include <cstddef>
 #include <stdexcept>
 #include <string>
 
@@ -25,6 +26,10 @@ class Unavailable : public Error {
 // Throws Error("<library>: <what> in `<call>` at <file>:<line>").
 [[noreturn]] void throw_library_error(const char* library, const std::string& what,
                                       const char* call, const char* file, int line);
+
+// A message as one printable line of at most max_chars: control characters (a key may hold a
+// newline) become spaces, and a longer message keeps its start and its end around " ... ".
+std::string one_line(std::string message, std::size_t max_chars = 300);
 
 // For destructors and other places that must not throw.
 void log_error(const std::string& message) noexcept;

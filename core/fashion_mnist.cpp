@@ -167,12 +167,17 @@ class IdxStream {
 // Reads exactly `want` bytes (the header promised them) or says how many there were.
 void read_promised(IdxStream& in, const std::string& name, std::vector<uint8_t>& b, uint64_t want,
                    const std::string& promise) {
-  const size_t have = b.size();
-  b.resize(static_cast<size_t>(want));
-  const size_t got = in.read(b.data() + have, b.size() - have);
-  if (have + got < want)
-    throw Error(name + ": truncated: header promises " + promise + ", got " +
-                std::to_string(have + got) + " bytes");
+  // Grown as the bytes arrive (64 MiB at a time), so a short file whose header promises
+  // gigabytes never allocates them.
+  constexpr size_t kStep = size_t{64} << 20;
+  while (b.size() < want) {
+    const size_t have = b.size();
+    b.resize(static_cast<size_t>(std::min<uint64_t>(want, have + kStep)));
+    const size_t got = in.read(b.data() + have, b.size() - have);
+    if (have + got < b.size())
+      throw Error(name + ": truncated: header promises " + promise + ", got " +
+                  std::to_string(have + got) + " bytes");
+  }
   // Up to 64 MiB of extra bytes are counted for the message; a gzip bomb stops there.
   constexpr uint64_t kCountCap = uint64_t{64} << 20;
   if (const uint64_t rest = in.count_rest(kCountCap); rest > 0)

@@ -21,6 +21,7 @@
 #include <ctime>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -145,44 +146,9 @@ void add_scaling(json& runs) {
   }
 }
 
-// The ok runs of an earlier results file of the same descriptor, for --resume. The descriptor
-// must be the same after --set and defaults (and so expand to the same runs); the earlier file's
-// runs are matched to this descriptor's by their expanded configuration (run_spec), not their
-// position, so a file with the runs in any order, or only some of them, resumes.
-std::vector<json> resumable_runs(const std::string& file, const paralab::Descriptor& d) {
-  paralab::check_utf8("--resume", file);
-  std::ifstream in(file);
-  if (!in) throw paralab::Error("--resume " + file + ": cannot open: " + std::strerror(errno));
-  json old;
-  try {
-    old = json::parse(in);
-  } catch (const json::exception&) {
-    throw paralab::Error("--resume " + file + ": not a JSON file");
-  }
-  if (!old.is_object() || !old.contains("runs") || !old["runs"].is_array() ||
-      !old.contains("descriptor"))
-    throw paralab::Error("--resume " + file + ": not a ParaLab results file");
-  if (old.value("schema_version", 0) != paralab::kResultsSchemaVersion)
-    throw paralab::Error("--resume " + file + ": schema_version " +
-                         old.value("schema_version", json(nullptr)).dump() +
-                         ", this bench_runner writes " +
-                         std::to_string(paralab::kResultsSchemaVersion) + " (rerun it whole)");
-  if (old["descriptor"] != d.resolved) {
-    const json diff = json::diff(old["descriptor"], d.resolved);
-    const std::string where = diff.empty() ? "" : diff[0].value("path", std::string());
-    throw paralab::Error("--resume " + file + ": made from another descriptor (they differ at " +
-                         (where.empty() ? std::string("the top level") : where) + ")");
-  }
-  std::vector<json> ok;
-  for (json& r : old["runs"])
-    if (r.is_object() && r.value("status", "") == "ok" && r.contains("run_spec"))
-      ok.push_back(std::move(r));
-  return ok;
-}
-
 // Runs plotting/plot_all.py on the results file with Debian's python3 (where python3-matplotlib
 // lives) when present. The results are already written; a plotting failure is reported on its
-// own and gives exit status 4.
+// own and gives exit status 5.
 bool draw_plots(const std::string& results, bool quiet) {
   const std::string script = PARALAB_SOURCE_DIR "/plotting/plot_all.py";
   if (!std::filesystem::exists(script)) {
@@ -235,7 +201,16 @@ int run(int argc, char** argv) {
   const paralab::Descriptor d = paralab::load_descriptor(
       descriptor_file, sets, data_dir.empty() ? std::nullopt : std::optional(data_dir));
   std::vector<json> reusable;  // --resume: ok runs, each used once
-  if (!resume.empty()) reusable = resumable_runs(resume, d);
+  if (!resume.empty()) {
+    paralab::check_utf8("--resume", resume);
+    std::ifstream in(resume, std::ios::binary);
+    std::error_code ec;
+    if (!in || std::filesystem::is_directory(resume, ec))
+      throw paralab::Error("--resume " + resume +
+                           ": cannot open: " + (in ? "is a directory" : std::strerror(errno)));
+    const std::string text((std::istreambuf_iterator<char>(in)), {});
+    reusable = paralab::resumable_runs(text, "--resume " + resume, d);
+  }
   const std::string path = paralab::choose_results_path(
       out.empty() ? std::nullopt : std::optional(out), d.name, paralab::utc_timestamp());
   const paralab::FashionMnist data =
@@ -308,13 +283,6 @@ int run(int argc, char** argv) {
 
 }  // namespace
 
-// One line of at most ~300 characters: a message that quotes input must not flood the terminal.
-std::string one_line(std::string m) {
-  for (char& c : m)
-    if (c == '\n' || c == '\r') c = ' ';
-  return m.size() > 320 ? m.substr(0, 200) + " ... " + m.substr(m.size() - 100) : m;
-}
-
 int main(int argc, char** argv) {
   try {
     return run(argc, argv);
@@ -326,7 +294,7 @@ int main(int argc, char** argv) {
     return 1;
   } catch (const std::exception& e) {
     std::fflush(stdout);
-    std::fprintf(stderr, "bench_runner: %s\n", one_line(e.what()).c_str());
+    std::fprintf(stderr, "bench_runner: %s\n", paralab::one_line(e.what()).c_str());
     return 1;
   }
 }

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <regex>
 #include <sstream>
 
@@ -126,9 +127,11 @@ struct TooDeep {};
 
 // Parses JSON no deeper than kMaxDepth. With bare_word_ok (a --set value) text that is not JSON
 // is taken as the string text_if_bare, except a number too large for a double: an error.
+}  // namespace
+
 template <typename Input>
 json parse_limited(Input&& input, const std::string& what, bool bare_word_ok,
-                   const std::string& text_if_bare = "") {
+                   const std::string& text_if_bare) {
   const json::parser_callback_t limit = [](int depth, json::parse_event_t, json&) {
     if (depth > kMaxDepth) throw TooDeep{};
     return true;
@@ -144,6 +147,12 @@ json parse_limited(Input&& input, const std::string& what, bool bare_word_ok,
     throw Error(what + ": not valid JSON: " + json_error_text(e));
   }
 }
+
+json parse_json_limited(const std::string& text, const std::string& what) {
+  return parse_limited(text, what, /*bare_word_ok=*/false, "");
+}
+
+namespace {
 
 // The number of runs a run's sweep expands to (the product of its lists' lengths), before
 // expanding it; non-lists count 1 (expand_sweep names them).
@@ -543,15 +552,41 @@ Descriptor parse_descriptor(json doc, const std::string& file) {
   return d;
 }
 
+namespace {
+Descriptor parse_descriptor_text_unbounded(const std::string& text, const std::string& file,
+                                           const std::vector<std::string>& overrides,
+                                           const std::optional<std::string>& data_dir);
+}  // namespace
+
 Descriptor load_descriptor(const std::string& file, const std::vector<std::string>& overrides,
                            const std::optional<std::string>& data_dir) {
   check_utf8("descriptor file name", file);
   std::error_code ec;
   if (std::filesystem::is_directory(file, ec))
     throw Error(file + ": is a directory, not a descriptor file");
-  std::ifstream in(file);
+  std::ifstream in(file, std::ios::binary);
   if (!in) throw Error(file + ": cannot open descriptor: " + std::strerror(errno));
-  json doc = parse_limited(in, file, /*bare_word_ok=*/false);
+  const std::string text((std::istreambuf_iterator<char>(in)), {});
+  if (in.bad()) throw Error(file + ": cannot read descriptor: " + std::strerror(errno));
+  return parse_descriptor_text(text, file, overrides, data_dir);
+}
+
+Descriptor parse_descriptor_text(const std::string& text, const std::string& file,
+                                 const std::vector<std::string>& overrides,
+                                 const std::optional<std::string>& data_dir) {
+  try {
+    return parse_descriptor_text_unbounded(text, file, overrides, data_dir);
+  } catch (const Error& e) {  // messages quote keys and values: one short line whatever they hold
+    throw Error(one_line(e.what()));
+  }
+}
+
+namespace {
+
+Descriptor parse_descriptor_text_unbounded(const std::string& text, const std::string& file,
+                                           const std::vector<std::string>& overrides,
+                                           const std::optional<std::string>& data_dir) {
+  json doc = parse_limited(text, file, /*bare_word_ok=*/false, "");
   for (const auto& o : overrides) {
     try {
       apply_override(doc, o);
@@ -568,5 +603,7 @@ Descriptor load_descriptor(const std::string& file, const std::vector<std::strin
   }
   return parse_descriptor(std::move(doc), file);
 }
+
+}  // namespace
 
 }  // namespace paralab

@@ -69,6 +69,13 @@ void apply_override(nlohmann::json& doc, const std::string& assignment);
 // the JSON path.
 Descriptor load_descriptor(const std::string& file, const std::vector<std::string>& overrides,
                            const std::optional<std::string>& data_dir);
+// The same from the descriptor's text (the fuzzer's entry point; `file` is used in messages).
+Descriptor parse_descriptor_text(const std::string& text, const std::string& file,
+                                 const std::vector<std::string>& overrides,
+                                 const std::optional<std::string>& data_dir);
+// JSON text parsed no deeper than descriptors may nest (32 levels: the writer, comparisons and
+// diffs recurse once per level); an Error naming `what` otherwise.
+nlohmann::json parse_json_limited(const std::string& text, const std::string& what);
 // The same from an already parsed document (`file` is used in messages).
 Descriptor parse_descriptor(nlohmann::json doc, const std::string& file);
 

@@ -14,6 +14,7 @@
 #include <fstream>
 
 #include "core/error.h"
+#include "experiments/descriptor.h"
 
 namespace paralab {
 
@@ -191,6 +192,49 @@ void ResultsFile::update(const nlohmann::json& doc) {
     ::close(dir);
   }
 }
+
+namespace {
+std::vector<nlohmann::json> resumable_runs_unbounded(const std::string& text,
+                                                     const std::string& what, const Descriptor& d);
+}  // namespace
+
+std::vector<nlohmann::json> resumable_runs(const std::string& text, const std::string& what,
+                                           const Descriptor& d) {
+  try {
+    return resumable_runs_unbounded(text, what, d);
+  } catch (const Error& e) {
+    throw Error(one_line(e.what()));
+  }
+}
+
+namespace {
+std::vector<nlohmann::json> resumable_runs_unbounded(const std::string& text,
+                                                     const std::string& what, const Descriptor& d) {
+  using nlohmann::json;
+  // Depth-limited like a descriptor: comparing and diffing below recurse once per level.
+  json old = parse_json_limited(text, what);
+  if (!old.is_object() || !old.contains("runs") || !old["runs"].is_array() ||
+      !old.contains("descriptor"))
+    throw Error(what + ": not a ParaLab results file");
+  const json version = old.value("schema_version", json(nullptr));
+  if (version != kResultsSchemaVersion)
+    throw Error(what + ": schema_version " + version.dump().substr(0, 40) +
+                ", this bench_runner writes " + std::to_string(kResultsSchemaVersion) +
+                " (rerun it whole)");
+  if (old["descriptor"] != d.resolved) {
+    const json diff = json::diff(old["descriptor"], d.resolved);
+    std::string where = diff.empty() ? "" : diff[0].value("path", std::string());
+    if (where.size() > 80) where = where.substr(0, 80) + "...";
+    throw Error(what + ": made from another descriptor (they differ at " +
+                (where.empty() ? std::string("the top level") : where) + ")");
+  }
+  std::vector<json> ok;
+  for (json& r : old["runs"])
+    if (r.is_object() && r.value("status", json()) == "ok" && r.contains("run_spec"))
+      ok.push_back(std::move(r));
+  return ok;
+}
+}  // namespace
 
 double percentile(std::vector<double> values, double p) {
   if (values.empty()) return 0.0;

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace paralab {
 
@@ -42,6 +43,16 @@ class ResultsFile {
 // Removes the temporary file an update() is writing, if any: async-signal-safe, for a signal
 // handler that must exit at once and leave only the last complete results file.
 void remove_temporary_results_file() noexcept;
+
+struct Descriptor;
+
+// The ok runs of an earlier results file (its text; `what` starts messages, e.g. "--resume
+// FILE") made from the same descriptor `d`, for --resume. The descriptor must be the same after
+// --set and defaults, so it expands to the same runs; the runs are matched to d's by their
+// expanded configuration (run_spec), not their position, so a file with the runs in any order,
+// or only some of them, resumes. An Error naming `what` otherwise.
+std::vector<nlohmann::json> resumable_runs(const std::string& text, const std::string& what,
+                                           const Descriptor& d);
 
 // Environment block: CPU, cores, compiler, library versions, oneDNN's instruction set, the
 // commit the binary was built from and the source tree's, argv, UTC time. gpu_model is null here:

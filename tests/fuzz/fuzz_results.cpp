@@ -1,0 +1,32 @@
+// libFuzzer target: the results reader behind --resume (experiments/results.cpp,
+// resumable_runs) on arbitrary text, against a fixed descriptor. Any input must end in a list of
+// runs or a paralab::Error with a one-line message: never a crash, a deep recursion or a leak.
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "core/error.h"
+#include "experiments/descriptor.h"
+#include "experiments/results.h"
+
+namespace {
+const paralab::Descriptor& descriptor() {
+  static const paralab::Descriptor d = paralab::parse_descriptor_text(
+      R"({"name": "fuzz", "backend": "cpu", "runs": [{"strategy": "single"},
+          {"strategy": "data_parallel", "devices": 2, "sweep": {"allreduce": ["ring", "tree"]}}]})",
+      "fuzz.json", {}, std::nullopt);
+  return d;
+}
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  const std::string text(reinterpret_cast<const char*>(data), size);
+  try {
+    for (const auto& run : paralab::resumable_runs(text, "--resume fuzz.json", descriptor()))
+      if (!run.is_object()) __builtin_trap();
+  } catch (const paralab::Error& e) {
+    const std::string m = e.what();
+    if (m.find('\n') != std::string::npos || m.size() > 320) __builtin_trap();
+  }
+  return 0;
+}
