@@ -10,11 +10,15 @@
 #include "experiments/results.h"
 
 namespace {
+// tests/fuzz/corpus/results/ holds results files of this descriptor (bench_runner run on
+// tests/fuzz/results-descriptor.json), so the fuzzer starts from inputs that resume.
+const char* const kDescriptor =
+#include "tests/fuzz/results-descriptor.inc"
+    ;
+
 const paralab::Descriptor& descriptor() {
-  static const paralab::Descriptor d = paralab::parse_descriptor_text(
-      R"({"name": "fuzz", "backend": "cpu", "runs": [{"strategy": "single"},
-          {"strategy": "data_parallel", "devices": 2, "sweep": {"allreduce": ["ring", "tree"]}}]})",
-      "fuzz.json", {}, std::nullopt);
+  static const paralab::Descriptor d = paralab::parse_descriptor_text(kDescriptor, "fuzz.json", {},
+                                                                     std::nullopt);
   return d;
 }
 }  // namespace

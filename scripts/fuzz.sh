@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# Builds the libFuzzer targets (tests/fuzz: the IDX reader, the descriptor parser with --set, the
+# --resume reader) with clang, ASan and UBSan into build-fuzz/, and runs each from its committed
+# corpus (tests/fuzz/corpus/<target>). Prints each target's executions and exits non-zero on any
+# crash, leak, timeout or out-of-memory (the reproducer is saved in build-fuzz/findings/).
+#   scripts/fuzz.sh [--seconds N] [--runs N] [--grow-corpus] [target ...]
+#   --seconds N     run each target N seconds (default 60; CI uses this)
+#   --runs N        stop each target after N executions instead (e.g. 1000000)
+#   --grow-corpus   merge the new inputs that add coverage into the committed corpus
+# Installs clang and its runtimes with apt-get when missing (like scripts/install-deps.sh).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+seconds=60 runs="" grow=0 targets=()
+while (($#)); do
+  case "$1" in
+    --seconds) seconds=${2:?}; shift 2 ;;
+    --runs) runs=${2:?}; shift 2 ;;
+    --grow-corpus) grow=1; shift ;;
+    fuzz_idx|fuzz_descriptor|fuzz_results) targets+=("$1"); shift ;;
+    *) echo "fuzz.sh: unknown argument '$1' (known: --seconds N, --runs N, --grow-corpus, fuzz_idx, fuzz_descriptor, fuzz_results)" >&2; exit 2 ;;
+  esac
+done
+((${#targets[@]})) || targets=(fuzz_idx fuzz_descriptor fuzz_results)
+
+scripts/install-deps.sh
+missing=()
+for p in clang libclang-rt-14-dev libomp-dev; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  sudo=(); [[ $(id -u) -eq 0 ]] || sudo=(sudo)
+  DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+CC=clang CXX=clang++ BUILD_DIR=build-fuzz BUILD_TARGETS="${targets[*]}" scripts/build.sh \
+  -DPARALAB_FUZZ=ON -DPARALAB_WITH_CUDA=OFF -DPARALAB_BUILD_TESTS=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo
+
+mkdir -p build-fuzz/findings
+status=0
+for t in "${targets[@]}"; do
+  corpus=tests/fuzz/corpus/${t#fuzz_}
+  work=$(mktemp -d)
+  limit=(-max_total_time="$seconds")
+  [[ -z $runs ]] || limit=(-runs="$runs")
+  log=build-fuzz/findings/$t.log
+  # New inputs go to a scratch directory first; the committed corpus only grows on request.
+  if ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
+     "build-fuzz/$t" "$work" "$corpus" "${limit[@]}" -timeout=10 -rss_limit_mb=2048 \
+       -max_len=65536 -artifact_prefix="build-fuzz/findings/$t-" -print_final_stats=1 \
+       > "$log" 2>&1; then
+    verdict=ok
+  else
+    verdict="FAILED (see $log and build-fuzz/findings/)"
+    status=1
+  fi
+  execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
+  echo "fuzz.sh: $t: ${execs:-?} executions, $verdict"
+  if ((grow)); then
+    "build-fuzz/$t" -merge=1 "$corpus" "$work" > /dev/null 2>&1
+  fi
+  rm -rf "$work"
+done
+exit $status

@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# The test suite under sanitizers, CPU backend only (CUDA's runtime is not instrumented):
+#   1. AddressSanitizer + UndefinedBehaviorSanitizer (build-asan/): every test;
+#   2. ThreadSanitizer (build-tsan/): the multi-threaded tests (transport, collectives, every
+#      strategy), with one OpenMP thread per device.
+# Any report fails its test. Suppressions, each with why it is a false positive, are in
+# tests/sanitizers/. Part of .ci/run; about 12 minutes on 2 cores.
+#   scripts/sanitize.sh [asan|tsan]...   (default: both)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+kinds=("$@")
+((${#kinds[@]})) || kinds=(asan tsan)
+scripts/install-deps.sh
+supp=$PWD/tests/sanitizers
+for kind in "${kinds[@]}"; do
+  case "$kind" in
+    asan)
+      BUILD_DIR=build-asan scripts/build.sh -DPARALAB_WITH_CUDA=OFF \
+        -DPARALAB_SANITIZE=address,undefined -DCMAKE_BUILD_TYPE=RelWithDebInfo
+      echo "sanitize.sh: every test under ASan + UBSan"
+      (cd build-asan &&
+        ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:strict_string_checks=1 \
+        LSAN_OPTIONS=suppressions=$supp/lsan.supp \
+        UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
+        ctest --output-on-failure --timeout 900 -j "$(nproc)")
+      ;;
+    tsan)
+      BUILD_DIR=build-tsan scripts/build.sh -DPARALAB_WITH_CUDA=OFF \
+        -DPARALAB_SANITIZE=thread -DCMAKE_BUILD_TYPE=RelWithDebInfo
+      echo "sanitize.sh: the multi-threaded tests under TSan"
+      (cd build-tsan &&
+        TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:suppressions=$supp/tsan.supp \
+        OMP_NUM_THREADS=1 \
+        ctest --output-on-failure --timeout 900 -j "$(nproc)" \
+          -R '^(Transport|Allreduce|ReduceScatterAllgather|DataParallel|LayerSplit|Pipeline|ChannelSplit)\.')
+      ;;
+    *) echo "sanitize.sh: unknown kind '$kind' (known: asan, tsan)" >&2; exit 2 ;;
+  esac
+done
