@@ -17,7 +17,9 @@ for isa in AVX2 SSE41; do
   (cd "${BUILD_DIR:-build}" && ONEDNN_MAX_CPU_ISA=$isa \
     ctest -L numerics -E '^Pipeline\.' --output-on-failure --timeout 600 -j "$(nproc)")
 done
-if command -v nvcc >/dev/null || [[ -x /usr/local/cuda/bin/nvcc ]]; then
+# PARALAB_SKIP_CPU_ONLY_BUILD=1 (.ci/run, whose sanitizer builds are CPU-only) skips it.
+if [[ ${PARALAB_SKIP_CPU_ONLY_BUILD:-0} != 1 ]] &&
+   { command -v nvcc >/dev/null || [[ -x /usr/local/cuda/bin/nvcc ]]; }; then
   echo "test.sh: CPU-only build (PARALAB_WITH_CUDA=OFF)"
   BUILD_DIR=build-cpu-only scripts/build.sh -DPARALAB_WITH_CUDA=OFF
   (cd build-cpu-only && ctest --output-on-failure --timeout 600 -j "$(nproc)")

@@ -102,7 +102,8 @@ PipelineTimes run_pipeline(Transport& t, Device& device, const std::vector<Pipel
     const int peer = p.forward ? s + 1 : s - 1;
     if (peer >= 0 && peer < k) timed([&] { pending[{p.forward, slot}] = t.isend(peer, out); });
   }
-  for (auto& [key, handle] : pending) timed([&] { t.wait(handle); });
+  // Not a structured binding: clang 14 (the fuzz build) cannot capture one in a lambda.
+  for (auto& entry : pending) timed([&] { t.wait(entry.second); });
   device.synchronize();
   for (const auto& [a, b] : transfers) times.transfer_ms += device.elapsed_ms(a, b);
   for (const Marked& m : marks) {
