@@ -29,6 +29,8 @@ for p in clang libclang-rt-14-dev libomp-dev; do
 done
 if ((${#missing[@]})); then
   sudo=(); [[ $(id -u) -eq 0 ]] || sudo=(sudo)
+  echo "fuzz.sh: installing ${missing[*]}"
+  DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get update -qq
   DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 
