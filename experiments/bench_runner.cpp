@@ -1,7 +1,7 @@
 // bench_runner: runs an experiment descriptor and writes one results JSON.
 //
 //   bench_runner DESCRIPTOR.json [--out PATH] [--set key.path=value ...] [--data-dir DIR]
-//                [--quiet] [--plot]
+//                [--quiet] [--plot] [--resume EARLIER_RESULTS.json]
 //
 // Exit status: 0 when the runs ended ok, diverged or skipped (not all skipped); 1 on bad input
 // (one line on stderr, no results file); 3 when a run failed (its reason is in the results

@@ -174,12 +174,12 @@ void ResultsFile::update(const nlohmann::json& doc) {
   // mkstemp creates 0600; results are meant to be shared like any file the user creates.
   const mode_t mask = ::umask(0);
   ::umask(mask);
-  bool ok = ::fchmod(fd, 0666 & ~mask) == 0 && write_all(fd, text);
-  const int saved = errno;
+  int err = 0;
+  if (::fchmod(fd, 0666 & ~mask) != 0 || !write_all(fd, text)) err = errno;
   ::close(fd);
   // rename() replaces the previous version in one step: the path always holds a complete file.
-  ok = ok && ::rename(g_temporary, path_.c_str()) == 0;
-  const int err = ok ? 0 : (saved ? saved : errno);
+  if (err == 0 && ::rename(g_temporary, path_.c_str()) != 0) err = errno;
+  const bool ok = err == 0;
   if (!ok) ::unlink(g_temporary);
   g_temporary[0] = '\0';
   if (!ok)
