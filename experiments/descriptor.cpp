@@ -127,8 +127,6 @@ struct TooDeep {};
 
 // Parses JSON no deeper than kMaxDepth. With bare_word_ok (a --set value) text that is not JSON
 // is taken as the string text_if_bare, except a number too large for a double: an error.
-}  // namespace
-
 template <typename Input>
 json parse_limited(Input&& input, const std::string& what, bool bare_word_ok,
                    const std::string& text_if_bare) {
@@ -147,6 +145,8 @@ json parse_limited(Input&& input, const std::string& what, bool bare_word_ok,
     throw Error(what + ": not valid JSON: " + json_error_text(e));
   }
 }
+
+}  // namespace
 
 json parse_json_limited(const std::string& text, const std::string& what) {
   return parse_limited(text, what, /*bare_word_ok=*/false, "");
