@@ -68,6 +68,11 @@ def load_results(path):
         fail("'runs' is not a list of objects")
     if not runs:
         fail("'runs' is empty")
+    state = results.get("state")
+    if state in ("running", "interrupted"):
+        # bench_runner rewrites the file after each run: a partial one is valid, and says so.
+        print(f"warning: {path}: state is {state}: plotting the {len(runs)} run(s) it holds, "
+              "not the whole descriptor", file=sys.stderr)
     if version not in KNOWN_SCHEMA_VERSIONS:
         # A newer writer may have changed a field's meaning; say so, but still plot what we know.
         print(f"warning: {path}: schema_version {version} is newer than this reader knows "

@@ -486,6 +486,19 @@ class DataTest(unittest.TestCase):
         fig, _ = plot_accuracy.make_figure(results)
         self.assertEqual(len(fig.axes), 2)
 
+    def test_a_partial_file_is_plotted_with_a_warning(self):
+        with tempfile.TemporaryDirectory() as d:
+            doc = make_results()
+            doc["state"] = "interrupted"
+            path = os.path.join(d, "partial.json")
+            with open(path, "w") as f:
+                json.dump(doc, f)
+            err = io.StringIO()
+            with redirect_stderr(err):
+                results = pr.load_results(path)
+            self.assertEqual(len(results["runs"]), len(doc["runs"]))
+            self.assertIn("state is interrupted", err.getvalue())
+
     def test_machine_description_names_every_gpu_model(self):
         env = {"cpu_model": "Xeon", "cpu_cores": 2, "gpu_model": ["NVIDIA H200", "NVIDIA A100"]}
         self.assertEqual(pr.machine_description({"environment": env}),
