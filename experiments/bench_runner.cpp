@@ -69,11 +69,9 @@ void install_signal_handlers() {
 uint64_t expected_results_bytes(const paralab::Descriptor& d, const paralab::FashionMnist& data) {
   uint64_t bytes = 64 << 10;
   for (const auto& run : d.runs) {
-    const auto& t = run.training;
-    const int64_t global = run.batch_scaling == "weak" ? t.batch_size * run.devices : t.batch_size;
-    int64_t per_epoch = (data.train.count + global - 1) / std::max<int64_t>(global, 1);
-    if (t.max_iterations_per_epoch) per_epoch = std::min(per_epoch, *t.max_iterations_per_epoch);
-    const auto iterations = static_cast<uint64_t>(per_epoch) * static_cast<uint64_t>(t.epochs);
+    const auto iterations =
+        static_cast<uint64_t>(paralab::iterations_per_epoch(run, data.train.count)) *
+        static_cast<uint64_t>(run.training.epochs);
     bytes += 8192 + iterations * (260 + 300 * static_cast<uint64_t>(run.devices - 1));
   }
   return bytes;
@@ -203,13 +201,8 @@ int run(int argc, char** argv) {
   std::vector<json> reusable;  // --resume: ok runs, each used once
   if (!resume.empty()) {
     paralab::check_utf8("--resume", resume);
-    std::ifstream in(resume, std::ios::binary);
-    std::error_code ec;
-    if (!in || std::filesystem::is_directory(resume, ec))
-      throw paralab::Error("--resume " + resume +
-                           ": cannot open: " + (in ? "is a directory" : std::strerror(errno)));
-    const std::string text((std::istreambuf_iterator<char>(in)), {});
-    reusable = paralab::resumable_runs(text, "--resume " + resume, d);
+    const std::string what = "--resume " + resume;
+    reusable = paralab::resumable_runs(paralab::read_text_file(resume, what), what, d);
   }
   const std::string path = paralab::choose_results_path(
       out.empty() ? std::nullopt : std::optional(out), d.name, paralab::utc_timestamp());

@@ -441,6 +441,16 @@ void check_utf8(const std::string& what, const std::string& text) {
   }
 }
 
+std::string read_text_file(const std::string& file, const std::string& what) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(file, ec)) throw Error(what + ": is a directory, not a file");
+  std::ifstream in(file, std::ios::binary);
+  if (!in) throw Error(what + ": cannot open: " + std::strerror(errno));
+  std::string text((std::istreambuf_iterator<char>(in)), {});
+  if (in.bad()) throw Error(what + ": cannot read: " + std::strerror(errno));
+  return text;
+}
+
 void apply_override(json& doc, const std::string& assignment) {
   const auto eq = assignment.find('=');
   if (eq == std::string::npos || eq == 0)
@@ -561,14 +571,7 @@ Descriptor parse_descriptor_text_unbounded(const std::string& text, const std::s
 Descriptor load_descriptor(const std::string& file, const std::vector<std::string>& overrides,
                            const std::optional<std::string>& data_dir) {
   check_utf8("descriptor file name", file);
-  std::error_code ec;
-  if (std::filesystem::is_directory(file, ec))
-    throw Error(file + ": is a directory, not a descriptor file");
-  std::ifstream in(file, std::ios::binary);
-  if (!in) throw Error(file + ": cannot open descriptor: " + std::strerror(errno));
-  const std::string text((std::istreambuf_iterator<char>(in)), {});
-  if (in.bad()) throw Error(file + ": cannot read descriptor: " + std::strerror(errno));
-  return parse_descriptor_text(text, file, overrides, data_dir);
+  return parse_descriptor_text(read_text_file(file, file), file, overrides, data_dir);
 }
 
 Descriptor parse_descriptor_text(const std::string& text, const std::string& file,

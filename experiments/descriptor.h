@@ -62,6 +62,10 @@ struct Descriptor {
 // file (JSON) can only hold UTF-8.
 void check_utf8(const std::string& what, const std::string& text);
 
+// The whole of a file the user named (a descriptor, a results file to resume); errors start with
+// `what` ("d.json", "--resume r.json") and say why. Check the name with check_utf8 first.
+std::string read_text_file(const std::string& file, const std::string& what);
+
 // Applies one "key.path=value" override (value parsed as JSON, else taken as a string).
 void apply_override(nlohmann::json& doc, const std::string& assignment);
 

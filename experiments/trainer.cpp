@@ -1,9 +1,11 @@
 #include "experiments/trainer.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <csignal>
 #include <cstdio>
+#include <new>
 #include <thread>
 
 #include "core/device.h"
@@ -125,6 +127,18 @@ std::string fixed(double v, int digits) {
 
 }  // namespace
 
+int64_t global_batch(const RunSpec& run) {
+  const TrainingConfig& t = run.training;
+  return run.batch_scaling == "weak" ? t.batch_size * run.devices : t.batch_size;
+}
+
+int64_t iterations_per_epoch(const RunSpec& run, int64_t train_examples) {
+  const int64_t global = global_batch(run);
+  const int64_t full = (train_examples + global - 1) / global;
+  const auto& cap = run.training.max_iterations_per_epoch;
+  return cap ? std::min(full, *cap) : full;
+}
+
 std::string signal_name(int sig) {
   if (sig == SIGINT) return "SIGINT";
   if (sig == SIGTERM) return "SIGTERM";
@@ -139,7 +153,7 @@ json run_training(const RunSpec& run, const RunContext& ctx) {
   // A device list ("cuda:0*4") names CUDA GPUs whatever the descriptor's backend ("auto").
   const std::string backend = run.gpus.empty() ? resolve_backend(d.backend) : "cuda";
 
-  const int64_t global = run.batch_scaling == "weak" ? tc.batch_size * run.devices : tc.batch_size;
+  const int64_t global = global_batch(run);
   const double growth = static_cast<double>(global) / static_cast<double>(tc.batch_size);
   const double lr_target = run.lr_scaling == "linear" ? tc.lr * growth
                            : run.lr_scaling == "sqrt" ? tc.lr * std::sqrt(growth)
@@ -232,8 +246,7 @@ json run_training(const RunSpec& run, const RunContext& ctx) {
 
       Rng shuffle(tc.seed ^ kShuffleStream);
       const int64_t full = (train.count + global - 1) / global;
-      const int64_t per_epoch =
-          tc.max_iterations_per_epoch ? std::min(full, *tc.max_iterations_per_epoch) : full;
+      const int64_t per_epoch = iterations_per_epoch(run, train.count);
       // Every minibatch size this run will use, checked before the first step.
       strategy->check_batch(std::min(global, train.count));
       if (per_epoch == full && train.count % global != 0)
@@ -328,13 +341,9 @@ json run_training(const RunSpec& run, const RunContext& ctx) {
       status = "skipped";
       reason = e.what();
       ctx.progress->line(prefix + ": skipped: " + reason);
-    } catch (const std::bad_alloc&) {  // the next run still goes on, and may fit
+    } catch (const std::exception& e) {  // Error, bad_alloc & co: the next run still goes on
       status = "failed";
-      reason = "out of memory";
-      ctx.progress->line(prefix + ": failed: " + reason);
-    } catch (const std::exception& e) {  // Error, and the like: the next run still goes on
-      status = "failed";
-      reason = e.what();
+      reason = dynamic_cast<const std::bad_alloc*>(&e) ? "out of memory" : e.what();
       ctx.progress->line(prefix + ": failed: " + reason);
     }
 

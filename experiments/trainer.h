@@ -24,6 +24,12 @@ struct RunContext {
   const std::atomic<int>* stop = nullptr;
 };
 
+// The global minibatch of a run: training.batch_size, times the devices with weak scaling.
+int64_t global_batch(const RunSpec& run);
+// Iterations per epoch over `train_examples`: ceil(examples / global batch), capped by
+// max_iterations_per_epoch.
+int64_t iterations_per_epoch(const RunSpec& run, int64_t train_examples);
+
 // "SIGINT", "SIGTERM", or "signal N".
 std::string signal_name(int sig);
 

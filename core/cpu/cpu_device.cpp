@@ -4,6 +4,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <utility>
 
 #include "core/cpu/cpu_ops.h"
 #include "core/error.h"
@@ -80,32 +81,22 @@ std::string onednn_cpu_isa() {
   // The most capable instruction set oneDNN dispatches to: the CPU's, or less where
   // ONEDNN_MAX_CPU_ISA (or dnnl::set_max_cpu_isa) limits it. Names as ONEDNN_MAX_CPU_ISA takes
   // them.
-  switch (dnnl::get_effective_cpu_isa()) {
-    case dnnl::cpu_isa::sse41:
-      return "sse41";
-    case dnnl::cpu_isa::avx:
-      return "avx";
-    case dnnl::cpu_isa::avx2:
-      return "avx2";
-    case dnnl::cpu_isa::avx2_vnni:
-      return "avx2_vnni";
-    case dnnl::cpu_isa::avx512_mic:
-      return "avx512_mic";
-    case dnnl::cpu_isa::avx512_mic_4ops:
-      return "avx512_mic_4ops";
-    case dnnl::cpu_isa::avx512_core:
-      return "avx512_core";
-    case dnnl::cpu_isa::avx512_core_vnni:
-      return "avx512_core_vnni";
-    case dnnl::cpu_isa::avx512_core_bf16:
-      return "avx512_core_bf16";
-    case dnnl::cpu_isa::avx512_core_amx:
-      return "avx512_core_amx";
-    case dnnl::cpu_isa::all:
-      return "all";
-    default:
-      return "isa " + std::to_string(static_cast<int>(dnnl::get_effective_cpu_isa()));
-  }
+  using isa = dnnl::cpu_isa;
+  static const std::pair<isa, const char*> kNames[] = {{isa::sse41, "sse41"},
+                                                       {isa::avx, "avx"},
+                                                       {isa::avx2, "avx2"},
+                                                       {isa::avx2_vnni, "avx2_vnni"},
+                                                       {isa::avx512_mic, "avx512_mic"},
+                                                       {isa::avx512_mic_4ops, "avx512_mic_4ops"},
+                                                       {isa::avx512_core, "avx512_core"},
+                                                       {isa::avx512_core_vnni, "avx512_core_vnni"},
+                                                       {isa::avx512_core_bf16, "avx512_core_bf16"},
+                                                       {isa::avx512_core_amx, "avx512_core_amx"},
+                                                       {isa::all, "all"}};
+  const isa used = dnnl::get_effective_cpu_isa();
+  for (const auto& [value, name] : kNames)
+    if (value == used) return name;
+  return "isa " + std::to_string(static_cast<int>(used));
 }
 
 std::string onednn_version() {
