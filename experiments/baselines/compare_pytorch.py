@@ -1,24 +1,47 @@
 #!/usr/bin/python3
-"""ParaLab's single device against the book's PyTorch trainer, side by side in one invocation.
+"""ParaLab's single device against PyTorch baselines, side by side in one invocation.
 
-For each thread count, runs the same training (full Fashion-MNIST, batch 256, lr 0.2, seed 0,
---iterations minibatches after --warmup excluded ones) through
-  * bench_runner (strategy "single", threads_per_device = T), and
-  * experiments/baselines/pytorch_lenet.py (torch.set_num_threads(T)),
-alternating the two --repeats times so that drift in the machine hits both alike, and reports the
-median training throughput (images/s) of each and their ratio ParaLab / PyTorch.
+Every run trains the same LeNet the same way (full Fashion-MNIST, batch 256, lr 0.2, seed 0,
+--iterations minibatches after --warmup excluded ones, all in one epoch), through
+  * bench_runner (strategy "single"; on cuda its step is a CUDA graph, single's default), and
+  * experiments/baselines/pytorch_lenet.py, in these modes:
+      cpu:  the book's trainer (--model book), torch.set_num_threads(T), per thread count T;
+      cuda: the graphed nn.Module baseline (--model module --cuda-graph: data on the GPU, the
+            whole step one CUDA graph, TF32 off) and the book's trainer (--model book).
+The programs alternate (ParaLab, [graphed,] book) --repeats times, so that drift in the machine
+hits all alike; the figures are the medians of each one's training throughput
+(timing.samples_per_s, images/s).
 
-ParaLab's iteration time includes the minibatch gather; the baseline's excludes it (it indexes
-before starting its clock), so the ratio slightly favours PyTorch.
+Derived figures, computed the same way for every program:
+  ms/epoch  = 60,000 images / median images/s * 1000: a full Fashion-MNIST epoch at the measured
+              rate.  The timed steps are full 256-image minibatches, so this is 234.375 times the
+              mean step time (the real epoch's last minibatch of 96 is counted pro rata).
+  ratio     = ParaLab's median images/s / the baseline's.
+
+What each program's throughput covers (pytorch_lenet.py's docstring has the details):
+  ParaLab   each step timed on the host, synchronised at its end, the gather included;
+  graphed   the timed steps of the epoch as one region, synchronised only at its ends, the gather
+            included (it is inside the graph); this favours PyTorch over ParaLab slightly;
+  book      each step synchronised on both sides, the gather excluded (it indexes before starting
+            its clock); this too favours PyTorch slightly.
+
+Goals (each a PASS or FAIL line at the end of the output; the exit status stays 0 when the
+measurement completed, and is 1 when a run failed):
+  cpu:  ParaLab >= --goal (default 2) x the book's trainer at every thread count;
+  cuda: ParaLab >= --goal (default 2.5) x the graphed baseline, and ParaLab's ms/epoch
+        <= --epoch-goal-ms (default 50).
 
     /usr/bin/python3 experiments/baselines/compare_pytorch.py --threads 1 2
     (needs python3-torch: scripts/install-deps.sh --with-torch)
-
-On a GPU (--device cuda): bench_runner with backend cuda (CUDA graphs on, as single's default)
-against the trainer on torch's CUDA device, the thread count irrelevant (one row, threads 1);
-the interpreter running this script must have torch with CUDA, and the default goal is 15x.
+    python3 experiments/baselines/compare_pytorch.py --device cuda \\
+        --bench-runner build-gpu/bench_runner
+    (the interpreter running this script, or --python, must have torch with CUDA; on cuda the
+    thread count is irrelevant: one row, threads 1; --iterations defaults to 225 there)
 
 Writes results/compare-pytorch-<UTC time>.json (never overwriting) unless --out is given.
+JSON: benchmark, command, environment, config, goal_ratio, rows[] (threads, paralab_* and
+pytorch_* (the book's trainer) lists and medians, ratio = ParaLab / book, epoch_ms; on cuda also
+graphed_* and ratio_vs_graphed), goals[] (name, required, measured, met), goal_met (all goals).
 """
 
 import argparse
@@ -35,18 +58,30 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 PROG = "compare_pytorch.py"
 
+FULL_EPOCH_IMAGES = 60000  # Fashion-MNIST's training set
+BATCH_SIZE, LR, SEED = 256, 0.2, 0
 
-def fail(message):
-    print(f"{PROG}: {message}", file=sys.stderr)
-    sys.exit(1)
+# The PyTorch programs, by the key used in the rows and goals.
+BASELINES = {
+    "graphed": {"label": "PyTorch nn.Module, CUDA graph",
+                "args": ["--model", "module", "--cuda-graph"]},
+    "book": {"label": "PyTorch book trainer", "args": ["--model", "book"]},
+}
+
+
+class RunFailed(Exception):
+    """A program exited non-zero or wrote an unusable result."""
 
 
 def run_json(cmd, out_path):
     proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     if proc.returncode != 0:
-        fail(f"{' '.join(cmd)} exited {proc.returncode}: {proc.stderr.strip()}")
-    with open(out_path) as f:
-        return json.load(f)
+        raise RunFailed(f"{' '.join(cmd)} exited {proc.returncode}: {proc.stderr.strip()}")
+    try:
+        with open(out_path) as f:
+            return json.load(f)
+    except (OSError, ValueError) as e:
+        raise RunFailed(f"{' '.join(cmd)}: no readable result in {out_path}: {e}")
 
 
 def paralab_once(args, threads, tmp):
@@ -64,20 +99,92 @@ def paralab_once(args, threads, tmp):
     doc = run_json(cmd, out)
     run = doc["runs"][0]
     if run["status"] != "ok":
-        fail(f"bench_runner run ended {run['status']}: {run['reason']}")
+        raise RunFailed(f"bench_runner run ended {run['status']}: {run['reason']}")
     return run["timing"]["samples_per_s"], doc["environment"]
 
 
-def pytorch_once(args, threads, tmp):
-    out = os.path.join(tmp, f"pytorch-{threads}-{time.monotonic_ns()}.json")
+def pytorch_once(args, key, threads, tmp):
+    out = os.path.join(tmp, f"pytorch-{key}-{threads}-{time.monotonic_ns()}.json")
     cmd = [args.python, os.path.join(HERE, "pytorch_lenet.py"), "--quiet", "--device", args.device,
+           *BASELINES[key]["args"],
            "--epochs", "1", "--max-iterations-per-epoch", str(args.iterations + args.warmup),
            "--warmup-iterations", str(args.warmup), "--threads", str(threads),
            "--test-limit", "1000", "--json", out]
     if args.data_dir:
         cmd += ["--data-dir", args.data_dir]
     doc = run_json(cmd, out)
-    return doc["timing"]["samples_per_s"], doc.get("torch_version")
+    sps = doc.get("timing", {}).get("samples_per_s")
+    if not isinstance(sps, (int, float)) or sps <= 0:
+        raise RunFailed(f"{' '.join(cmd)}: no throughput in its result (timing.samples_per_s "
+                        f"is {sps!r})")
+    return sps, doc
+
+
+def epoch_ms(samples_per_s):
+    return FULL_EPOCH_IMAGES / samples_per_s * 1000.0
+
+
+def summarise(device, threads, paralab, book, graphed):
+    """One row of the results from the per-repeat throughputs (lists of images/s)."""
+    row = {"threads": threads,
+           "paralab_samples_per_s": paralab, "pytorch_samples_per_s": book,
+           "paralab_median": statistics.median(paralab),
+           "pytorch_median": statistics.median(book)}
+    row["ratio"] = row["paralab_median"] / row["pytorch_median"]
+    row["epoch_ms"] = {"paralab": epoch_ms(row["paralab_median"]),
+                       "book": epoch_ms(row["pytorch_median"])}
+    if device == "cuda":
+        row["graphed_samples_per_s"] = graphed
+        row["graphed_median"] = statistics.median(graphed)
+        row["ratio_vs_graphed"] = row["paralab_median"] / row["graphed_median"]
+        row["epoch_ms"]["graphed"] = epoch_ms(row["graphed_median"])
+    return row
+
+
+def evaluate_goals(device, rows, goal_ratio, epoch_goal_ms):
+    """The goals as [{name, required, measured, met, line}]."""
+    goals = []
+    if device == "cuda":
+        r = rows[0]
+        goals.append({"name": "throughput_vs_graphed", "required": goal_ratio,
+                      "measured": r["ratio_vs_graphed"],
+                      "met": r["ratio_vs_graphed"] >= goal_ratio,
+                      "line": f"ParaLab {r['ratio_vs_graphed']:.2f}x the graphed PyTorch "
+                              f"baseline's throughput (goal >= {goal_ratio:g}x)"})
+        ms = r["epoch_ms"]["paralab"]
+        goals.append({"name": "paralab_epoch_ms", "required": epoch_goal_ms, "measured": ms,
+                      "met": ms <= epoch_goal_ms,
+                      "line": f"ParaLab full epoch {ms:.1f} ms (goal <= {epoch_goal_ms:g} ms)"})
+    else:
+        worst = min(rows, key=lambda r: r["ratio"])
+        goals.append({"name": "throughput_vs_book", "required": goal_ratio,
+                      "measured": worst["ratio"], "met": worst["ratio"] >= goal_ratio,
+                      "line": "ParaLab / the book's PyTorch trainer at threads "
+                              + ", ".join(f"{r['threads']}: {r['ratio']:.2f}x" for r in rows)
+                              + f" (goal >= {goal_ratio:g}x at each)"})
+    for g in goals:
+        g["line"] = ("PASS: " if g["met"] else "FAIL: ") + g["line"]
+    return goals
+
+
+def table(device, rows):
+    """The comparison as text lines."""
+    lines = []
+    for r in rows:
+        entries = [("ParaLab", r["paralab_median"], r["epoch_ms"]["paralab"], None)]
+        if device == "cuda":
+            entries.append((BASELINES["graphed"]["label"], r["graphed_median"],
+                            r["epoch_ms"]["graphed"], r["ratio_vs_graphed"]))
+        entries.append((BASELINES["book"]["label"], r["pytorch_median"], r["epoch_ms"]["book"],
+                        r["ratio"]))
+        lines.append(f"threads {r['threads']} ({device}), medians:")
+        lines.append(f"  {'program':<32} {'images/s':>10} {'ms/epoch':>10} {'ParaLab/this':>12}")
+        for name, sps, ms, ratio in entries:
+            shown = "" if ratio is None else f"{ratio:.2f}x"
+            lines.append(f"  {name:<32} {sps:>10.0f} {ms:>10.1f} {shown:>12}")
+    lines.append(f"ms/epoch = {FULL_EPOCH_IMAGES} images / median images/s (the timed steps are "
+                 f"full {BATCH_SIZE}-image minibatches)")
+    return lines
 
 
 def write_atomically(doc, path):
@@ -93,70 +200,133 @@ def write_atomically(doc, path):
         os.unlink(tmp)
 
 
-def main():
+def positive(kind):
+    def parse(text):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}")
+        if not value > 0 or value == float("inf"):
+            raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}")
+        return value
+    return parse
+
+
+def nonnegative_int(text):
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a non-negative integer, got {text!r}")
+    return value
+
+
+def parse_args(argv):
     p = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n")[0])
     p.add_argument("--bench-runner", default=os.path.join(ROOT, "build", "bench_runner"))
-    p.add_argument("--threads", type=int, nargs="+", default=[1, 2])
-    p.add_argument("--iterations", type=int, default=60, help="timed minibatches per run")
-    p.add_argument("--warmup", type=int, default=5, help="excluded minibatches per run")
-    p.add_argument("--repeats", type=int, default=3)
-    p.add_argument("--goal", type=float, default=None,
-                   help="required ParaLab/PyTorch ratio (default 2 on cpu, 15 on cuda)")
+    p.add_argument("--threads", type=positive(int), nargs="+", default=[1, 2])
+    p.add_argument("--iterations", type=positive(int), default=None,
+                   help="timed minibatches per run (default 60 on cpu, 225 on cuda)")
+    p.add_argument("--warmup", type=nonnegative_int, default=5, help="excluded minibatches per run")
+    p.add_argument("--repeats", type=positive(int), default=3)
+    p.add_argument("--goal", type=positive(float), default=None,
+                   help="required ParaLab/PyTorch throughput ratio: against the book's trainer "
+                   "on cpu (default 2), against the graphed baseline on cuda (default 2.5)")
+    p.add_argument("--epoch-goal-ms", type=positive(float), default=50.0,
+                   help="cuda only: ParaLab's full epoch must take at most this (default 50)")
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     p.add_argument("--python", default=sys.executable,
-                   help="interpreter with torch for the baseline (default: this one)")
+                   help="interpreter with torch for the baselines (default: this one)")
     p.add_argument("--data-dir", default=None)
     p.add_argument("--out", default=None)
-    args = p.parse_args()
+    args = p.parse_args(argv)
+    cuda = args.device == "cuda"
     if args.goal is None:
-        args.goal = 15.0 if args.device == "cuda" else 2.0
-    if args.device == "cuda":
+        args.goal = 2.5 if cuda else 2.0
+    if args.iterations is None:
+        # On cuda a step is under a millisecond: 225 + 5 stays within the 234 full minibatches.
+        args.iterations = 225 if cuda else 60
+    if cuda:
         args.threads = [1]
+    return args
+
+
+def main(argv=None):
+    args = parse_args(sys.argv[1:] if argv is None else argv)
     if not os.access(args.bench_runner, os.X_OK):
-        fail(f"{args.bench_runner}: not built (run scripts/build.sh)")
+        return fail(f"{args.bench_runner}: not built (run scripts/build.sh)")
     probe = "import torch, sys; sys.exit(0 if '%s' == 'cpu' or torch.cuda.is_available() else 3)"
     got = subprocess.run([args.python, "-c", probe % args.device], capture_output=True).returncode
     if got == 3:
-        fail(f"{args.python}: torch sees no CUDA device")
+        return fail(f"{args.python}: torch sees no CUDA device")
     if got:
-        fail(f"{args.python}: torch is not installed (scripts/install-deps.sh --with-torch)")
+        return fail(f"{args.python}: torch is not installed (scripts/install-deps.sh --with-torch)")
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     out = args.out or os.path.join("results", f"compare-pytorch-{stamp}.json")
     if os.path.exists(out):
-        fail(f"{out}: exists (results are never overwritten)")
+        return fail(f"{out}: exists (results are never overwritten)")
 
-    rows, env, torch_version = [], None, None
-    with tempfile.TemporaryDirectory() as tmp:
-        for threads in args.threads:
-            ours, theirs = [], []
-            for _ in range(args.repeats):
-                s, env = paralab_once(args, threads, tmp)
-                ours.append(s)
-                s, torch_version = pytorch_once(args, threads, tmp)
-                theirs.append(s)
-            row = {"threads": threads,
-                   "paralab_samples_per_s": ours, "pytorch_samples_per_s": theirs,
-                   "paralab_median": statistics.median(ours),
-                   "pytorch_median": statistics.median(theirs)}
-            row["ratio"] = row["paralab_median"] / row["pytorch_median"]
-            rows.append(row)
-            print(f"threads {threads}: ParaLab {row['paralab_median']:8.0f} images/s   "
-                  f"PyTorch {row['pytorch_median']:8.0f} images/s   ratio {row['ratio']:.2f}x",
-                  flush=True)
+    cuda = args.device == "cuda"
+    keys = ["graphed", "book"] if cuda else ["book"]
+    rows, env, baseline_docs = [], None, {}
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            for threads in args.threads:
+                runs = {"paralab": [], "graphed": [], "book": []}
+                for repeat in range(1, args.repeats + 1):
+                    sps, env = paralab_once(args, threads, tmp)
+                    runs["paralab"].append(sps)
+                    for key in keys:
+                        sps, baseline_docs[key] = pytorch_once(args, key, threads, tmp)
+                        runs[key].append(sps)
+                    print(f"threads {threads}, repeat {repeat}/{args.repeats}: "
+                          + ", ".join(f"{k} {runs[k][-1]:.0f}" for k in ["paralab"] + keys)
+                          + " images/s", file=sys.stderr, flush=True)
+                rows.append(summarise(args.device, threads, runs["paralab"], runs["book"],
+                                      runs["graphed"]))
+    except RunFailed as e:
+        return fail(str(e))
 
+    goals = evaluate_goals(args.device, rows, args.goal, args.epoch_goal_ms)
+    book = baseline_docs["book"]
     doc = {"benchmark": "paralab-vs-pytorch-book-lenet",
-           "command": sys.argv,
-           "environment": {"paralab": env, "torch_version": torch_version,
+           "command": sys.argv if argv is None else [PROG] + list(argv),
+           "environment": {"paralab": env, "torch_version": book.get("torch_version"),
+                           "torch_cuda_version": book.get("torch_cuda_version"),
+                           "cudnn_version": book.get("cudnn_version"),
+                           "torch_device_name": book.get("device_name"),
+                           "tf32": book.get("tf32"),
                            "python": platform.python_version()},
-           "config": {"device": args.device, "batch_size": 256, "lr": 0.2, "seed": 0,
+           "config": {"device": args.device, "batch_size": BATCH_SIZE, "lr": LR, "seed": SEED,
                       "iterations": args.iterations,
-                      "warmup": args.warmup, "repeats": args.repeats},
+                      "warmup": args.warmup, "repeats": args.repeats,
+                      "order": ["paralab"] + keys,
+                      "baselines": {k: {"baseline": baseline_docs[k].get("baseline"),
+                                        "args": BASELINES[k]["args"],
+                                        "timing_method": baseline_docs[k]["timing"].get("method"),
+                                        "cuda_graph": baseline_docs[k].get("cuda_graph")}
+                                    for k in keys},
+                      "epoch_ms_formula": f"{FULL_EPOCH_IMAGES} / median samples_per_s * 1000",
+                      "epoch_goal_ms": args.epoch_goal_ms if cuda else None},
            "goal_ratio": args.goal,
            "rows": rows,
-           "goal_met": all(r["ratio"] >= args.goal for r in rows)}
+           "goals": [{k: g[k] for k in ("name", "required", "measured", "met")} for g in goals],
+           "goal_met": all(g["met"] for g in goals)}
     write_atomically(doc, out)
-    print(f"goal {args.goal:.1f}x {'met' if doc['goal_met'] else 'NOT met'}; results: {out}")
+    for line in table(args.device, rows):
+        print(line)
+    print(f"results: {out}")
+    for g in goals:
+        print(g["line"])
+    sys.stdout.flush()
+    return 0
+
+
+def fail(message):
+    print(f"{PROG}: {message}", file=sys.stderr)
+    return 1
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())
