@@ -1,5 +1,6 @@
 #include "core/cuda/cuda_device.h"
 
+#include <string>
 #include <utility>
 
 #include "core/cuda/check.h"
@@ -40,6 +41,42 @@ CudaDevice::CudaDevice(int ordinal, int gpu, int sharing, bool tf32, SmShare sha
       tf32_(tf32),
       share_(share),
       sm_note_(std::move(sm_note)) {
+  // Backing calls of the caching allocator. Out of memory is nullptr (the allocator then releases
+  // its cache and retries once); any other failure throws. Virtual devices sharing a GPU have an
+  // allocator each: one device's retry releases its own cache, not its neighbours'.
+  const std::string who = name();  // gpu (the parameter) is gpu_
+  allocator_ = std::make_unique<CachingAllocator>(
+      who,
+      [gpu](std::size_t bytes) -> void* {
+        void* p = nullptr;
+        PARALAB_CUDA(cudaSetDevice(gpu));
+        const cudaError_t e = cudaMalloc(&p, bytes);
+        if (e == cudaErrorMemoryAllocation) {
+          cudaGetLastError();  // not sticky, but clear it so that later checks do not see it
+          return nullptr;
+        }
+        PARALAB_CUDA(e);
+        return p;
+      },
+      [who](void* p) {
+        if (cudaFree(p) != cudaSuccess) log_error(who + ": cudaFree failed");
+      });
+  // Events made on this GPU (cudaEventRecord needs the event and the stream on one device), the
+  // ordering ones without timing (cheaper to record and wait on).
+  auto event_pool = [gpu, who](unsigned flags) {
+    return HandlePool<cudaEvent_t>::make(
+        [gpu, flags] {
+          cudaEvent_t e = nullptr;
+          PARALAB_CUDA(cudaSetDevice(gpu));
+          PARALAB_CUDA(cudaEventCreateWithFlags(&e, flags));
+          return e;
+        },
+        [who](cudaEvent_t e) {
+          if (cudaEventDestroy(e) != cudaSuccess) log_error(who + ": cudaEventDestroy failed");
+        });
+  };
+  order_events_ = event_pool(cudaEventDisableTiming);
+  timing_events_ = event_pool(cudaEventDefault);
   PARALAB_CUDA(cudaSetDevice(gpu_));
   if (share_.stream)
     stream_ = share_.stream;  // work queued here runs on the green context's SMs only
@@ -112,11 +149,12 @@ const void* CudaDevice::readable(const void* src, std::size_t bytes) {
   PARALAB_CUDA(cudaPointerGetAttributes(&attr, src));
   if (attr.type != cudaMemoryTypeDevice || attr.device == gpu_) return src;
   if (staging_bytes_ < bytes) {
-    PARALAB_CUDA(cudaSetDevice(gpu_));
-    if (staging_) PARALAB_CUDA(cudaFree(staging_));  // synchronises: earlier users are done
+    // The old buffer's readers (copies and kernels on stream_) come before any later user of
+    // its block in stream order: no wait (see deallocate).
+    allocator_->deallocate(staging_);
     staging_ = nullptr;
     staging_bytes_ = 0;
-    PARALAB_CUDA(cudaMalloc(&staging_, bytes));
+    staging_ = allocate(bytes);
     staging_bytes_ = bytes;
   }
   PARALAB_CUDA(cudaMemcpyAsync(staging_, src, bytes, cudaMemcpyDefault, stream_));
@@ -125,7 +163,8 @@ const void* CudaDevice::readable(const void* src, std::size_t bytes) {
 
 CudaDevice::~CudaDevice() {
   ops_.reset();
-  if (staging_ && cudaFree(staging_) != cudaSuccess) log_error(name() + ": cudaFree failed");
+  allocator_->deallocate(staging_);
+  allocator_.reset();  // cudaFree of every block (cudaFree waits for the device's work first)
   if (cublas_ && cublasDestroy(cublas_) != CUBLAS_STATUS_SUCCESS)
     log_error(name() + ": cublasDestroy failed");
   if (cublas_workspace_ && cudaFree(cublas_workspace_) != cudaSuccess)
@@ -158,19 +197,62 @@ nlohmann::json CudaDevice::describe() const {
           {"green_context", share_.stream != nullptr},
           {"sm_share_note", sm_note_.empty() ? nlohmann::json(nullptr) : nlohmann::json(sm_note_)},
           {"peer_reads_staged", peer_reads_staged_},
-          {"tf32", tf32_}};
+          {"tf32", tf32_},
+          {"allocator", allocator_json()},
+          {"event_pool", event_pool_json()}};
+}
+
+// The caching allocator's counts at the time of describe(): bytes are rounded block sizes.
+nlohmann::json CudaDevice::allocator_json() const {
+  const AllocatorStats s = allocator_->stats();
+  return {{"granularity_bytes", CachingAllocator::kGranularity},
+          {"in_use_bytes", s.in_use_bytes},
+          {"cached_bytes", s.cached_bytes},
+          {"graph_bytes", s.graph_bytes},
+          {"peak_in_use_bytes", s.peak_in_use_bytes},
+          {"peak_reserved_bytes", s.peak_reserved_bytes},
+          {"allocations", s.allocations},
+          {"cache_hits", s.cache_hits},
+          {"backing_allocations", s.backing_allocations},
+          {"backing_frees", s.backing_frees},
+          {"out_of_memory_retries", s.out_of_memory_retries}};
+}
+
+// Events made so far (the pools' sizes) and how many record()/mark() calls reused one.
+nlohmann::json CudaDevice::event_pool_json() const {
+  const auto order = order_events_->stats();
+  const auto timing = timing_events_->stats();
+  return {{"ordering_events", order.created},
+          {"timing_events", timing.created},
+          {"acquired", order.acquired + timing.acquired},
+          {"reused", order.reused + timing.reused}};
 }
 
 void* CudaDevice::allocate(std::size_t bytes) {
-  void* p = nullptr;
+  // The calling thread's current device is this one afterwards, as when every allocation was a
+  // cudaMalloc: code that allocates and then launches may count on it.
   PARALAB_CUDA(cudaSetDevice(gpu_));
-  PARALAB_CUDA(cudaMalloc(&p, bytes));
-  return p;
+  return allocator_->allocate(bytes);
 }
 
-void CudaDevice::deallocate(void* ptr) noexcept {
-  if (cudaFree(ptr) != cudaSuccess) log_error(name() + ": cudaFree failed");
-}
+// Why a freed block can go to the next allocation with no event and no wait: every write to this
+// device's memory is queued on stream_ (copy_on_device, fill_zero, copy_2d and the ops write to
+// this device only; a peer never writes here), so the block's next owner's work comes after its
+// last owner's in stream order.
+//
+// What would break it is work on another stream reading the block. Here that is a peer's stream
+// reading this device's buffer through the Transport (strategies/collectives/transport.cpp: the
+// receiver copies or adds from the sender's memory, directly or via readable()). That stays safe
+// without an event per free because (1) the in-flight Request holds the sender's tensor, so its
+// block cannot be freed while the message is in flight, and (2) the sender's Transport::wait()
+// makes stream_ wait on the receiver's `consumed` event before it returns, and every collective
+// and the pipeline wait on all their sends. A block freed after that is reused only by work
+// queued after that wait. A send whose handle is dropped without wait() (a rank failing
+// mid-collective, after which the fabric aborts the run) could let a peer read a reused block:
+// its data is wrong, never the memory unmapped, and the run has failed anyway. NCCL queues on
+// stream_ itself. A CUDA graph keeps using blocks freed while it was captured: end_capture()
+// hands them to the graph, which restores them to the cache when it is destroyed.
+void CudaDevice::deallocate(void* ptr) noexcept { allocator_->deallocate(ptr); }
 
 void CudaDevice::copy_from_host(void* dst, const void* src, std::size_t bytes) {
   PARALAB_CUDA(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_));
@@ -199,47 +281,50 @@ void CudaDevice::copy_2d(void* dst, std::size_t dst_pitch, const void* src, std:
 
 namespace {
 
+// The blocks freed while it was captured stay the graph's until it is destroyed: every replay
+// uses them. Replays queued before that come first on the stream, so the cache may then reuse
+// them at once. The graph must not outlive its device (it holds its stream and allocator).
 class CudaGraph final : public CapturedWork {
  public:
-  CudaGraph(cudaGraphExec_t exec, cudaStream_t stream) : exec_(exec), stream_(stream) {}
+  CudaGraph(cudaGraphExec_t exec, cudaStream_t stream, CachingAllocator& allocator,
+            std::vector<CachingAllocator::Block> blocks)
+      : exec_(exec), stream_(stream), allocator_(allocator), blocks_(std::move(blocks)) {}
   ~CudaGraph() override {
     if (cudaGraphExecDestroy(exec_) != cudaSuccess) log_error("cudaGraphExecDestroy failed");
+    allocator_.restore(std::move(blocks_));
   }
   void launch() override { PARALAB_CUDA(cudaGraphLaunch(exec_, stream_)); }
 
  private:
   cudaGraphExec_t exec_;
   cudaStream_t stream_;
+  CachingAllocator& allocator_;
+  std::vector<CachingAllocator::Block> blocks_;
 };
 
-class CudaEvent final : public DeviceEvent {
- public:
-  // timing: an event cudaEventElapsedTime can measure (ordering-only events are cheaper).
-  explicit CudaEvent(cudaStream_t stream, bool timing = false) {
-    PARALAB_CUDA(
-        cudaEventCreateWithFlags(&event_, timing ? cudaEventDefault : cudaEventDisableTiming));
-    const cudaError_t e = cudaEventRecord(event_, stream);
-    if (e != cudaSuccess) cudaEventDestroy(event_);
-    PARALAB_CUDA(e);
-  }
-  // A recorded event may be destroyed before it completes: CUDA frees it once it has.
-  ~CudaEvent() override { cudaEventDestroy(event_); }
-  cudaEvent_t get() const { return event_; }
-
- private:
-  cudaEvent_t event_ = nullptr;
-};
+// A pooled event (core/event_pool.h), back in its pool when the last Event or TimeMark holding it
+// goes. Recording it again then is safe even if a stream's wait on it is still pending: "Other
+// APIs such as cudaStreamWaitEvent() use the most recently captured state at the time of the API
+// call, and are not affected by later calls to cudaEventRecord()" (CUDA Runtime API,
+// cudaEventRecord; cuda_runtime_api.h of CUDA 13). Timing reads (elapsed_ms) hold their
+// TimeMarks, so a timing event is not recorded anew while it is read.
+using CudaEvent = PooledEvent<cudaEvent_t>;
 
 }  // namespace
 
 Event CudaDevice::record() {
   PARALAB_CUDA(cudaSetDevice(gpu_));
-  return std::make_shared<CudaEvent>(stream_);
+  auto event = std::make_shared<CudaEvent>(order_events_);
+  PARALAB_CUDA(cudaEventRecord(event->get(), stream_));
+  return event;
 }
 
 TimeMark CudaDevice::mark() {
   PARALAB_CUDA(cudaSetDevice(gpu_));
-  return {std::chrono::steady_clock::now(), std::make_shared<CudaEvent>(stream_, true)};
+  auto event = std::make_shared<CudaEvent>(timing_events_);
+  const auto host = std::chrono::steady_clock::now();
+  PARALAB_CUDA(cudaEventRecord(event->get(), stream_));
+  return {host, event};
 }
 
 double CudaDevice::elapsed_ms(const TimeMark& a, const TimeMark& b) {
@@ -261,19 +346,26 @@ void CudaDevice::wait(const Event& event) {
 void CudaDevice::begin_capture() {
   PARALAB_CUDA(cudaSetDevice(gpu_));
   PARALAB_CUDA(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+  allocator_->begin_capture();
 }
 
 std::unique_ptr<CapturedWork> CudaDevice::end_capture() {
   cudaGraph_t graph = nullptr;
-  PARALAB_CUDA(cudaStreamEndCapture(stream_, &graph));
+  const cudaError_t ended = cudaStreamEndCapture(stream_, &graph);
+  // A failed capture replays nothing: its blocks go back to the cache (abort_capture).
+  if (ended != cudaSuccess) allocator_->abort_capture();
+  PARALAB_CUDA(ended);
+  auto blocks = allocator_->end_capture();
   cudaGraphExec_t exec = nullptr;
   const cudaError_t made = cudaGraphInstantiate(&exec, graph, 0);
   cudaGraphDestroy(graph);
+  if (made != cudaSuccess) allocator_->restore(std::move(blocks));
   PARALAB_CUDA(made);
-  return std::make_unique<CudaGraph>(exec, stream_);
+  return std::make_unique<CudaGraph>(exec, stream_, *allocator_, std::move(blocks));
 }
 
 void CudaDevice::abort_capture() noexcept {
+  allocator_->abort_capture();
   cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
   if (cudaStreamIsCapturing(stream_, &status) != cudaSuccess ||
       status == cudaStreamCaptureStatusNone)

@@ -3,6 +3,9 @@
 //
 // All work a device queues goes to its stream, so k devices run concurrently; synchronize()
 // waits for that stream only. TF32 is off unless asked for, so results compare with the CPU.
+// Memory comes from a caching allocator (core/caching_allocator.h: freed blocks are reused in
+// stream order, no cudaFree until the device goes) and events from pools (core/event_pool.h: no
+// cudaEventCreate per record() or mark() once the pools have grown).
 #pragma once
 
 #include <cublas_v2.h>
@@ -12,8 +15,10 @@
 #include <memory>
 #include <string>
 
+#include "core/caching_allocator.h"
 #include "core/cuda/green_contexts.h"
 #include "core/device.h"
+#include "core/event_pool.h"
 #include "core/ops.h"
 
 namespace paralab::cuda {
@@ -32,6 +37,7 @@ class CudaDevice final : public Device {
   std::string name() const override;
   nlohmann::json describe() const override;
 
+  // From the caching allocator; during a capture a cached block only (else Error).
   void* allocate(std::size_t bytes) override;
   void deallocate(void* ptr) noexcept override;
   void copy_from_host(void* dst, const void* src, std::size_t bytes) override;
@@ -69,6 +75,8 @@ class CudaDevice final : public Device {
 
  private:
   std::string check_stream();
+  nlohmann::json allocator_json() const;
+  nlohmann::json event_pool_json() const;
 
   int ordinal_;
   int gpu_;
@@ -81,7 +89,11 @@ class CudaDevice final : public Device {
   cublasHandle_t cublas_ = nullptr;
   void* cublas_workspace_ = nullptr;  // set explicitly, so that cuBLAS never allocates in a capture
   bool peer_reads_staged_ = false;
-  void* staging_ = nullptr;  // readable()'s local copies of peers' data
+  // Declared before everything that holds its blocks (staging_, ops_): destroyed after them.
+  std::unique_ptr<CachingAllocator> allocator_;
+  std::shared_ptr<HandlePool<cudaEvent_t>> order_events_;   // record(): ordering only
+  std::shared_ptr<HandlePool<cudaEvent_t>> timing_events_;  // mark(): cudaEventElapsedTime
+  void* staging_ = nullptr;  // readable()'s local copies of peers' data (from allocator_)
   std::size_t staging_bytes_ = 0;
   std::unique_ptr<Ops> ops_;
 };
