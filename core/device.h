@@ -100,12 +100,13 @@ class Device {
 };
 
 struct DeviceOptions {
-  int threads_per_device = 1;    // CPU: worker threads each device owns
-  bool virtual_devices = false;  // CUDA: allow more devices than GPUs (they share GPUs)
-  bool tf32 = false;             // CUDA: TF32 tensor-core math (off: float32 like the CPU)
-  bool green_contexts = true;    // CUDA: virtual devices get equal SM shares where possible
-  std::vector<int> gpus;         // CUDA: the GPU of each device (a device list); empty: round
-                                 // robin over the GPUs
+  int threads_per_device = 1;     // CPU: worker threads each device owns
+  bool virtual_devices = false;   // CUDA: allow more devices than GPUs (they share GPUs)
+  bool tf32 = false;              // CUDA: TF32 tensor-core math (off: float32 like the CPU)
+  bool green_contexts = true;     // CUDA: virtual devices get equal SM shares where possible
+  std::string kernels = "cudnn";  // CUDA: conv stages on cuDNN ("cudnn") or own kernels ("fused")
+  std::vector<int> gpus;          // CUDA: the GPU of each device (a device list); empty: round
+                                  // robin over the GPUs
 };
 
 // Creates `count` devices of the named backend ("cpu", "cuda"; "auto" = cuda when a GPU is

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <memory>
+#include <nlohmann/json.hpp>
 
 #include "core/tensor.h"
 
@@ -71,6 +72,9 @@ class SoftmaxXent {
 class Ops {
  public:
   virtual ~Ops() = default;
+  // What the ops chose so far, for the results' device list (CUDA: which convolution kernels,
+  // and per shape cuDNN's algorithms or the own kernels' tiles); null where there is no choice.
+  virtual nlohmann::json describe() const { return nullptr; }
   virtual std::unique_ptr<ConvReluPool> make_conv_relu_pool() = 0;
   virtual std::unique_ptr<Relu> make_relu() = 0;
   virtual std::unique_ptr<Linear> make_linear() = 0;

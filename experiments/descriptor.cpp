@@ -184,6 +184,7 @@ const json& defaults() {
       {"backend", "auto"},
       {"virtual_devices", false},
       {"tf32", false},
+      {"kernels", "cudnn"},
       {"green_contexts", true},
       {"dataset", {{"dir", nullptr}, {"train_limit", nullptr}, {"test_limit", nullptr}}},
       {"training",
@@ -199,9 +200,9 @@ const json& defaults() {
   return d;
 }
 
-const std::vector<std::string> kTopKeys = {"name", "description",    "backend", "virtual_devices",
-                                           "tf32", "green_contexts", "dataset", "training",
-                                           "runs"};
+const std::vector<std::string> kTopKeys = {
+    "name",    "description",    "backend", "virtual_devices", "tf32",
+    "kernels", "green_contexts", "dataset", "training",        "runs"};
 const std::vector<std::string> kDatasetKeys = {"dir", "train_limit", "test_limit"};
 const std::vector<std::string> kTrainingKeys = {"epochs",
                                                 "batch_size",
@@ -523,6 +524,9 @@ Descriptor parse_descriptor(json doc, const std::string& file) {
   d.virtual_devices = doc["virtual_devices"].get<bool>();
   d.tf32 = doc["tf32"].get<bool>();
   d.green_contexts = doc["green_contexts"].get<bool>();
+  d.kernels = r.string(doc["kernels"], "kernels");
+  if (d.kernels != "cudnn" && d.kernels != "fused")
+    r.fail("kernels", "unknown kernels '" + d.kernels + "' (known: cudnn, fused)");
 
   const json& ds = doc["dataset"];
   r.only_keys(ds, "dataset", kDatasetKeys);

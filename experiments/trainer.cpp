@@ -222,6 +222,7 @@ json run_training(const RunSpec& run, const RunContext& ctx) {
       device_options.threads_per_device = tc.threads_per_device;
       device_options.virtual_devices = d.virtual_devices;
       device_options.tf32 = d.tf32;
+      device_options.kernels = d.kernels;
       device_options.green_contexts = d.green_contexts;
       device_options.gpus = run.gpus;
       auto devices = make_devices(backend, run.devices, device_options);
@@ -335,6 +336,13 @@ json run_training(const RunSpec& run, const RunContext& ctx) {
         }
       }
       result["wall_seconds"] = seconds_since(run_start);
+      // The devices as training left them (allocator peaks, events pooled), and what each
+      // device's ops chose while training (e.g. cuDNN's algorithm per shape).
+      for (std::size_t i = 0; i < devices.size(); ++i) {
+        json info = devices[i]->describe();
+        if (json ops = devices[i]->ops().describe(); !ops.is_null()) info["ops"] = std::move(ops);
+        config["device_list"][i] = std::move(info);
+      }
       if (json report = strategy->report(); !report.is_null())
         result["strategy_report"] = std::move(report);
     } catch (const Unavailable& e) {  // found only once the devices exist, e.g. nccl on one GPU

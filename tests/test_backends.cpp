@@ -39,9 +39,14 @@ ref::Vec random_vec(std::size_t n, uint64_t seed, double scale = 1.0) {
 class Backend : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
-    if (const std::string why = backend_unavailable(GetParam()); !why.empty())
+    // "cuda-fused": the CUDA backend with its own conv kernels ("kernels": "fused").
+    const bool fused = GetParam() == "cuda-fused";
+    const std::string backend = fused ? "cuda" : GetParam();
+    if (const std::string why = backend_unavailable(backend); !why.empty())
       GTEST_SKIP() << GetParam() << ": " << why;
-    devices_ = make_devices(GetParam(), 1, {});
+    DeviceOptions options;
+    if (fused) options.kernels = "fused";
+    devices_ = make_devices(backend, 1, options);
     dev_ = devices_[0].get();
     dev_->bind_thread();
   }
@@ -51,23 +56,6 @@ class Backend : public ::testing::TestWithParam<std::string> {
   std::vector<std::unique_ptr<Device>> devices_;
   Device* dev_ = nullptr;
 };
-
-// The reference composition of one stage: avgpool2(relu(conv(x))).
-struct StageRef {
-  ref::Vec y, dx, dw, db;
-};
-StageRef stage_reference(const ref::Vec& x, const ref::Vec& w, const ref::Vec& b,
-                         const ref::Vec& dy, int N, int C, int H, int W, int K, int R, int S) {
-  const int OH = H - R + 1, OW = W - S + 1;
-  StageRef r;
-  const ref::Vec conv = ref::conv2d_forward(x, w, b, N, C, H, W, K, R, S);
-  const ref::Vec act = ref::relu_forward(conv);
-  r.y = ref::avgpool2_forward(act, N, K, OH, OW);
-  const ref::Vec d_act = ref::avgpool2_backward(dy, N, K, OH, OW);
-  ref::conv2d_backward(x, w, ref::relu_backward(conv, d_act), N, C, H, W, K, R, S, r.dx, r.dw,
-                       r.db);
-  return r;
-}
 
 void check_stage(Device& dev, int N, int C, int H, int W, int K, int R, int S, uint64_t seed,
                  double w_scale) {
@@ -84,7 +72,7 @@ void check_stage(Device& dev, int N, int C, int H, int W, int K, int R, int S, u
   Tensor tdx = Tensor::empty(dev, {N, C, H, W}), tdw = Tensor::empty(dev, {K, C, R, S}),
          tdb = Tensor::empty(dev, {K});
   stage->backward(tx, tw, put(dy, {N, K, PH, PW}), &tdx, tdw, tdb);
-  const StageRef r = stage_reference(x, w, b, dy, N, C, H, W, K, R, S);
+  const ref::StageResult r = ref::conv_relu_pool(x, w, b, dy, N, C, H, W, K, R, S);
   const std::string what = "C=" + std::to_string(C) + " H=" + std::to_string(H);
   EXPECT_TRUE(all_close(ty.to_host_f32(), r.y, kAtol, kRtol)) << "y " << what;
   EXPECT_TRUE(all_close(tdx.to_host_f32(), r.dx, kAtol, kRtol)) << "dx " << what;
@@ -117,7 +105,7 @@ TEST_P(Backend, ConvReluPoolKeepsTrainingActivationAcrossOtherShapes) {
   Tensor tdx = Tensor::empty(*dev_, {N, C, H, H}), tdw = Tensor::empty(*dev_, {K, C, R, R}),
          tdb = Tensor::empty(*dev_, {K});
   stage->backward(tx, tw, put(dy, {N, K, 3, 3}), &tdx, tdw, tdb);
-  const StageRef r = stage_reference(x, w, b, dy, N, C, H, H, K, R, R);
+  const ref::StageResult r = ref::conv_relu_pool(x, w, b, dy, N, C, H, H, K, R, R);
   EXPECT_TRUE(all_close(tdw.to_host_f32(), r.dw, kAtol, kRtol));
 }
 
@@ -385,13 +373,21 @@ TEST_P(Backend, ConvReluPoolOfAnExampleIsBitIdenticalAtEveryBatchSize) {
 const std::vector<std::string> kBackends = {"cpu"
 #if PARALAB_HAVE_CUDA
                                             ,
-                                            "cuda"
+                                            "cuda", "cuda-fused"
 #endif
 };
 INSTANTIATE_TEST_SUITE_P(Backends, Backend, ::testing::ValuesIn(kBackends),
-                         [](const auto& param_info) { return param_info.param; });
+                         [](const auto& param_info) {
+                           std::string name = param_info.param;
+                           std::replace(name.begin(), name.end(), '-', '_');
+                           return name;
+                         });
 INSTANTIATE_TEST_SUITE_P(Backends, LeNetOnBackend, ::testing::ValuesIn(kBackends),
-                         [](const auto& param_info) { return param_info.param; });
+                         [](const auto& param_info) {
+                           std::string name = param_info.param;
+                           std::replace(name.begin(), name.end(), '-', '_');
+                           return name;
+                         });
 
 }  // namespace
 }  // namespace paralab

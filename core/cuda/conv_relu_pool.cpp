@@ -1,12 +1,20 @@
-// CUDA conv -> ReLU -> avgpool stage on cuDNN: convolution algorithms chosen once per shape by
-// measurement (cudnnFind*, deterministic ones only, so runs repeat bit for bit) and cached with
-// their descriptors and workspace; bias, ReLU and pooling as cuDNN ops on the stage's own
-// activation buffer, which backward reuses.
+// CUDA conv -> ReLU -> avgpool stage on cuDNN: convolution algorithms chosen once per shape by a
+// fixed rule (below), cached with their descriptors and workspace; bias, ReLU and pooling as cuDNN
+// ops on the stage's own activation buffer, which backward reuses.
+//
+// The rule, not a timed search: cuDNN's heuristic ranking for the shape (cudnnGet*_v7, a pure
+// function of cuDNN's version, the GPU and the shape), the first algorithm that is deterministic
+// and not a Winograd variant. A timed search (cudnnFind*) picks among algorithms a few us apart,
+// so its winner changed from one search to the next on an H200, and two model instances in one
+// process rounded differently; and WINOGRAD_NONFUSED, which won some searches, errs by 2.3e-3
+// (weight gradient) and 4.6e-3 (forward) of the tensor's maximum against fp64, 1,000x the others
+// (`../shared/gpu-runs/2026-11-30-h200/FINDINGS.md`). The choices are recorded (Ops::describe).
 #include <map>
 #include <tuple>
 
 #include "core/cuda/check.h"
 #include "core/cuda/cuda_device.h"
+#include "core/cuda/kernel_log.h"
 
 namespace paralab::cuda {
 
@@ -42,7 +50,7 @@ struct Plan {
   cudnnConvolutionFwdAlgo_t fwd_algo{};
   cudnnConvolutionBwdDataAlgo_t data_algo{};
   cudnnConvolutionBwdFilterAlgo_t filter_algo{};
-  // The math type each chosen algorithm was measured with (cuDNN's Find reports it): FMA when
+  // The math type each chosen algorithm was ranked with (the heuristics report it): FMA when
   // TF32 is off; with it on, a direction's algorithm may need tensor-op math, another's not.
   cudnnMathType_t fwd_math = CUDNN_FMA_MATH, data_math = CUDNN_FMA_MATH,
                   filter_math = CUDNN_FMA_MATH;
@@ -51,17 +59,51 @@ struct Plan {
   bool has_forward = false;
 };
 
+const char* algo_name(cudnnConvolutionFwdAlgo_t a) {
+  static constexpr const char* kNames[] = {
+      "IMPLICIT_GEMM", "IMPLICIT_PRECOMP_GEMM", "GEMM", "DIRECT", "FFT", "FFT_TILING",
+      "WINOGRAD",      "WINOGRAD_NONFUSED"};
+  return a >= 0 && a < CUDNN_CONVOLUTION_FWD_ALGO_COUNT ? kNames[a] : "unknown";
+}
+const char* algo_name(cudnnConvolutionBwdDataAlgo_t a) {
+  static constexpr const char* kNames[] = {"ALGO_0",     "ALGO_1",   "FFT",
+                                           "FFT_TILING", "WINOGRAD", "WINOGRAD_NONFUSED"};
+  return a >= 0 && a < CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT ? kNames[a] : "unknown";
+}
+const char* algo_name(cudnnConvolutionBwdFilterAlgo_t a) {
+  static constexpr const char* kNames[] = {
+      "ALGO_0", "ALGO_1", "FFT", "ALGO_3", "WINOGRAD", "WINOGRAD_NONFUSED", "FFT_TILING"};
+  return a >= 0 && a < CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT ? kNames[a] : "unknown";
+}
+
+// Winograd transforms amplify rounding: never chosen (see the top of the file).
+bool accurate(cudnnConvolutionFwdAlgo_t a) {
+  return a != CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD &&
+         a != CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD_NONFUSED;
+}
+bool accurate(cudnnConvolutionBwdDataAlgo_t a) {
+  return a != CUDNN_CONVOLUTION_BWD_DATA_ALGO_WINOGRAD &&
+         a != CUDNN_CONVOLUTION_BWD_DATA_ALGO_WINOGRAD_NONFUSED;
+}
+bool accurate(cudnnConvolutionBwdFilterAlgo_t a) {
+  return a != CUDNN_CONVOLUTION_BWD_FILTER_ALGO_WINOGRAD &&
+         a != CUDNN_CONVOLUTION_BWD_FILTER_ALGO_WINOGRAD_NONFUSED;
+}
+
+// The first of cuDNN's heuristic ranking that is usable, deterministic and accurate.
 template <typename Perf>
-Perf fastest_deterministic(const Perf* results, int count, const char* what) {
-  for (int i = 0; i < count; ++i)  // cuDNN returns them fastest first
-    if (results[i].status == CUDNN_STATUS_SUCCESS && results[i].determinism == CUDNN_DETERMINISTIC)
-      return results[i];
-  throw Error(std::string("cuDNN: no deterministic ") + what + " algorithm for this shape");
+Perf first_deterministic(const Perf* ranked, int count, const char* what) {
+  for (int i = 0; i < count; ++i)
+    if (ranked[i].status == CUDNN_STATUS_SUCCESS && ranked[i].determinism == CUDNN_DETERMINISTIC &&
+        accurate(ranked[i].algo))
+      return ranked[i];
+  throw Error(std::string("cuDNN: no deterministic, accurate ") + what +
+              " algorithm for this shape");
 }
 
 class CudaConvReluPool final : public ConvReluPool {
  public:
-  explicit CudaConvReluPool(CudaDevice& d) : d_(d) {}
+  CudaConvReluPool(CudaDevice& d, KernelLog& log) : d_(d), log_(log) {}
 
   void forward(const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y,
                bool training) override {
@@ -145,17 +187,17 @@ class CudaConvReluPool final : public ConvReluPool {
     int got = 0;
     cudnnHandle_t h = d_.cudnn();
     cudnnConvolutionFwdAlgoPerf_t fwd[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
-    PARALAB_CUDNN(cudnnFindConvolutionForwardAlgorithm(
+    PARALAB_CUDNN(cudnnGetConvolutionForwardAlgorithm_v7(
         h, p->x, p->w, p->conv, p->act, CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &got, fwd));
-    const auto f = fastest_deterministic(fwd, got, "forward");
+    const auto f = first_deterministic(fwd, got, "forward");
     cudnnConvolutionBwdDataAlgoPerf_t data[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
-    PARALAB_CUDNN(cudnnFindConvolutionBackwardDataAlgorithm(
+    PARALAB_CUDNN(cudnnGetConvolutionBackwardDataAlgorithm_v7(
         h, p->w, p->act, p->conv, p->x, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &got, data));
-    const auto dd = fastest_deterministic(data, got, "backward-data");
+    const auto dd = first_deterministic(data, got, "backward-data");
     cudnnConvolutionBwdFilterAlgoPerf_t filt[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
-    PARALAB_CUDNN(cudnnFindConvolutionBackwardFilterAlgorithm(
+    PARALAB_CUDNN(cudnnGetConvolutionBackwardFilterAlgorithm_v7(
         h, p->x, p->act, p->conv, p->w, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &got, filt));
-    const auto ff = fastest_deterministic(filt, got, "backward-filter");
+    const auto ff = first_deterministic(filt, got, "backward-filter");
     p->fwd_algo = f.algo;
     p->data_algo = dd.algo;
     p->filter_algo = ff.algo;
@@ -164,7 +206,25 @@ class CudaConvReluPool final : public ConvReluPool {
       p->data_math = dd.mathType;
       p->filter_math = ff.mathType;
     }
-    const std::size_t ws = std::max({f.memory, dd.memory, ff.memory, std::size_t{4}});
+    // The workspace each asks for, from cuDNN's size queries (the ranking's own figures are
+    // estimates).
+    std::size_t fwd_ws = 0, data_ws = 0, filter_ws = 0;
+    PARALAB_CUDNN(cudnnSetConvolutionMathType(p->conv, p->fwd_math));
+    PARALAB_CUDNN(cudnnGetConvolutionForwardWorkspaceSize(h, p->x, p->w, p->conv, p->act,
+                                                          p->fwd_algo, &fwd_ws));
+    PARALAB_CUDNN(cudnnSetConvolutionMathType(p->conv, p->data_math));
+    PARALAB_CUDNN(cudnnGetConvolutionBackwardDataWorkspaceSize(h, p->w, p->act, p->conv, p->x,
+                                                               p->data_algo, &data_ws));
+    PARALAB_CUDNN(cudnnSetConvolutionMathType(p->conv, p->filter_math));
+    PARALAB_CUDNN(cudnnGetConvolutionBackwardFilterWorkspaceSize(h, p->x, p->act, p->conv, p->w,
+                                                                 p->filter_algo, &filter_ws));
+    const std::size_t ws = std::max({fwd_ws, data_ws, filter_ws, std::size_t{4}});
+    log_.note(conv_key(x, w), {{"kernels", "cudnn"},
+                               {"forward", algo_name(p->fwd_algo)},
+                               {"backward_data", algo_name(p->data_algo)},
+                               {"backward_filter", algo_name(p->filter_algo)},
+                               {"math", d_.tf32() ? "tf32 allowed" : "fma"},
+                               {"workspace_bytes", ws}});
     p->workspace = Tensor::empty(d_, {static_cast<int64_t>((ws + 3) / 4)});
     p->activation = Tensor::empty(d_, {n, k, oh, ow});
     // Zeroed once: with floor-mode pooling no window covers conv2's last row and column, and
@@ -175,13 +235,14 @@ class CudaConvReluPool final : public ConvReluPool {
   }
 
   CudaDevice& d_;
+  KernelLog& log_;
   std::map<Key, std::unique_ptr<Plan>> plans_;
 };
 
 }  // namespace
 
-std::unique_ptr<ConvReluPool> make_conv_relu_pool(CudaDevice& device) {
-  return std::make_unique<CudaConvReluPool>(device);
+std::unique_ptr<ConvReluPool> make_cudnn_conv_relu_pool(CudaDevice& device, KernelLog& log) {
+  return std::make_unique<CudaConvReluPool>(device, log);
 }
 
 }  // namespace paralab::cuda

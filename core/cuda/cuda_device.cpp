@@ -34,7 +34,7 @@ const char* cublas_status_name(cublasStatus_t status) {
 }
 
 CudaDevice::CudaDevice(int ordinal, int gpu, int sharing, bool tf32, SmShare share,
-                       std::string sm_note)
+                       std::string sm_note, const std::string& kernels)
     : ordinal_(ordinal),
       gpu_(gpu),
       sharing_(sharing),
@@ -108,7 +108,7 @@ CudaDevice::CudaDevice(int ordinal, int gpu, int sharing, bool tf32, SmShare sha
       sm_note_ = "no SM share: its green context's stream failed a check: " + failure;
     }
   }
-  ops_ = make_ops(*this);
+  ops_ = make_ops(*this, kernels);
 }
 
 // One of each kind of work a device queues, on stream_: a memset, one of ParaLab's kernels, a
@@ -460,7 +460,7 @@ std::vector<std::unique_ptr<Device>> make_cuda_devices(int count, const DeviceOp
     const std::size_t j = next[g]++;
     SmShare share = j < mine.size() ? std::exchange(mine[j], SmShare{}) : SmShare{};
     auto device = std::make_unique<CudaDevice>(i, static_cast<int>(g), sharing[g], options.tf32,
-                                               share, notes[g]);
+                                               share, notes[g], options.kernels);
     device->set_peer_reads_staged(staged[g]);
     devices.push_back(std::move(device));
   }

@@ -1,14 +1,20 @@
 // CUDA Ops: ReLU, linear (cuBLAS), softmax cross-entropy, SGD, add and gather (own kernels),
-// and the factory. The convolution stage is in conv_relu_pool.cpp.
+// and the factory. The convolution stage is in conv_relu_pool.cpp (cuDNN) and
+// fused_conv_relu_pool.cpp (own kernels), chosen by the device's "kernels" option.
+#include <algorithm>
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "core/cuda/check.h"
 #include "core/cuda/cuda_device.h"
+#include "core/cuda/kernel_log.h"
 #include "core/cuda/kernels.h"
 
 namespace paralab::cuda {
 
-std::unique_ptr<ConvReluPool> make_conv_relu_pool(CudaDevice& device);
+std::unique_ptr<ConvReluPool> make_cudnn_conv_relu_pool(CudaDevice& device, KernelLog& log);
+std::unique_ptr<ConvReluPool> make_fused_conv_relu_pool(CudaDevice& device, KernelLog& log);
 
 namespace {
 
@@ -89,9 +95,13 @@ class CudaSoftmaxXent final : public SoftmaxXent {
 
 class CudaOps final : public Ops {
  public:
-  explicit CudaOps(CudaDevice& d) : d_(d) {}
+  CudaOps(CudaDevice& d, std::string kernels) : d_(d), kernels_(std::move(kernels)) {}
   std::unique_ptr<ConvReluPool> make_conv_relu_pool() override {
-    return cuda::make_conv_relu_pool(d_);
+    return kernels_ == "fused" ? make_fused_conv_relu_pool(d_, log_)
+                               : make_cudnn_conv_relu_pool(d_, log_);
+  }
+  nlohmann::json describe() const override {
+    return {{"kernels", kernels_}, {"choices", log_.entries()}};
   }
   std::unique_ptr<Relu> make_relu() override { return std::make_unique<CudaRelu>(d_); }
   std::unique_ptr<Linear> make_linear() override { return std::make_unique<CudaLinear>(d_); }
@@ -133,10 +143,22 @@ class CudaOps final : public Ops {
 
  private:
   CudaDevice& d_;
+  std::string kernels_;
+  KernelLog log_;
 };
 
 }  // namespace
 
-std::unique_ptr<Ops> make_ops(CudaDevice& device) { return std::make_unique<CudaOps>(device); }
+const std::vector<std::string>& known_kernels() {
+  static const std::vector<std::string> names = {"cudnn", "fused"};
+  return names;
+}
+
+std::unique_ptr<Ops> make_ops(CudaDevice& device, const std::string& kernels) {
+  const auto& known = known_kernels();
+  if (std::find(known.begin(), known.end(), kernels) == known.end())
+    throw Error("cuda: unknown kernels \"" + kernels + "\" (known: cudnn, fused)");
+  return std::make_unique<CudaOps>(device, kernels);
+}
 
 }  // namespace paralab::cuda

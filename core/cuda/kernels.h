@@ -14,7 +14,8 @@ void relu_forward(const float* x, float* y, int64_t n, cudaStream_t s);
 void relu_backward(const float* y, const float* dy, float* dx, int64_t n, cudaStream_t s);
 // y (rows,cols) += b (cols) broadcast over rows.
 void add_bias_rows(float* y, const float* b, int64_t rows, int64_t cols, cudaStream_t s);
-// db (cols) = sum over rows of dy (rows,cols), rows summed in order (deterministic).
+// db (cols) = sum over rows of dy (rows,cols): 16 row lanes each sum rows lane, lane + 16, ... in
+// order, then a fixed tree over the lanes (deterministic; column_sums.cuh).
 void column_sums(const float* dy, float* db, int64_t rows, int64_t cols, cudaStream_t s);
 // Softmax cross-entropy summed over rows: stats[0] = loss, stats[1] = correct count;
 // dlogits = softmax - onehot unless null. One thread block; deterministic.

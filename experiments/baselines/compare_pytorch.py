@@ -93,7 +93,8 @@ def paralab_once(args, threads, tmp):
            "--set", f"training.max_iterations_per_epoch={args.iterations + args.warmup}",
            "--set", f"training.warmup_iterations={args.warmup}",
            "--set", f"training.threads_per_device={threads}",
-           "--set", f"backend={args.device}"]
+           "--set", f"backend={args.device}",
+           "--set", f"kernels={args.kernels}"]
     if args.data_dir:
         cmd += ["--data-dir", args.data_dir]
     doc = run_json(cmd, out)
@@ -236,6 +237,9 @@ def parse_args(argv):
     p.add_argument("--epoch-goal-ms", type=positive(float), default=50.0,
                    help="cuda only: ParaLab's full epoch must take at most this (default 50)")
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    p.add_argument("--kernels", choices=("cudnn", "fused"), default="cudnn",
+                   help="ParaLab's conv stages on CUDA: cuDNN or its own kernels (descriptor key "
+                        "'kernels'; ignored on the CPU)")
     p.add_argument("--python", default=sys.executable,
                    help="interpreter with torch for the baselines (default: this one)")
     p.add_argument("--data-dir", default=None)
@@ -298,7 +302,8 @@ def main(argv=None):
                            "torch_device_name": book.get("device_name"),
                            "tf32": book.get("tf32"),
                            "python": platform.python_version()},
-           "config": {"device": args.device, "batch_size": BATCH_SIZE, "lr": LR, "seed": SEED,
+           "config": {"device": args.device, "paralab_kernels": args.kernels,
+                      "batch_size": BATCH_SIZE, "lr": LR, "seed": SEED,
                       "iterations": args.iterations,
                       "warmup": args.warmup, "repeats": args.repeats,
                       "order": ["paralab"] + keys,

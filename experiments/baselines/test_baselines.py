@@ -388,6 +388,7 @@ class CompareTest(unittest.TestCase):
         calls = self.calls()
         self.assertEqual([c[0] for c in calls], ["paralab", "graphed", "book"] * 2)
         self.assertIn("backend=cuda", calls[0])
+        self.assertIn("kernels=cudnn", calls[0])  # the default; --kernels fused passes fused
         self.assertIn("training.max_iterations_per_epoch=230", calls[0])
         graphed, book = calls[1], calls[2]
         for flag in ("--model", "module", "--cuda-graph"):

@@ -130,6 +130,17 @@ Vec avgpool2_backward(const Vec& dy, int N, int C, int H, int W) {
   return dx;
 }
 
+StageResult conv_relu_pool(const Vec& x, const Vec& w, const Vec& b, const Vec& dy, int N, int C,
+                           int H, int W, int K, int R, int S) {
+  const int OH = H - R + 1, OW = W - S + 1;
+  StageResult r;
+  const Vec conv = conv2d_forward(x, w, b, N, C, H, W, K, R, S);
+  r.y = avgpool2_forward(relu_forward(conv), N, K, OH, OW);
+  const Vec d_act = avgpool2_backward(dy, N, K, OH, OW);
+  conv2d_backward(x, w, relu_backward(conv, d_act), N, C, H, W, K, R, S, r.dx, r.dw, r.db);
+  return r;
+}
+
 Vec linear_forward(const Vec& x, const Vec& W, const Vec& b, int N, int in, int out) {
   require_positive({N, in, out}, "linear_forward");
   require_size(x, sz(N) * in, "linear_forward x");

@@ -36,6 +36,15 @@ Vec avgpool2_forward(const Vec& x, int N, int C, int H, int W);
 // dy is (N,C,H/2,W/2); returns dx (N,C,H,W), with 0 in the dropped rows/columns.
 Vec avgpool2_backward(const Vec& dy, int N, int C, int H, int W);
 
+// One LeNet stage, y = avgpool2(relu(conv(x))), forward and backward: y (N,K,PH,PW) and, for
+// dy (N,K,PH,PW), dx (N,C,H,W), dw (K,C,R,S), db (K). The composition every backend's stage op and
+// every own kernel is checked against.
+struct StageResult {
+  Vec y, dx, dw, db;
+};
+StageResult conv_relu_pool(const Vec& x, const Vec& w, const Vec& b, const Vec& dy, int N, int C,
+                           int H, int W, int K, int R, int S);
+
 // Fully connected as in the book: y = x W + b with W stored (in, out).
 // x is (N,in), W is (in,out), b is (out); returns y (N,out).
 Vec linear_forward(const Vec& x, const Vec& W, const Vec& b, int N, int in, int out);

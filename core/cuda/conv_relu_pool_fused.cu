@@ -1,0 +1,65 @@
+#include "core/cuda/check.h"
+#include "core/cuda/conv_relu_pool_fused.h"
+#include "core/cuda/conv_relu_pool_kernels.cuh"
+
+namespace paralab::cuda::crp {
+
+namespace {
+
+constexpr Tile F = kForwardTile, W = kFilterTile, D = kDataTile;
+
+}  // namespace
+
+void forward(const Geometry& g, const float* x, const float* w, const float* b, float* y,
+             uint8_t* mask, cudaStream_t s) {
+  if (direct(g)) {
+    const int64_t outputs = int64_t{g.n} * g.k * g.ph * g.pw;
+    forward_direct<<<element_blocks(outputs), kElementThreads, 0, s>>>(g, x, w, b, y, mask);
+  } else {
+    const dim3 grid(static_cast<unsigned>(ceil_div(forward_rows(g), F.bm)),
+                    static_cast<unsigned>(ceil_div(g.k, F.bn)));
+    forward_gemm<F.bm, F.bn, F.bk, F.tm, F.tn><<<grid, F.threads(), 0, s>>>(g, x, w, b, y, mask);
+  }
+  PARALAB_CUDA_LAUNCHED();
+}
+
+void conv_grads(const Geometry& g, const float* dy, const uint8_t* mask, float* dconv,
+                cudaStream_t s) {
+  const int64_t positions = int64_t{g.n} * g.k * g.oh * g.ow;
+  conv_grad_all<<<element_blocks(positions), kElementThreads, 0, s>>>(g, dy, mask, dconv);
+  PARALAB_CUDA_LAUNCHED();
+}
+
+void backward_weights(const Geometry& g, const float* x, const float* dy, const uint8_t* mask,
+                      float* dconv, float* partial, float* dw, float* db, cudaStream_t s) {
+  const Partition part = partition(g.n);
+  if (direct(g)) {
+    const dim3 grid(static_cast<unsigned>(g.k), static_cast<unsigned>(part.parts));
+    weights_direct_partial<kReduceThreads>
+        <<<grid, kReduceThreads, 0, s>>>(g, part.chunk, x, dy, mask, partial);
+  } else {
+    conv_grads(g, dy, mask, dconv, s);
+    const dim3 bias_grid(static_cast<unsigned>(g.k), static_cast<unsigned>(part.parts));
+    bias_partial<kReduceThreads>
+        <<<bias_grid, kReduceThreads, 0, s>>>(g, part.chunk, dconv, partial);
+    PARALAB_CUDA_LAUNCHED();
+    const dim3 grid(static_cast<unsigned>(ceil_div(g.crs, W.bn)),
+                    static_cast<unsigned>(ceil_div(g.k, W.bm)), static_cast<unsigned>(part.parts));
+    filter_gemm_partial<W.bm, W.bn, W.bk, W.tm, W.tn>
+        <<<grid, W.threads(), 0, s>>>(g, part.chunk, x, dconv, partial);
+  }
+  PARALAB_CUDA_LAUNCHED();
+  sum_partials<<<element_blocks(int64_t{g.k} * (g.crs + 1)), kElementThreads, 0, s>>>(
+      g, part.parts, partial, dw, db);
+  PARALAB_CUDA_LAUNCHED();
+}
+
+void backward_data(const Geometry& g, const float* dconv, const float* w, float* dx,
+                   cudaStream_t s) {
+  const dim3 grid(static_cast<unsigned>(ceil_div(data_rows(g), D.bm)),
+                  static_cast<unsigned>(ceil_div(g.c, D.bn)));
+  data_gemm<D.bm, D.bn, D.bk, D.tm, D.tn><<<grid, D.threads(), 0, s>>>(g, dconv, w, dx);
+  PARALAB_CUDA_LAUNCHED();
+}
+
+}  // namespace paralab::cuda::crp

@@ -1,0 +1,462 @@
+// ParaLab's own kernels for one conv -> ReLU -> avgpool 2x2 stage (the op in core/ops.h), private
+// to conv_relu_pool_fused.cu and to the CPU emulation test (tests/test_fused_kernels.cpp), which
+// runs these very functions with one host thread per CUDA thread.
+//
+// So that the emulation is faithful, the kernels use only blockIdx/threadIdx/blockDim/gridDim,
+// static __shared__ arrays, __syncthreads() and fmaf: no warp shuffles, no atomics, no dynamic
+// shared memory. Every reduction has a fixed order (a fixed partition of the batch, each thread's
+// fixed stride, a fixed tree in shared memory), so results are bit-identical run after run.
+//
+// Shapes (Geometry in conv_relu_pool_plan.h): x (N,C,H,W), w (K,C,R,S), b (K), y (N,K,PH,PW).
+// mask (N,K,PH,PW) bytes: bit q = 2 dh + dw of mask[n,k,ph,pw] is set when the conv output at
+// (2 ph + dh, 2 pw + dw) plus its bias was > 0, i.e. ReLU passed it; backward needs nothing else.
+// dconv (N,K,OH,OW) = d(loss)/d(conv output) over the positions the pool reads.
+//
+// Arithmetic, identical in the direct and the GEMM kernels (so that they agree to the bit): a
+// conv output is fmaf-accumulated over j = (c, r, s) in ascending order from 0, then the bias is
+// added, ReLU applied, and the four window values summed as (v0 + v1) + (v2 + v3), times 0.25.
+#pragma once
+
+#include <cstdint>
+
+#include "core/cuda/conv_relu_pool_plan.h"
+
+namespace paralab::cuda::crp {
+
+__device__ __forceinline__ int imin(int a, int b) { return a < b ? a : b; }
+
+// The pooled value and ReLU bits of one window from its four conv sums (bias not yet added).
+__device__ __forceinline__ float pool_window(const float (&acc)[4], float bias, uint8_t& bits) {
+  float v[4];
+  bits = 0;
+  for (int q = 0; q < 4; ++q) {
+    const float a = acc[q] + bias;
+    v[q] = a > 0.0f ? a : 0.0f;
+    bits = static_cast<uint8_t>(bits | (a > 0.0f ? 1 << q : 0));
+  }
+  return ((v[0] + v[1]) + (v[2] + v[3])) * 0.25f;
+}
+
+// ---- forward -------------------------------------------------------------------------------
+
+// Direct: one thread per pooled output (n,k,ph,pw), computing its window's four conv outputs.
+// For small filters (kDirectMaxCrs), where a GEMM's tiles would be mostly padding.
+__global__ void forward_direct(Geometry g, const float* __restrict__ x, const float* __restrict__ w,
+                               const float* __restrict__ b, float* __restrict__ y,
+                               uint8_t* __restrict__ mask) {
+  const int64_t total = int64_t{g.n} * g.k * g.ph * g.pw;
+  const int64_t stride = int64_t{blockDim.x} * gridDim.x;
+  for (int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; i < total; i += stride) {
+    const int pw = static_cast<int>(i % g.pw);
+    int64_t t = i / g.pw;
+    const int ph = static_cast<int>(t % g.ph);
+    t /= g.ph;
+    const int k = static_cast<int>(t % g.k);
+    const int64_t n = t / g.k;
+    const float* wk = w + int64_t{k} * g.crs;
+    const float* xw = x + n * g.c * g.h * g.w + int64_t{2 * ph} * g.w + 2 * pw;
+    float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    int j = 0;
+    for (int c = 0; c < g.c; ++c)
+      for (int r = 0; r < g.r; ++r)
+        for (int s = 0; s < g.s; ++s, ++j) {
+          const float wv = wk[j];
+          const float* p = xw + int64_t{c} * g.h * g.w + r * g.w + s;
+          acc[0] = fmaf(p[0], wv, acc[0]);
+          acc[1] = fmaf(p[1], wv, acc[1]);
+          acc[2] = fmaf(p[g.w], wv, acc[2]);
+          acc[3] = fmaf(p[g.w + 1], wv, acc[3]);
+        }
+    uint8_t bits;
+    y[i] = pool_window(acc, b[k], bits);
+    mask[i] = bits;
+  }
+}
+
+// The main loop shared by the implicit GEMMs: C (BM x BN, TM x TN per thread) += A (BM x L) B (L x
+// BN) over the reduction range [l_begin, l_end), BK at a time. load_a(l0, As) and load_b(l0, Bs)
+// fill the block's tiles (zeros outside the matrices), each thread its share; As is stored
+// transposed (As[l][m]) so that a thread reads its TM rows of one step side by side. A thread's
+// columns are tx, tx + BN/TN, ... (consecutive threads, consecutive banks).
+template <int BM, int BN, int BK, int TM, int TN, typename LoadA, typename LoadB>
+__device__ __forceinline__ void gemm_mainloop(float (&As)[BK][BM + 1], float (&Bs)[BK][BN],
+                                              int64_t l_begin, int64_t l_end, const LoadA& load_a,
+                                              const LoadB& load_b, float (&acc)[TM][TN]) {
+  constexpr int kCols = BN / TN;
+  const int tx = static_cast<int>(threadIdx.x) % kCols, ty = static_cast<int>(threadIdx.x) / kCols;
+  for (int64_t l0 = l_begin; l0 < l_end; l0 += BK) {
+    load_a(l0, As);
+    load_b(l0, Bs);
+    __syncthreads();
+    for (int kk = 0; kk < BK; ++kk) {
+      float a[TM], bv[TN];
+      for (int i = 0; i < TM; ++i) a[i] = As[kk][ty * TM + i];
+      for (int jj = 0; jj < TN; ++jj) bv[jj] = Bs[kk][tx + jj * kCols];
+      for (int i = 0; i < TM; ++i)
+        for (int jj = 0; jj < TN; ++jj) acc[i][jj] = fmaf(a[i], bv[jj], acc[i][jj]);
+    }
+    __syncthreads();  // before the next step overwrites the tiles others still read
+  }
+}
+
+// Forward as an implicit GEMM: rows m = 4 window + q over the pool windows (n,ph,pw) and their
+// four positions q = 2 dh + dw, columns the K filters, reduction j = (c,r,s):
+//   A[m][j] = x[n, c, 2ph+dh+r, 2pw+dw+s],  B[j][k] = w[k, j],
+// with bias, ReLU, pooling and the mask in the epilogue: only the pooled output leaves the block.
+template <int BM, int BN, int BK, int TM, int TN>
+struct ForwardLoadA {
+  const Geometry& g;
+  const float* x;
+  int64_t row_base;  // this thread's row of the tile: offset of x[n,0,2ph+dh,2pw+dw], or -1
+  __device__ void operator()(int64_t j0, float (&As)[BK][BM + 1]) const {
+    const int rs = g.r * g.s;
+    for (int kk = 0; kk < BK; ++kk) {
+      const int64_t j = j0 + kk;
+      float v = 0.0f;
+      if (row_base >= 0 && j < g.crs) {
+        const int c = static_cast<int>(j / rs), rem = static_cast<int>(j % rs);
+        v = x[row_base + int64_t{c} * g.h * g.w + (rem / g.s) * g.w + rem % g.s];
+      }
+      As[kk][threadIdx.x] = v;
+    }
+  }
+};
+
+template <int BM, int BN, int BK>
+struct WeightLoadB {  // B[j][k] = w[k * crs + j] for the block's columns n0 ...
+  const float* w;
+  int crs, k_count, n0;
+  int threads;
+  __device__ void operator()(int64_t j0, float (&Bs)[BK][BN]) const {
+    for (int e = static_cast<int>(threadIdx.x); e < BK * BN; e += threads) {
+      const int kk = e / BN, col = e % BN;
+      const int64_t j = j0 + kk;
+      const int k = n0 + col;
+      Bs[kk][col] = j < crs && k < k_count ? w[int64_t{k} * crs + j] : 0.0f;
+    }
+  }
+};
+
+template <int BM, int BN, int BK, int TM, int TN>
+__global__ void __launch_bounds__((BM / TM) * (BN / TN))
+    forward_gemm(Geometry g, const float* __restrict__ x, const float* __restrict__ w,
+                 const float* __restrict__ b, float* __restrict__ y, uint8_t* __restrict__ mask) {
+  constexpr int kThreads = (BM / TM) * (BN / TN);
+  static_assert(kThreads == BM, "each thread loads one row of the A tile");
+  static_assert(TM % 4 == 0, "a thread's rows are whole pool windows");
+  __shared__ float As[BK][BM + 1];
+  __shared__ float Bs[BK][BN];
+  const int64_t rows = forward_rows(g);
+  const int64_t m0 = int64_t{blockIdx.x} * BM;
+  const int n0 = static_cast<int>(blockIdx.y) * BN;
+
+  // The row this thread loads: window (n,ph,pw) and position q of m0 + threadIdx.x.
+  int64_t row_base = -1;
+  if (const int64_t m = m0 + threadIdx.x; m < rows) {
+    const int q = static_cast<int>(m % 4);
+    int64_t t = m / 4;
+    const int pw = static_cast<int>(t % g.pw);
+    t /= g.pw;
+    const int ph = static_cast<int>(t % g.ph);
+    const int64_t n = t / g.ph;
+    row_base = n * g.c * g.h * g.w + int64_t{2 * ph + q / 2} * g.w + 2 * pw + q % 2;
+  }
+  float acc[TM][TN] = {};
+  gemm_mainloop<BM, BN, BK, TM, TN>(As, Bs, 0, g.crs,
+                                    ForwardLoadA<BM, BN, BK, TM, TN>{g, x, row_base},
+                                    WeightLoadB<BM, BN, BK>{w, g.crs, g.k, n0, kThreads}, acc);
+
+  constexpr int kCols = BN / TN;
+  const int tx = static_cast<int>(threadIdx.x) % kCols, ty = static_cast<int>(threadIdx.x) / kCols;
+  for (int win = 0; win < TM / 4; ++win) {
+    const int64_t window = (m0 + ty * TM + win * 4) / 4;  // (n, ph, pw) flattened
+    if (window * 4 >= rows) break;
+    const int pw = static_cast<int>(window % g.pw);
+    const int64_t t = window / g.pw;
+    const int ph = static_cast<int>(t % g.ph);
+    const int64_t n = t / g.ph;
+    for (int jj = 0; jj < TN; ++jj) {
+      const int k = n0 + tx + jj * kCols;
+      if (k >= g.k) continue;
+      const float sums[4] = {acc[win * 4][jj], acc[win * 4 + 1][jj], acc[win * 4 + 2][jj],
+                             acc[win * 4 + 3][jj]};
+      uint8_t bits;
+      const int64_t o = ((n * g.k + k) * g.ph + ph) * g.pw + pw;
+      y[o] = pool_window(sums, b[k], bits);
+      mask[o] = bits;
+    }
+  }
+}
+
+// ---- backward ------------------------------------------------------------------------------
+
+// d(loss)/d(conv output) at (n,k,oh,ow), oh < OH, ow < OW: the pool spreads dy/4 over its window,
+// ReLU passes it where its bit is set.
+__device__ __forceinline__ float conv_grad(const Geometry& g, const float* dy, const uint8_t* mask,
+                                           int64_t n, int k, int oh, int ow) {
+  const int64_t o = ((n * g.k + k) * g.ph + oh / 2) * g.pw + ow / 2;
+  const int q = (oh & 1) * 2 + (ow & 1);
+  return (mask[o] >> q) & 1 ? dy[o] * 0.25f : 0.0f;
+}
+
+// Sums red[j][0 .. kThreads) into red[j][0] for j < count, in a fixed tree.
+template <int kRows, int kThreads>
+__device__ __forceinline__ void block_tree_sum(float (&red)[kRows][kThreads], int count) {
+  __syncthreads();
+  for (int half = kThreads / 2; half > 0; half /= 2) {
+    if (static_cast<int>(threadIdx.x) < half)
+      for (int j = 0; j < count; ++j) red[j][threadIdx.x] += red[j][threadIdx.x + half];
+    __syncthreads();
+  }
+}
+
+// Direct weight and bias gradients of a small filter: block (k, p) sums, over the conv positions
+// of chunk p's examples, dconv * x for each of filter k's C R S weights and dconv for its bias,
+// into partial[p][k][0 .. crs] (crs + 1 values). The chunks are summed by sum_partials.
+template <int kThreads>
+__global__ void __launch_bounds__(kThreads)
+    weights_direct_partial(Geometry g, int chunk, const float* __restrict__ x,
+                           const float* __restrict__ dy, const uint8_t* __restrict__ mask,
+                           float* __restrict__ partial) {
+  constexpr int kMax = kDirectMaxCrs;
+  __shared__ float red[kMax + 1][kThreads];
+  __shared__ int offset[kMax];  // x offset of weight j = (c,r,s): c H W + r W + s
+  const int k = static_cast<int>(blockIdx.x), p = static_cast<int>(blockIdx.y);
+  for (int j = static_cast<int>(threadIdx.x); j < g.crs; j += kThreads) {
+    const int c = j / (g.r * g.s), rem = j % (g.r * g.s);
+    offset[j] = c * g.h * g.w + (rem / g.s) * g.w + rem % g.s;
+  }
+  __syncthreads();
+  float acc[kMax + 1];
+  for (int j = 0; j <= kMax; ++j) acc[j] = 0.0f;
+  const int n_begin = p * chunk, n_end = imin(g.n, n_begin + chunk);
+  const int per_n = g.oh * g.ow;
+  const int64_t count = int64_t{n_end - n_begin} * per_n;
+  for (int64_t i = threadIdx.x; i < count; i += kThreads) {
+    const int64_t n = n_begin + i / per_n;
+    const int pos = static_cast<int>(i % per_n), oh = pos / g.ow, ow = pos % g.ow;
+    const float d = conv_grad(g, dy, mask, n, k, oh, ow);
+    if (d == 0.0f) continue;  // adds nothing (ReLU closed, or dy 0)
+    const float* xp = x + n * g.c * g.h * g.w + oh * g.w + ow;
+    for (int j = 0; j < kMax; ++j)
+      if (j < g.crs) acc[j] = fmaf(d, xp[offset[j]], acc[j]);
+    acc[kMax] += d;
+  }
+  for (int j = 0; j < g.crs; ++j) red[j][threadIdx.x] = acc[j];
+  red[g.crs][threadIdx.x] = acc[kMax];
+  block_tree_sum<kMax + 1, kThreads>(red, g.crs + 1);
+  float* out = partial + (int64_t{p} * g.k + k) * (g.crs + 1);
+  for (int j = static_cast<int>(threadIdx.x); j <= g.crs; j += kThreads) out[j] = red[j][0];
+}
+
+// dconv (N,K,OH,OW) for the GEMM paths.
+__global__ void conv_grad_all(Geometry g, const float* __restrict__ dy,
+                              const uint8_t* __restrict__ mask, float* __restrict__ dconv) {
+  const int64_t total = int64_t{g.n} * g.k * g.oh * g.ow;
+  const int64_t stride = int64_t{blockDim.x} * gridDim.x;
+  for (int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; i < total; i += stride) {
+    const int ow = static_cast<int>(i % g.ow);
+    int64_t t = i / g.ow;
+    const int oh = static_cast<int>(t % g.oh);
+    t /= g.oh;
+    dconv[i] = conv_grad(g, dy, mask, t / g.k, static_cast<int>(t % g.k), oh, ow);
+  }
+}
+
+// Bias gradient partials for the GEMM path: block (k, p) sums dconv over chunk p's positions
+// into partial[p][k][crs] (the slot after filter k's weights).
+template <int kThreads>
+__global__ void __launch_bounds__(kThreads)
+    bias_partial(Geometry g, int chunk, const float* __restrict__ dconv,
+                 float* __restrict__ partial) {
+  __shared__ float red[1][kThreads];
+  const int k = static_cast<int>(blockIdx.x), p = static_cast<int>(blockIdx.y);
+  const int n_begin = p * chunk, n_end = imin(g.n, n_begin + chunk);
+  const int per_n = g.oh * g.ow;
+  const int64_t count = int64_t{n_end - n_begin} * per_n;
+  float acc = 0.0f;
+  for (int64_t i = threadIdx.x; i < count; i += kThreads) {
+    const int64_t n = n_begin + i / per_n;
+    acc += dconv[(n * g.k + k) * per_n + i % per_n];
+  }
+  red[0][threadIdx.x] = acc;
+  block_tree_sum<1, kThreads>(red, 1);
+  if (threadIdx.x == 0) partial[(int64_t{p} * g.k + k) * (g.crs + 1) + g.crs] = red[0][0];
+}
+
+// Weight gradient as an implicit GEMM per chunk: rows the K filters, columns j = (c,r,s), the
+// reduction over chunk p's conv positions l = (n, oh, ow):
+//   A[k][l] = dconv[n, k, oh, ow],  B[l][j] = x[n, c, oh+r, ow+s],
+// into partial[p][k][j] (row stride crs + 1: the bias sits after the weights).
+template <int BM, int BN, int BK>
+struct FilterLoadA {
+  const Geometry& g;
+  const float* dconv;
+  int threads;
+  __device__ void operator()(int64_t l0, float (&As)[BK][BM + 1]) const {
+    const int per_n = g.oh * g.ow;
+    const int64_t l_end = int64_t{g.n} * per_n;
+    const int k0 = static_cast<int>(blockIdx.y) * BM;
+    for (int e = static_cast<int>(threadIdx.x); e < BK * BM; e += threads) {
+      const int ll = e % BK, row = e / BK;  // consecutive threads, consecutive positions
+      const int64_t l = l0 + ll;
+      const int k = k0 + row;
+      As[ll][row] = l < l_end && k < g.k ? dconv[(l / per_n * g.k + k) * per_n + l % per_n] : 0.0f;
+    }
+  }
+};
+
+template <int BM, int BN, int BK>
+struct FilterLoadB {
+  const Geometry& g;
+  const float* x;
+  int64_t l_end;  // the chunk's end: positions beyond it belong to the next chunk
+  int threads;
+  __device__ void operator()(int64_t l0, float (&Bs)[BK][BN]) const {
+    const int per_n = g.oh * g.ow, rs = g.r * g.s;
+    const int j0 = static_cast<int>(blockIdx.x) * BN;
+    for (int e = static_cast<int>(threadIdx.x); e < BK * BN; e += threads) {
+      const int ll = e / BN, col = e % BN;
+      const int64_t l = l0 + ll;
+      const int j = j0 + col;
+      float v = 0.0f;
+      if (l < l_end && j < g.crs) {
+        const int64_t n = l / per_n;
+        const int pos = static_cast<int>(l % per_n), oh = pos / g.ow, ow = pos % g.ow;
+        const int c = j / rs, rem = j % rs;
+        v = x[((n * g.c + c) * g.h + oh + rem / g.s) * g.w + ow + rem % g.s];
+      }
+      Bs[ll][col] = v;
+    }
+  }
+};
+
+template <int BM, int BN, int BK, int TM, int TN>
+__global__ void __launch_bounds__((BM / TM) * (BN / TN))
+    filter_gemm_partial(Geometry g, int chunk, const float* __restrict__ x,
+                        const float* __restrict__ dconv, float* __restrict__ partial) {
+  constexpr int kThreads = (BM / TM) * (BN / TN);
+  __shared__ float As[BK][BM + 1];
+  __shared__ float Bs[BK][BN];
+  // blockIdx.x: column tile (weights), blockIdx.y: row tile (filters), blockIdx.z: chunk.
+  const int p = static_cast<int>(blockIdx.z);
+  const int per_n = g.oh * g.ow;
+  const int64_t l_begin = int64_t{p} * chunk * per_n;
+  const int64_t l_end = int64_t{imin(g.n, (p + 1) * chunk)} * per_n;
+  float acc[TM][TN] = {};
+  gemm_mainloop<BM, BN, BK, TM, TN>(As, Bs, l_begin, l_end,
+                                    FilterLoadA<BM, BN, BK>{g, dconv, kThreads},
+                                    FilterLoadB<BM, BN, BK>{g, x, l_end, kThreads}, acc);
+  constexpr int kCols = BN / TN;
+  const int tx = static_cast<int>(threadIdx.x) % kCols, ty = static_cast<int>(threadIdx.x) / kCols;
+  for (int i = 0; i < TM; ++i) {
+    const int k = static_cast<int>(blockIdx.y) * BM + ty * TM + i;
+    if (k >= g.k) break;
+    float* out = partial + (int64_t{p} * g.k + k) * (g.crs + 1);
+    for (int jj = 0; jj < TN; ++jj) {
+      const int j = static_cast<int>(blockIdx.x) * BN + tx + jj * kCols;
+      if (j < g.crs) out[j] = acc[i][jj];
+    }
+  }
+}
+
+// dw (K, C R S) and db (K) from partial[p][k][0 .. crs], summed over p = 0, 1, ... in order.
+__global__ void sum_partials(Geometry g, int parts, const float* __restrict__ partial,
+                             float* __restrict__ dw, float* __restrict__ db) {
+  const int64_t width = int64_t{g.k} * (g.crs + 1);
+  const int64_t stride = int64_t{blockDim.x} * gridDim.x;
+  for (int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; i < width; i += stride) {
+    float s = 0.0f;
+    for (int p = 0; p < parts; ++p) s += partial[p * width + i];
+    const int64_t k = i / (g.crs + 1);
+    const int j = static_cast<int>(i % (g.crs + 1));
+    if (j < g.crs)
+      dw[k * g.crs + j] = s;
+    else
+      db[k] = s;
+  }
+}
+
+// Input gradient as an implicit GEMM: rows m = input pixels (n, ih, iw), columns the C input
+// channels, reduction j = (k, r, s) over the filters:
+//   A[m][j] = dconv[n, k, ih-r, iw-s] (0 outside the positions the pool reads),
+//   B[j][c] = w[k, c, r, s].
+template <int BM, int BN, int BK>
+struct DataLoadA {
+  const Geometry& g;
+  const float* dconv;
+  int64_t n;  // this thread's row: pixel (n, ih, iw), or n < 0 past the end
+  int ih, iw;
+  __device__ void operator()(int64_t j0, float (&As)[BK][BM + 1]) const {
+    const int rs = g.r * g.s;
+    const int64_t krs = int64_t{g.k} * rs;
+    for (int kk = 0; kk < BK; ++kk) {
+      const int64_t j = j0 + kk;
+      float v = 0.0f;
+      if (n >= 0 && j < krs) {
+        const int k = static_cast<int>(j / rs), rem = static_cast<int>(j % rs);
+        const int oh = ih - rem / g.s, ow = iw - rem % g.s;
+        if (oh >= 0 && oh < g.oh && ow >= 0 && ow < g.ow)
+          v = dconv[((n * g.k + k) * g.oh + oh) * g.ow + ow];
+      }
+      As[kk][threadIdx.x] = v;
+    }
+  }
+};
+
+template <int BM, int BN, int BK>
+struct DataLoadB {  // B[j][c] = w[k, c, r, s], j = (k, r, s)
+  const Geometry& g;
+  const float* w;
+  int threads;
+  __device__ void operator()(int64_t j0, float (&Bs)[BK][BN]) const {
+    const int rs = g.r * g.s;
+    const int64_t krs = int64_t{g.k} * rs;
+    const int c0 = static_cast<int>(blockIdx.y) * BN;
+    for (int e = static_cast<int>(threadIdx.x); e < BK * BN; e += threads) {
+      const int kk = e / BN, col = e % BN;
+      const int64_t j = j0 + kk;
+      const int c = c0 + col;
+      float v = 0.0f;
+      if (j < krs && c < g.c) {
+        const int64_t k = j / rs;
+        v = w[(k * g.c + c) * rs + j % rs];
+      }
+      Bs[kk][col] = v;
+    }
+  }
+};
+
+template <int BM, int BN, int BK, int TM, int TN>
+__global__ void __launch_bounds__((BM / TM) * (BN / TN))
+    data_gemm(Geometry g, const float* __restrict__ dconv, const float* __restrict__ w,
+              float* __restrict__ dx) {
+  constexpr int kThreads = (BM / TM) * (BN / TN);
+  static_assert(kThreads == BM, "each thread loads one row of the A tile");
+  __shared__ float As[BK][BM + 1];
+  __shared__ float Bs[BK][BN];
+  const int64_t rows = data_rows(g);
+  const int64_t m0 = int64_t{blockIdx.x} * BM;
+  DataLoadA<BM, BN, BK> load_a{g, dconv, -1, 0, 0};
+  if (const int64_t m = m0 + threadIdx.x; m < rows) {
+    load_a.iw = static_cast<int>(m % g.w);
+    load_a.ih = static_cast<int>(m / g.w % g.h);
+    load_a.n = m / (int64_t{g.h} * g.w);
+  }
+  float acc[TM][TN] = {};
+  gemm_mainloop<BM, BN, BK, TM, TN>(As, Bs, 0, int64_t{g.k} * g.r * g.s, load_a,
+                                    DataLoadB<BM, BN, BK>{g, w, kThreads}, acc);
+  constexpr int kCols = BN / TN;
+  const int tx = static_cast<int>(threadIdx.x) % kCols, ty = static_cast<int>(threadIdx.x) / kCols;
+  for (int i = 0; i < TM; ++i) {
+    const int64_t m = m0 + ty * TM + i;
+    if (m >= rows) break;
+    const int64_t n = m / (int64_t{g.h} * g.w), pixel = m % (int64_t{g.h} * g.w);
+    for (int jj = 0; jj < TN; ++jj) {
+      const int c = static_cast<int>(blockIdx.y) * BN + tx + jj * kCols;
+      if (c < g.c) dx[(n * g.c + c) * g.h * g.w + pixel] = acc[i][jj];
+    }
+  }
+}
+
+}  // namespace paralab::cuda::crp

@@ -1,0 +1,86 @@
+// The host-side arithmetic of ParaLab's own conv -> ReLU -> avgpool kernels
+// (conv_relu_pool_kernels.cuh): the stage's geometry, the tile shapes, the fixed partition of a
+// batch for deterministic reductions, and the launch grids. Plain C++, so that the CPU emulation
+// test (tests/test_fused_kernels.cpp) launches exactly the grids the GPU gets.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+
+// Helpers the kernels call too.
+#ifdef __CUDACC__
+#define PARALAB_HOST_DEVICE __host__ __device__
+#else
+#define PARALAB_HOST_DEVICE
+#endif
+
+namespace paralab::cuda::crp {
+
+// x (N,C,H,W), w (K,C,R,S): the conv output (N,K,H-R+1,W-S+1) pools 2x2 in floor mode to
+// (N,K,PH,PW); only its first OH = 2 PH rows and OW = 2 PW columns are ever read, so they are
+// the only ones computed.
+struct Geometry {
+  int n, c, h, w, k, r, s;
+  int ph, pw;  // pooled output
+  int oh, ow;  // conv positions the pool reads: 2 ph, 2 pw
+  int crs;     // c r s: one output's reduction length, one filter's size
+};
+
+inline Geometry make_geometry(int n, int c, int h, int w, int k, int r, int s) {
+  Geometry g{n, c, h, w, k, r, s, (h - r + 1) / 2, (w - s + 1) / 2, 0, 0, c * r * s};
+  g.oh = 2 * g.ph;
+  g.ow = 2 * g.pw;
+  return g;
+}
+
+// Stages whose filters have at most this many values (LeNet's conv1: 1x3x3 = 9) take the direct
+// kernels: one thread per pooled output forward; per-filter register accumulators backward.
+inline constexpr int kDirectMaxCrs = 32;
+inline bool direct(const Geometry& g) { return g.crs <= kDirectMaxCrs; }
+
+// Tiles of the implicit GEMMs: BM x BN outputs per block, BK of the reduction per step, TM x TN
+// outputs per thread, (BM/TM)(BN/TN) threads. TM is a multiple of 4 in the forward GEMM, whose
+// rows come in 2x2 pooling windows, so that a thread pools its own outputs.
+struct Tile {
+  int bm, bn, bk, tm, tn;
+  constexpr int threads() const { return (bm / tm) * (bn / tn); }
+};
+inline constexpr Tile kForwardTile{128, 64, 8, 8, 8};  // rows: pool windows x 4; cols: K
+inline constexpr Tile kFilterTile{64, 64, 16, 4, 4};   // rows: K; cols: C R S; reduction: positions
+inline constexpr Tile kDataTile{128, 32, 8, 8, 4};     // rows: input pixels; cols: C
+
+inline constexpr int kReduceThreads = 256;  // weights_direct_partial, bias_partial
+inline constexpr int kElementThreads = 256;
+
+// The batch cut into P chunks of `chunk` examples (the last may be shorter). Weight and bias
+// gradients are summed per chunk, then over the chunks in order: the partition depends on N
+// only, so the sums' order, and their bits, do not depend on how the GPU schedules blocks.
+struct Partition {
+  int chunk, parts;
+};
+inline Partition partition(int n) {
+  const int wanted = std::min(n, 32);  // enough blocks to fill a GPU at LeNet's sizes
+  const int chunk = (n + wanted - 1) / wanted;
+  return {chunk, (n + chunk - 1) / chunk};
+}
+
+inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// Rows of the forward GEMM: every conv position a pool window reads, 4 per window.
+PARALAB_HOST_DEVICE inline int64_t forward_rows(const Geometry& g) {
+  return int64_t{g.n} * g.ph * g.pw * 4;
+}
+// Rows of the backward-data GEMM: every input pixel.
+PARALAB_HOST_DEVICE inline int64_t data_rows(const Geometry& g) { return int64_t{g.n} * g.h * g.w; }
+
+// Floats of the partial sums: P chunks x K filters x (C R S weights + 1 bias).
+inline int64_t partial_floats(const Geometry& g) {
+  return int64_t{partition(g.n).parts} * g.k * (g.crs + 1);
+}
+
+// The grid of a grid-stride elementwise kernel over `count` items.
+inline int element_blocks(int64_t count) {
+  return static_cast<int>(std::clamp<int64_t>(ceil_div(count, kElementThreads), 1, 65535 * 16));
+}
+
+}  // namespace paralab::cuda::crp

@@ -1,0 +1,114 @@
+// The CUDA conv -> ReLU -> avgpool stage on ParaLab's own kernels ("kernels": "fused"): one
+// kernel forward writes only the pooled output and a byte of ReLU bits per pooled value (no
+// conv activation in memory); backward derives the conv gradient from dy and those bits. Sums
+// have a fixed order, so results repeat to the bit and a shard of a batch sees exactly the
+// activations the whole batch sees. cuDNN's stage (conv_relu_pool.cpp) stays as the reference
+// path ("kernels": "cudnn").
+#include <map>
+#include <tuple>
+
+#include "core/cuda/check.h"
+#include "core/cuda/conv_relu_pool_fused.h"
+#include "core/cuda/cuda_device.h"
+#include "core/cuda/kernel_log.h"
+
+namespace paralab::cuda {
+
+namespace {
+
+using Key = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t>;
+
+struct Plan {
+  crp::Geometry g{};
+  Tensor mask;       // ReLU bits of the last training forward, (N,K,PH,PW) bytes
+  Tensor eval_mask;  // where a forward that is not for training writes its bits
+  Tensor dconv;      // (N,K,OH,OW), for the GEMM paths
+  Tensor partial;    // partial_floats(g)
+  bool has_forward = false;
+};
+
+std::string tile_name(const char* what, const crp::Tile& t) {
+  return std::string(what) + " " + std::to_string(t.bm) + "x" + std::to_string(t.bn) + "x" +
+         std::to_string(t.bk) + ", " + std::to_string(t.tm) + "x" + std::to_string(t.tn) +
+         " per thread";
+}
+
+class FusedConvReluPool final : public ConvReluPool {
+ public:
+  FusedConvReluPool(CudaDevice& d, KernelLog& log) : d_(d), log_(log) {}
+
+  void forward(const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y,
+               bool training) override {
+    check_forward(x, w, b, y);
+    Plan& p = plan(x, w);
+    Tensor& mask = training ? p.mask : eval_mask(p);
+    crp::forward(p.g, x.f32(), w.f32(), b.f32(), y.f32(), bytes(mask), d_.stream());
+    if (training) p.has_forward = true;
+  }
+
+  void backward(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor* dx, Tensor& dw,
+                Tensor& db) override {
+    check_backward(x, w, dy, dx);
+    Plan& p = plan(x, w);
+    PARALAB_REQUIRE(p.has_forward, "conv_relu_pool backward: no training forward for x " +
+                                       shape_string(x.shape()));
+    const bool gemm = !crp::direct(p.g);
+    if ((gemm || dx) && !p.dconv.defined())
+      p.dconv = Tensor::empty(d_, {p.g.n, p.g.k, p.g.oh, p.g.ow});
+    crp::backward_weights(p.g, x.f32(), dy.f32(), bytes(p.mask), gemm ? p.dconv.f32() : nullptr,
+                          p.partial.f32(), dw.f32(), db.f32(), d_.stream());
+    if (!dx) return;
+    if (!gemm) crp::conv_grads(p.g, dy.f32(), bytes(p.mask), p.dconv.f32(), d_.stream());
+    crp::backward_data(p.g, p.dconv.f32(), w.f32(), dx->f32(), d_.stream());
+  }
+
+ private:
+  static uint8_t* bytes(const Tensor& t) { return static_cast<uint8_t*>(t.raw()); }
+
+  // Bytes for (N,K,PH,PW) ReLU bits, in an int32 tensor (the interface has no byte type).
+  Tensor mask_tensor(const crp::Geometry& g) {
+    return Tensor::empty(d_, {(int64_t{g.n} * g.k * g.ph * g.pw + 3) / 4}, DType::I32);
+  }
+  Tensor& eval_mask(Plan& p) {
+    if (!p.eval_mask.defined()) p.eval_mask = mask_tensor(p.g);
+    return p.eval_mask;
+  }
+
+  Plan& plan(const Tensor& x, const Tensor& w) {
+    output_shape(x, w);  // validates
+    const Key key{x.dim(0), x.dim(1), x.dim(2), x.dim(3), w.dim(0), w.dim(2), w.dim(3)};
+    auto it = plans_.find(key);
+    if (it != plans_.end()) return *it->second;
+    auto p = std::make_unique<Plan>();
+    auto dim = [](const Tensor& t, int i) { return static_cast<int>(t.dim(i)); };
+    p->g = crp::make_geometry(dim(x, 0), dim(x, 1), dim(x, 2), dim(x, 3), dim(w, 0), dim(w, 2),
+                              dim(w, 3));
+    p->mask = mask_tensor(p->g);
+    p->partial = Tensor::empty(d_, {crp::partial_floats(p->g)});
+    const crp::Partition part = crp::partition(p->g.n);
+    const bool direct = crp::direct(p->g);
+    const std::string chunks = "summed in " + std::to_string(part.parts) + " chunks of " +
+                               std::to_string(part.chunk) + " examples, then in order";
+    log_.note(conv_key(x, w),
+              {{"kernels", "fused"},
+               {"forward", direct ? std::string("direct, one thread per pooled output")
+                                  : tile_name("implicit GEMM", crp::kForwardTile)},
+               {"backward_filter",
+                (direct ? std::string("direct") : tile_name("implicit GEMM", crp::kFilterTile)) +
+                    ", " + chunks},
+               {"backward_data", tile_name("implicit GEMM", crp::kDataTile)}});
+    return *plans_.emplace(key, std::move(p)).first->second;
+  }
+
+  CudaDevice& d_;
+  KernelLog& log_;
+  std::map<Key, std::unique_ptr<Plan>> plans_;
+};
+
+}  // namespace
+
+std::unique_ptr<ConvReluPool> make_fused_conv_relu_pool(CudaDevice& device, KernelLog& log) {
+  return std::make_unique<FusedConvReluPool>(device, log);
+}
+
+}  // namespace paralab::cuda

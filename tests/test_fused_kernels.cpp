@@ -1,0 +1,254 @@
+// ParaLab's own CUDA kernels for the conv -> ReLU -> avgpool stage and the column sums, run on
+// the CPU by the emulator (tests/cuda_emulator.h) with the very grids the GPU gets
+// (core/cuda/conv_relu_pool_plan.h), against the double-precision reference. This is where
+// their index maps, tiles, bounds, partitions and reduction orders are tested on any machine;
+// on a GPU, test_backends runs the same stage through the "cuda-fused" backend.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "tests/reference/reference.h"
+#include "tests/test_util.h"
+// The emulator, then the kernels it runs.
+#include "tests/cuda_emulator.h"
+// clang-format off
+#include "core/cuda/conv_relu_pool_kernels.cuh"
+#include "core/cuda/column_sums.cuh"
+// clang-format on
+
+namespace paralab {
+namespace {
+
+using namespace cuda::crp;
+using paralab::testing::all_close;
+using paralab::testing::emulate;
+using paralab::testing::to_double;
+using paralab::testing::to_float;
+
+// As test_backends: inputs are floats, the reference sums them in double; float32 accumulation
+// over at most 1,250 terms errs by ~1e-6 relative, so rtol 1e-4 has a wide margin yet catches any
+// wrong index or missing term (errors of order 1); atol covers sums that cancel to near zero.
+constexpr double kRtol = 1e-4;
+constexpr double kAtol = 1e-5;
+
+std::vector<float> random_floats(std::size_t n, uint64_t seed, double scale = 1.0) {
+  ref::Rng rng(seed);
+  std::vector<float> v(n);
+  for (auto& x : v) x = static_cast<float>(scale * rng.normal());
+  return v;
+}
+
+bool bits_equal(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+// One stage's inputs and what the kernels made of them.
+struct Stage {
+  Geometry g;
+  std::vector<float> x, w, b, dy;
+  std::vector<float> y;
+  std::vector<uint8_t> mask;
+
+  Stage(int n, int c, int h, int w_, int k, int r, int s, uint64_t seed)
+      : g(make_geometry(n, c, h, w_, k, r, s)),
+        x(random_floats(std::size_t(n) * c * h * w_, seed)),
+        w(random_floats(std::size_t(k) * c * r * s, seed + 1, 1.0 / std::sqrt(c * r * s))),
+        b(random_floats(std::size_t(k), seed + 2, 0.1)),
+        dy(random_floats(std::size_t(n) * k * g.ph * g.pw, seed + 3)) {}
+
+  std::size_t pooled() const { return std::size_t(g.n) * g.k * g.ph * g.pw; }
+  ref::StageResult reference() const {
+    return ref::conv_relu_pool(to_double(x), to_double(w), to_double(b), to_double(dy), g.n, g.c,
+                               g.h, g.w, g.k, g.r, g.s);
+  }
+};
+
+// The forward kernels, as the launcher would run them (direct or GEMM chosen by the caller).
+void run_forward(Stage& st, bool gemm) {
+  st.y.assign(st.pooled(), -1.0f);
+  st.mask.assign(st.pooled(), 0xff);
+  const Geometry& g = st.g;
+  if (!gemm) {
+    emulate(dim3(element_blocks(int64_t(st.pooled()))), dim3(kElementThreads), forward_direct, g,
+            st.x.data(), st.w.data(), st.b.data(), st.y.data(), st.mask.data());
+  } else {
+    constexpr Tile F = kForwardTile;
+    emulate(dim3(unsigned(ceil_div(forward_rows(g), F.bm)), unsigned(ceil_div(g.k, F.bn))),
+            dim3(F.threads()), forward_gemm<F.bm, F.bn, F.bk, F.tm, F.tn>, g, st.x.data(),
+            st.w.data(), st.b.data(), st.y.data(), st.mask.data());
+  }
+}
+
+struct Grads {
+  std::vector<float> dw, db, dconv, dx;
+};
+
+// backward_weights and backward_data as the launcher runs them.
+Grads run_backward(const Stage& st, bool gemm) {
+  const Geometry& g = st.g;
+  Grads out;
+  out.dw.assign(std::size_t(g.k) * g.crs, -1.0f);
+  out.db.assign(std::size_t(g.k), -1.0f);
+  out.dconv.assign(std::size_t(g.n) * g.k * g.oh * g.ow, -1.0f);
+  out.dx.assign(std::size_t(g.n) * g.c * g.h * g.w, -1.0f);
+  std::vector<float> partial(std::size_t(partial_floats(g)), -1.0f);
+  const Partition part = partition(g.n);
+  const dim3 per_filter(unsigned(g.k), unsigned(part.parts));
+  emulate(dim3(element_blocks(int64_t(out.dconv.size()))), dim3(kElementThreads), conv_grad_all, g,
+          st.dy.data(), st.mask.data(), out.dconv.data());
+  if (!gemm) {
+    emulate(per_filter, dim3(kReduceThreads), weights_direct_partial<kReduceThreads>, g, part.chunk,
+            st.x.data(), st.dy.data(), st.mask.data(), partial.data());
+  } else {
+    emulate(per_filter, dim3(kReduceThreads), bias_partial<kReduceThreads>, g, part.chunk,
+            static_cast<const float*>(out.dconv.data()), partial.data());
+    constexpr Tile W = kFilterTile;
+    emulate(
+        dim3(unsigned(ceil_div(g.crs, W.bn)), unsigned(ceil_div(g.k, W.bm)), unsigned(part.parts)),
+        dim3(W.threads()), filter_gemm_partial<W.bm, W.bn, W.bk, W.tm, W.tn>, g, part.chunk,
+        st.x.data(), static_cast<const float*>(out.dconv.data()), partial.data());
+  }
+  emulate(dim3(element_blocks(int64_t(g.k) * (g.crs + 1))), dim3(kElementThreads), sum_partials, g,
+          part.parts, static_cast<const float*>(partial.data()), out.dw.data(), out.db.data());
+  constexpr Tile D = kDataTile;
+  emulate(dim3(unsigned(ceil_div(data_rows(g), D.bm)), unsigned(ceil_div(g.c, D.bn))),
+          dim3(D.threads()), data_gemm<D.bm, D.bn, D.bk, D.tm, D.tn>, g,
+          static_cast<const float*>(out.dconv.data()), st.w.data(), out.dx.data());
+  return out;
+}
+
+// Shapes: LeNet's two stages at a small batch, and odd ones (a 7x7 conv output pooling to 3x3
+// drops a row and a column; K, C and N not multiples of any tile; more than one row tile).
+struct Shape7 {
+  int n, c, h, w, k, r, s;
+};
+constexpr Shape7 kConv1{3, 1, 28, 28, 20, 3, 3};
+constexpr Shape7 kConv2{3, 20, 13, 13, 50, 5, 5};
+constexpr Shape7 kOdd{3, 4, 9, 8, 5, 3, 2};
+constexpr Shape7 kWide{5, 3, 12, 11, 70, 3, 3};  // two column tiles forward; 35 rows of windows
+
+Stage make_stage(const Shape7& s, uint64_t seed) {
+  return Stage(s.n, s.c, s.h, s.w, s.k, s.r, s.s, seed);
+}
+
+void expect_forward_matches_reference(const Shape7& shape, bool gemm) {
+  Stage st = make_stage(shape, 11);
+  run_forward(st, gemm);
+  const ref::StageResult r = st.reference();
+  EXPECT_TRUE(all_close(st.y, r.y, kAtol, kRtol)) << (gemm ? "gemm" : "direct");
+  // Each mask bit says whether ReLU passed that conv output: check it against the reference's
+  // conv (in double; random data keeps every pre-activation far from 0 at these sizes).
+  const auto conv = ref::conv2d_forward(to_double(st.x), to_double(st.w), to_double(st.b), st.g.n,
+                                        st.g.c, st.g.h, st.g.w, st.g.k, st.g.r, st.g.s);
+  const int OH = st.g.h - st.g.r + 1, OW = st.g.w - st.g.s + 1;
+  int wrong = 0;
+  for (std::size_t i = 0; i < st.pooled(); ++i) {
+    const int pw = int(i % st.g.pw), ph = int(i / st.g.pw % st.g.ph);
+    const std::size_t nk = i / (std::size_t(st.g.ph) * st.g.pw);
+    for (int q = 0; q < 4; ++q) {
+      const double a = conv[(nk * OH + 2 * ph + q / 2) * OW + 2 * pw + q % 2];
+      wrong += ((st.mask[i] >> q) & 1) != (a > 0 ? 1 : 0);
+    }
+    wrong += (st.mask[i] >> 4) != 0;
+  }
+  EXPECT_EQ(wrong, 0) << "mask bits that disagree with the reference's ReLU";
+}
+
+TEST(FusedKernels, DirectForwardMatchesReference) {
+  expect_forward_matches_reference(kConv1, false);
+  expect_forward_matches_reference(kOdd, false);
+}
+
+TEST(FusedKernels, GemmForwardMatchesReference) {
+  expect_forward_matches_reference(kConv2, true);
+  expect_forward_matches_reference(kOdd, true);
+  expect_forward_matches_reference(kWide, true);
+}
+
+TEST(FusedKernels, DirectAndGemmForwardAgreeToTheBit) {
+  // Both accumulate over (c,r,s) in order with fmaf, then add the bias and pool alike.
+  for (const Shape7& s : {kConv1, kOdd}) {
+    Stage a = make_stage(s, 21), b = make_stage(s, 21);
+    run_forward(a, false);
+    run_forward(b, true);
+    EXPECT_TRUE(bits_equal(a.y, b.y)) << "C=" << s.c;
+    EXPECT_EQ(a.mask, b.mask) << "C=" << s.c;
+  }
+}
+
+TEST(FusedKernels, ForwardOfAnExampleIsBitIdenticalAtEveryBatchSize) {
+  // What tests/strategy_harness.h relies on: a shard sees the activations the batch sees.
+  for (const bool gemm : {false, true}) {
+    const Shape7 whole{7, 20, 13, 13, 50, 5, 5};
+    Stage all = make_stage(whole, 31);
+    run_forward(all, gemm);
+    Stage part = make_stage({3, 20, 13, 13, 50, 5, 5}, 31);
+    part.x.assign(all.x.begin() + 4 * 20 * 13 * 13, all.x.end());  // examples 4, 5, 6
+    part.w = all.w;
+    part.b = all.b;
+    run_forward(part, gemm);
+    EXPECT_TRUE(std::equal(part.y.begin(), part.y.end(), all.y.begin() + 4 * 50 * 16,
+                           [](float p, float q) { return std::memcmp(&p, &q, 4) == 0; }))
+        << (gemm ? "gemm" : "direct");
+  }
+}
+
+void expect_backward_matches_reference(const Shape7& shape, bool gemm) {
+  Stage st = make_stage(shape, 41);
+  run_forward(st, !direct(st.g));
+  const Grads got = run_backward(st, gemm);
+  const ref::StageResult r = st.reference();
+  const char* path = gemm ? "gemm" : "direct";
+  EXPECT_TRUE(all_close(got.dw, r.dw, kAtol, kRtol)) << "dw, " << path;
+  EXPECT_TRUE(all_close(got.db, r.db, kAtol, kRtol)) << "db, " << path;
+  EXPECT_TRUE(all_close(got.dx, r.dx, kAtol, kRtol)) << "dx, " << path;
+}
+
+TEST(FusedKernels, DirectBackwardMatchesReference) {
+  expect_backward_matches_reference(kConv1, false);
+  expect_backward_matches_reference(kOdd, false);
+}
+
+TEST(FusedKernels, GemmBackwardMatchesReference) {
+  expect_backward_matches_reference(kConv2, true);
+  expect_backward_matches_reference(kOdd, true);
+  expect_backward_matches_reference(kWide, true);
+}
+
+TEST(FusedKernels, BiasGradientIsTheSameBitsOnBothPaths) {
+  // Same positions per thread, same tree: the direct path skips closed positions, the GEMM path
+  // adds their zeros.
+  Stage st = make_stage(kOdd, 51);
+  run_forward(st, false);
+  EXPECT_TRUE(bits_equal(run_backward(st, false).db, run_backward(st, true).db));
+}
+
+TEST(FusedKernels, PartitionCoversTheBatchInFixedChunks) {
+  for (int n = 1; n <= 600; ++n) {
+    const Partition p = partition(n);
+    ASSERT_GE(p.chunk, 1);
+    ASSERT_LE(p.parts, 32) << n;
+    ASSERT_GE(int64_t{p.chunk} * p.parts, n) << n;
+    ASSERT_LT(int64_t{p.chunk} * (p.parts - 1), n) << n << ": an empty last chunk";
+  }
+  EXPECT_EQ(partition(256).chunk, 8);
+  EXPECT_EQ(partition(256).parts, 32);
+}
+
+TEST(FusedKernels, ColumnSumsMatchReference) {
+  for (const auto& [rows, cols] : {std::pair{256, 128}, std::pair{37, 10}, std::pair{1, 33}}) {
+    const auto dy = random_floats(std::size_t(rows) * cols, 61);
+    std::vector<float> db(std::size_t(cols), -1.0f);
+    emulate(dim3(unsigned(ceil_div(cols, 32))), dim3(32 * 16), cuda::column_sums_tree<16>,
+            dy.data(), db.data(), int64_t{rows}, int64_t{cols});
+    std::vector<double> want(std::size_t(cols), 0.0);
+    for (int r = 0; r < rows; ++r)
+      for (int c = 0; c < cols; ++c) want[c] += dy[std::size_t(r) * cols + c];
+    EXPECT_TRUE(all_close(db, want, kAtol, kRtol)) << rows << "x" << cols;
+  }
+}
+
+}  // namespace
+}  // namespace paralab
