@@ -144,18 +144,54 @@ void add_scaling(json& runs) {
   }
 }
 
-// Runs plotting/plot_all.py on the results file with Debian's python3 (where python3-matplotlib
-// lives) when present. The results are already written; a plotting failure is reported on its
-// own and gives exit status 5.
+// A word for sh: single-quoted, with embedded quotes spliced in.
+std::string shell_quote(const std::string& word) {
+  std::string q = "'";
+  for (char c : word) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
+// The Python 3 that draws the plots: $PARALAB_PYTHON when set (the user's choice, no other),
+// else the first of /usr/bin/python3 (Debian's, where python3-matplotlib installs) and python3
+// on the PATH (on a GPU host often another one, with PyTorch but without matplotlib) that
+// imports matplotlib. Empty when none does; `tried` lists what was tried.
+std::string plotting_python(std::string& tried) {
+  std::vector<std::string> candidates;
+  if (const char* env = std::getenv("PARALAB_PYTHON"); env && *env) {
+    candidates.push_back(env);
+  } else {
+    candidates.push_back("/usr/bin/python3");
+    candidates.push_back("python3");
+  }
+  for (const std::string& python : candidates) {
+    tried += (tried.empty() ? "" : ", ") + python;
+    const std::string probe = shell_quote(python) + " -c 'import matplotlib' > /dev/null 2>&1";
+    if (std::system(probe.c_str()) == 0) return python;
+  }
+  return "";
+}
+
+// Runs plotting/plot_all.py on the results file with the first interpreter that has matplotlib.
+// The results are already written; a plotting failure is reported on its own line and gives
+// exit status 5.
 bool draw_plots(const std::string& results, bool quiet) {
   const std::string script = PARALAB_SOURCE_DIR "/plotting/plot_all.py";
   if (!std::filesystem::exists(script)) {
     std::fprintf(stderr, "bench_runner: --plot: %s not found\n", script.c_str());
     return false;
   }
-  const char* python = std::filesystem::exists("/usr/bin/python3") ? "/usr/bin/python3" : "python3";
-  const std::string cmd =
-      std::string(python) + " '" + script + "' '" + results + "'" + (quiet ? " > /dev/null" : "");
+  std::string tried;
+  const std::string python = plotting_python(tried);
+  if (python.empty()) {
+    std::fprintf(stderr,
+                 "bench_runner: --plot: no Python 3 with matplotlib (tried %s): install "
+                 "python3-matplotlib (Debian/Ubuntu) or set PARALAB_PYTHON to an interpreter that "
+                 "has it; results are in %s\n",
+                 tried.c_str(), results.c_str());
+    return false;
+  }
+  const std::string cmd = shell_quote(python) + " " + shell_quote(script) + " " +
+                          shell_quote(results) + (quiet ? " > /dev/null" : "");
   const int rc = std::system(cmd.c_str());
   if (rc != 0) {
     std::fprintf(stderr,

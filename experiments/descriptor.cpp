@@ -182,7 +182,7 @@ std::string sweep_keys(const json& run) {
 const json& defaults() {
   static const json d = {
       {"backend", "auto"},
-      {"virtual_devices", false},
+      {"virtual_devices", true},
       {"tf32", false},
       {"kernels", "cudnn"},
       {"green_contexts", true},

@@ -48,9 +48,9 @@ struct RunSpec {
 struct Descriptor {
   std::string name;
   std::string backend = "auto";
-  bool virtual_devices = false;  // CUDA: several devices of a run may share one GPU
-  bool tf32 = false;             // CUDA: TF32 math (off: float32, comparable with the CPU)
-  bool green_contexts = true;    // CUDA: an equal SM share per virtual device where possible
+  bool virtual_devices = true;    // CUDA: more devices than GPUs share them (false: skipped)
+  bool tf32 = false;              // CUDA: TF32 math (off: float32, comparable with the CPU)
+  bool green_contexts = true;     // CUDA: an equal SM share per virtual device where possible
   std::string kernels = "cudnn";  // CUDA: the conv stages on "cudnn" or on "fused" own kernels
   std::optional<std::string> data_dir;
   std::optional<int64_t> train_limit, test_limit;

@@ -6,6 +6,7 @@
 #include <csignal>
 #include <cstdio>
 #include <new>
+#include <set>
 #include <thread>
 
 #include "core/device.h"
@@ -139,6 +140,20 @@ int64_t iterations_per_epoch(const RunSpec& run, int64_t train_examples) {
   return cap ? std::min(full, *cap) : full;
 }
 
+std::string virtual_placement(const json& device_list) {
+  int count = 0;
+  std::set<int64_t> gpus;
+  for (const json& d : device_list)
+    if (d.is_object() && d.value("virtual", false)) {
+      ++count;
+      if (d.contains("gpu") && d["gpu"].is_number_integer()) gpus.insert(d["gpu"].get<int64_t>());
+    }
+  if (count == 0) return "";
+  const std::size_t g = gpus.size();
+  return std::to_string(count) + " virtual device" + (count == 1 ? "" : "s") + " on " +
+         std::to_string(g) + " GPU" + (g == 1 ? "" : "s");
+}
+
 std::string signal_name(int sig) {
   if (sig == SIGINT) return "SIGINT";
   if (sig == SIGTERM) return "SIGTERM";
@@ -235,6 +250,11 @@ json run_training(const RunSpec& run, const RunContext& ctx) {
         device_info.push_back(dev->describe());
       }
       config["device_list"] = device_info;
+      // More devices than GPUs: say so wherever the run is named (table, results, plots).
+      if (const std::string placement = virtual_placement(device_info); !placement.empty()) {
+        config["placement"] = placement;
+        result["label"] = run.label + " [virtual]";
+      }
 
       StrategySetup setup;
       setup.devices = group;

@@ -30,6 +30,10 @@ int64_t global_batch(const RunSpec& run);
 // max_iterations_per_epoch.
 int64_t iterations_per_epoch(const RunSpec& run, int64_t train_examples);
 
+// "4 virtual devices on 1 GPU" when device_list (the devices' describe()) has virtual devices
+// (CUDA devices sharing a GPU), else "".
+std::string virtual_placement(const nlohmann::json& device_list);
+
 // "SIGINT", "SIGTERM", or "signal N".
 std::string signal_name(int sig);
 

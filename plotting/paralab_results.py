@@ -16,6 +16,16 @@ import re
 import sys
 import tempfile
 
+# Every plot script imports this module first: an interpreter without matplotlib ends here with
+# one line that says how to get it, not with a traceback from the first plot module.
+try:
+    import matplotlib  # noqa: F401
+except ImportError:
+    print(f"{os.path.basename(sys.argv[0]) or 'plotting'}: matplotlib is missing for "
+          f"{sys.executable}: install python3-matplotlib (Debian/Ubuntu) or "
+          f"'{sys.executable} -m pip install matplotlib'", file=sys.stderr)
+    sys.exit(1)
+
 KNOWN_SCHEMA_VERSIONS = (1, 2)  # 2: environment.gpu_model a list, git build and source_tree
 
 # Strategy option defaults (struct Options in strategies/<strategy>.cpp). A series name spells

@@ -538,6 +538,27 @@ class ScriptTest(PlotTestCase):
             for ext in ("png", "svg"):
                 self.assertIn(os.path.join(out_dir, f"{n}.{ext}"), stdout.splitlines())
 
+    def test_without_matplotlib_each_script_says_so_in_one_line(self):
+        # An interpreter without matplotlib (a GPU host's PyTorch Python, say): a fake package
+        # that fails to import stands in for the missing one.
+        fake = os.path.join(self.tmp, "fake")
+        os.makedirs(os.path.join(fake, "matplotlib"))
+        self.write(os.path.join("fake", "matplotlib", "__init__.py"),
+                   "raise ImportError(\"No module named 'matplotlib'\")\n")
+        path = self.write("results.json", make_results())
+        for script in (*SCRIPTS, "plot_allreduce.py"):
+            p = subprocess.run([sys.executable, os.path.join(HERE, script), path],
+                               capture_output=True, text=True, timeout=120,
+                               env={**os.environ, "PYTHONPATH": fake})
+            self.assertEqual(p.returncode, 1, script)
+            self.assertNotIn("Traceback", p.stderr, script)
+            lines = p.stderr.splitlines()
+            self.assertEqual(len(lines), 1, p.stderr)
+            self.assertIn(f"{script}: matplotlib is missing for {sys.executable}", lines[0])
+            self.assertIn("python3-matplotlib", lines[0])
+            self.assertEqual(sorted(os.listdir(self.tmp)), ["fake", "results.json"],
+                             "nothing written")
+
     def test_each_script_writes_png_and_svg(self):
         path = self.write("results.json", make_model_parallel_results())
         for script in SCRIPTS:

@@ -229,6 +229,50 @@ class HappyPath(BenchRunnerCase):
         self.assertEqual(self.files(), ["descriptor.json", "out.json"], "stray or temporary files")
 
 
+class Plot(BenchRunnerCase):
+    """--plot: the interpreter it uses, and one line (exit 5, results kept) when none has
+    matplotlib."""
+
+    needs_data = True
+
+    def fake_python(self, has_matplotlib):
+        """An interpreter that either has matplotlib (runs /usr/bin/python3) or has none (fails
+        the import probe, and would print a traceback if it were ever run on plot_all.py)."""
+        path = self.tmp / ("py-with" if has_matplotlib else "py-without")
+        body = ('exec /usr/bin/python3 "$@"' if has_matplotlib else
+                'echo "Traceback (most recent call last):" >&2; '
+                'echo "ModuleNotFoundError: No module named \'matplotlib\'" >&2; exit 1')
+        path.write_text("#!/bin/sh\n" + body + "\n")
+        path.chmod(0o755)
+        return str(path)
+
+    def test_no_interpreter_with_matplotlib_is_one_line_and_exit_5(self):
+        name = self.write_descriptor(tiny_descriptor())
+        fake = self.fake_python(False)
+        proc = self.run_bench(name, "--out", "out.json", "--quiet", "--plot",
+                              env={"PARALAB_PYTHON": fake})
+        self.assert_ran(proc, rc=5)
+        lines = proc.stderr.splitlines()
+        self.assertEqual(len(lines), 1, proc.stderr)
+        self.assertIn("no Python 3 with matplotlib (tried " + fake + ")", lines[0])
+        self.assertIn("python3-matplotlib", lines[0])
+        self.assertIn("results are in out.json", lines[0])
+        self.assertNotIn("Traceback", proc.stderr)
+        self.load_valid_results("out.json")  # the results are kept, complete
+        self.assertFalse((self.tmp / "out-plots").exists())
+
+    def test_plots_with_the_interpreter_named(self):
+        if subprocess.run(["/usr/bin/python3", "-c", "import matplotlib"],
+                          capture_output=True).returncode != 0:
+            self.skipTest("/usr/bin/python3 has no matplotlib (apt-get install python3-matplotlib)")
+        name = self.write_descriptor(tiny_descriptor())
+        proc = self.run_bench(name, "--out", "out 'q'.json", "--quiet", "--plot",
+                              env={"PARALAB_PYTHON": self.fake_python(True)})
+        self.assert_ran(proc)
+        plots = self.tmp / "out 'q'-plots"
+        self.assertTrue(any(p.suffix == ".png" for p in plots.iterdir()), self.files())
+
+
 class SetOverrides(BenchRunnerCase):
     needs_data = True
 

@@ -1,7 +1,9 @@
-// The results file's environment helpers that do not need a run: the GPU models a file names.
+// The results file's helpers that do not need a run: the GPU models a file names, how a run's
+// virtual devices sit on its GPUs.
 #include <gtest/gtest.h>
 
 #include "experiments/results.h"
+#include "experiments/trainer.h"
 
 namespace paralab {
 namespace {
@@ -24,6 +26,24 @@ TEST(UsedGpuModels, IsNullWhenNoRunUsedAGpu) {
   EXPECT_EQ(used_gpu_models(json::array()), json(nullptr));
   EXPECT_EQ(used_gpu_models(json::parse(R"([{"device_list": [{"name": "cpu:0"}]}])")),
             json(nullptr));
+}
+
+TEST(VirtualPlacement, CountsVirtualDevicesAndTheirGpus) {
+  // As CudaDevice::describe() writes them: 4 devices on 1 GPU, then 4 on 2.
+  const json one = json::parse(R"([{"gpu": 0, "virtual": true}, {"gpu": 0, "virtual": true},
+                                   {"gpu": 0, "virtual": true}, {"gpu": 0, "virtual": true}])");
+  EXPECT_EQ(virtual_placement(one), "4 virtual devices on 1 GPU");
+  const json two = json::parse(R"([{"gpu": 0, "virtual": true}, {"gpu": 1, "virtual": true},
+                                   {"gpu": 0, "virtual": true}, {"gpu": 1, "virtual": true}])");
+  EXPECT_EQ(virtual_placement(two), "4 virtual devices on 2 GPUs");
+}
+
+TEST(VirtualPlacement, IsEmptyWithoutVirtualDevices) {
+  EXPECT_EQ(virtual_placement(json::parse(R"([{"name": "cpu:0", "kind": "cpu"}])")), "");
+  EXPECT_EQ(virtual_placement(json::parse(R"([{"gpu": 0, "virtual": false},
+                                              {"gpu": 1, "virtual": false}])")),
+            "");
+  EXPECT_EQ(virtual_placement(json::array()), "");
 }
 
 }  // namespace

@@ -399,9 +399,13 @@ std::vector<std::unique_ptr<Device>> make_cuda_devices(int count, const DeviceOp
   // Each device's GPU: from the device list, else round robin.
   std::vector<int> gpu_of = options.gpus;
   if (gpu_of.empty()) {
+    // Unavailable, not Error: the machine cannot give this run (bench_runner records it as
+    // skipped with the reason), nothing is wrong with it.
     if (count > gpus && !options.virtual_devices)
-      throw Error("cuda: " + std::to_string(count) + " devices asked for, " + std::to_string(gpus) +
-                  " GPU(s) present (set virtual_devices to place several devices on one GPU)");
+      throw Unavailable("cuda: " + std::to_string(count) + " devices asked for, " +
+                        std::to_string(gpus) +
+                        " GPU(s) present and virtual_devices is false (true places several "
+                        "devices on one GPU)");
     for (int i = 0; i < count; ++i) gpu_of.push_back(i % gpus);
   }
   PARALAB_REQUIRE(static_cast<int>(gpu_of.size()) == count,
