@@ -140,6 +140,13 @@ def oversubscribed(run):
     return config(run).get("oversubscribed") is True
 
 
+def virtual_placement(run):
+    """How a CUDA run's virtual devices sit on its GPUs ("4 virtual devices on 1 GPU"), or None
+    when each device had a GPU of its own (config.placement, written by bench_runner)."""
+    p = config(run).get("placement")
+    return p if isinstance(p, str) and p else None
+
+
 def series_name(run):
     """The strategy and the options its runs are compared by, joined by '/':
       single                                   'single'

@@ -8,7 +8,7 @@ e.g. data_parallel/ring, layer_split/m=8/1f1b, channel_split/megatron: see
 paralab_results.series_name), the ideal line y = x, log2 device axis. Speedup = samples_per_s /
 that of the 1-device run of the same batch scaling (the run's `scaling.speedup`; see
 paralab_results.speedup). Only ok runs are drawn; oversubscribed runs (more worker threads than
-cores) are hollow markers. Writes speedup.png and speedup.svg, or nothing when no run on more
+cores) are hollow markers, runs on virtual devices (several sharing a GPU) squares. Writes speedup.png and speedup.svg, or nothing when no run on more
 than one device has a speedup.
 """
 
@@ -17,7 +17,7 @@ from collections import namedtuple
 
 import paralab_results as pr
 
-SpeedupPoint = namedtuple("SpeedupPoint", "devices speedup oversubscribed label")
+SpeedupPoint = namedtuple("SpeedupPoint", "devices speedup oversubscribed label virtual")
 
 
 def speedup_points(results):
@@ -33,7 +33,8 @@ def speedup_points(results):
             continue
         scaling, series = pr.series_key(run)
         out.setdefault(scaling, {}).setdefault(series, []).append(
-            SpeedupPoint(pr.devices(run), s, pr.oversubscribed(run), pr.label(run)))
+            SpeedupPoint(pr.devices(run), s, pr.oversubscribed(run), pr.label(run),
+                         pr.virtual_placement(run) is not None))
     for by_series in out.values():
         for points in by_series.values():
             points.sort(key=lambda p: (p.devices, p.label))
@@ -61,7 +62,7 @@ def make_figure(results):
     fig, axes = pr.new_figure(len(scalings))
     for ax, scaling in zip(axes, scalings):
         by_series = points[scaling]
-        any_oversubscribed = False
+        any_oversubscribed = any_virtual = False
         counts = sorted({p.devices for ps in by_series.values() for p in ps})
         lo, hi = counts[0], max(counts[-1], 2)
         ideal, = ax.plot([lo, hi], [lo, hi], color="0.6", linestyle="--", linewidth=1,
@@ -77,15 +78,25 @@ def make_figure(results):
                 by_devices.setdefault(p.devices, []).append(p.speedup)
             xs = sorted(by_devices)
             ax.plot(xs, [sum(by_devices[x]) / len(by_devices[x]) for x in xs], color=color)
-            filled = [p for p in ps if not p.oversubscribed]
-            ax.plot([p.devices for p in filled], [p.speedup for p in filled], marker="o",
-                    markersize=7, color=color, linestyle="none")
+            # Squares: virtual devices (several sharing a GPU); hollow: oversubscribed cores.
+            for virtual in (False, True):
+                filled = [p for p in ps if not p.oversubscribed and p.virtual == virtual]
+                if not filled:
+                    continue
+                any_virtual |= virtual
+                ax.plot([p.devices for p in filled], [p.speedup for p in filled],
+                        marker="s" if virtual else "o", markersize=7, color=color,
+                        linestyle="none")
             for p in ps:
                 if p.oversubscribed:
                     any_oversubscribed = True
-                    ax.plot([p.devices], [p.speedup], marker="o", markersize=7, color=color,
-                            markerfacecolor="white", markeredgewidth=1.5, linestyle="none")
+                    ax.plot([p.devices], [p.speedup], marker="s" if p.virtual else "o",
+                            markersize=7, color=color, markerfacecolor="white",
+                            markeredgewidth=1.5, linestyle="none")
             handles.append(Line2D([], [], color=color, marker="o", markersize=6, label=series))
+        if any_virtual:
+            handles.append(Line2D([], [], marker="s", color="0.3", linestyle="none",
+                                  label="square: virtual devices\n(several share a GPU)"))
         if any_oversubscribed:
             handles.append(Line2D([], [], marker="o", color="0.3", markerfacecolor="white",
                                   linestyle="none",

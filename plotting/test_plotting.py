@@ -324,6 +324,22 @@ class DataTest(unittest.TestCase):
         self.assertEqual([len(n) for n in notes], [0, 1], "legend note only where one is hollow")
         self.assertEqual(list(fig.axes[0].get_xticks()), [1, 2, 4])
 
+    def test_speedup_figure_draws_virtual_devices_as_squares(self):
+        results = make_results()
+        for run in results["runs"]:
+            if run["config"]["devices"] > 1 and run["config"]["batch_scaling"] == "strong":
+                run["config"]["placement"] = f"{run['config']['devices']} virtual devices on 1 GPU"
+        fig, why = plot_speedup.make_figure(results)
+        self.assertIsNone(why)
+        strong, weak = fig.axes
+        squares = sorted(x for line in strong.get_lines() if line.get_marker() == "s"
+                         for x in line.get_xdata())
+        self.assertTrue(squares and all(x > 1 for x in squares), squares)
+        self.assertFalse([line for line in weak.get_lines() if line.get_marker() == "s"])
+        notes = [[t.get_text() for t in ax.get_legend().get_texts()
+                  if "virtual devices" in t.get_text()] for ax in fig.axes]
+        self.assertEqual([len(n) for n in notes], [1, 0], "legend note only where squares are")
+
     def test_series_names(self):
         run = make_run("data_parallel", 2, "strong", 1.0, allreduce="tree")
         self.assertEqual(pr.series_name(run), "data_parallel/tree")
