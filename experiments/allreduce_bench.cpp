@@ -1,7 +1,7 @@
 // allreduce_bench: the collectives alone, in the form nccl-tests reports them.
 //
 //   build/allreduce_bench [--backend=cpu|cuda] [--devices=2,4,8] [--oversubscribe]
-//                         [--sizes=lenet|sweep|all]
+//                         [--sizes=lenet|sweep|all] [--chunk-bytes=auto|N[,N...]]
 //                         [Google Benchmark flags, e.g. --benchmark_out=results/bench.json]
 //
 // --backend=cuda runs the same collectives between CUDA devices (virtual ones, labeled so, when
@@ -82,6 +82,18 @@ bool g_failed = false;  // any correctness check failed: exit non-zero
 constexpr double kMinTime = 0.2;
 constexpr double kMaxWall = 0.5;
 std::map<std::string, AllreduceFactory> g_algorithms;  // naive, ring, tree, and any extras
+// --chunk-bytes: the ring's and tree's piece sizes to time; -1 is "auto" (auto_chunk_bytes of
+// the group: whole messages between virtual devices on one GPU, 256 KiB otherwise).
+std::vector<int64_t> g_chunks{-1};
+
+// The allreduce to time: a built-in one with the benchmark's piece size, or an extra as given.
+std::unique_ptr<Allreduce> make_timed_allreduce(const std::string& algorithm, int64_t chunk,
+                                                const std::vector<Device*>& group) {
+  const auto known = known_allreduces();
+  if (std::find(known.begin(), known.end(), algorithm) == known.end())
+    return g_algorithms.at(algorithm)();
+  return make_allreduce(algorithm, {chunk < 0 ? auto_chunk_bytes(group) : chunk});
+}
 
 enum class Op { Allreduce, Allgather, ReduceScatter };
 
@@ -196,9 +208,11 @@ void run_collective(benchmark::State& state, Op op, const std::string& algorithm
   const int64_t bytes = state.range(1);
   const int64_t n = bytes / 4;
   BenchGroup& g = group(k);
+  const int64_t chunk = g_chunks.size() > 1 ? state.range(2) : g_chunks[0];
+  const int64_t used_chunk = chunk < 0 ? auto_chunk_bytes(g.ptrs) : chunk;
   std::unique_ptr<Allreduce> ar;
   if (op == Op::Allreduce) {
-    ar = g_algorithms.at(algorithm)();
+    ar = make_timed_allreduce(algorithm, chunk, g.ptrs);
     ar->prepare(g.ptrs);
   }
   if (const std::string err = check(op, ar.get(), g, n); !err.empty()) {
@@ -220,6 +234,9 @@ void run_collective(benchmark::State& state, Op op, const std::string& algorithm
                op == Op::Allreduce   ? algorithm
                : op == Op::Allgather ? "allgather"
                                      : "reduce_scatter");
+  // The piece size used (0: whole messages), for fits of time against messages per rank.
+  state.counters["chunk_bytes"] =
+      static_cast<double>(op == Op::Allreduce ? used_chunk : kDefaultChunkBytes);
 }
 
 // The same bytes from device 0's buffer into device 1's, by device 1's thread (the transport's
@@ -248,7 +265,7 @@ void run_memcpy(benchmark::State& state) {
 void run_lenet_per_tensor(benchmark::State& state, const std::string& algorithm) {
   const int k = static_cast<int>(state.range(0));
   BenchGroup& g = group(k);
-  auto ar = g_algorithms.at(algorithm)();
+  auto ar = make_timed_allreduce(algorithm, g_chunks[0], g.ptrs);
   ar->prepare(g.ptrs);
   std::vector<Tensor> bufs(k);
   g.spmd->run([&](int r, Transport&) { bufs[r] = Tensor::zeros(*g.ptrs[r], {kLeNetParameters}); });
@@ -262,6 +279,27 @@ void run_lenet_per_tensor(benchmark::State& state, const std::string& algorithm)
       });
   set_counters(state, k, kLeNetParameters * 4.0, bus_factor(Op::Allreduce, k),
                algorithm + " per_tensor (8 allreduces)");
+}
+
+// "auto" or comma-separated byte counts (0: whole messages; else >= 4).
+std::vector<int64_t> parse_chunks(const std::string& list) {
+  std::vector<int64_t> out;
+  std::size_t pos = 0;
+  for (;;) {
+    const std::size_t comma = list.find(',', pos);
+    const std::string item =
+        list.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
+    const bool digits = !item.empty() && item.size() <= 12 &&
+                        item.find_first_not_of("0123456789") == std::string::npos;
+    const int64_t v = item == "auto" ? -1 : digits ? std::stoll(item) : -2;
+    if (v == -2 || (v > 0 && v < 4))
+      throw Error("--chunk-bytes: '" + item.substr(0, 20) +
+                  "' is not auto, 0 (whole messages) or a byte count >= 4");
+    out.push_back(v);
+    if (comma == std::string::npos) break;
+    pos = comma + 1;
+  }
+  return out;
 }
 
 std::vector<int> parse_devices(const std::string& list) {
@@ -292,6 +330,9 @@ void print_help() {
       "  --oversubscribe           run groups with more ranks than cores (labeled time-shared)\n"
       "  --sizes=lenet|sweep|all   message sizes: the LeNet gradient, or 4 B..256 MiB by 4x\n"
       "                            with it (sweep, all; default sweep)\n"
+      "  --chunk-bytes=auto|N[,N...]  ring/tree piece sizes (default auto: whole messages\n"
+      "                            between virtual devices on one GPU, 262144 otherwise; 0:\n"
+      "                            whole messages); several values time each\n"
       "  --help                    this text\n"
       "A --benchmark_out file must not exist (results are never overwritten); a\n"
       "--benchmark_filter that selects nothing, or is not a valid regex, is an error.\n"
@@ -332,6 +373,8 @@ int allreduce_bench_main(int argc, char** argv,
       oversubscribe = true;
     else if (a.rfind("--sizes=", 0) == 0)
       sizes = a.substr(8);
+    else if (a.rfind("--chunk-bytes=", 0) == 0)
+      g_chunks = parse_chunks(a.substr(14));
     else
       rest.push_back(argv[i]);
   }
@@ -377,14 +420,18 @@ int allreduce_bench_main(int argc, char** argv,
     for (const auto& [algo, factory] : g_algorithms)
       for (int64_t b : byte_sizes) {
         if (unavailable.count(algo)) break;
-        benchmark::RegisterBenchmark(
-            ("allreduce/" + algo).c_str(),
-            [algo = algo](benchmark::State& s) { run_collective(s, Op::Allreduce, algo); })
-            ->Args({k, b})
-            ->ArgNames({"devices", "bytes"})
-            ->UseManualTime()
-            ->Iterations(1)
-            ->Unit(benchmark::kMicrosecond);
+        // One entry per piece size when several are asked for (their names say "chunk:N",
+        // -1 for auto); the default, one, keeps the names as they were.
+        for (int64_t chunk : g_chunks) {
+          auto* bench = benchmark::RegisterBenchmark(
+              ("allreduce/" + algo).c_str(),
+              [algo = algo](benchmark::State& s) { run_collective(s, Op::Allreduce, algo); });
+          if (g_chunks.size() > 1)
+            bench->Args({k, b, chunk})->ArgNames({"devices", "bytes", "chunk"});
+          else
+            bench->Args({k, b})->ArgNames({"devices", "bytes"});
+          bench->UseManualTime()->Iterations(1)->Unit(benchmark::kMicrosecond);
+        }
       }
     for (Op op : {Op::Allgather, Op::ReduceScatter})
       for (int64_t b : byte_sizes)

@@ -264,6 +264,7 @@ json run_training(const RunSpec& run, const RunContext& ctx) {
       setup.eval_batch = tc.eval_batch_size;
       setup.train_batch = global;
       strategy->setup(setup);
+      config["options"] = strategy->options();  // as setup() resolved them ("auto" chunks)
 
       Rng shuffle(tc.seed ^ kShuffleStream);
       const int64_t full = (train.count + global - 1) / global;

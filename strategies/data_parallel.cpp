@@ -5,6 +5,7 @@
 #include <condition_variable>
 #include <deque>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 #include "core/error.h"
@@ -27,7 +28,7 @@ struct Options {
   std::string grouping = "bucketed";
   int64_t bucket_bytes = int64_t{25} << 20;
   bool overlap = false;
-  int64_t chunk_bytes = int64_t{1} << 18;
+  std::optional<int64_t> chunk_bytes;  // none: "auto" (auto_chunk_bytes of the group)
   bool uneven_shards = false;
   bool cuda_graphs = true;
 };
@@ -129,14 +130,14 @@ class CommWorker {
 
 class DataParallel final : public Strategy {
  public:
-  explicit DataParallel(Options o) : o_(std::move(o)), buckets_(make_buckets(o_)) {
-    AllreduceOptions ao;
-    ao.chunk_bytes = o_.chunk_bytes;
-    allreduce_ = make_allreduce(o_.allreduce, ao);
-  }
+  explicit DataParallel(Options o) : o_(std::move(o)), buckets_(make_buckets(o_)) {}
 
   void setup(const StrategySetup& s) override {
     const int k = static_cast<int>(s.devices.size());
+    chunk_bytes_ = o_.chunk_bytes ? *o_.chunk_bytes : auto_chunk_bytes(s.devices);
+    AllreduceOptions ao;
+    ao.chunk_bytes = chunk_bytes_;
+    allreduce_ = make_allreduce(o_.allreduce, ao);
     allreduce_->prepare(s.devices);
     graphs_ = graphs_reason(s.devices);
     group_ = std::make_unique<SpmdGroup>(s.devices);
@@ -255,7 +256,11 @@ class DataParallel final : public Strategy {
             {"bucket_bytes", o_.bucket_bytes},
             {"buckets", buckets_.size()},
             {"overlap", o_.overlap},
-            {"chunk_bytes", o_.chunk_bytes},
+            // "auto" until setup() resolves it for the group; then the bytes used (0: whole
+            // messages).
+            {"chunk_bytes", chunk_bytes_ >= 0 ? json(chunk_bytes_)
+                            : o_.chunk_bytes  ? json(*o_.chunk_bytes)
+                                              : json("auto")},
             {"uneven_shards", o_.uneven_shards},
             {"cuda_graphs", o_.cuda_graphs}};
   }
@@ -433,7 +438,8 @@ class DataParallel final : public Strategy {
 
   Options o_;
   std::vector<Bucket> buckets_;
-  std::unique_ptr<Allreduce> allreduce_;
+  std::unique_ptr<Allreduce> allreduce_;  // made by setup(), when the chunk size is known
+  int64_t chunk_bytes_ = -1;              // resolved by setup()
   std::unique_ptr<SpmdGroup> group_;
   std::vector<Rank> ranks_;
   std::string graphs_ = "not set up";  // empty: the step is captured (CUDA graphs)
@@ -451,10 +457,18 @@ Options parse_options(const json& options, const std::string& path) {
     if (key == "allreduce" || key == "grouping") {
       if (!v.is_string()) fail(key, "must be a string");
       (key == "allreduce" ? o.allreduce : o.grouping) = v.get<std::string>();
-    } else if (key == "bucket_bytes" || key == "chunk_bytes") {
-      if (!v.is_number_integer() || v.get<int64_t>() < (key == "bucket_bytes" ? 0 : 4))
-        fail(key, key == "bucket_bytes" ? "must be an integer >= 0" : "must be an integer >= 4");
-      (key == "bucket_bytes" ? o.bucket_bytes : o.chunk_bytes) = v.get<int64_t>();
+    } else if (key == "chunk_bytes") {
+      if (v == "auto") {
+        o.chunk_bytes.reset();
+      } else {
+        if (!v.is_number_integer() || v.get<int64_t>() < 0 ||
+            (v.get<int64_t>() > 0 && v.get<int64_t>() < 4))
+          fail(key, "must be \"auto\", 0 (whole messages) or an integer >= 4");
+        o.chunk_bytes = v.get<int64_t>();
+      }
+    } else if (key == "bucket_bytes") {
+      if (!v.is_number_integer() || v.get<int64_t>() < 0) fail(key, "must be an integer >= 0");
+      o.bucket_bytes = v.get<int64_t>();
     } else if (key == "overlap" || key == "uneven_shards" || key == "cuda_graphs") {
       if (!v.is_boolean()) fail(key, "must be true or false");
       (key == "overlap"       ? o.overlap

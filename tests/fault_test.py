@@ -388,13 +388,27 @@ class HostileInput(Case):
 
 
 class AllreduceBenchFlags(Case):
+    def test_several_chunk_sizes_are_each_timed_and_reported(self):
+        code, out, err = self.run_cmd(
+            "--devices=2", "--sizes=lenet", "--chunk-bytes=0,4096,auto",
+            "--benchmark_filter=^allreduce/ring/", "--benchmark_min_time=0.01",
+            "--benchmark_format=json", program=ALLREDUCE)
+        self.assertEqual(code, 0, err)
+        rows = json.loads(out)["benchmarks"]
+        chunk = lambda name: next(p for p in name.split("/") if p.startswith("chunk:"))
+        got = sorted((chunk(r["name"]), r["chunk_bytes"]) for r in rows)
+        # CPU devices: "auto" (-1) means the default 256 KiB pieces.
+        self.assertEqual(got, [("chunk:-1", 262144), ("chunk:0", 0), ("chunk:4096", 4096)])
+
     def test_flags(self):
         code, out, err = self.run_cmd("--help", program=ALLREDUCE)
         self.assertEqual(code, 0)
-        for flag in ("--backend", "--devices", "--oversubscribe", "--sizes",
+        for flag in ("--backend", "--devices", "--oversubscribe", "--sizes", "--chunk-bytes",
                      "--benchmark_filter"):
             self.assertIn(flag, out)
         self.assert_bad_input(["--devices=2abc"], "--devices", "2abc", program=ALLREDUCE)
+        for bad in ("2", "fast", "-4", "", "4,,8"):
+            self.assert_bad_input(["--chunk-bytes=" + bad], "--chunk-bytes", program=ALLREDUCE)
         (self.tmp / "old.json").write_text("{}")
         self.assert_bad_input(["--benchmark_out=old.json", "--devices=2", "--sizes=lenet"],
                               "old.json", "never overwritten", program=ALLREDUCE)

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <map>
 #include <mutex>
@@ -121,6 +122,10 @@ TEST_P(AllreduceTest, SmallChunksGiveTheSameResult) {
     for (int i = 0; i < 1001; ++i) ref[i] += input(r)[i];
   EXPECT_TRUE(all_close(cut[0], ref, 1e-5, 1e-6));
   EXPECT_TRUE(all_close(whole[0], ref, 1e-5, 1e-6));
+  // Every element is summed in the same order however the messages are cut: the same bits on
+  // every rank ("auto" may choose whole messages on one GPU and pieces elsewhere).
+  EXPECT_EQ(cut, whole);
+  EXPECT_EQ(allreduce_all(GetParam(), 5, 1001, input, 1 << 18), whole);
 }
 
 INSTANTIATE_TEST_SUITE_P(Algorithms, AllreduceTest, ::testing::Values("naive", "ring", "tree"),
@@ -357,6 +362,61 @@ class LoggingDevice final : public testing::ForwardingDevice {
   std::mutex& mu_;
   int& next_id_;
 };
+
+// A CPU device that says it is a CUDA device on GPU `gpu` (what auto_chunk_bytes reads), logging
+// like LoggingDevice: virtual devices of one GPU, without a GPU.
+class FakeGpuDevice final : public testing::ForwardingDevice {
+ public:
+  FakeGpuDevice(Device& inner, int gpu, std::atomic<int>& copies)
+      : ForwardingDevice(inner), gpu_(gpu), copies_(copies) {}
+  DeviceKind kind() const override { return DeviceKind::Cuda; }
+  nlohmann::json describe() const override {
+    return {{"name", name()}, {"kind", "cuda"}, {"gpu", gpu_}, {"virtual", true}};
+  }
+  void copy_on_device(void* d, const void* s, std::size_t n) override {
+    ++copies_;
+    ForwardingDevice::copy_on_device(d, s, n);
+  }
+
+ private:
+  int gpu_;
+  std::atomic<int>& copies_;
+};
+
+TEST(AutoChunk, WholeMessagesOnlyBetweenVirtualDevicesOfOneGpu) {
+  auto cpus = make_devices("cpu", 3, {});
+  std::atomic<int> copies{0};
+  FakeGpuDevice a(*cpus[0], 0, copies), b(*cpus[1], 0, copies), c(*cpus[2], 1, copies);
+  EXPECT_EQ(auto_chunk_bytes({&a, &b}), 0) << "two devices on GPU 0";
+  EXPECT_EQ(auto_chunk_bytes({&a, &b, &c}), kDefaultChunkBytes) << "GPUs 0 and 1";
+  EXPECT_EQ(auto_chunk_bytes({cpus[0].get(), cpus[1].get()}), kDefaultChunkBytes) << "CPU";
+  EXPECT_EQ(auto_chunk_bytes({&a, cpus[1].get()}), kDefaultChunkBytes) << "mixed";
+  EXPECT_EQ(auto_chunk_bytes({&a}), kDefaultChunkBytes) << "one device: nothing to cut";
+}
+
+TEST(AutoChunk, OneMessagePerRingStepOnOneGpu) {
+  // 4 MiB on 2 devices: each ring step moves a 2 MiB segment, 8 pieces of 256 KiB, or one
+  // message where "auto" sees one GPU. Counted as the all-gather's copies (the reduce-scatter
+  // adds through ops): host work per message is what cost 29 us a piece on an H200.
+  auto cpus = make_devices("cpu", 2, {});
+  const int64_t n = int64_t{1} << 20;
+  for (const bool one_gpu : {true, false}) {
+    std::atomic<int> copies{0};
+    FakeGpuDevice a(*cpus[0], 0, copies), b(*cpus[1], one_gpu ? 0 : 1, copies);
+    std::vector<Device*> devices{&a, &b};
+    auto ring = make_allreduce("ring", {auto_chunk_bytes(devices)});
+    SpmdGroup g(devices);
+    std::vector<std::vector<float>> out(2);
+    g.run([&](int r, Transport& t) {
+      Tensor buf = Tensor::from_host(*devices[r], {n}, exact_data(n, r));
+      ring->run(t, buf);
+      out[r] = buf.to_host_f32();
+    });
+    EXPECT_EQ(copies.load(), one_gpu ? 2 : 16) << (one_gpu ? "one GPU" : "two GPUs");
+    EXPECT_EQ(out[0], out[1]);
+    EXPECT_EQ(out[0][7], float(3 * (7 % 5 + 1)));
+  }
+}
 
 TEST(Transport, OrdersDevicesWithEventsNotHostSynchronisation) {
   auto cpus = make_devices("cpu", 2, {});

@@ -5,6 +5,7 @@
 #include "core/error.h"
 #include "core/lenet.h"
 #include "core/rng.h"
+#include "strategies/collectives/collectives.h"
 #include "strategies/strategy.h"
 #include "tests/strategy_harness.h"
 
@@ -93,6 +94,16 @@ TEST(DataParallel, NonDivisibleBatchIsAClearError) {
   }
 }
 
+TEST(DataParallel, ChunkBytesAutoIsResolvedForTheGroup) {
+  // CPU devices: the default pieces; the options report the bytes used once set up.
+  EXPECT_EQ(make_strategy("data_parallel", json::object(), "runs.0")->options()["chunk_bytes"],
+            "auto");
+  Session s("data_parallel", 2, {{"chunk_bytes", "auto"}}, test_initial_parameters(), 32, "cpu");
+  EXPECT_EQ(s->options()["chunk_bytes"], kDefaultChunkBytes);
+  auto whole = make_strategy("data_parallel", {{"chunk_bytes", 0}}, "runs.0");
+  EXPECT_EQ(whole->options()["chunk_bytes"], 0);
+}
+
 TEST(DataParallel, BadOptionsNameTheirPath) {
   auto error = [](const json& options) {
     return error_of([&] { make_strategy("data_parallel", options, "runs.2"); });
@@ -103,6 +114,11 @@ TEST(DataParallel, BadOptionsNameTheirPath) {
             "runs.2.grouping: unknown grouping 'all' (known: bucketed, per_tensor)");
   EXPECT_EQ(error({{"overlap", 1}}), "runs.2.overlap: must be true or false");
   EXPECT_EQ(error({{"cuda_graphs", "on"}}), "runs.2.cuda_graphs: must be true or false");
+  for (const json& bad : {json("fast"), json(2), json(-1), json(1.5)})
+    EXPECT_EQ(error({{"chunk_bytes", bad}}),
+              "runs.2.chunk_bytes: must be \"auto\", 0 (whole messages) or an integer >= 4")
+        << bad;
+  EXPECT_EQ(error({{"bucket_bytes", -1}}), "runs.2.bucket_bytes: must be an integer >= 0");
   EXPECT_NE(error({{"allredcue", "ring"}}).find("runs.2.allredcue: unknown option"),
             std::string::npos);
 }

@@ -312,15 +312,17 @@ using CudaEvent = PooledEvent<cudaEvent_t>;
 
 }  // namespace
 
+// No cudaSetDevice in record(), mark(), wait() or begin_capture(): an event and a stream need
+// only be of one context, whatever device is current (CUDA Runtime API, cudaEventRecord), and
+// the event pools set the device when they create one. These calls run once or more per message
+// in the collectives, from every rank's thread.
 Event CudaDevice::record() {
-  PARALAB_CUDA(cudaSetDevice(gpu_));
   auto event = std::make_shared<CudaEvent>(order_events_);
   PARALAB_CUDA(cudaEventRecord(event->get(), stream_));
   return event;
 }
 
 TimeMark CudaDevice::mark() {
-  PARALAB_CUDA(cudaSetDevice(gpu_));
   auto event = std::make_shared<CudaEvent>(timing_events_);
   const auto host = std::chrono::steady_clock::now();
   PARALAB_CUDA(cudaEventRecord(event->get(), stream_));
@@ -344,7 +346,6 @@ void CudaDevice::wait(const Event& event) {
 }
 
 void CudaDevice::begin_capture() {
-  PARALAB_CUDA(cudaSetDevice(gpu_));
   PARALAB_CUDA(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
   allocator_->begin_capture();
 }

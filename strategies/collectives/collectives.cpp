@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <functional>
 #include <map>
+#include <optional>
 
 #include "core/error.h"
 
@@ -207,6 +208,20 @@ void reduce_scatter_ring(Transport& t, Tensor& buf, std::span<const int64_t> bou
 void allgather_ring(Transport& t, Tensor& buf, std::span<const int64_t> bounds) {
   check_bounds(t, buf, bounds);
   if (t.size() > 1) allgather_impl(t, buf, bounds, piece_elems(AllreduceOptions{}.chunk_bytes));
+}
+
+int64_t auto_chunk_bytes(const std::vector<Device*>& devices) {
+  if (devices.size() < 2) return kDefaultChunkBytes;
+  std::optional<int64_t> gpu;
+  for (Device* d : devices) {
+    if (d->kind() != DeviceKind::Cuda) return kDefaultChunkBytes;
+    const nlohmann::json info = d->describe();
+    if (!info.contains("gpu") || !info["gpu"].is_number_integer()) return kDefaultChunkBytes;
+    const int64_t g = info["gpu"].get<int64_t>();
+    if (gpu && *gpu != g) return kDefaultChunkBytes;
+    gpu = g;
+  }
+  return 0;
 }
 
 std::vector<std::string> known_allreduces() {

@@ -43,11 +43,22 @@ class Allreduce {
   virtual void run(Transport& t, Tensor& buf) = 0;
 };
 
+inline constexpr int64_t kDefaultChunkBytes = int64_t{1} << 18;
+
 struct AllreduceOptions {
   // Messages are cut into pieces of at most this many bytes so that consecutive hops overlap
   // (ring: pieces of each segment; tree: the pipeline's chunks). 0 = no cutting.
-  int64_t chunk_bytes = 1 << 18;
+  int64_t chunk_bytes = kDefaultChunkBytes;
 };
+
+// What chunk size "auto" means for a group: 0 (whole messages) when every device is a CUDA
+// device on one and the same GPU (virtual devices), kDefaultChunkBytes otherwise. On one GPU a
+// message is one copy or one add kernel over shared memory: cutting it pipelines nothing (there
+// is no link to keep busy) and only multiplies the host's launches per message (on an H200,
+// 64 pieces of 256 KiB made a 16 MiB ring on 2 virtual devices 120x a memcpy of the bytes:
+// results/reference/h200-2026-11-30/FINDINGS.md). Between CPU cores and between GPUs joined by
+// links, pieces let consecutive hops overlap.
+int64_t auto_chunk_bytes(const std::vector<Device*>& devices);
 
 // "naive", "ring", "tree", "nccl" (CUDA devices on distinct GPUs only); an unknown name is an Error
 // listing the known ones.
