@@ -5,7 +5,12 @@
 # under ncu, ParaLab against the graphed PyTorch baseline), then the short GPU benchmark
 # (experiments/gpu-check.json) and the collectives; everything it reports goes under $OUT
 # (default ./gpu-check-out), one PASS/FAIL line per goal in summary.txt. Under 8 minutes on
-# one GPU (not yet timed with the issue-13 checks: the first GPU session times it).
+# one GPU for each part; all parts together take longer (not yet timed: the first GPU session
+# with these checks times them).
+#
+#   OUT=DIR scripts/gpu-check.sh [PART...]     parts: core bench collectives main pytorch
+#                                              (default: all, in that order)
+# The build and the GPU tests run first in every case.
 #
 # On a host with ParaLab's packages it builds normally. On an offline GPU host it builds a
 # CUDA-only ParaLab from gpu-bundle/ (scripts/make-gpu-bundle.sh, run where the packages are),
@@ -14,6 +19,13 @@
 # (scripts/stamp-source.sh, run before copying; carry the file with gpu-bundle).
 set -uo pipefail
 cd "$(dirname "$0")/.."
+known_parts=(core bench collectives main pytorch)
+parts=("$@")
+((${#parts[@]})) || parts=("${known_parts[@]}")
+for p in "${parts[@]}"; do
+  [[ " ${known_parts[*]} " == *" $p "* ]] ||
+    { echo "gpu-check.sh: unknown part '$p' (known: ${known_parts[*]})" >&2; exit 2; }
+done
 OUT=${OUT:-$PWD/gpu-check-out}
 mkdir -p "$OUT"
 log() { echo "gpu-check: $*" | tee -a "$OUT/summary.txt"; }
@@ -87,6 +99,7 @@ for t in test_backends test_collectives test_data_parallel test_layer_split test
 done
 log "tests took $(( $(date +%s) - t0 )) s"
 
+part_core() {
 # ---- The GPU core (issue 13) -------------------------------------------------------------------
 # The own kernels' CPU emulation (the same kernel code and grids, on the host's cores).
 timeout 120 build-gpu/tests/test_fused_kernels > "$OUT/test_fused_kernels.log" 2>&1
@@ -211,7 +224,9 @@ else
   goal "ncu per-kernel breakdown" 1 "ncu not found"
 fi
 rm -rf "$work"
+}
 
+part_bench() {
 t0=$(date +%s)
 timeout 240 build-gpu/bench_runner experiments/gpu-check.json --out "$OUT/gpu-check.json" \
   > "$OUT/bench_runner.log" 2>&1
@@ -239,18 +254,139 @@ PY
 )
 log "10-epoch accuracy bar: $bar"
 [[ $bar == PASS* ]] || status=1
+}
 
-# The collectives alone between CUDA devices (virtual ones on a single GPU): allreduce and the
-# memcpy baseline over the message-size sweep, on 2 and 4 devices.
-t0=$(date +%s)
-timeout 150 build-gpu/allreduce_bench --backend=cuda --devices=2,4 \
-  --benchmark_filter='^(allreduce|memcpy)/' \
-  --benchmark_out="$OUT/allreduce-cuda.json" --benchmark_out_format=json \
-  > "$OUT/allreduce_bench.log" 2>&1
-rc=$?
-log "allreduce_bench (cuda) exit $rc in $(( $(date +%s) - t0 )) s"
-((rc == 0)) || status=1
+# ---- Collectives between virtual devices on one GPU (issue 14) -----------------------------
+# In one allreduce_bench run, ring and tree at 16 and 64 MiB on 2, 4 and 8 devices against the
+# memcpy of the same bytes (goals: <= 4x, 11x, 26x), the LeNet gradient on 2 (<= 1.5x), and the
+# ring at 16 MiB cut into pieces of four sizes: the slope of time against messages per rank is
+# the host's cost per message (goal <= 5 us for every k).
+part_collectives() {
+  local t0
+  t0=$(date +%s)
+  timeout 240 build-gpu/allreduce_bench --backend=cuda --devices=2,4,8 --sizes=sweep \
+    --chunk-bytes=auto,0,1048576,262144,65536 \
+    --benchmark_filter='^(allreduce/(ring|tree)/devices:[248]/bytes:(516272|16777216|67108864)/|memcpy/devices:2/bytes:(516272|16777216|67108864)/)' \
+    --benchmark_out="$OUT/allreduce-cuda.json" --benchmark_out_format=json \
+    > "$OUT/allreduce_bench.log" 2>&1
+  local rc=$?
+  log "allreduce_bench (cuda) exit $rc in $(( $(date +%s) - t0 )) s"
+  ((rc == 0)) || status=1
+  local line
+  while IFS= read -r line; do
+    case $line in
+      PASS:*) goal "${line#PASS: }" 0 ;;
+      FAIL:*) goal "${line#FAIL: }" 1 ;;
+    esac
+  done < <(python3 - "$OUT/allreduce-cuda.json" <<'PY'
+import json, re, sys
+try:
+    rows = json.load(open(sys.argv[1]))["benchmarks"]
+except (OSError, ValueError, KeyError) as e:
+    print(f"FAIL: collectives goals: no allreduce_bench results ({e})"); sys.exit()
+def parse(name):
+    f = dict(re.findall(r"(devices|bytes|chunk):(-?\d+)", name))
+    return {k: int(v) for k, v in f.items()}
+memcpy, ar = {}, {}
+for r in rows:
+    if r.get("error_occurred") or "real_time" not in r:
+        continue
+    f, us = parse(r["name"]), r["real_time"]  # microseconds (Unit kMicrosecond)
+    if r["name"].startswith("memcpy/"):
+        memcpy[f["bytes"]] = us
+    else:
+        algo = r["name"].split("/")[1]
+        ar[(algo, f["devices"], f["bytes"], f.get("chunk", -1))] = (us, r.get("chunk_bytes"))
+limits = {2: 4, 4: 11, 8: 26}
+for algo in ("ring", "tree"):
+    for k, limit in limits.items():
+        for b in (16777216, 67108864):
+            got = ar.get((algo, k, b, -1))
+            if not got or b not in memcpy:
+                print(f"FAIL: {algo} x{k} {b >> 20} MiB <= {limit}x memcpy (not measured)"); continue
+            ratio = got[0] / memcpy[b]
+            print(("PASS" if ratio <= limit else "FAIL") +
+                  f": {algo} x{k} {b >> 20} MiB <= {limit}x memcpy ({got[0]:.1f} us, {ratio:.2f}x)")
+got = ar.get(("ring", 2, 516272, -1))
+if got and 516272 in memcpy:
+    ratio = got[0] / memcpy[516272]
+    print(("PASS" if ratio <= 1.5 else "FAIL") +
+          f": ring x2 LeNet gradient <= 1.5x memcpy ({got[0]:.1f} us, {ratio:.2f}x)")
+else:
+    print("FAIL: ring x2 LeNet gradient <= 1.5x memcpy (not measured)")
+# Per-message cost: ring at 16 MiB, messages per rank = 2(k-1) x pieces per segment.
+for k in (2, 4, 8):
+    pts = []
+    for (algo, kk, b, chunk), (us, used) in ar.items():
+        if algo == "ring" and kk == k and b == 16777216 and chunk != -1 and used is not None:
+            seg = b / k
+            pieces = 1 if used == 0 else -(-int(seg) // int(used))
+            pts.append((2 * (k - 1) * pieces, us))
+    if len(pts) < 3:
+        print(f"FAIL: per-message cost x{k} <= 5 us (only {len(pts)} chunk sizes measured)"); continue
+    n = len(pts); mx = sum(p[0] for p in pts) / n; my = sum(p[1] for p in pts) / n
+    slope = sum((x - mx) * (y - my) for x, y in pts) / max(1e-12, sum((x - mx) ** 2 for x, _ in pts))
+    print(("PASS" if slope <= 5 else "FAIL") +
+          f": per-message cost x{k} <= 5 us (fitted {slope:.2f} us over {n} chunk sizes)")
+PY
+)
+}
 
+# ---- The main command on a one-GPU machine (issue 14, item 5) ---------------------------------
+# bench_runner experiments/scaling.json --plot as a user types it: every strategy at 1, 2, 4 and 8
+# devices (virtual ones on one GPU), the speedup plot drawn; then data_parallel/ring's exposed
+# communication (<= 15 % of the step) and whether each transport strategy replayed CUDA graphs.
+part_main() {
+  local t0 rc
+  t0=$(date +%s)
+  timeout 480 build-gpu/bench_runner experiments/scaling.json --set backend=cuda --plot \
+    --out "$OUT/scaling-gpu.json" > "$OUT/scaling-main-command.log" 2>&1
+  rc=$?
+  log "bench_runner experiments/scaling.json --plot exit $rc in $(( $(date +%s) - t0 )) s"
+  local drawn=1
+  [[ $rc == 0 && -f $OUT/scaling-gpu-plots/speedup.png ]] && drawn=0
+  goal "the main command runs and plots (exit 0, speedup plot drawn)" $drawn "exit $rc"
+  local line
+  while IFS= read -r line; do
+    case $line in
+      PASS:*) goal "${line#PASS: }" 0 ;;
+      FAIL:*) goal "${line#FAIL: }" 1 ;;
+    esac
+  done < <(python3 - "$OUT/scaling-gpu.json" <<'PY'
+import json, statistics, sys
+try:
+    runs = json.load(open(sys.argv[1]))["runs"]
+except (OSError, ValueError, KeyError) as e:
+    print(f"FAIL: main command: no results ({e})"); sys.exit()
+for strategy in ("data_parallel", "layer_split", "channel_split"):
+    ok = sorted({r["config"]["devices"] for r in runs
+                 if r["config"].get("strategy") == strategy and r["status"] == "ok"})
+    want = [2, 4, 8] if strategy != "layer_split" else [2, 4]
+    print(("PASS" if all(k in ok for k in want) else "FAIL") +
+          f": {strategy} ran at {want} devices (ok at {ok})")
+for k in (2, 4, 8):
+    rs = [r for r in runs if r["config"].get("strategy") == "data_parallel" and r["status"] == "ok"
+          and r["config"]["devices"] == k and r["config"].get("options", {}).get("allreduce") == "ring"
+          and not r["config"].get("options", {}).get("overlap")]
+    fr = [max(d["exposed_communication_ms"] for d in i["devices"]) / i["total_ms"]
+          for r in rs for i in r["iterations"] if i.get("devices") and i["total_ms"] > 0]
+    if not fr:
+        print(f"FAIL: data_parallel/ring x{k} exposed communication <= 15 % (no run)"); continue
+    m = statistics.median(fr)
+    print(("PASS" if m <= 0.15 else "FAIL") +
+          f": data_parallel/ring x{k} exposed communication <= 15 % of the step ({100 * m:.1f} %)")
+for strategy in ("data_parallel", "layer_split", "channel_split"):
+    rs = [r for r in runs if r["config"].get("strategy") == strategy and r["status"] == "ok"
+          and r["config"]["devices"] > 1]
+    used = [r for r in rs if (r.get("strategy_report") or {}).get("cuda_graphs") == "used"]
+    why = {(r.get("strategy_report") or {}).get("cuda_graphs", "not reported") for r in rs} - {"used"}
+    print(("PASS" if rs and len(used) == len(rs) else "FAIL") +
+          f": {strategy} replays CUDA graphs ({len(used)}/{len(rs)} runs; {'; '.join(sorted(why)) or 'all'})")
+PY
+)
+}
+
+part_pytorch() {
 # The speed goal's benchmark: ParaLab against the book's PyTorch trainer on the same GPU, in one
 # invocation (the interpreter that has torch with CUDA).
 t0=$(date +%s)
@@ -269,4 +405,9 @@ while read -r line; do
     FAIL:*) goal "${line#FAIL: }" 1 ;;
   esac
 done < <(tail -n 2 "$OUT/compare-pytorch.log")
+}
+
+for p in "${parts[@]}"; do
+  "part_$p"
+done
 exit $status
