@@ -1,0 +1,206 @@
+"""Fit the model's parameters from measurements, and predict measured runs held out of the fit.
+
+Device kinds:
+  cpu   one core of this project's 2-core Xeon VM. Compute: report/data/profile-cpu.json
+        (experiments/model-profile.json: single steps at batch 32..512, per-layer profiles).
+        Collectives: allreduce_bench's sweep on 2 devices (results/reference/cpu-2core-xeon/
+        allreduce-sweep.json); its memcpy rows are the point-to-point hand-off.
+  h200  virtual devices on one H200 (results/reference/h200-2026-11-30). Compute: the eager
+        single step at batch 256 on the whole GPU for the level, the layer_split runs' profiling
+        passes (per-layer forward+backward at batch 32 and 256 on 64- and 32-SM shares) for the
+        shape, in "effective batch" x = batch * 132 / SMs. Collectives: allreduce-cuda.json.
+
+Hold-out: a strategy run's own timing is never used. CPU runs are measured on a VM whose speed
+drifts by +-20 % from one session to the next, so each results file's level comes from its own
+`single` run nearest before it (the baseline results/README.md defines); single runs are
+predicted from the profile alone.
+"""
+import json
+import os
+import statistics
+
+import numpy as np
+
+from . import perf
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CPU_REF = os.path.join(ROOT, "results", "reference", "cpu-2core-xeon")
+H200_REF = os.path.join(ROOT, "results", "reference", "h200-2026-11-30")
+H200_SMS = 132
+
+
+def load(path):
+    with open(path) as f:
+        return json.load(f)
+
+
+def median(xs):
+    return statistics.median(xs) if xs else float("nan")
+
+
+# ---------------------------------------------------------------------------------------------
+# allreduce_bench rows
+
+
+def bench_rows(path, include_timeshared=False):
+    """[(op, bytes, devices, ms)] for allreduce_bench's timed rows (medians when repeated)."""
+    d = load(path)
+    groups = {}
+    for b in d["benchmarks"]:
+        if b.get("error_occurred") or b.get("run_type") == "aggregate":
+            continue
+        label = b.get("label", "")
+        if "time-shared" in label and not include_timeshared:
+            continue
+        family = b["name"].split("/devices")[0]
+        op = {"allreduce/naive": "naive", "allreduce/ring": "ring", "allreduce/tree": "tree",
+              "allgather/ring": "allgather", "reduce_scatter/ring": "reduce_scatter",
+              "memcpy": "p2p"}.get(family)
+        if op is None:
+            continue
+        unit = {"ns": 1e-6, "us": 1e-3, "ms": 1.0, "s": 1e3}[b["time_unit"]]
+        key = (op, int(b["bytes"]), int(b["devices"]))
+        groups.setdefault(key, []).append(b["real_time"] * unit)
+    return [(op, n, k, median(v)) for (op, n, k), v in sorted(groups.items())]
+
+
+# ---------------------------------------------------------------------------------------------
+# compute
+
+
+def cpu_compute(profile_path):
+    d = load(profile_path)
+    steps, layers, fracs = [], [], []
+    for r in d["runs"]:
+        if r["status"] != "ok":
+            continue
+        b = r["config"]["per_device_batch"]
+        if r["config"]["strategy"] == "single":
+            its = r["iterations"]
+            steps.append((b, r["timing"]["median_iteration_ms"]))
+            fracs.append(median([i["backward_ms"] / (i["forward_ms"] + i["backward_ms"]) for i in its]))
+        rep = r.get("strategy_report") or {}
+        if "profiled_layer_ms" in rep:
+            layers.append((r["config"]["global_batch"], rep["profiled_layer_ms"]))
+    return perf.Compute.fit(steps, layers, median(fracs),
+                            note="fitted on " + os.path.relpath(profile_path, ROOT))
+
+
+def h200_compute(gpu_check_path=None):
+    d = load(gpu_check_path or os.path.join(H200_REF, "gpu-check.json"))
+    layers, step = [], None
+    for r in d["runs"]:
+        if r["status"] != "ok":
+            continue
+        c = r["config"]
+        rep = r.get("strategy_report") or {}
+        if "profiled_layer_ms" in rep:
+            share = c["device_list"][0]["sm_share"] or H200_SMS
+            mb = c["global_batch"] / rep["microbatches"]
+            layers.append((mb * H200_SMS / share, rep["profiled_layer_ms"]))
+        if c["strategy"] == "single" and not (c.get("options") or {}).get("cuda_graphs", True):
+            its = r["iterations"]
+            step = (c["global_batch"], r["timing"]["median_iteration_ms"],
+                    median([i["backward_ms"] / (i["forward_ms"] + i["backward_ms"]) for i in its]))
+    shape = perf.Compute.fit([(x, sum(l)) for x, l in layers], layers, step[2])
+    level = step[1] / shape.step(step[0])
+    line = (shape.line[0] * level, shape.line[1] * level)
+    return perf.Compute(line, shape.layers, step[2],
+                        note="level: the eager single step at batch 256 on the whole H200; shape: "
+                             "the layer_split profiling passes on 64- and 32-SM shares, in effective "
+                             "batch x = batch * 132 / SMs")
+
+
+def cpu_link(path=None):
+    rows = bench_rows(path or os.path.join(CPU_REF, "allreduce-sweep.json"))
+    return perf.Link.fit(rows, note="fitted on allreduce-sweep.json (2 devices, a core each)"), rows
+
+
+def h200_link(path=None):
+    rows = bench_rows(path or os.path.join(H200_REF, "allreduce-cuda.json"))
+    return perf.Link.fit(rows, alpha_per_rank=True,
+                         note="fitted on allreduce-cuda.json (2 and 4 virtual devices on one H200; "
+                              "host-bound hand-offs, alpha grows with the ranks)"), rows
+
+
+# ---------------------------------------------------------------------------------------------
+# validation
+
+
+def _point(kind, source, label, config, measured, predicted, breakdown, held_out=True, note=""):
+    return {"kind": kind, "source": source, "label": label, "strategy": config.get("strategy"),
+            "devices": config.get("devices"), "per_device_batch": config.get("per_device_batch"),
+            "measured_ms": measured, "predicted_ms": predicted,
+            "relative_error": predicted / measured - 1, "held_out": held_out,
+            "breakdown_ms": {k: v for k, v in breakdown.items() if isinstance(v, (int, float))},
+            "note": note}
+
+
+def validate_runs(kind, path, comp, link, effective=None):
+    """Predict every ok run of a results file; `effective` maps a config to the batch scale."""
+    d = load(path)
+    src = os.path.relpath(path, ROOT)
+    points = []
+    level = 1.0
+    runs = [r for r in d["runs"] if r["status"] == "ok" and r["timing"]["median_iteration_ms"]]
+    for r in runs:
+        c = dict(r["config"])
+        measured = r["timing"]["median_iteration_ms"]
+        scale = effective(c) if effective else 1.0
+        c["per_device_batch"] = c["per_device_batch"] * scale
+        c["global_batch"] = c["global_batch"] * scale
+        if c.get("oversubscribed"):
+            continue
+        if c["strategy"] == "single":
+            pred, bd = perf.predict(comp, link, c)
+            held = not (kind == "h200" and not (c.get("options") or {}).get("cuda_graphs", True))
+            points.append(_point(kind, src, r["label"], r["config"], measured, pred, bd, held,
+                                 "" if held else "calibration point (the fit's level)"))
+            if kind == "cpu":
+                level = measured / pred  # this file's speed, for the runs after it
+            continue
+        lvl_comp = comp
+        if kind == "cpu" and level != 1.0:
+            lvl_comp = perf.Compute((comp.line[0] * level, comp.line[1] * level), comp.layers,
+                                    comp.backward_fraction)
+        pred, bd = perf.predict(lvl_comp, link, c)
+        points.append(_point(kind, src, r["label"], r["config"], measured, pred, bd,
+                             note=("level x%.3f from this file's single run" % level) if kind == "cpu" else ""))
+    return points
+
+
+def validate_bench(kind, rows, link_fit, source, leave_one_out=True, alpha_per_rank=False):
+    """Each allreduce_bench row predicted by a fit that left it out (or by `link_fit`)."""
+    points = []
+    for i, (op, n, k, ms) in enumerate(rows):
+        if leave_one_out:
+            rest = rows[:i] + rows[i + 1:]
+            link = perf.Link.fit(rest, alpha_per_rank=alpha_per_rank)
+        else:
+            link = link_fit
+        pred = link.time(op, n, k)
+        cfg = {"strategy": "allreduce_bench/" + op, "devices": k, "per_device_batch": None}
+        points.append(_point(kind, source, "%s %d B x%d" % (op, n, k), cfg, ms, pred,
+                             {"bytes": n}, note="leave-one-out" if leave_one_out else "fit on allreduce-sweep.json"))
+    return points
+
+
+def h200_effective(config):
+    share = (config.get("device_list") or [{}])[0].get("sm_share") or H200_SMS
+    return H200_SMS / share
+
+
+def summarize(points):
+    out = {}
+    for kind in sorted({p["kind"] for p in points}):
+        for group in ("training", "allreduce_bench", "all"):
+            sel = [p for p in points if p["kind"] == kind and p["held_out"] and
+                   (group == "all" or (group == "allreduce_bench") == p["strategy"].startswith("allreduce_bench"))]
+            if not sel:
+                continue
+            e = np.abs([p["relative_error"] for p in sel])
+            out["%s/%s" % (kind, group)] = {"points": len(sel), "median_abs_error": float(np.median(e)),
+                                           "max_abs_error": float(e.max()),
+                                           "within_15_percent": int((e <= 0.15).sum()),
+                                           "meets_goal": bool(np.median(e) <= 0.08 and e.max() <= 0.15)}
+    return out

@@ -1,0 +1,320 @@
+"""The performance model: compute per layer, collectives as alpha-beta-gamma, strategies on top.
+
+Plain numpy, no fitting framework. Times are milliseconds; sizes are bytes.
+
+    compute   t_l(b, w) = scale(b) * (a_l + c_l * b * w)      layer l, per-device batch b,
+              step(b)   = A + C * b                           width share w (channel_split: 1/k)
+              scale(b)  = step(b) / sum_l (a_l + c_l * b)     per-layer shape from a layer profile,
+                                                              whole-step level from a step profile
+    collective t(n, k)  = alpha * msgs * g(k) + beta * bytes + gamma * reduced
+              msgs, bytes, reduced: the critical path's messages, bytes moved and bytes added, from
+              the algorithms in strategies/collectives/collectives.cpp (naive: 2(k-1) whole-buffer
+              transfers through rank 0; ring: 2(k-1) steps of n/k cut into chunk_bytes pieces; tree:
+              binary tree rooted at 0, pipelined over chunk_bytes pieces). g(k) = 1 for links, k for
+              virtual devices whose hand-offs are host calls that contend across the k host threads
+              (results/reference/h200-2026-11-30/FINDINGS.md: 6, 36, 74, 156 us per message with 1, 2,
+              4, 8 threads).
+"""
+import math
+
+import numpy as np
+
+LAYERS = ("conv1", "conv2", "fc1", "fc2")
+GRADIENT_BYTES = 516272  # LeNet's 129,068 fp32 parameters
+TENSOR_BYTES = (720, 80, 100000, 200, 409600, 512, 5120, 40)  # its 8 tensors (per_tensor grouping)
+# Floats per example crossing each layer boundary (the activation after layer l).
+ACTIVATION_FLOATS = (3380, 800, 128, 10)
+CHUNK_BYTES = 262144  # data_parallel's and the collectives' default chunk_bytes
+
+
+def nnls(a, y):
+    """Non-negative least squares min |a x - y|, x >= 0 (Lawson-Hanson; a few columns only)."""
+    a, y = np.asarray(a, float), np.asarray(y, float)
+    n = a.shape[1]
+    passive = np.zeros(n, bool)
+    x = np.zeros(n)
+    for _ in range(3 * n + 10):
+        w = a.T @ (y - a @ x)
+        if passive.all() or w[~passive].max(initial=-1) <= 1e-12 * max(1.0, abs(y).max()):
+            break
+        j = np.argmax(np.where(passive, -np.inf, w))
+        passive[j] = True
+        while True:
+            z = np.zeros(n)
+            z[passive] = np.linalg.lstsq(a[:, passive], y, rcond=None)[0]
+            if (z[passive] > 0).all():
+                x = z
+                break
+            neg = passive & (z <= 0)
+            t = np.min(x[neg] / (x[neg] - z[neg]))
+            x = x + t * (z - x)
+            passive &= x > 1e-15
+    return x
+
+
+def relative_fit(features, measured):
+    """Non-negative coefficients minimising the relative error (rows weighted by 1/measured)."""
+    f = np.asarray(features, float)
+    m = np.asarray(measured, float)
+    return nnls(f / m[:, None], np.ones_like(m))
+
+
+# ---------------------------------------------------------------------------------------------
+# Compute
+
+
+class Compute:
+    """One device kind's training-step time as a function of per-device batch (and width share).
+
+    line:   (A, C) of the whole step, ms = A + C * b (gather, forward, backward, SGD)
+    layers: per layer (a_l, c_l), fitted on the profiling pass's forward+backward times
+    backward_fraction: backward / (forward + backward), for overlap
+    """
+
+    def __init__(self, line, layers, backward_fraction, note=""):
+        self.line = tuple(line)
+        self.layers = [tuple(l) for l in layers]
+        self.backward_fraction = backward_fraction
+        self.note = note
+
+    def step(self, b):
+        return self.line[0] + self.line[1] * b
+
+    def layer_ms(self, b, width=1.0):
+        """Per-layer forward+backward ms at per-device batch b and channel share `width`."""
+        raw_full = [a + c * b for a, c in self.layers]
+        scale = self.step(b) / sum(raw_full)
+        return [scale * (a + c * b * width) for a, c in self.layers]
+
+    def to_json(self):
+        return {"step_ms": {"fixed": self.line[0], "per_example": self.line[1]},
+                "layers": {n: {"fixed": a, "per_example": c} for n, (a, c) in zip(LAYERS, self.layers)},
+                "backward_fraction": self.backward_fraction, "note": self.note}
+
+    @staticmethod
+    def fit(step_points, layer_points, backward_fraction, note=""):
+        """step_points: [(b, ms)]; layer_points: [(b, [ms per layer])]."""
+        b = np.array([p[0] for p in step_points], float)
+        line = relative_fit(np.c_[np.ones_like(b), b], [p[1] for p in step_points])
+        lb = np.array([p[0] for p in layer_points], float)
+        layers = []
+        for l in range(len(LAYERS)):
+            y = [p[1][l] for p in layer_points]
+            layers.append(tuple(relative_fit(np.c_[np.ones_like(lb), lb], y)))
+        return Compute(line, layers, backward_fraction, note)
+
+
+# ---------------------------------------------------------------------------------------------
+# Collectives
+
+
+def _pieces(nbytes, chunk):
+    return max(1, math.ceil(nbytes / chunk))
+
+
+def collective_features(op, n, k, chunk=CHUNK_BYTES):
+    """(messages, bytes, reduced bytes) on the critical path of one collective of n bytes."""
+    if k <= 1:
+        return (0.0, 0.0, 0.0)
+    if op == "naive":
+        return (2.0 * (k - 1), 2.0 * (k - 1) * n, (k - 1.0) * n)
+    if op in ("ring", "nccl"):
+        return (2.0 * (k - 1) * _pieces(n / k, chunk), 2.0 * (k - 1) / k * n, (k - 1.0) / k * n)
+    if op == "tree":
+        depth = math.floor(math.log2(k))
+        children = min(2, k - 1)
+        return (2.0 * (children * _pieces(n, chunk) + depth - 1), 2.0 * children * n, children * float(n))
+    if op == "allgather":
+        return ((k - 1.0) * _pieces(n / k, chunk), (k - 1.0) / k * n, 0.0)
+    if op == "reduce_scatter":
+        return ((k - 1.0) * _pieces(n / k, chunk), (k - 1.0) / k * n, (k - 1.0) / k * n)
+    if op == "p2p":
+        return (1.0, float(n), 0.0)
+    raise ValueError("unknown collective " + op)
+
+
+class Link:
+    """alpha (ms per message), beta (ms per byte), gamma (ms per byte reduced) per algorithm.
+
+    params: {algorithm: (alpha, beta, gamma)}; allgather and reduce_scatter use ring's unless
+    given; p2p uses its own (fitted on allreduce_bench's memcpy rows) or ring's.
+    alpha_per_rank: alpha grows with k (host-bound virtual devices), see the module comment.
+    """
+
+    def __init__(self, params, alpha_per_rank=False, chunk=CHUNK_BYTES, note=""):
+        self.params = {k: tuple(v) for k, v in params.items()}
+        self.alpha_per_rank = alpha_per_rank
+        self.chunk = chunk
+        self.note = note
+
+    def _p(self, op):
+        if op in self.params:
+            return self.params[op]
+        if op in ("allgather", "reduce_scatter", "p2p", "nccl") and "ring" in self.params:
+            return self.params["ring"]
+        raise KeyError(op)
+
+    def time(self, op, n, k):
+        if k <= 1 or n <= 0:
+            return 0.0
+        m, nb, r = collective_features(op, n, k, self.chunk)
+        alpha, beta, gamma = self._p(op)
+        g = k if (self.alpha_per_rank and op != "p2p") else 1
+        return alpha * m * g + beta * nb + gamma * r
+
+    def to_json(self):
+        return {"params_ms": {op: {"alpha": a, "beta_per_byte": b, "gamma_per_byte": g}
+                              for op, (a, b, g) in self.params.items()},
+                "alpha_grows_with_ranks": self.alpha_per_rank, "chunk_bytes": self.chunk,
+                "note": self.note}
+
+    @staticmethod
+    def fit(rows, alpha_per_rank=False, note=""):
+        """rows: [(op, n, k, measured_ms)] from allreduce_bench; one fit per op."""
+        params = {}
+        for op in sorted({r[0] for r in rows}):
+            sel = [r for r in rows if r[0] == op]
+            feats = []
+            for o, n, k, _ in sel:
+                m, nb, red = collective_features(o, n, k)
+                g = k if (alpha_per_rank and o != "p2p") else 1
+                feats.append((m * g, nb, red))
+            f = np.array(feats)
+            y = np.array([r[3] for r in sel])
+            used = f.any(axis=0)
+            x = np.zeros(3)
+            x[used] = relative_fit(f[:, used], y)
+            params[op] = tuple(x)
+        return Link(params, alpha_per_rank, note=note)
+
+
+# ---------------------------------------------------------------------------------------------
+# Strategies. Each returns (total_ms, breakdown dict).
+
+
+def data_parallel(comp, link, k, per_device_batch, allreduce="ring", grouping="bucketed",
+                  overlap=False, buckets_bytes=None):
+    """Every device: its shard's forward+backward (the step profile), then the allreduce(s).
+
+    overlap: the allreduce of all buckets but the last runs under backward; what does not fit
+    under backward stays exposed.
+    """
+    t = comp.step(per_device_batch)
+    if grouping == "per_tensor":
+        sizes = TENSOR_BYTES
+    elif buckets_bytes:
+        sizes = buckets_bytes
+    else:
+        sizes = (GRADIENT_BYTES,)
+    comm_each = [link.time(allreduce, n, k) for n in sizes]
+    comm = sum(comm_each)
+    if overlap and k > 1:
+        backward = t * comp.backward_fraction
+        exposed = max(comm_each[-1], comm - backward)
+    else:
+        exposed = comm
+    return t + exposed, {"compute": t, "communication": comm, "exposed_communication": exposed}
+
+
+def layer_split(comp, link, k, batch, microbatches=1, split=None):
+    """GPipe fill/drain over k stages: sum of the stage times + (m-1) x the slowest stage.
+
+    A stage's time per micro-batch is its layers' forward+backward at the micro-batch size plus
+    the hand-offs it receives (activation forward, gradient back) as point-to-point copies.
+    split: the stages' first layers after the first, as in the descriptor; default: the split
+    that minimises the slowest stage (what "auto" does from its profile).
+    """
+    m = microbatches
+    mb = batch / m
+    lay = comp.layer_ms(mb)
+    if split is None:
+        split = best_split(lay, k)
+    bounds = [0] + list(split) + [len(LAYERS)]
+    stages = []
+    for j in range(k):
+        work = sum(lay[bounds[j]:bounds[j + 1]])
+        hand = 0.0
+        if j > 0:  # receives activations forward; its own gradient goes back (counted at j-1)
+            hand += link.time("p2p", 4 * ACTIVATION_FLOATS[bounds[j] - 1] * mb, 2)
+        if j < k - 1:
+            hand += link.time("p2p", 4 * ACTIVATION_FLOATS[bounds[j + 1] - 1] * mb, 2)
+        stages.append(work + hand)
+    total = sum(stages) + (m - 1) * max(stages)
+    busy = sum(sum(lay[bounds[j]:bounds[j + 1]]) for j in range(k)) * m
+    return total, {"compute": busy / k, "stage_ms": stages, "split": list(split),
+                   "bubble_fraction": 1 - busy / (k * total)}
+
+
+def best_split(layer_ms, k):
+    best, best_cut = None, None
+    n = len(layer_ms)
+
+    def cuts(start, left):
+        if left == 0:
+            yield []
+            return
+        for c in range(start, n - left + 1):
+            for rest in cuts(c + 1, left - 1):
+                yield [c] + rest
+
+    for cut in cuts(1, k - 1):
+        b = [0] + cut + [n]
+        worst = max(sum(layer_ms[b[j]:b[j + 1]]) for j in range(k))
+        if best is None or worst < best:
+            best, best_cut = worst, cut
+    return best_cut
+
+
+def channel_split(comp, link, k, batch, pairing="none", allreduce="ring"):
+    """Every device: every layer at 1/k of its channels on the whole batch, plus the collectives
+    the strategy_report lists (all-gather of each output, reduce-scatter of input gradients; with
+    megatron, conv2 | fc1 paired by two allreduces of fc1's 128 units)."""
+    t = sum(comp.layer_ms(batch, 1.0 / k)) if k > 1 else comp.step(batch)
+    f = 4 * batch  # bytes per float per example x batch
+    if pairing == "megatron":
+        ops = [("allgather", 3380), ("allgather", 10), (allreduce, 128), (allreduce, 128),
+               ("reduce_scatter", 3380)]
+    else:
+        ops = [("allgather", 3380), ("allgather", 800), ("allgather", 128), ("allgather", 10),
+               ("reduce_scatter", 128), ("reduce_scatter", 800), ("reduce_scatter", 3380)]
+    comm = sum(link.time(op, f * floats, k) for op, floats in ops)
+    return t + comm, {"compute": t, "communication": comm, "exposed_communication": comm}
+
+
+def predict(comp, link, config):
+    """Step ms for a results run's config (strategy, devices, per-device batch, options)."""
+    s = config["strategy"]
+    k = config["devices"]
+    o = config.get("options") or {}
+    if s == "single" or (s == "data_parallel" and k == 1):
+        t = comp.step(config["global_batch"])
+        return t, {"compute": t, "communication": 0.0, "exposed_communication": 0.0}
+    if s == "data_parallel":
+        nb = o.get("buckets", 1)
+        grouping = o.get("grouping", "bucketed")
+        buckets = None
+        if grouping != "per_tensor" and nb > 1:
+            cap = o.get("bucket_bytes", 26214400)
+            buckets = bucketize(cap)
+        return data_parallel(comp, link, k, config["per_device_batch"], o.get("allreduce", "ring"),
+                             grouping, bool(o.get("overlap")), buckets)
+    if s == "layer_split":
+        split = o.get("split")
+        return layer_split(comp, link, k, config["global_batch"], o.get("microbatches", 1),
+                           None if split in (None, "auto") else split)
+    if s == "channel_split":
+        return channel_split(comp, link, k, config["global_batch"], o.get("pairing", "none"),
+                             o.get("allreduce", "ring"))
+    raise ValueError("unknown strategy " + s)
+
+
+def bucketize(cap):
+    """DDP's grouping: whole tensors, last layer first, into buckets of at most cap bytes."""
+    out, cur = [], 0
+    for n in reversed(TENSOR_BYTES):
+        if cur and cur + n > cap:
+            out.append(cur)
+            cur = 0
+        cur += n
+    out.append(cur)
+    return tuple(out)

@@ -1,0 +1,631 @@
+"""Fit, validate, project and write report/README.md, report/predictions.json and the figures.
+
+    /usr/bin/python3 -m model.report [--profile report/data/profile-cpu.json]
+        [--accuracy report/data/lr-batch-10ep.json] [--out report]
+
+scripts/report.sh measures what is missing first, then calls this.
+"""
+import argparse
+import glob
+import json
+import math
+import os
+import statistics
+import sys
+
+from . import calibrate, perf, presets
+
+ROOT = calibrate.ROOT
+KS = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024]
+STRONG_BATCH = 8192  # strong scaling: the largest global batch the accuracy sweep covers
+WEAK_BATCH = 256     # weak scaling: the book's batch per device
+
+
+# ---------------------------------------------------------------------------------------------
+# validation
+
+
+def cpu_files():
+    names = ["scaling.json", "scaling-all-strategies.json", "model-parallel.json",
+             "weak-scaling-pairs.json", "weak-scaling-pairs-10.json", "layer-split-pairs.json",
+             "layer-split-pairs-2.json", "lenet-10epochs.json"]
+    return [os.path.join(calibrate.CPU_REF, n) for n in names]
+
+
+def validate(models):
+    cpu_comp, cpu_link, cpu_rows = models["cpu"]
+    h_comp, h_link, h_rows = models["h200"]
+    # The reference VM's speed: the median of its single runs against the profile.
+    ratios = []
+    for f in cpu_files():
+        for r in calibrate.load(f)["runs"]:
+            if r["status"] == "ok" and r["config"]["strategy"] == "single":
+                ratios.append(r["timing"]["median_iteration_ms"] / cpu_comp.step(r["config"]["global_batch"]))
+    ref_level = statistics.median(ratios)
+    ref_comp = perf.Compute((cpu_comp.line[0] * ref_level, cpu_comp.line[1] * ref_level),
+                            cpu_comp.layers, cpu_comp.backward_fraction, cpu_comp.note)
+    points = []
+    for f in cpu_files():
+        pts = calibrate.validate_runs("cpu", f, ref_comp, cpu_link)
+        for p in pts:
+            if p["strategy"] == "single":
+                p["held_out"] = False
+                p["note"] = "level calibration: sets this file's speed for the runs after it"
+        points += pts
+    for f in [os.path.join(calibrate.H200_REF, "gpu-check.json")] + sorted(
+            glob.glob(os.path.join(calibrate.H200_REF, "lenet-10epochs-seed*.json"))):
+        points += calibrate.validate_runs("h200", f, h_comp, h_link, calibrate.h200_effective)
+    src = "results/reference/cpu-2core-xeon/allreduce-sweep.json"
+    points += calibrate.validate_bench("cpu", cpu_rows, cpu_link, src)
+    for f in ["allreduce-lenet-2dev.json", "allreduce-lenet-2dev-10reps.json",
+              "allreduce-large-2dev-5reps.json", "allreduce-large-2dev-5reps-2.json"]:
+        rows = calibrate.bench_rows(os.path.join(calibrate.CPU_REF, f))
+        points += calibrate.validate_bench("cpu", rows, cpu_link, "results/reference/cpu-2core-xeon/" + f,
+                                           leave_one_out=False)
+    points += calibrate.validate_bench("h200", h_rows, h_link,
+                                       "results/reference/h200-2026-11-30/allreduce-cuda.json",
+                                       alpha_per_rank=True)
+    return points, ref_level, ref_comp
+
+
+# ---------------------------------------------------------------------------------------------
+# projection
+
+
+def project(name, comp, link, virtual_sms=None):
+    """Step ms and speedup per strategy and k, strong (global 8192) and weak (256 per device)."""
+    out = {"strong": {}, "weak": {}}
+    ks = [k for k in KS if not virtual_sms or virtual_sms / k >= 8]
+
+    def eff(b, k):  # virtual devices: a device with 1/k of the SMs runs batch b like k*b on all
+        return b * k if virtual_sms else b
+
+    for scaling in ("strong", "weak"):
+        base = comp.step(STRONG_BATCH if scaling == "strong" else WEAK_BATCH)
+        rows = {}
+        for k in ks:
+            b = STRONG_BATCH / k if scaling == "strong" else WEAK_BATCH
+            g = b * k
+            r = {}
+            for alg in ("naive", "ring", "tree"):
+                t, bd = perf.data_parallel(comp, link, k, eff(b, k), alg)
+                r["data_parallel/" + alg] = (t, bd)
+            t, bd = perf.data_parallel(comp, link, k, eff(b, k), "ring", overlap=True,
+                                       buckets_bytes=perf.bucketize(65536))
+            r["data_parallel/ring overlap"] = (t, bd)
+            if k <= 4:
+                t, bd = perf.layer_split(comp, link, k, eff(g, k), microbatches=8) if k > 1 else (comp.step(g), {"compute": comp.step(g)})
+                r["layer_split m8"] = (t, bd)
+            if k <= 10:
+                for pairing in ("none", "megatron"):
+                    t, bd = perf.channel_split(comp, link, k, eff(g, k), pairing)
+                    r["channel_split/" + pairing] = (t, bd)
+            rows[k] = {s: {"step_ms": t, "speedup": (base / t) if scaling == "strong" else (k * base / t),
+                           "compute_ms": bd.get("compute"), "communication_ms": bd.get("communication", 0.0),
+                           "exposed_communication_ms": bd.get("exposed_communication", 0.0)}
+                       for s, (t, bd) in r.items()}
+        out[scaling] = rows
+    return out
+
+
+def allreduce_crossovers(link, ks):
+    """Per k: the smallest power-of-4 size (4 B .. 4 GiB) from which ring is faster than tree and
+    than naive (None: not within the range)."""
+    sizes = [4 ** i for i in range(1, 17)] + [perf.GRADIENT_BYTES]
+    sizes.sort()
+    out = {}
+    for k in ks:
+        if k < 2:
+            continue
+        row = {}
+        for other in ("tree", "naive"):
+            first = None
+            for n in sizes:
+                if link.time("ring", n, k) < link.time(other, n, k):
+                    if first is None:
+                        first = n
+                else:
+                    first = None
+            row["ring_beats_" + other + "_from_bytes"] = first
+        best = min(("naive", "ring", "tree"), key=lambda a: link.time(a, perf.GRADIENT_BYTES, k))
+        row["fastest_for_lenet_gradient"] = best
+        out[k] = row
+    return out
+
+
+def strategy_crossovers(proj):
+    out = {}
+    for scaling, rows in proj.items():
+        ks = sorted(rows)
+        res = {}
+        for s in ("layer_split m8", "channel_split/none", "channel_split/megatron"):
+            beats = [k for k in ks if k > 1 and s in rows[k] and
+                     rows[k][s]["step_ms"] < min(rows[k][a]["step_ms"] for a in rows[k] if a.startswith("data_parallel"))]
+            res[s + " beats data_parallel at k"] = beats
+        comm_over = [k for k in ks if k > 1 and rows[k]["data_parallel/ring"]["communication_ms"] >
+                     rows[k]["data_parallel/ring"]["compute_ms"]]
+        res["data_parallel/ring: communication exceeds compute from k"] = comm_over[0] if comm_over else None
+        best = {k: max(rows[k], key=lambda s: rows[k][s]["speedup"]) for k in ks}
+        res["best strategy per k"] = best
+        peak = max(ks, key=lambda k: max(v["speedup"] for v in rows[k].values()))
+        res["peak speedup"] = {"k": peak, "speedup": max(v["speedup"] for v in rows[peak].values())}
+        out[scaling] = res
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# accuracy versus global batch
+
+
+def accuracy(path):
+    if not path or not os.path.exists(path):
+        return None
+    d = calibrate.load(path)
+    rows = []
+    for r in d["runs"]:
+        c = r["config"]
+        label = r["label"]
+        rule = label.split("lr-", 1)[1] if "lr-" in label else "none"
+        ep = r.get("epochs") or []
+        rows.append({"label": label, "global_batch": c["global_batch"], "rule": rule,
+                     "lr": c.get("lr_scaled", c["lr"]), "status": r["status"],
+                     "epochs": len(ep), "final_test_acc": ep[-1]["test_acc"] if ep else None,
+                     "best_test_acc": max(e["test_acc"] for e in ep) if ep else None,
+                     "strategy": c["strategy"], "devices": c["devices"]})
+    base = [r for r in rows if r["global_batch"] == 256 and r["status"] == "ok"]
+    ref = base[0]["final_test_acc"] if base else None
+    answer = {}
+    if ref is not None:
+        for r in rows:
+            r["delta_vs_256"] = (r["final_test_acc"] - ref) if r["final_test_acc"] is not None else None
+        ok = [r for r in rows if r["delta_vs_256"] is not None and r["delta_vs_256"] >= -0.01]
+        largest = max((r["global_batch"] for r in ok), default=None)
+        answer = {"reference_final_test_acc": ref, "largest_batch_within_1_point": largest,
+                  "rules_at_largest": sorted(r["rule"] for r in ok if r["global_batch"] == largest)}
+        per_rule = {}
+        for rule in sorted({r["rule"] for r in rows}):
+            within = [r["global_batch"] for r in ok if r["rule"] == rule]
+            # the largest B up to which every measured B of this rule stayed within 1 point
+            mine = sorted((r for r in rows if r["rule"] == rule), key=lambda r: r["global_batch"])
+            upto = None
+            for r in mine:
+                if r["delta_vs_256"] is not None and r["delta_vs_256"] >= -0.01:
+                    upto = r["global_batch"]
+                else:
+                    break
+            per_rule[rule] = {"within_1_point_at": within, "holds_up_to": upto}
+        answer["per_rule"] = per_rule
+    return {"source": os.path.relpath(path, ROOT), "epochs": d["descriptor"]["training"]["epochs"],
+            "state": d.get("state"), "runs": rows, "answer": answer}
+
+
+# ---------------------------------------------------------------------------------------------
+# the book's two GPUs, modelled
+
+
+def book_model():
+    """The book's trainer drives every GPU from one Python thread: each GPU's forward, backward
+    and update are launched in turn, then each of 8 parameter tensors is copied to GPU 0, added
+    and copied back. Its step is host-bound, so k GPUs multiply the launches by k while the
+    kernels they launch shrink. Parameters from measurements, not fitted to the book's 2-GPU time:
+    - the book's trainer on one H200: 400-440 ms per 235-step epoch (FINDINGS.md) = 1.79 ms/step;
+    - its kernels: ParaLab's eager step on the same H200, 0.73 ms (upper bound for the same math);
+    - host work per step: the difference, 1.06 ms, all of it launches that repeat per GPU;
+    - a copy (cudaMemcpy peer or via host) costs ~15 us of host time plus bytes over PCIe (assumed
+      12 GB/s for the book's PCIe 3 GPUs): the 8 tensors x 2(k-1) copies + 8 adds.
+    The book's own 1-GPU figure (2.7-2.9 s/epoch, 11.9 ms/step on its older GPU) scales the host
+    part: its step is the same shape, slower."""
+    step1 = 0.42 / 235 * 1e3
+    kernels = 0.73
+    host = step1 - kernels
+    out = {}
+    for k in (1, 2, 4):
+        copies = 8 * 2 * (k - 1) * 0.015 + 8 * (k - 1) * 0.010 + 2 * (k - 1) * perf.GRADIENT_BYTES / 12e9 * 1e3
+        launches = k * host
+        # one thread launches GPU after GPU; the step ends when the last GPU's kernels are done
+        t = launches + kernels / k + copies
+        out[k] = {"step_ms": t, "host_launches_ms": launches, "copies_ms": copies,
+                  "kernels_ms": kernels / k, "relative_to_1_gpu": t / step1}
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# figures
+
+
+def plots(out_dir, points, projections, acc, crossovers_allreduce, links):
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("report: matplotlib missing, no figures (apt-get install python3-matplotlib)")
+        return []
+    files = []
+    fig, axes = plt.subplots(1, 2, figsize=(12, 5.5))
+    for ax, kind in zip(axes, ("cpu", "h200")):
+        for group, marker in (("training", "o"), ("allreduce_bench", "^")):
+            sel = [p for p in points if p["kind"] == kind and
+                   (group == "allreduce_bench") == p["strategy"].startswith("allreduce_bench")]
+            held = [p for p in sel if p["held_out"]]
+            cal = [p for p in sel if not p["held_out"]]
+            ax.scatter([p["measured_ms"] for p in held], [p["predicted_ms"] for p in held], s=14,
+                       marker=marker, label=group + " (held out)", alpha=0.7)
+            if cal:
+                ax.scatter([p["measured_ms"] for p in cal], [p["predicted_ms"] for p in cal], s=30,
+                           marker=marker, facecolors="none", edgecolors="k", label=group + " (calibration)")
+        lo = min(p["measured_ms"] for p in points if p["kind"] == kind) / 2
+        hi = max(p["measured_ms"] for p in points if p["kind"] == kind) * 2
+        ax.plot([lo, hi], [lo, hi], "k-", lw=0.8)
+        ax.fill_between([lo, hi], [lo * 0.85, hi * 0.85], [lo * 1.15, hi * 1.15], color="g", alpha=0.1,
+                        label="±15 %")
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("measured ms")
+        ax.set_ylabel("predicted ms")
+        ax.set_title({"cpu": "CPU cores (2-core Xeon VM)", "h200": "H200 virtual devices"}[kind])
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    files.append(_save(fig, out_dir, "predicted_vs_measured.png"))
+    plt.close(fig)
+
+    for scaling in ("strong", "weak"):
+        fig, axes = plt.subplots(1, len(projections), figsize=(5 * len(projections), 4.5))
+        for ax, (name, proj) in zip(axes, projections.items()):
+            rows = proj[scaling]
+            ks = sorted(rows)
+            for s in sorted({s for k in ks for s in rows[k]}):
+                xs = [k for k in ks if s in rows[k]]
+                ax.plot(xs, [rows[k][s]["speedup"] for k in xs], marker=".", label=s)
+            ax.plot(ks, ks, "k:", lw=0.8, label="ideal")
+            ax.set_xscale("log", base=2)
+            ax.set_yscale("log", base=2)
+            ax.set_title(name, fontsize=9)
+            ax.set_xlabel("devices k")
+            ax.set_ylabel("speedup (throughput vs 1 device)")
+        axes[0].legend(fontsize=6)
+        fig.suptitle("%s scaling: %s" % (scaling, "global batch 8192" if scaling == "strong" else "256 per device"))
+        fig.tight_layout()
+        files.append(_save(fig, out_dir, "projection_%s.png" % scaling))
+        plt.close(fig)
+
+    fig, axes = plt.subplots(1, len(projections), figsize=(5 * len(projections), 4.5))
+    for ax, (name, proj) in zip(axes, projections.items()):
+        rows = proj["weak"]
+        ks = [k for k in sorted(rows) if k > 1]
+        comp = [rows[k]["data_parallel/ring"]["compute_ms"] for k in ks]
+        comm = [rows[k]["data_parallel/ring"]["communication_ms"] for k in ks]
+        ax.bar(range(len(ks)), comp, label="compute")
+        ax.bar(range(len(ks)), comm, bottom=comp, label="allreduce (ring)")
+        ax.set_xticks(range(len(ks)))
+        ax.set_xticklabels(ks, fontsize=7)
+        ax.set_title(name, fontsize=9)
+        ax.set_xlabel("devices k")
+        ax.set_ylabel("step ms (weak, 256 per device)")
+    axes[0].legend(fontsize=7)
+    fig.tight_layout()
+    files.append(_save(fig, out_dir, "breakdown_weak_ring.png"))
+    plt.close(fig)
+
+    fig, axes = plt.subplots(1, len(links), figsize=(5 * len(links), 4.5))
+    sizes = [4 ** i for i in range(1, 17)]
+    for ax, (name, link) in zip(axes, links.items()):
+        for k, ls in ((2, "-"), (8, "--"), (64, ":"), (1024, "-.")):
+            for alg, col in (("naive", "C0"), ("ring", "C1"), ("tree", "C2")):
+                ax.plot(sizes, [link.time(alg, n, k) for n in sizes], ls, color=col,
+                        label="%s k=%d" % (alg, k) if True else None)
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.axvline(perf.GRADIENT_BYTES, color="grey", lw=0.6)
+        ax.set_title(name, fontsize=9)
+        ax.set_xlabel("bytes")
+        ax.set_ylabel("allreduce ms (model)")
+    axes[0].legend(fontsize=5, ncol=2)
+    fig.tight_layout()
+    files.append(_save(fig, out_dir, "allreduce_model.png"))
+    plt.close(fig)
+
+    if acc and acc["runs"]:
+        fig, ax = plt.subplots(figsize=(6.5, 4.5))
+        for rule in sorted({r["rule"] for r in acc["runs"]}):
+            sel = sorted((r for r in acc["runs"] if r["rule"] == rule or r["global_batch"] == 256),
+                         key=lambda r: r["global_batch"])
+            ax.plot([r["global_batch"] for r in sel], [r["final_test_acc"] or 0 for r in sel], marker="o", label=rule)
+        ref = acc["answer"].get("reference_final_test_acc")
+        if ref:
+            ax.axhspan(ref - 0.01, ref + 0.01, color="g", alpha=0.15, label="batch 256 ± 1 point")
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("global batch (one device)")
+        ax.set_ylabel("test accuracy after %d epochs" % acc["epochs"])
+        ax.legend(fontsize=8)
+        fig.tight_layout()
+        files.append(_save(fig, out_dir, "accuracy_vs_batch.png"))
+        plt.close(fig)
+    return files
+
+
+def _save(fig, out_dir, name):
+    path = os.path.join(out_dir, name)
+    fig.savefig(path, dpi=110)
+    return name
+
+
+# ---------------------------------------------------------------------------------------------
+# README
+
+
+def pct(x):
+    return "%+.1f %%" % (100 * x)
+
+
+def write_readme(out_dir, report, figures):
+    s = report["summary"]
+    L = []
+    w = L.append
+    w("# ParaLab report: predicted beyond the machine (generated)")
+    w("")
+    w("Written by `scripts/report.sh` (`/usr/bin/python3 -m model.report`); do not edit by hand. "
+      "The model is in [model/](../model/); every number below is in "
+      "[predictions.json](predictions.json).")
+    w("")
+    w("## 1. How good is the model? Held-out predictions")
+    w("")
+    w("Compute is fitted on `single`-step and per-layer profiles (`experiments/model-profile.json`, "
+      "and the H200's eager single step plus its layer_split profiling passes); communication on "
+      "`allreduce_bench` rows (each row predicted by a fit that left it out). No strategy run's own "
+      "timing enters any fit. On the CPU each results file's speed level comes from its `single` run "
+      "(the VM drifts by ±20 % between sessions); those single runs are calibration points and are "
+      "not counted below.")
+    w("")
+    w("| device kind / points | held-out points | median abs error | max abs error | within 15 % | goal (≤ 8 % median, ≤ 15 % max) |")
+    w("|---|---|---|---|---|---|")
+    for k, v in s.items():
+        w("| %s | %d | %.1f %% | %.1f %% | %d | %s |" % (k, v["points"], 100 * v["median_abs_error"],
+                                                      100 * v["max_abs_error"], v["within_15_percent"],
+                                                      "met" if v["meets_goal"] else "**not met**"))
+    w("")
+    if "predicted_vs_measured.png" in figures:
+        w("![predicted vs measured](predicted_vs_measured.png)")
+        w("")
+    w("Training runs, predicted against measured (median step ms):")
+    w("")
+    w("| kind | source | run | measured | predicted | error |")
+    w("|---|---|---|---|---|---|")
+    for p in report["points"]:
+        if p["strategy"].startswith("allreduce_bench") or not p["held_out"]:
+            continue
+        w("| %s | %s | %s | %.3f | %.3f | %s |" % (p["kind"], os.path.basename(p["source"]), p["label"],
+                                                 p["measured_ms"], p["predicted_ms"], pct(p["relative_error"])))
+    w("")
+    w("Worst allreduce_bench rows (all are in predictions.json):")
+    w("")
+    w("| kind | row | measured ms | predicted ms | error |")
+    w("|---|---|---|---|---|")
+    worst = sorted((p for p in report["points"] if p["strategy"].startswith("allreduce_bench")),
+                   key=lambda p: -abs(p["relative_error"]))[:12]
+    for p in worst:
+        w("| %s | %s | %.4f | %.4f | %s |" % (p["kind"], p["label"], p["measured_ms"], p["predicted_ms"],
+                                            pct(p["relative_error"])))
+    w("")
+    w(report["why_errors"])
+    w("")
+    w("## 2. Why two GPUs gave no speedup in the book (modelled)")
+    w("")
+    b = report["book"]
+    w(b["explanation"])
+    w("")
+    w("| GPUs | host launches ms | copies ms | kernels ms | modelled step ms | step / 1-GPU step |")
+    w("|---|---|---|---|---|---|")
+    for k, v in b["model"].items():
+        w("| %s | %.2f | %.2f | %.2f | %.2f | %.2f |" % (k, v["host_launches_ms"], v["copies_ms"],
+                                                      v["kernels_ms"], v["step_ms"], v["relative_to_1_gpu"]))
+    w("")
+    w("## 3. Projections to 1,024 devices")
+    w("")
+    w("Strong scaling keeps the global batch at %d (so every k up to 1,024 has ≥ 8 examples per "
+      "device); weak scaling gives each device %d. Speedup = throughput against one device of the "
+      "same preset. layer_split is limited to 4 devices (LeNet's 4 layers, 8 micro-batches), "
+      "channel_split to 10 (fc2's 10 units); the H200-virtual preset stops where a device's SM share "
+      "falls below 8 SMs (k = 16)." % (STRONG_BATCH, WEAK_BATCH))
+    w("")
+    for f in ("projection_strong.png", "projection_weak.png", "breakdown_weak_ring.png"):
+        if f in figures:
+            w("![%s](%s)" % (f[:-4], f))
+            w("")
+    w("| preset | scaling | peak speedup (at k) | ring: comm > compute from k | layer_split beats data_parallel at k | channel_split beats data_parallel at k |")
+    w("|---|---|---|---|---|---|")
+    for name, c in report["strategy_crossovers"].items():
+        for scaling, r in c.items():
+            cs = sorted(set(r["channel_split/none beats data_parallel at k"]) | set(r["channel_split/megatron beats data_parallel at k"]))
+            w("| %s | %s | %.1f (k=%d) | %s | %s | %s |" % (
+                name, scaling, r["peak speedup"]["speedup"], r["peak speedup"]["k"],
+                r["data_parallel/ring: communication exceeds compute from k"] or "never (k ≤ 1,024)",
+                r["layer_split m8 beats data_parallel at k"] or "never", cs or "never"))
+    w("")
+    w("Best strategy per k (weak scaling):")
+    w("")
+    names = list(report["strategy_crossovers"])
+    w("| k | " + " | ".join(names) + " |")
+    w("|---|" + "---|" * len(names))
+    for k in KS:
+        cells = []
+        for n in names:
+            best = report["strategy_crossovers"][n]["weak"]["best strategy per k"]
+            cells.append(best.get(k, best.get(str(k), "—")) if best else "—")
+        w("| %d | %s |" % (k, " | ".join(cells)))
+    w("")
+    w("### Allreduce crossovers (model), per preset")
+    w("")
+    if "allreduce_model.png" in figures:
+        w("![allreduce model](allreduce_model.png)")
+        w("")
+    w("| preset | k | ring beats tree from | ring beats naive from | fastest for LeNet's 516,272 B |")
+    w("|---|---|---|---|---|")
+    for name, rows in report["allreduce_crossovers"].items():
+        for k, r in rows.items():
+            w("| %s | %s | %s | %s | %s |" % (name, k, _bytes(r["ring_beats_tree_from_bytes"]),
+                                             _bytes(r["ring_beats_naive_from_bytes"]), r["fastest_for_lenet_gradient"]))
+    w("")
+    w("## 4. Accuracy versus global batch: which learning-rate rule")
+    w("")
+    acc = report["accuracy"]
+    if not acc:
+        w("No accuracy sweep found (run `scripts/report.sh`).")
+    else:
+        w("`%s`, %d epochs, one device per run except the warm-up runs (below). Data parallelism on k "
+          "devices at per-device batch b computes the same SGD step as one device at batch k·b: "
+          "`DataParallel.TracksSingleDeviceFor20Steps` in [tests/test_data_parallel.cpp](../tests/test_data_parallel.cpp) "
+          "(through `tracks_single` in tests/strategy_harness.h) checks every step's loss, gradients and "
+          "parameters against a single-device step on the whole batch, for naive, ring and tree on "
+          "k = 2, 3, 4, to relative 1e-5. bench_runner applies `lr_scaling` and its warm-up only to a "
+          "weak-scaling growth of the batch, so the `linear+warmup` runs (Goyal et al. 2017: lr × B/256, "
+          "reached linearly over the first epoch) are data_parallel runs on B/256 time-shared CPU devices "
+          "of 256 each; the others set lr directly on one device." % (acc["source"], acc["epochs"]))
+        w("")
+        w("| global batch | rule | lr | status | final test acc | best test acc | vs batch 256 (final) |")
+        w("|---|---|---|---|---|---|---|")
+        for r in sorted(acc["runs"], key=lambda r: (r["global_batch"], r["rule"])):
+            w("| %d | %s | %.4g | %s | %s | %s | %s |" % (
+                r["global_batch"], r["rule"], r["lr"], r["status"],
+                "%.4f" % r["final_test_acc"] if r["final_test_acc"] is not None else "—",
+                "%.4f" % r["best_test_acc"] if r["best_test_acc"] is not None else "—",
+                ("%+.2f points" % (100 * r["delta_vs_256"])) if r.get("delta_vs_256") is not None else "—"))
+        w("")
+        a = acc["answer"]
+        if a:
+            w("**Answer**: " + report["accuracy_answer_text"])
+        if "accuracy_vs_batch.png" in figures:
+            w("")
+            w("![accuracy vs batch](accuracy_vs_batch.png)")
+    w("")
+    w("## 5. The model's parameters")
+    w("")
+    w("```json")
+    w(json.dumps(report["parameters"], indent=1)[:6000])
+    w("```")
+    w("")
+    w("Reproduce: `scripts/report.sh` (measures what report/data/ lacks, then fits and writes this "
+      "directory; `--full` runs the accuracy sweep at 10 epochs, `--short` is CI's smoke test).")
+    with open(os.path.join(out_dir, "README.md"), "w") as f:
+        f.write("\n".join(L) + "\n")
+
+
+def _bytes(n):
+    if n is None:
+        return "never (≤ 4 GiB)"
+    for unit, v in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= v and n % v == 0:
+            return "%d %s" % (n // v, unit)
+    return "%d B" % n
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+def accuracy_answer_text(acc):
+    a = acc["answer"]
+    if not a:
+        return "no batch-256 reference run finished."
+    ref = a["reference_final_test_acc"]
+    parts = ["batch 256 ends at %.4f." % ref]
+    for rule, v in a["per_rule"].items():
+        parts.append("`%s` stays within 1 point up to batch %s%s." % (
+            rule, v["holds_up_to"] or "— (fails at its first)",
+            "" if set(v["within_1_point_at"]) <= {v["holds_up_to"]} or not v["within_1_point_at"] else
+            " (also within at %s)" % ", ".join(str(x) for x in v["within_1_point_at"] if x and x > (v["holds_up_to"] or 0))))
+    parts.append("The largest global batch where any rule keeps %d-epoch test accuracy within 1 point "
+                 "of batch 256: **%s** (%s)." % (acc["epochs"], a["largest_batch_within_1_point"],
+                                                ", ".join(a["rules_at_largest"])))
+    return " ".join(parts)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--profile", default=os.path.join(ROOT, "report", "data", "profile-cpu.json"))
+    ap.add_argument("--accuracy", default=None)
+    ap.add_argument("--out", default=os.path.join(ROOT, "report"))
+    ap.add_argument("--no-plots", action="store_true")
+    args = ap.parse_args(argv)
+    if args.accuracy is None:
+        for name in ("lr-batch-10ep.json", "lr-batch.json"):
+            p = os.path.join(ROOT, "report", "data", name)
+            if os.path.exists(p):
+                args.accuracy = p
+                break
+    os.makedirs(args.out, exist_ok=True)
+
+    cpu_comp = calibrate.cpu_compute(args.profile)
+    cpu_link, cpu_rows = calibrate.cpu_link()
+    h_comp = calibrate.h200_compute()
+    h_link, h_rows = calibrate.h200_link()
+    models = {"cpu": (cpu_comp, cpu_link, cpu_rows), "h200": (h_comp, h_link, h_rows)}
+    points, ref_level, ref_comp = validate(models)
+    summary = calibrate.summarize(points)
+
+    pres = presets.all_presets((ref_comp, cpu_link), (h_comp, h_link))
+    projections = {}
+    for name, (comp, link) in pres.items():
+        projections[name] = project(name, comp, link, virtual_sms=calibrate.H200_SMS if "virtual" in name else None)
+    strat_x = {n: strategy_crossovers(p) for n, p in projections.items()}
+    ar_x = {n: allreduce_crossovers(link, [2, 4, 8, 16, 64, 256, 1024]) for n, (comp, link) in pres.items()}
+    acc = accuracy(args.accuracy)
+    book = book_model()
+
+    report = {
+        "summary": summary,
+        "points": points,
+        "parameters": {"cpu_compute": ref_comp.to_json(), "cpu_reference_level": ref_level,
+                       "cpu_link": cpu_link.to_json(), "h200_compute": h_comp.to_json(),
+                       "h200_link": h_link.to_json(),
+                       "presets": {n: {"link": l.to_json()} for n, (c, l) in pres.items()}},
+        "projections": projections,
+        "strategy_crossovers": strat_x,
+        "allreduce_crossovers": ar_x,
+        "accuracy": acc,
+        "accuracy_answer_text": accuracy_answer_text(acc) if acc else "",
+        "book": {"model": book, "explanation": BOOK_TEXT},
+        "why_errors": WHY_ERRORS,
+    }
+    figures = [] if args.no_plots else plots(args.out, points, projections, acc, ar_x,
+                                             {n: l for n, (c, l) in pres.items()})
+    with open(os.path.join(args.out, "predictions.json"), "w") as f:
+        json.dump(report, f, indent=1, default=float)
+    write_readme(args.out, report, figures)
+    for k, v in summary.items():
+        print("report: %-22s %3d held-out points, median |error| %5.1f %%, max %6.1f %% %s" % (
+            k, v["points"], 100 * v["median_abs_error"], 100 * v["max_abs_error"],
+            "(goal met)" if v["meets_goal"] else "(goal NOT met)"))
+    print("report: wrote %s/README.md and predictions.json (%d figures)" % (os.path.relpath(args.out), len(figures)))
+    return 0
+
+
+BOOK_TEXT = (
+    "The book's trainer (d2l's `train_batch` over `split_batch`) runs every GPU's forward, backward "
+    "and update from one Python thread, one GPU after the other, and its allreduce copies each of "
+    "the 8 parameter tensors to GPU 0, adds them there and copies the sum back. LeNet's kernels at "
+    "batch 256 are far shorter than the host's work to launch them: on the H200 the book's model "
+    "takes 1.79 ms per step (420 ms per 235-step epoch, FINDINGS.md) while the same arithmetic "
+    "as ParaLab's eager step takes 0.73 ms of GPU time. The host part (≈ 1.06 ms) repeats once per "
+    "GPU, the kernels only shrink: two GPUs double the launches and add 32 copies and adds. The "
+    "model below (parameters from those H200 measurements; copies at ~15 µs of host time each, "
+    "PCIe at 12 GB/s assumed; nothing fitted to the book's 2-GPU time) predicts a 2-GPU step "
+    "of 1.6× the 1-GPU step (table); the book measured 3.6-4.9 s against 2.7-2.9 s per epoch, "
+    "1.3-1.7×. The cure is what ParaLab does: one host thread per device, a step captured as one "
+    "CUDA graph, and a flat-buffer allreduce.")
+
+WHY_ERRORS = (
+    "Where the errors come from. (1) The CPU VM's speed drifts by ±20 % between runs and within a "
+    "run one device is often 5-15 ms slow (results/README, the weak-scaling pairs): a lockstep "
+    "step waits for the slowest of k devices, which a mean-compute model does not see; the "
+    "level of each file comes from one single run measured minutes apart. (2) On the H200, "
+    "virtual devices are host-bound: the layer profiles measure each layer with a host "
+    "synchronisation, and k host threads contend for the CUDA driver (per-message cost grows "
+    "with k), so the per-device compute of k virtual devices is larger than any single-device "
+    "profile shows; alpha per message is fitted on 2 and 4 devices and extrapolated to 8. "
+    "(3) allreduce_bench rows at the smallest and the largest sizes: 4-byte rows are 7-60 µs of "
+    "mostly thread wake-up noise, and beyond the last-level cache (64-256 MiB) the bytes cost more "
+    "per byte than the α-β-γ line fitted across all sizes.")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

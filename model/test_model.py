@@ -1,0 +1,160 @@
+"""Tests of the performance model (ctest: model_test; or /usr/bin/python3 model/test_model.py).
+
+The formulas against the byte counts ParaLab's transport measured, the fits against synthetic
+data with known parameters, the pipeline bubble against GPipe's formula, and the committed
+report against its own goals' bookkeeping.
+"""
+import json
+import math
+import os
+import sys
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import numpy as np  # noqa: E402
+
+from model import calibrate, perf  # noqa: E402
+
+ROOT = calibrate.ROOT
+
+
+class Formulas(unittest.TestCase):
+    def test_tensor_sizes_sum_to_the_gradient(self):
+        self.assertEqual(sum(perf.TENSOR_BYTES), perf.GRADIENT_BYTES)
+
+    def test_ring_bytes_match_the_transport(self):
+        # results/README: ring on k devices sends 2(k-1)/k x 516,272 bytes per device; the H200
+        # run recorded 903,472 per device on 8 (ring) and 774,408 on 4.
+        d = calibrate.load(os.path.join(calibrate.H200_REF, "gpu-check.json"))
+        seen = 0
+        for r in d["runs"]:
+            c = r["config"]
+            if r["status"] == "ok" and c["strategy"] == "data_parallel" and c["options"]["allreduce"] == "ring":
+                _, nbytes, _ = perf.collective_features("ring", perf.GRADIENT_BYTES, c["devices"])
+                self.assertAlmostEqual(nbytes, r["timing"]["per_device"][0]["bytes_sent"], delta=8)
+                seen += 1
+        self.assertGreaterEqual(seen, 3)
+
+    def test_channel_split_collectives_match_bytes_expected(self):
+        # The model's list of collectives must move exactly what the strategy counted.
+        d = calibrate.load(os.path.join(calibrate.H200_REF, "gpu-check.json"))
+        seen = 0
+        for r in d["runs"]:
+            c = r["config"]
+            if r["status"] != "ok" or c["strategy"] != "channel_split":
+                continue
+            k, b = c["devices"], c["global_batch"]
+            rep = r["strategy_report"]
+            floats = sum(x["floats_per_example"] for x in rep["allgather"] + rep["reduce_scatter"])
+            floats += 2 * sum(x["floats_per_example"] for x in rep["allreduce"])
+            self.assertEqual((k - 1) * 4 * b * floats, r["timing"]["detail"]["bytes_expected"])
+            model_floats = {"none": 3380 + 800 + 128 + 10 + 128 + 800 + 3380,
+                            "megatron": 3380 + 10 + 3380 + 2 * (128 + 128)}[rep["pairing"]]
+            self.assertEqual(floats, model_floats)
+            seen += 1
+        self.assertEqual(seen, 4)
+
+    def test_architecture_cost_formulas(self):
+        # ARCHITECTURE.md: naive 2(p-1)a + 2(p-1)nb + (p-1)ng; ring 2(p-1)a + 2((p-1)/p)nb +
+        # ((p-1)/p)ng, with one piece per step (n/p below chunk_bytes).
+        link = perf.Link({"naive": (1.0, 1e-3, 1e-4), "ring": (1.0, 1e-3, 1e-4)})
+        p, n = 8, 8000.0
+        self.assertAlmostEqual(link.time("naive", n, p), 2 * 7 + 2 * 7 * n * 1e-3 + 7 * n * 1e-4)
+        self.assertAlmostEqual(link.time("ring", n, p), 2 * 7 + 2 * 7 / 8 * n * 1e-3 + 7 / 8 * n * 1e-4)
+        self.assertEqual(link.time("ring", n, 1), 0.0)
+
+    def test_bucketize_matches_the_run(self):
+        # scaling.json's overlap run: bucket_bytes 65536 gave "buckets": 5.
+        b = perf.bucketize(65536)
+        self.assertEqual(len(b), 5)
+        self.assertEqual(sum(b), perf.GRADIENT_BYTES)
+        self.assertEqual(perf.bucketize(26214400), (perf.GRADIENT_BYTES,))
+
+
+class Fits(unittest.TestCase):
+    def test_nnls_recovers_known_coefficients(self):
+        rng = np.random.default_rng(0)
+        a = rng.uniform(0.1, 1.0, size=(40, 3))
+        x = np.array([2.0, 0.0, 0.5])
+        got = perf.nnls(a, a @ x)
+        np.testing.assert_allclose(got, x, atol=1e-9)
+        self.assertTrue((perf.nnls(a, -(a @ x)) == 0).all())
+
+    def test_link_fit_recovers_alpha_beta_gamma(self):
+        truth = perf.Link({"ring": (0.01, 2e-7, 1e-7), "tree": (0.005, 3e-7, 0.0)})
+        rows = [(op, n, k, truth.time(op, n, k)) for op in ("ring", "tree") for k in (2, 4, 8)
+                for n in (4 ** i for i in range(2, 14))]
+        fit = perf.Link.fit(rows)
+        for (op, n, k, ms) in rows:
+            self.assertAlmostEqual(fit.time(op, n, k) / ms, 1.0, places=6)
+
+    def test_compute_fit_and_layer_shares(self):
+        steps = [(b, 1.0 + 0.2 * b) for b in (32, 64, 128, 256)]
+        layers = [(b, [0.1 + 0.05 * b, 0.2 + 0.1 * b, 0.05, 0.01]) for b in (32, 64, 128, 256)]
+        c = perf.Compute.fit(steps, layers, 0.7)
+        self.assertAlmostEqual(c.step(512), 1.0 + 0.2 * 512, places=6)
+        self.assertAlmostEqual(sum(c.layer_ms(100)), c.step(100), places=9)
+        # half the channels: the per-example part halves, the fixed part stays
+        half = c.layer_ms(100, 0.5)
+        self.assertLess(sum(half), sum(c.layer_ms(100)))
+        self.assertGreater(sum(half), sum(c.layer_ms(100)) / 2)
+
+
+class Strategies(unittest.TestCase):
+    def test_gpipe_bubble_for_equal_stages(self):
+        # 4 layers of equal cost, no fixed part, free hand-offs: bubble = (k-1)/(m+k-1).
+        c = perf.Compute((0.0, 4.0), [(0.0, 1.0)] * 4, 0.7)
+        free = perf.Link({"ring": (0.0, 0.0, 0.0)})
+        for k in (2, 4):
+            for m in (1, 2, 4, 8):
+                _, bd = perf.layer_split(c, free, k, 256, m)
+                self.assertAlmostEqual(bd["bubble_fraction"], (k - 1) / (m + k - 1), places=9)
+
+    def test_data_parallel_overlap_never_slower(self):
+        c = perf.Compute((1.0, 0.1), [(0.0, 1.0)] * 4, 0.7)
+        link = perf.Link({"ring": (0.05, 1e-6, 0.0)})
+        for k in (2, 8, 64):
+            plain, _ = perf.data_parallel(c, link, k, 64, "ring", buckets_bytes=perf.bucketize(65536))
+            over, _ = perf.data_parallel(c, link, k, 64, "ring", overlap=True, buckets_bytes=perf.bucketize(65536))
+            self.assertLessEqual(over, plain)
+
+
+class CommittedReport(unittest.TestCase):
+    """report/predictions.json, when committed: every point complete, the summary recomputable."""
+
+    path = os.path.join(ROOT, "report", "predictions.json")
+
+    def setUp(self):
+        if not os.path.exists(self.path):
+            self.skipTest("report/predictions.json not generated (scripts/report.sh)")
+        with open(self.path) as f:
+            self.report = json.load(f)
+
+    def test_points_are_complete_and_errors_consistent(self):
+        pts = self.report["points"]
+        self.assertGreater(len(pts), 100)
+        for p in pts:
+            for key in ("kind", "source", "label", "measured_ms", "predicted_ms", "relative_error", "held_out"):
+                self.assertIn(key, p)
+            self.assertAlmostEqual(p["relative_error"], p["predicted_ms"] / p["measured_ms"] - 1, places=9)
+
+    def test_summary_recomputes(self):
+        again = calibrate.summarize(self.report["points"])
+        self.assertEqual(set(again), set(self.report["summary"]))
+        for k, v in again.items():
+            self.assertAlmostEqual(v["median_abs_error"], self.report["summary"][k]["median_abs_error"], places=12)
+            self.assertEqual(v["meets_goal"], self.report["summary"][k]["meets_goal"])
+        for kind in ("cpu", "h200"):
+            self.assertIn(kind + "/all", again)
+
+    def test_projection_reaches_1024_devices(self):
+        for name, proj in self.report["projections"].items():
+            if "virtual" in name:
+                continue
+            self.assertIn("1024", proj["weak"])
+            self.assertTrue(math.isfinite(proj["weak"]["1024"]["data_parallel/ring"]["step_ms"]))
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=1)

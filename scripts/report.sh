@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# One command for the report (issue 16): measures what report/data/ lacks, fits the performance
+# model (model/), predicts every committed reference run, projects to 1,024 devices and writes
+# report/README.md, report/predictions.json and the figures.
+#
+#   scripts/report.sh            short profiles if missing; the accuracy sweep at 2 epochs if no
+#                                sweep is there yet (about 15 minutes on 2 cores in all)
+#   scripts/report.sh --full     the accuracy sweep at 10 epochs (about 70 minutes on 2 cores)
+#   scripts/report.sh --short    CI's smoke test: tiny profiles and sweep into --out (default a
+#                                temporary directory), then the whole report from them (~1 minute)
+#   --out DIR                    where the report goes (default report/)
+#
+# Measured inputs go to DIR/data/ and are kept: a second run only fits and writes (seconds).
+# Needs build/bench_runner (built here if missing) and python3 with numpy (matplotlib for figures).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+mode=default
+out=report
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --full) mode=full ;;
+    --short) mode=short; out="" ;;
+    --out) out="$2"; shift ;;
+    -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
+    *) echo "report.sh: unknown argument '$1' (see --help)" >&2; exit 1 ;;
+  esac
+  shift
+done
+if [ "$mode" = short ] && [ -z "$out" ]; then
+  out=$(mktemp -d /tmp/paralab-report-short.XXXXXX)
+  trap 'rm -rf "$out"' EXIT  # a smoke test's report is not kept
+fi
+python=${PARALAB_PYTHON:-/usr/bin/python3}
+[ -x "$python" ] || python=python3
+runner=${BENCH_RUNNER:-build/bench_runner}
+if [ ! -x "$runner" ]; then
+  echo "report.sh: building bench_runner"
+  cmake --build "${BUILD_DIR:-build}" --target bench_runner >/dev/null
+fi
+data="$out/data"
+mkdir -p "$data"
+start=$(date +%s)
+
+# 1. Short profiles: the single step at batch 32..512 and each layer's forward+backward.
+profile="$data/profile-cpu.json"
+if [ ! -f "$profile" ]; then
+  extra=()
+  if [ "$mode" = short ]; then
+    extra=(--set training.max_iterations_per_epoch=4 --set training.warmup_iterations=1 --set dataset.test_limit=200)
+  fi
+  echo "report.sh: profiling (experiments/model-profile.json) -> $profile"
+  "$runner" experiments/model-profile.json --quiet --out "$profile" "${extra[@]}"
+fi
+
+# 2. Accuracy versus global batch.
+if [ "$mode" = full ]; then
+  acc="$data/lr-batch-10ep.json"
+  set_args=()
+elif [ "$mode" = short ]; then
+  acc="$data/lr-batch-short.json"
+  set_args=(--set dataset.train_limit=2048 --set dataset.test_limit=500 --set training.epochs=1
+    --set 'runs=[{"strategy":"single","label":"B256 lr-none","training":{"batch_size":256}},{"strategy":"single","label":"B1024 lr-linear","training":{"batch_size":1024,"lr":0.8}},{"strategy":"data_parallel","devices":4,"batch_scaling":"weak","lr_scaling":"linear","lr_warmup_iterations":2,"allreduce":"tree","allow_oversubscription":true,"label":"B1024 lr-linear+warmup"}]')
+else
+  acc="$data/lr-batch-10ep.json"
+  [ -f "$acc" ] || acc="$data/lr-batch-2ep.json"
+  set_args=(--set training.epochs=2)
+fi
+if [ ! -f "$acc" ]; then
+  echo "report.sh: accuracy sweep (experiments/lr-batch.json ${set_args[*]:-}) -> $acc"
+  "$runner" experiments/lr-batch.json --quiet --out "$acc" "${set_args[@]}" 2> >(grep -v "oversubscri" >&2)
+fi
+
+# 3. Fit, validate, project, write.
+"$python" -m model.report --profile "$profile" --accuracy "$acc" --out "$out"
+for f in README.md predictions.json; do
+  [ -s "$out/$f" ] || { echo "report.sh: $out/$f was not written" >&2; exit 1; }
+done
+for section in "## 1. How good" "## 2. Why two GPUs" "## 3. Projections" "## 4. Accuracy"; do
+  grep -q "^$section" "$out/README.md" || { echo "report.sh: $out/README.md lacks '$section'" >&2; exit 1; }
+done
+echo "report.sh: done in $(($(date +%s) - start)) s: $out/README.md"
