@@ -27,6 +27,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CPU_REF = os.path.join(ROOT, "results", "reference", "cpu-2core-xeon")
 H200_REF = os.path.join(ROOT, "results", "reference", "h200-2026-11-30")
 H200_SMS = 132
+GRAPH_CALIBRATION = "single gpu epoch"  # gpu-check.json's graphed single run: the graph factor
 
 
 def load(path):
@@ -82,8 +83,17 @@ def cpu_compute(profile_path):
         rep = r.get("strategy_report") or {}
         if "profiled_layer_ms" in rep:
             layers.append((r["config"]["global_batch"], rep["profiled_layer_ms"]))
-    return perf.Compute.fit(steps, layers, median(fracs),
+    comp = perf.Compute.fit(steps, layers, median(fracs),
                             note="fitted on " + os.path.relpath(profile_path, ROOT))
+    # channel_split's per-device compute in the same profile: how much slower than the layer
+    # model's per-example share its narrower kernels run.
+    for r in d["runs"]:
+        c = r["config"]
+        if r["status"] == "ok" and c["strategy"] == "channel_split":
+            per_dev = median([p["compute_ms"] + p["optimizer_ms"] for p in r["timing"]["per_device"]])
+            model = sum(comp.layer_ms(c["global_batch"], 1.0 / c["devices"]))
+            comp.width_efficiency[c["devices"]] = per_dev / model
+    return comp
 
 
 def h200_compute(gpu_check_path=None):
@@ -102,13 +112,21 @@ def h200_compute(gpu_check_path=None):
             its = r["iterations"]
             step = (c["global_batch"], r["timing"]["median_iteration_ms"],
                     median([i["backward_ms"] / (i["forward_ms"] + i["backward_ms"]) for i in its]))
+        if r["label"] == GRAPH_CALIBRATION:
+            graphed = r["timing"]["median_iteration_ms"]
     shape = perf.Compute.fit([(x, sum(l)) for x, l in layers], layers, step[2])
     level = step[1] / shape.step(step[0])
     line = (shape.line[0] * level, shape.line[1] * level)
+    # Host-bound virtual devices: the eager single step taken as all launches at one thread, and
+    # the cost of a plain kernel launch with 1 and 8 host threads measured standalone on the same
+    # H200 (FINDINGS.md: "plain launches alone: 4.3 -> 9.5 us"), linear in between.
+    launch = [4.3, 4.3 + (9.5 - 4.3) * 1 / 7, 4.3 + (9.5 - 4.3) * 3 / 7, 9.5]
     return perf.Compute(line, shape.layers, step[2],
                         note="level: the eager single step at batch 256 on the whole H200; shape: "
                              "the layer_split profiling passes on 64- and 32-SM shares, in effective "
-                             "batch x = batch * 132 / SMs")
+                             "batch x = batch * 132 / SMs; host term: that step's time as launches, "
+                             "each 4.3 us with one host thread, 9.5 us with 8 (FINDINGS.md)",
+                        host=(step[1], launch), graph_factor=graphed / step[1])
 
 
 def cpu_link(path=None):
@@ -153,19 +171,21 @@ def validate_runs(kind, path, comp, link, effective=None):
             continue
         if c["strategy"] == "single":
             pred, bd = perf.predict(comp, link, c)
-            held = not (kind == "h200" and not (c.get("options") or {}).get("cuda_graphs", True))
+            held = not (kind == "h200" and (r["label"] == GRAPH_CALIBRATION or
+                                            not (c.get("options") or {}).get("cuda_graphs", True)))
             points.append(_point(kind, src, r["label"], r["config"], measured, pred, bd, held,
                                  "" if held else "calibration point (the fit's level)"))
             if kind == "cpu":
                 level = measured / pred  # this file's speed, for the runs after it
             continue
-        lvl_comp = comp
-        if kind == "cpu" and level != 1.0:
-            lvl_comp = perf.Compute((comp.line[0] * level, comp.line[1] * level), comp.layers,
-                                    comp.backward_fraction)
+        lvl_comp = comp.scaled(level) if kind == "cpu" else comp
+        note = ("level x%.3f from this file's single run" % level) if kind == "cpu" else ""
+        prof = (r.get("strategy_report") or {}).get("profiled_layer_ms")
+        if prof:  # layer_split's own profiling pass in setup (not its timed iterations)
+            c["profiled_layer_ms"] = prof
+            note = "stage times from this run's profiling pass (setup)"
         pred, bd = perf.predict(lvl_comp, link, c)
-        points.append(_point(kind, src, r["label"], r["config"], measured, pred, bd,
-                             note=("level x%.3f from this file's single run" % level) if kind == "cpu" else ""))
+        points.append(_point(kind, src, r["label"], r["config"], measured, pred, bd, note=note))
     return points
 
 

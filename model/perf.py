@@ -71,14 +71,47 @@ class Compute:
     backward_fraction: backward / (forward + backward), for overlap
     """
 
-    def __init__(self, line, layers, backward_fraction, note=""):
+    def __init__(self, line, layers, backward_fraction, note="", host=None, width_efficiency=None,
+                 graph_factor=1.0):
+        # width_efficiency: {k: measured channel_split compute / the layer model's at 1/k of the
+        # channels} from a profile (kernels run less efficiently at fewer channels); graph_factor:
+        # a single step captured as one CUDA graph against the eager step.
+        self.width_efficiency = dict(width_efficiency or {})
+        self.graph_factor = graph_factor
         self.line = tuple(line)
         self.layers = [tuple(l) for l in layers]
         self.backward_fraction = backward_fraction
         self.note = note
+        # host: None, or (ms of host work per step with one host thread, [launch cost with
+        # 1, 2, 4, 8 host threads]) for devices whose step is bounded by the host's launches
+        # (virtual devices, one host thread each; interpolated linearly in threads, flat beyond).
+        self.host = host
 
-    def step(self, b):
-        return self.line[0] + self.line[1] * b
+    def scaled(self, level):
+        return Compute((self.line[0] * level, self.line[1] * level), self.layers,
+                       self.backward_fraction, self.note, self.host, self.width_efficiency,
+                       self.graph_factor)
+
+    def width_factor(self, k):
+        if not self.width_efficiency or k <= 1:
+            return 1.0
+        ks = sorted(self.width_efficiency)
+        return float(np.interp(k, ks, [self.width_efficiency[x] for x in ks]))
+
+    def contention(self, ranks):
+        """Launch cost with `ranks` host threads relative to one thread (1 without a host term)."""
+        if not self.host:
+            return 1.0
+        costs = self.host[1]
+        threads = [1, 2, 4, 8][:len(costs)]
+        return float(np.interp(ranks, threads, costs)) / costs[0]
+
+    def step(self, b, ranks=1):
+        """A step at per-device batch b when `ranks` devices run at once (host contention)."""
+        t = self.line[0] + self.line[1] * b
+        if self.host:
+            t = max(t, self.host[0] * self.contention(ranks))
+        return t
 
     def layer_ms(self, b, width=1.0):
         """Per-layer forward+backward ms at per-device batch b and channel share `width`."""
@@ -88,7 +121,10 @@ class Compute:
 
     def to_json(self):
         return {"step_ms": {"fixed": self.line[0], "per_example": self.line[1]},
+                "host_bound": None if not self.host else {"host_ms_one_thread": self.host[0],
+                                                          "launch_cost_us_1_2_4_8_threads": self.host[1]},
                 "layers": {n: {"fixed": a, "per_example": c} for n, (a, c) in zip(LAYERS, self.layers)},
+                "channel_split_width_efficiency": self.width_efficiency, "cuda_graph_factor": self.graph_factor,
                 "backward_fraction": self.backward_fraction, "note": self.note}
 
     @staticmethod
@@ -154,12 +190,15 @@ class Link:
             return self.params["ring"]
         raise KeyError(op)
 
-    def time(self, op, n, k):
+    def time(self, op, n, k, ranks=None):
+        """ms of one collective of n bytes over k ranks; `ranks` (default k) is how many host
+        threads are at work at once, which is what alpha grows with on host-bound devices (a
+        point-to-point hand-off is k = 2 between two of them)."""
         if k <= 1 or n <= 0:
             return 0.0
         m, nb, r = collective_features(op, n, k, self.chunk)
         alpha, beta, gamma = self._p(op)
-        g = k if (self.alpha_per_rank and op != "p2p") else 1
+        g = (ranks or k) if self.alpha_per_rank else 1
         return alpha * m * g + beta * nb + gamma * r
 
     def to_json(self):
@@ -177,7 +216,7 @@ class Link:
             feats = []
             for o, n, k, _ in sel:
                 m, nb, red = collective_features(o, n, k)
-                g = k if (alpha_per_rank and o != "p2p") else 1
+                g = k if alpha_per_rank else 1
                 feats.append((m * g, nb, red))
             f = np.array(feats)
             y = np.array([r[3] for r in sel])
@@ -199,7 +238,7 @@ def data_parallel(comp, link, k, per_device_batch, allreduce="ring", grouping="b
     overlap: the allreduce of all buckets but the last runs under backward; what does not fit
     under backward stays exposed.
     """
-    t = comp.step(per_device_batch)
+    t = comp.step(per_device_batch, k)
     if grouping == "per_tensor":
         sizes = TENSOR_BYTES
     elif buckets_bytes:
@@ -216,17 +255,20 @@ def data_parallel(comp, link, k, per_device_batch, allreduce="ring", grouping="b
     return t + exposed, {"compute": t, "communication": comm, "exposed_communication": exposed}
 
 
-def layer_split(comp, link, k, batch, microbatches=1, split=None):
+def layer_split(comp, link, k, batch, microbatches=1, split=None, layer_ms=None):
     """GPipe fill/drain over k stages: sum of the stage times + (m-1) x the slowest stage.
 
     A stage's time per micro-batch is its layers' forward+backward at the micro-batch size plus
     the hand-offs it receives (activation forward, gradient back) as point-to-point copies.
     split: the stages' first layers after the first, as in the descriptor; default: the split
     that minimises the slowest stage (what "auto" does from its profile).
+    layer_ms: per-layer forward+backward ms at the micro-batch size, when a profile of this very
+    configuration exists (layer_split's own profiling pass in setup); else from the fit.
     """
     m = microbatches
     mb = batch / m
-    lay = comp.layer_ms(mb)
+    lay = list(layer_ms) if layer_ms else comp.layer_ms(mb)
+    lay = [x * comp.contention(k) for x in lay]
     if split is None:
         split = best_split(lay, k)
     bounds = [0] + list(split) + [len(LAYERS)]
@@ -235,9 +277,9 @@ def layer_split(comp, link, k, batch, microbatches=1, split=None):
         work = sum(lay[bounds[j]:bounds[j + 1]])
         hand = 0.0
         if j > 0:  # receives activations forward; its own gradient goes back (counted at j-1)
-            hand += link.time("p2p", 4 * ACTIVATION_FLOATS[bounds[j] - 1] * mb, 2)
+            hand += link.time("p2p", 4 * ACTIVATION_FLOATS[bounds[j] - 1] * mb, 2, ranks=k)
         if j < k - 1:
-            hand += link.time("p2p", 4 * ACTIVATION_FLOATS[bounds[j + 1] - 1] * mb, 2)
+            hand += link.time("p2p", 4 * ACTIVATION_FLOATS[bounds[j + 1] - 1] * mb, 2, ranks=k)
         stages.append(work + hand)
     total = sum(stages) + (m - 1) * max(stages)
     busy = sum(sum(lay[bounds[j]:bounds[j + 1]]) for j in range(k)) * m
@@ -269,7 +311,9 @@ def channel_split(comp, link, k, batch, pairing="none", allreduce="ring"):
     """Every device: every layer at 1/k of its channels on the whole batch, plus the collectives
     the strategy_report lists (all-gather of each output, reduce-scatter of input gradients; with
     megatron, conv2 | fc1 paired by two allreduces of fc1's 128 units)."""
-    t = sum(comp.layer_ms(batch, 1.0 / k)) if k > 1 else comp.step(batch)
+    t = sum(comp.layer_ms(batch, 1.0 / k)) * comp.width_factor(k) if k > 1 else comp.step(batch)
+    if comp.host:
+        t = max(t, comp.host[0] * comp.contention(k))
     f = 4 * batch  # bytes per float per example x batch
     if pairing == "megatron":
         ops = [("allgather", 3380), ("allgather", 10), (allreduce, 128), (allreduce, 128),
@@ -288,6 +332,8 @@ def predict(comp, link, config):
     o = config.get("options") or {}
     if s == "single" or (s == "data_parallel" and k == 1):
         t = comp.step(config["global_batch"])
+        if s == "single" and o.get("cuda_graphs") and config.get("backend") == "cuda":
+            t *= comp.graph_factor
         return t, {"compute": t, "communication": 0.0, "exposed_communication": 0.0}
     if s == "data_parallel":
         nb = o.get("buckets", 1)
@@ -301,7 +347,7 @@ def predict(comp, link, config):
     if s == "layer_split":
         split = o.get("split")
         return layer_split(comp, link, k, config["global_batch"], o.get("microbatches", 1),
-                           None if split in (None, "auto") else split)
+                           None if split in (None, "auto") else split, config.get("profiled_layer_ms"))
     if s == "channel_split":
         return channel_split(comp, link, k, config["global_batch"], o.get("pairing", "none"),
                              o.get("allreduce", "ring"))

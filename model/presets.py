@@ -41,7 +41,11 @@ def infiniband_ndr(gpu_compute):
 def all_presets(cpu, h200):
     """cpu, h200: (Compute, Link) as fitted. The published presets use the H200's compute with
     a whole GPU per device (no SM share)."""
-    gpu_compute = h200[0]
+    # One process per GPU there (as DDP runs): the eager step's launch floor stays, but no
+    # contention between the host threads of one process.
+    h = h200[0]
+    gpu_compute = perf.Compute(h.line, h.layers, h.backward_fraction, h.note + "; one process per GPU",
+                               host=(h.host[0], [h.host[1][0]] * 4), graph_factor=h.graph_factor)
     return {
         "cpu-2core-xeon (measured)": cpu,
         "h200 virtual devices (measured)": h200,

@@ -42,8 +42,7 @@ def validate(models):
             if r["status"] == "ok" and r["config"]["strategy"] == "single":
                 ratios.append(r["timing"]["median_iteration_ms"] / cpu_comp.step(r["config"]["global_batch"]))
     ref_level = statistics.median(ratios)
-    ref_comp = perf.Compute((cpu_comp.line[0] * ref_level, cpu_comp.line[1] * ref_level),
-                            cpu_comp.layers, cpu_comp.backward_fraction, cpu_comp.note)
+    ref_comp = cpu_comp.scaled(ref_level)
     points = []
     for f in cpu_files():
         pts = calibrate.validate_runs("cpu", f, ref_comp, cpu_link)
@@ -145,7 +144,7 @@ def strategy_crossovers(proj):
         comm_over = [k for k in ks if k > 1 and rows[k]["data_parallel/ring"]["communication_ms"] >
                      rows[k]["data_parallel/ring"]["compute_ms"]]
         res["data_parallel/ring: communication exceeds compute from k"] = comm_over[0] if comm_over else None
-        best = {k: max(rows[k], key=lambda s: rows[k][s]["speedup"]) for k in ks}
+        best = {k: (max(rows[k], key=lambda s: rows[k][s]["speedup"]) if k > 1 else "single") for k in ks}
         res["best strategy per k"] = best
         peak = max(ks, key=lambda k: max(v["speedup"] for v in rows[k].values()))
         res["peak speedup"] = {"k": peak, "speedup": max(v["speedup"] for v in rows[peak].values())}
@@ -567,7 +566,8 @@ def main(argv=None):
     for name, (comp, link) in pres.items():
         projections[name] = project(name, comp, link, virtual_sms=calibrate.H200_SMS if "virtual" in name else None)
     strat_x = {n: strategy_crossovers(p) for n, p in projections.items()}
-    ar_x = {n: allreduce_crossovers(link, [2, 4, 8, 16, 64, 256, 1024]) for n, (comp, link) in pres.items()}
+    ar_x = {n: allreduce_crossovers(link, [2, 4, 8, 16] if "virtual" in n else [2, 4, 8, 16, 64, 256, 1024])
+            for n, (comp, link) in pres.items()}
     acc = accuracy(args.accuracy)
     book = book_model()
 
