@@ -28,6 +28,8 @@ CPU_REF = os.path.join(ROOT, "results", "reference", "cpu-2core-xeon")
 H200_REF = os.path.join(ROOT, "results", "reference", "h200-2026-11-30")
 H200_SMS = 132
 GRAPH_CALIBRATION = "single gpu epoch"  # gpu-check.json's graphed single run: the graph factor
+# ... and its graphed data_parallel run on one device: what running as a group adds to a step
+GROUP_CALIBRATION = "data_parallel/nccl x1 (NCCL on one GPU)"
 
 
 def load(path):
@@ -114,6 +116,8 @@ def h200_compute(gpu_check_path=None):
                     median([i["backward_ms"] / (i["forward_ms"] + i["backward_ms"]) for i in its]))
         if r["label"] == GRAPH_CALIBRATION:
             graphed = r["timing"]["median_iteration_ms"]
+        if r["label"] == GROUP_CALIBRATION:
+            group = r["timing"]["median_iteration_ms"]
     shape = perf.Compute.fit([(x, sum(l)) for x, l in layers], layers, step[2])
     level = step[1] / shape.step(step[0])
     line = (shape.line[0] * level, shape.line[1] * level)
@@ -126,7 +130,8 @@ def h200_compute(gpu_check_path=None):
                              "the layer_split profiling passes on 64- and 32-SM shares, in effective "
                              "batch x = batch * 132 / SMs; host term: that step's time as launches, "
                              "each 4.3 us with one host thread, 9.5 us with 8 (FINDINGS.md)",
-                        host=(step[1], launch), graph_factor=graphed / step[1])
+                        host=(step[1], launch), graph_factor=graphed / step[1],
+                        group_overhead=group - graphed)
 
 
 def cpu_link(path=None):
@@ -177,6 +182,11 @@ def validate_runs(kind, path, comp, link, effective=None):
                                  "" if held else "calibration point (the fit's level)"))
             if kind == "cpu":
                 level = measured / pred  # this file's speed, for the runs after it
+            continue
+        if r["label"] == GROUP_CALIBRATION and kind == "h200":
+            pred, bd = perf.predict(comp, link, c)
+            points.append(_point(kind, src, r["label"], r["config"], measured, pred, bd, False,
+                                 "calibration point (the group step overhead)"))
             continue
         lvl_comp = comp.scaled(level) if kind == "cpu" else comp
         note = ("level x%.3f from this file's single run" % level) if kind == "cpu" else ""

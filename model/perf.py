@@ -72,10 +72,13 @@ class Compute:
     """
 
     def __init__(self, line, layers, backward_fraction, note="", host=None, width_efficiency=None,
-                 graph_factor=1.0):
+                 graph_factor=1.0, group_overhead=0.0):
         # width_efficiency: {k: measured channel_split compute / the layer model's at 1/k of the
         # channels} from a profile (kernels run less efficiently at fewer channels); graph_factor:
         # a single step captured as one CUDA graph against the eager step.
+        # group_overhead: ms a strategy's step adds over the single step when it runs as a
+        # group (barriers that open and close the step, waking one host thread per rank).
+        self.group_overhead = group_overhead
         self.width_efficiency = dict(width_efficiency or {})
         self.graph_factor = graph_factor
         self.line = tuple(line)
@@ -90,7 +93,7 @@ class Compute:
     def scaled(self, level):
         return Compute((self.line[0] * level, self.line[1] * level), self.layers,
                        self.backward_fraction, self.note, self.host, self.width_efficiency,
-                       self.graph_factor)
+                       self.graph_factor, self.group_overhead)
 
     def width_factor(self, k):
         if not self.width_efficiency or k <= 1:
@@ -125,6 +128,7 @@ class Compute:
                                                           "launch_cost_us_1_2_4_8_threads": self.host[1]},
                 "layers": {n: {"fixed": a, "per_example": c} for n, (a, c) in zip(LAYERS, self.layers)},
                 "channel_split_width_efficiency": self.width_efficiency, "cuda_graph_factor": self.graph_factor,
+                "group_step_overhead_ms": self.group_overhead,
                 "backward_fraction": self.backward_fraction, "note": self.note}
 
     @staticmethod
@@ -327,12 +331,20 @@ def channel_split(comp, link, k, batch, pairing="none", allreduce="ring"):
 
 def predict(comp, link, config):
     """Step ms for a results run's config (strategy, devices, per-device batch, options)."""
+    t, bd = _predict(comp, link, config)
+    if config["strategy"] != "single":
+        t += comp.group_overhead
+    return t, bd
+
+
+def _predict(comp, link, config):
     s = config["strategy"]
     k = config["devices"]
     o = config.get("options") or {}
     if s == "single" or (s == "data_parallel" and k == 1):
         t = comp.step(config["global_batch"])
-        if s == "single" and o.get("cuda_graphs") and config.get("backend") == "cuda":
+        graphed = s == "single" or (o.get("allreduce") == "nccl" and not o.get("overlap"))
+        if graphed and o.get("cuda_graphs") and config.get("backend") == "cuda":
             t *= comp.graph_factor
         return t, {"compute": t, "communication": 0.0, "exposed_communication": 0.0}
     if s == "data_parallel":

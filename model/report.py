@@ -309,17 +309,20 @@ def plots(out_dir, points, projections, acc, crossovers_allreduce, links):
     fig, axes = plt.subplots(1, len(links), figsize=(5 * len(links), 4.5))
     sizes = [4 ** i for i in range(1, 17)]
     for ax, (name, link) in zip(axes, links.items()):
-        for k, ls in ((2, "-"), (8, "--"), (64, ":"), (1024, "-.")):
+        kls = ((2, "-"), (4, "--"), (8, ":"), (16, "-.")) if "virtual" in name else \
+            ((2, "-"), (8, "--"), (64, ":"), (1024, "-."))
+        for k, ls in kls:
             for alg, col in (("naive", "C0"), ("ring", "C1"), ("tree", "C2")):
                 ax.plot(sizes, [link.time(alg, n, k) for n in sizes], ls, color=col,
-                        label="%s k=%d" % (alg, k) if True else None)
+                        label="%s k=%d" % (alg, k))
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
         ax.axvline(perf.GRADIENT_BYTES, color="grey", lw=0.6)
         ax.set_title(name, fontsize=9)
         ax.set_xlabel("bytes")
         ax.set_ylabel("allreduce ms (model)")
-    axes[0].legend(fontsize=5, ncol=2)
+    for ax in axes:
+        ax.legend(fontsize=5, ncol=2)
     fig.tight_layout()
     files.append(_save(fig, out_dir, "allreduce_model.png"))
     plt.close(fig)
