@@ -502,7 +502,19 @@ def write_readme(out_dir, report, figures):
             w("")
             w("![accuracy vs batch](accuracy_vs_batch.png)")
     w("")
-    w("## 5. The model's parameters")
+    w("## 5. The model and its parameters")
+    w("")
+    w("From [model/perf.py](../model/perf.py):")
+    w("")
+    w("```")
+    w(perf.__doc__.strip())
+    w("```")
+    w("")
+    w("Strategies: data_parallel = step(b, k) + allreduce(s) (with overlap, all buckets but the last "
+      "hide under backward); layer_split = GPipe fill/drain, sum of the stages + (m - 1) x the slowest "
+      "(stage = its layers at the micro-batch size + its hand-offs); channel_split = every layer at "
+      "1/k of its channels x the measured width efficiency + the strategy's collectives; a group's "
+      "step adds the group overhead. Fitted values:")
     w("")
     w("```json")
     w(json.dumps(report["parameters"], indent=1)[:6000])
