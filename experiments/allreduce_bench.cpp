@@ -29,6 +29,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -39,6 +40,7 @@
 #include "core/error.h"
 #include "core/lenet.h"
 #include "strategies/collectives/collectives.h"
+#include "strategies/collectives/mpi_transport.h"
 #include "strategies/collectives/transport.h"
 #include "strategies/spmd_group.h"
 
@@ -53,17 +55,57 @@ DeviceOptions bench_device_options() {
   return o;
 }
 
-// A group of k devices of --backend with one thread per rank, reused across benchmarks of the
-// same k.
+// Under mpirun: every process is one rank of the group (its size the world's), with one device
+// of its own and the MPI transport; the benchmarks, their checks and their timing decisions are
+// collective. Otherwise one process holds the whole group, a thread per rank.
+bool g_mpi = false;
+
+// A group of k devices of --backend, reused across benchmarks of the same k: in one process, one
+// thread per rank; under MPI, this process's rank only.
 struct BenchGroup {
-  explicit BenchGroup(int k) : devices(make_devices(g_backend, k, bench_device_options())) {
+  explicit BenchGroup(int k) : size(k) {
+    devices = make_devices(g_backend, g_mpi ? 1 : k, bench_device_options());
     for (auto& d : devices) ptrs.push_back(d.get());
+#if PARALAB_HAVE_MPI
+    if (g_mpi) {
+      transport = make_mpi_transport(*devices[0]);
+      return;
+    }
+#endif
     spmd = std::make_unique<SpmdGroup>(ptrs);
   }
+  // fn(rank, transport) on every rank: each thread of the group, or this process's rank.
+  void run(const std::function<void(int, Transport&)>& fn) {
+    if (transport)
+      fn(transport->rank(), *transport);
+    else
+      spmd->run(fn);
+  }
+  // The device of rank r (r must be local: any rank in one process, this one under MPI).
+  Device& device(int r) const { return *ptrs[transport ? 0 : static_cast<std::size_t>(r)]; }
+  int size;
   std::vector<std::unique_ptr<Device>> devices;
-  std::vector<Device*> ptrs;
+  std::vector<Device*> ptrs;  // the local ones
   std::unique_ptr<SpmdGroup> spmd;
+  std::unique_ptr<Transport> transport;  // under MPI
 };
+
+// The largest of every rank's `value`: the slowest rank's time (in one process the caller has
+// them all; under MPI, an allreduce).
+double slowest(double value) {
+#if PARALAB_HAVE_MPI
+  if (g_mpi) return MpiWorld::get().max(value);
+#endif
+  return value;
+}
+
+// Whether any rank's `flag` is set.
+bool any_rank(bool flag) {
+#if PARALAB_HAVE_MPI
+  if (g_mpi) return MpiWorld::get().sum(flag ? 1 : 0) > 0;
+#endif
+  return flag;
+}
 
 BenchGroup& group(int k) {
   static std::vector<std::unique_ptr<BenchGroup>> groups(65);
@@ -111,11 +153,11 @@ std::vector<float> exact_input(int64_t n, int r) {
 
 // Runs `op` once on every rank over fresh exact data and checks every rank's result.
 std::string check(Op op, Allreduce* ar, BenchGroup& g, int64_t n) {
-  const int k = static_cast<int>(g.ptrs.size());
+  const int k = g.size;
   const auto bounds = equal_segments(n, k);
   std::vector<std::string> errors(k);
-  g.spmd->run([&](int r, Transport& t) {
-    Tensor buf = Tensor::from_host(*g.ptrs[r], {n}, exact_input(n, r));
+  g.run([&](int r, Transport& t) {
+    Tensor buf = Tensor::from_host(g.device(r), {n}, exact_input(n, r));
     if (op == Op::Allreduce) ar->run(t, buf);
     if (op == Op::ReduceScatter) reduce_scatter_ring(t, buf, bounds);
     if (op == Op::Allgather) allgather_ring(t, buf, bounds);
@@ -139,9 +181,12 @@ std::string check(Op op, Allreduce* ar, BenchGroup& g, int64_t n) {
       }
     }
   });
+  std::string error;
   for (const auto& e : errors)
-    if (!e.empty()) return e;
-  return "";
+    if (!e.empty() && error.empty()) error = e;
+  // Every rank must skip, or none: under MPI, ranks learn of each other's errors here.
+  if (any_rank(!error.empty()) && error.empty()) error = "another rank got a wrong result";
+  return error;
 }
 
 // Times body(rank, transport) on every rank, after prepare(rank) (untimed) and a barrier with
@@ -153,10 +198,10 @@ std::string check(Op op, Allreduce* ar, BenchGroup& g, int64_t n) {
 // the benchmark's one iteration (registered with Iterations(1)); "ops" counts them.
 template <typename Prepare, typename Body>
 void time_ranks(benchmark::State& state, BenchGroup& g, Prepare prepare, Body body) {
-  std::vector<double> seconds(g.ptrs.size());
+  std::vector<double> seconds(static_cast<std::size_t>(g.size));
   auto one = [&](bool timed) {
-    g.spmd->run([&](int r, Transport& t) {
-      Device& dev = *g.ptrs[r];
+    g.run([&](int r, Transport& t) {
+      Device& dev = g.device(r);
       prepare(r);
       dev.synchronize();
       t.barrier();
@@ -167,7 +212,7 @@ void time_ranks(benchmark::State& state, BenchGroup& g, Prepare prepare, Body bo
       t.barrier();
       if (timed) seconds[r] = dev.elapsed_ms(start, end) / 1e3;
     });
-    return *std::max_element(seconds.begin(), seconds.end());
+    return slowest(*std::max_element(seconds.begin(), seconds.end()));
   };
   one(false);  // warm-up: first touches, lazy module loading, cold caches
   for (auto _ : state) {
@@ -177,9 +222,11 @@ void time_ranks(benchmark::State& state, BenchGroup& g, Prepare prepare, Body bo
     do {
       measured += one(true);
       ++ops;
-    } while (measured < kMinTime &&
-             std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count() <
-                 kMaxWall);
+    } while (
+        measured < kMinTime &&
+        // The slowest rank's wall time: under MPI every rank decides alike.
+        slowest(std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count()) <
+            kMaxWall);
     state.SetIterationTime(measured / static_cast<double>(ops));
     state.counters["ops"] = static_cast<double>(ops);
   }
@@ -187,10 +234,12 @@ void time_ranks(benchmark::State& state, BenchGroup& g, Prepare prepare, Body bo
 
 void set_counters(benchmark::State& state, int k, double bytes, double bus, std::string label) {
   if (g_backend != "cpu") {
-    const nlohmann::json d = group(k).ptrs[0]->describe();
+    const nlohmann::json d =
+        group(k).device(group(k).transport ? group(k).transport->rank() : 0).describe();
     label += " " + g_backend;
     if (d.value("virtual", false)) label += " virtual";
   }
+  if (g_mpi) label += " mpi (" + std::to_string(k) + " processes)";
   if (const int cores = host_cores(); g_backend == "cpu" && k > cores)
     label +=
         " time-shared (" + std::to_string(k) + " ranks on " + std::to_string(cores) + " cores)";
@@ -222,7 +271,7 @@ void run_collective(benchmark::State& state, Op op, const std::string& algorithm
   }
   std::vector<Tensor> bufs(k);
   const auto bounds = equal_segments(n, k);
-  g.spmd->run([&](int r, Transport&) { bufs[r] = Tensor::zeros(*g.ptrs[r], {n}); });
+  g.run([&](int r, Transport&) { bufs[r] = Tensor::zeros(g.device(r), {n}); });
   time_ranks(
       state, g, [](int) {},
       [&](int r, Transport& t) {
@@ -243,11 +292,29 @@ void run_collective(benchmark::State& state, Op op, const std::string& algorithm
 // pull model): the reference for what one transfer can move. Device 0 rewrites its buffer
 // before every copy, untimed, because a collective always moves data its producer has just
 // written (still in that core's cache); copying long-settled data would flatter the baseline.
+//
+// Under MPI each rank copies between two buffers of its own device at once (a rank's transfers
+// are its own process's copies), timed as the slowest.
+void run_memcpy_mpi(benchmark::State& state, int k) {
+  const int64_t bytes = state.range(1);
+  BenchGroup& g = group(k);
+  Tensor src, dst;
+  g.run([&](int r, Transport&) {
+    src = Tensor::zeros(g.device(r), {bytes / 4});
+    dst = Tensor::zeros(g.device(r), {bytes / 4});
+  });
+  time_ranks(
+      state, g, [](int) {},
+      [&](int r, Transport&) { g.device(r).copy_on_device(dst.raw(), src.raw(), dst.bytes()); });
+  set_counters(state, k, static_cast<double>(dst.bytes()), 1.0, "memcpy");
+}
+
 void run_memcpy(benchmark::State& state) {
   const int64_t bytes = state.range(1);
+  if (g_mpi) return run_memcpy_mpi(state, static_cast<int>(state.range(0)));
   BenchGroup& g = group(2);
   std::vector<Tensor> bufs(2);
-  g.spmd->run([&](int r, Transport&) { bufs[r] = Tensor::zeros(*g.ptrs[r], {bytes / 4}); });
+  g.run([&](int r, Transport&) { bufs[r] = Tensor::zeros(g.device(r), {bytes / 4}); });
   float stamp = 0;
   auto produce = [&](int r) {
     if (r != 0 || g.ptrs[0]->kind() != DeviceKind::Cpu) return;  // CUDA: no CPU cache to warm
@@ -256,7 +323,7 @@ void run_memcpy(benchmark::State& state) {
     for (int64_t i = 0; i < bufs[0].numel(); ++i) p[i] = stamp;
   };
   time_ranks(state, g, produce, [&](int r, Transport&) {
-    if (r == 1) g.ptrs[1]->copy_on_device(bufs[1].raw(), bufs[0].raw(), bufs[1].bytes());
+    if (r == 1) g.device(1).copy_on_device(bufs[1].raw(), bufs[0].raw(), bufs[1].bytes());
   });
   set_counters(state, 2, static_cast<double>(bufs[0].bytes()), 1.0, "memcpy");
 }
@@ -268,7 +335,7 @@ void run_lenet_per_tensor(benchmark::State& state, const std::string& algorithm)
   auto ar = make_timed_allreduce(algorithm, g_chunks[0], g.ptrs);
   ar->prepare(g.ptrs);
   std::vector<Tensor> bufs(k);
-  g.spmd->run([&](int r, Transport&) { bufs[r] = Tensor::zeros(*g.ptrs[r], {kLeNetParameters}); });
+  g.run([&](int r, Transport&) { bufs[r] = Tensor::zeros(g.device(r), {kLeNetParameters}); });
   time_ranks(
       state, g, [](int) {},
       [&](int r, Transport& t) {
@@ -347,8 +414,19 @@ int allreduce_bench_main(int argc, char** argv,
   for (const auto& name : known_allreduces())
     g_algorithms[name] = [name] { return make_allreduce(name, {}); };
   for (const auto& [name, factory] : extra) g_algorithms[name] = factory;
+#if PARALAB_HAVE_MPI
+  g_mpi = launched_by_mpi();
+#endif
+  int world_rank = 0, world = 1;
+#if PARALAB_HAVE_MPI
+  if (g_mpi) {
+    world_rank = MpiWorld::get().rank();
+    world = MpiWorld::get().size();
+  }
+#endif
   // One device has nothing to reduce (a collective is a no-op there): the sweep starts at 2.
   std::vector<int> devices{2, 4, 8};
+  bool devices_given = false;
   bool oversubscribe = false;
   std::string sizes = "sweep";
   std::vector<char*> rest{argv[0]};
@@ -365,8 +443,11 @@ int allreduce_bench_main(int argc, char** argv,
       if (::lstat(out.c_str(), &st) == 0)
         throw Error("--benchmark_out=" + out + ": file exists (results are never overwritten)");
     }
-    if (a.rfind("--devices=", 0) == 0)
+    if (a.rfind("--devices=", 0) == 0) {
       devices = parse_devices(a.substr(10));
+      devices_given = true;
+    } else if (g_mpi && world_rank != 0 && a.rfind("--benchmark_out", 0) == 0)
+      continue;  // under MPI only rank 0 writes
     else if (a.rfind("--backend=", 0) == 0)
       g_backend = resolve_backend(a.substr(10));
     else if (a == "--oversubscribe")
@@ -382,7 +463,27 @@ int allreduce_bench_main(int argc, char** argv,
     throw Error("--sizes: '" + sizes + "' (known: lenet, sweep, all)");
   if (const std::string why = backend_unavailable(g_backend); !why.empty())
     throw Error("--backend=" + g_backend + ": " + why);
+  if (g_mpi) {
+    // The group is the world: one rank per process.
+    if (world < 2)
+      throw Error("under mpirun: 1 process has nothing to reduce (mpirun -np 2 or more)");
+    if (devices_given && devices != std::vector<int>{world})
+      throw Error("--devices: under mpirun the group is the world's " + std::to_string(world) +
+                  " processes (--devices=" + std::to_string(world) + " or none)");
+    devices = {world};
+    if (g_backend != "cpu")
+      throw Error("--backend=" + g_backend +
+                  ": under mpirun only CPU ranks (GPUs between processes need NCCL's "
+                  "point-to-point transport, not built yet)");
+  }
   benchmark::AddCustomContext("paralab_backend", g_backend);
+  benchmark::AddCustomContext("paralab_launcher", g_mpi ? "mpi" : "threads");
+#if PARALAB_HAVE_MPI
+  if (g_mpi) {
+    benchmark::AddCustomContext("mpi_world_size", std::to_string(world));
+    benchmark::AddCustomContext("mpi_library", MpiWorld::get().library());
+  }
+#endif
   int rest_argc = static_cast<int>(rest.size());
   benchmark::Initialize(&rest_argc, rest.data());
   if (benchmark::ReportUnrecognizedArguments(rest_argc, rest.data())) return 1;
@@ -395,7 +496,7 @@ int allreduce_bench_main(int argc, char** argv,
   std::sort(byte_sizes.begin(), byte_sizes.end());
 
   for (int k : devices) {
-    if (k > cores && !oversubscribe) {
+    if (k > cores && !oversubscribe && !g_mpi) {
       const std::string name = "allreduce/devices:" + std::to_string(k);
       benchmark::RegisterBenchmark(name.c_str(), [k, cores](benchmark::State& s) {
         s.SkipWithError(("skipped: " + std::to_string(k) + " devices need " + std::to_string(k) +
@@ -453,16 +554,23 @@ int allreduce_bench_main(int argc, char** argv,
             ->Iterations(1)
             ->Unit(benchmark::kMicrosecond);
   }
-  if (2 <= cores || oversubscribe)
+  if (2 <= cores || oversubscribe || g_mpi)
     for (int64_t b : byte_sizes)
       benchmark::RegisterBenchmark("memcpy", run_memcpy)
-          ->Args({2, b})
+          ->Args({g_mpi ? world : 2, b})
           ->ArgNames({"devices", "bytes"})
           ->UseManualTime()
           ->Iterations(1)
           ->Unit(benchmark::kMicrosecond);
-  const std::size_t ran = benchmark::RunSpecifiedBenchmarks();
+  // Under MPI every rank runs every benchmark (they are collective); rank 0 alone reports.
+  struct Silent final : benchmark::BenchmarkReporter {
+    bool ReportContext(const Context&) override { return true; }
+    void ReportRuns(const std::vector<Run>&) override {}
+  } silent;
+  const std::size_t ran = world_rank == 0 ? benchmark::RunSpecifiedBenchmarks()
+                                          : benchmark::RunSpecifiedBenchmarks(&silent);
   benchmark::Shutdown();
+  if (world_rank != 0) return g_failed ? 2 : ran == 0 ? 1 : 0;
   if (ran == 0) {
     std::fprintf(stderr,
                  "allreduce_bench: no benchmark ran (--benchmark_filter selects none, or is not a "

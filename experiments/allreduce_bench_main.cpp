@@ -1,14 +1,26 @@
 // allreduce_bench: see experiments/allreduce_bench.cpp for what it measures and how.
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
+#include <string>
 
 #include "experiments/allreduce_bench.h"
+#include "strategies/collectives/mpi_transport.h"
 
 int main(int argc, char** argv) {
   try {
     return paralab::allreduce_bench_main(argc, argv);
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "allreduce_bench: %s\n", e.what());
+    // Under mpirun only rank 0 speaks for the group (every rank meets the same bad flag), and a
+    // rank that fails alone ends the others rather than leave them waiting in a collective.
+    const bool mpi = paralab::launched_by_mpi();
+    const char* rank = std::getenv("OMPI_COMM_WORLD_RANK");
+    if (!rank) rank = std::getenv("PMIX_RANK");
+    if (!mpi || !rank || std::string(rank) == "0")
+      std::fprintf(stderr, "allreduce_bench: %s\n", e.what());
+#if PARALAB_HAVE_MPI
+    if (mpi) paralab::MpiWorld::get().abort(1);
+#endif
     return 1;
   }
 }

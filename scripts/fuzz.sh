@@ -35,7 +35,7 @@ if ((${#missing[@]})); then
 fi
 
 CC=clang CXX=clang++ BUILD_DIR=build-fuzz BUILD_TARGETS="${targets[*]}" scripts/build.sh \
-  -DPARALAB_FUZZ=ON -DPARALAB_WITH_CUDA=OFF -DPARALAB_BUILD_TESTS=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo
+  -DPARALAB_FUZZ=ON -DPARALAB_WITH_CUDA=OFF -DPARALAB_WITH_MPI=OFF -DPARALAB_BUILD_TESTS=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo
 
 mkdir -p build-fuzz/findings
 status=0

@@ -15,6 +15,7 @@ packages=(
   libcli11-dev           # bench_runner's command line
   libgtest-dev           # tests
   libbenchmark-dev       # allreduce_bench (Google Benchmark)
+  libopenmpi-dev openmpi-bin  # optional: one rank per process under mpirun (the MPI transport)
   python3 python3-jsonschema  # results schema checks in the tests
   python3-matplotlib     # plotting/ (and its tests)
   dataset-fashion-mnist  # the data, in /usr/share/datasets/fashion-mnist

@@ -11,7 +11,10 @@
 
 namespace paralab {
 
-struct Transport::Request {
+namespace {
+
+// LocalFabric's send: the receiver reads `buf` directly.
+struct LocalRequest final : Transport::Request {
   Tensor buf;                     // the sender's buffer (shares its storage)
   Event ready;                    // the sender's work that produced buf
   Event consumed;                 // the receiver's copy (or add) that reads buf
@@ -19,8 +22,6 @@ struct Transport::Request {
   std::mutex* mu = nullptr;       // the mailbox's: sleepers wait on its cv
   std::condition_variable* cv = nullptr;
 };
-
-namespace {
 
 // Why spin first: a condition-variable wake-up costs tens of microseconds on a loaded VM,
 // several times a 256 KiB copy, and every ring step has two hand-offs. Ranks spin this many
@@ -45,7 +46,7 @@ struct LocalFabric::Impl {
   struct Mailbox {
     std::mutex mu;
     std::condition_variable cv;
-    std::deque<Transport::Handle> queue;
+    std::deque<std::shared_ptr<LocalRequest>> queue;
     std::atomic<int> queued{0};  // queue.size(), readable without the lock (for spinning)
   };
 
@@ -60,7 +61,7 @@ struct LocalFabric::Impl {
       check_peer(peer);
       // The peer's copy must start after the work that produced buf: an event it waits on
       // (CUDA; the host does not wait), nothing on the CPU, whose work is done when queued.
-      auto req = std::make_shared<Request>();
+      auto req = std::make_shared<LocalRequest>();
       req->buf = buf;
       req->ready = device_.record();
       Mailbox& box = fabric_.box(rank_, peer);
@@ -78,13 +79,15 @@ struct LocalFabric::Impl {
 
     void wait(const Handle& handle) override {
       PARALAB_REQUIRE(handle != nullptr, "transport: wait() on an empty request");
-      if (!spin_until([&] { return handle->done.load(std::memory_order_acquire); })) {
-        std::unique_lock lock(*handle->mu);
-        handle->cv->wait(lock, [&] { return handle->done || fabric_.aborted; });
-        if (!handle->done) fabric_.check_aborted(rank_);
+      auto* req = dynamic_cast<LocalRequest*>(handle.get());
+      PARALAB_REQUIRE(req != nullptr, "transport: wait() on another transport's request");
+      if (!spin_until([&] { return req->done.load(std::memory_order_acquire); })) {
+        std::unique_lock lock(*req->mu);
+        req->cv->wait(lock, [&] { return req->done || fabric_.aborted; });
+        if (!req->done) fabric_.check_aborted(rank_);
       }
       // Whatever this rank queues next (e.g. overwriting buf) waits for the peer's copy.
-      device_.wait(handle->consumed);
+      device_.wait(req->consumed);
     }
 
     void recv(int peer, Tensor& buf) override { receive(peer, buf, false); }
@@ -114,7 +117,7 @@ struct LocalFabric::Impl {
     void receive(int peer, Tensor& buf, bool reduce) {
       check_peer(peer);
       Mailbox& box = fabric_.box(peer, rank_);
-      Handle req;
+      std::shared_ptr<LocalRequest> req;
       spin_until(
           [&] { return box.queued.load(std::memory_order_acquire) > 0 || fabric_.aborted.load(); });
       {

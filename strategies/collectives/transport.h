@@ -24,7 +24,10 @@ namespace paralab {
 
 class Transport {
  public:
-  struct Request;  // an in-flight send
+  // An in-flight send; each transport keeps its own state in a derived type.
+  struct Request {
+    virtual ~Request() = default;
+  };
   using Handle = std::shared_ptr<Request>;
 
   virtual ~Transport() = default;

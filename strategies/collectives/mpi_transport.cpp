@@ -1,0 +1,196 @@
+#include "strategies/collectives/mpi_transport.h"
+
+#include <cstdlib>
+
+#include "core/error.h"
+#include "core/ops.h"
+
+#if PARALAB_HAVE_MPI
+#include <mpi.h>
+
+#include <climits>
+#include <mutex>
+#endif
+
+namespace paralab {
+
+bool launched_by_mpi() {
+#if PARALAB_HAVE_MPI
+  for (const char* var : {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_RANK", "PMI_SIZE"})
+    if (std::getenv(var)) return true;
+#endif
+  return false;
+}
+
+#if PARALAB_HAVE_MPI
+
+namespace {
+
+// Every MPI call is checked: the world's error handler returns codes instead of aborting.
+#define PARALAB_MPI(call)                                                                       \
+  do {                                                                                          \
+    const int e_ = (call);                                                                      \
+    if (e_ != MPI_SUCCESS) {                                                                    \
+      char text_[MPI_MAX_ERROR_STRING];                                                         \
+      int len_ = 0;                                                                             \
+      MPI_Error_string(e_, text_, &len_);                                                       \
+      ::paralab::throw_library_error("MPI", std::string(text_, static_cast<std::size_t>(len_)), \
+                                     #call, __FILE__, __LINE__);                                \
+    }                                                                                           \
+  } while (0)
+
+void finalize_at_exit() {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (!finalized) MPI_Finalize();
+}
+
+// One tag for every message: MPI keeps the messages of one (sender, receiver, tag, comm) in the
+// order they were sent, which is the Transport's contract.
+constexpr int kTag = 7;
+
+int count_of(const Tensor& buf) {
+  PARALAB_REQUIRE(buf.numel() <= INT_MAX, "mpi transport: a message of " +
+                                              std::to_string(buf.numel()) +
+                                              " values is more than one MPI call moves");
+  return static_cast<int>(buf.numel());
+}
+
+struct MpiRequest final : Transport::Request {
+  Tensor buf;  // kept alive until the send completes
+  MPI_Request request = MPI_REQUEST_NULL;
+};
+
+class MpiTransport final : public Transport {
+ public:
+  explicit MpiTransport(Device& device) : device_(device), world_(MpiWorld::get()) {
+    PARALAB_REQUIRE(device.kind() == DeviceKind::Cpu,
+                    "mpi transport: " + device.name() +
+                        " is not a CPU device (GPUs between processes need NCCL's transport)");
+  }
+  int rank() const override { return world_.rank(); }
+  int size() const override { return world_.size(); }
+
+  Handle isend(int peer, const Tensor& buf) override {
+    check_peer(peer);
+    auto req = std::make_shared<MpiRequest>();
+    req->buf = buf;
+    PARALAB_MPI(
+        MPI_Isend(buf.raw(), count_of(buf), MPI_FLOAT, peer, kTag, MPI_COMM_WORLD, &req->request));
+    bytes_sent_ += static_cast<int64_t>(buf.bytes());
+    return req;
+  }
+
+  void wait(const Handle& handle) override {
+    PARALAB_REQUIRE(handle != nullptr, "transport: wait() on an empty request");
+    auto* req = dynamic_cast<MpiRequest*>(handle.get());
+    PARALAB_REQUIRE(req != nullptr, "transport: wait() on another transport's request");
+    PARALAB_MPI(MPI_Wait(&req->request, MPI_STATUS_IGNORE));
+  }
+
+  void recv(int peer, Tensor& buf) override { receive(peer, buf.raw(), buf); }
+
+  // The message lands in a scratch buffer, then the device adds it: the same add, in the same
+  // order, as the in-process transport's, so the sums are the same bits.
+  void recv_reduce(int peer, Tensor& buf) override {
+    if (!scratch_.defined() || scratch_.numel() < buf.numel())
+      scratch_ = Tensor::empty(device_, {std::max<int64_t>(buf.numel(), 1)});
+    Tensor part = scratch_.view(0, {buf.numel()});
+    receive(peer, part.raw(), buf);
+    if (buf.numel()) device_.ops().add_inplace(buf, part);
+  }
+
+  void barrier() override { world_.barrier(); }
+
+ private:
+  void check_peer(int peer) const {
+    PARALAB_REQUIRE(peer >= 0 && peer < size() && peer != rank(),
+                    "transport: rank " + std::to_string(rank()) + " cannot talk to peer " +
+                        std::to_string(peer) + " in a group of " + std::to_string(size()));
+  }
+
+  void receive(int peer, void* into, const Tensor& expected) {
+    check_peer(peer);
+    // Probe first: a message of another size is an Error naming both sizes (MPI would only say
+    // "truncated"), and nothing is written.
+    MPI_Status status;
+    PARALAB_MPI(MPI_Probe(peer, kTag, MPI_COMM_WORLD, &status));
+    int got = 0;
+    PARALAB_MPI(MPI_Get_count(&status, MPI_FLOAT, &got));
+    PARALAB_REQUIRE(got == expected.numel(), "transport: rank " + std::to_string(rank()) +
+                                                 " expected " + std::to_string(expected.numel()) +
+                                                 " values from rank " + std::to_string(peer) +
+                                                 ", got " + std::to_string(got));
+    PARALAB_MPI(MPI_Recv(into, got, MPI_FLOAT, peer, kTag, MPI_COMM_WORLD, MPI_STATUS_IGNORE));
+  }
+
+  Device& device_;
+  MpiWorld& world_;
+  Tensor scratch_;
+};
+
+}  // namespace
+
+MpiWorld& MpiWorld::get() {
+  static MpiWorld world;
+  return world;
+}
+
+MpiWorld::MpiWorld() {
+  int initialized = 0;
+  PARALAB_MPI(MPI_Initialized(&initialized));
+  if (!initialized) {
+    int provided = 0;
+    PARALAB_MPI(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided));
+    std::atexit(finalize_at_exit);
+    PARALAB_MPI(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
+    // SERIALIZED is enough: one thread per process calls MPI at a time (the rank's thread).
+    if (provided < MPI_THREAD_SERIALIZED)
+      throw Error("MPI: thread level " + std::to_string(provided) +
+                  " provided; ParaLab needs MPI_THREAD_SERIALIZED or more");
+  }
+  PARALAB_MPI(MPI_Comm_rank(MPI_COMM_WORLD, &rank_));
+  PARALAB_MPI(MPI_Comm_size(MPI_COMM_WORLD, &size_));
+  MPI_Comm node;
+  PARALAB_MPI(
+      MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node));
+  PARALAB_MPI(MPI_Comm_rank(node, &local_rank_));
+  PARALAB_MPI(MPI_Comm_size(node, &local_size_));
+  MPI_Comm_free(&node);
+}
+
+std::string MpiWorld::library() const {
+  char text[MPI_MAX_LIBRARY_VERSION_STRING];
+  int len = 0;
+  MPI_Get_library_version(text, &len);
+  std::string s(text, static_cast<std::size_t>(len));
+  const auto cut = s.find_first_of(",\n");
+  return cut == std::string::npos ? s : s.substr(0, cut);
+}
+
+void MpiWorld::barrier() { PARALAB_MPI(MPI_Barrier(MPI_COMM_WORLD)); }
+
+double MpiWorld::max(double value) {
+  double out = 0;
+  PARALAB_MPI(MPI_Allreduce(&value, &out, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD));
+  return out;
+}
+
+int64_t MpiWorld::sum(int64_t value) {
+  int64_t out = 0;
+  PARALAB_MPI(MPI_Allreduce(&value, &out, 1, MPI_INT64_T, MPI_SUM, MPI_COMM_WORLD));
+  return out;
+}
+
+void MpiWorld::abort(int code) {
+  MPI_Abort(MPI_COMM_WORLD, code);
+  std::_Exit(code);  // MPI_Abort does not return; if it did, neither do we
+}
+
+std::unique_ptr<Transport> make_mpi_transport(Device& device) {
+  return std::make_unique<MpiTransport>(device);
+}
+
+#endif
+
+}  // namespace paralab
