@@ -22,6 +22,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -32,6 +33,7 @@
 #include "experiments/progress.h"
 #include "experiments/results.h"
 #include "experiments/trainer.h"
+#include "strategies/collectives/mpi_transport.h"
 
 namespace {
 
@@ -230,6 +232,19 @@ int run(int argc, char** argv) {
     return 1;
   }
 
+  // Under mpirun every process is one rank of each run; rank 0 alone prints and writes results.
+  const bool mpi = paralab::launched_by_mpi();
+  int rank = 0, world = 1;
+#if PARALAB_HAVE_MPI
+  if (mpi) {
+    rank = paralab::MpiWorld::get().rank();
+    world = paralab::MpiWorld::get().size();
+  }
+#endif
+  if (rank != 0) {
+    quiet = true;
+    plot = false;
+  }
   const std::string utc = paralab::utc_now("%Y-%m-%dT%H:%M:%SZ");
   if (!out.empty()) paralab::check_utf8("--out", out);
   const paralab::Descriptor d = paralab::load_descriptor(
@@ -240,8 +255,10 @@ int run(int argc, char** argv) {
     const std::string what = "--resume " + resume;
     reusable = paralab::resumable_runs(paralab::read_text_file(resume, what), what, d);
   }
-  const std::string path = paralab::choose_results_path(
-      out.empty() ? std::nullopt : std::optional(out), d.name, paralab::utc_timestamp());
+  const std::string path =
+      rank != 0 ? std::string()
+                : paralab::choose_results_path(out.empty() ? std::nullopt : std::optional(out),
+                                               d.name, paralab::utc_timestamp());
   const paralab::FashionMnist data =
       paralab::load_fashion_mnist(d.data_dir, d.train_limit, d.test_limit, paralab::kImageSide);
 
@@ -252,6 +269,15 @@ int run(int argc, char** argv) {
   doc["schema_version"] = paralab::kResultsSchemaVersion;
   doc["state"] = "running";
   doc["environment"] = paralab::describe_environment(argc, argv, utc);
+  doc["environment"]["launcher"] = {{"name", mpi ? "mpi" : "threads"}};
+#if PARALAB_HAVE_MPI
+  if (mpi) {
+    auto& w = paralab::MpiWorld::get();
+    doc["environment"]["launcher"]["world_size"] = world;
+    doc["environment"]["launcher"]["library"] = w.library();
+    doc["environment"]["launcher"]["hosts"] = w.gather(doc["environment"]["hostname"]);
+  }
+#endif
   doc["descriptor"] = d.resolved;
   doc["dataset"] = {
       {"dir", data.dir}, {"train_examples", data.train.count}, {"test_examples", data.test.count}};
@@ -259,12 +285,19 @@ int run(int argc, char** argv) {
   if (!resume.empty()) doc["resumed_from"] = {{"path", resume}, {"runs_kept", 0}};
   // From here on a signal stops the run in progress and the file keeps every finished run.
   install_signal_handlers();
-  paralab::ResultsFile file =
-      paralab::ResultsFile::create(path, out.empty(), doc, expected_results_bytes(d, data));
-  progress.line("results: " + file.path() + " (rewritten after each run)");
-  for (std::size_t i = 0; i < d.runs.size() && g_stop.load() == 0; ++i) {
-    paralab::RunContext ctx{
-        &d, &data, &progress, static_cast<int>(i), static_cast<int>(d.runs.size()), quiet, &g_stop};
+  std::optional<paralab::ResultsFile> file;
+  if (rank == 0) {
+    file = paralab::ResultsFile::create(path, out.empty(), doc, expected_results_bytes(d, data));
+    progress.line("results: " + file->path() + " (rewritten after each run)");
+  }
+  paralab::RunContext base{&d,    &data,  &progress, 0, static_cast<int>(d.runs.size()),
+                           quiet, &g_stop};
+  base.mpi = mpi;
+  base.rank = rank;
+  base.world = world;
+  for (std::size_t i = 0; i < d.runs.size() && paralab::stop_signal(base) == 0; ++i) {
+    paralab::RunContext ctx = base;
+    ctx.index = static_cast<int>(i);
     const auto kept = std::find_if(reusable.begin(), reusable.end(), [&](const json& r) {
       return r["run_spec"] == d.runs[i].expanded;
     });
@@ -279,20 +312,21 @@ int run(int argc, char** argv) {
     }
     add_scaling(doc["runs"]);
     doc["environment"]["gpu_model"] = paralab::used_gpu_models(doc["runs"]);
-    if (i + 1 < d.runs.size()) file.update(doc);
+    if (file && i + 1 < d.runs.size()) file->update(doc);
   }
-  const int stop = g_stop.load();
+  const int stop = paralab::stop_signal(base);
   doc["state"] = stop ? "interrupted" : "complete";
-  file.update(doc);
+  if (!file) return stop ? 128 + stop : 0;  // another rank than 0 under mpirun: rank 0 reports
+  file->update(doc);
   if (!quiet) {
     print_summary(doc["runs"]);
-    std::printf("\nresults: %s\n", file.path().c_str());
+    std::printf("\nresults: %s\n", file->path().c_str());
     std::fflush(stdout);
   }
   if (stop) {
     std::fprintf(stderr, "bench_runner: interrupted by %s: %zu of %zu runs in %s\n",
                  paralab::signal_name(stop).c_str(), doc["runs"].size(), d.runs.size(),
-                 file.path().c_str());
+                 file->path().c_str());
     return 128 + stop;
   }
   bool failed = false, any_ran = false;
@@ -300,11 +334,11 @@ int run(int argc, char** argv) {
     failed = failed || r["status"] == "failed";
     any_ran = any_ran || r["status"] != "skipped";
   }
-  if (plot && any_ran && !draw_plots(file.path(), quiet)) return 5;
+  if (plot && any_ran && !draw_plots(file->path(), quiet)) return 5;
   if (failed) return 3;
   if (!any_ran) {
     std::fprintf(stderr, "bench_runner: nothing could run: every run was skipped (reasons in %s)\n",
-                 file.path().c_str());
+                 file->path().c_str());
     return 4;
   }
   return 0;

@@ -14,6 +14,7 @@
 #include "core/lenet.h"
 #include "core/rng.h"
 #include "experiments/results.h"
+#include "strategies/collectives/mpi_transport.h"
 #include "strategies/strategy.h"
 
 namespace paralab {
@@ -140,6 +141,17 @@ int64_t iterations_per_epoch(const RunSpec& run, int64_t train_examples) {
   return cap ? std::min(full, *cap) : full;
 }
 
+int stop_signal(const RunContext& ctx) {
+  const int mine = ctx.stop ? ctx.stop->load() : 0;
+#if PARALAB_HAVE_MPI
+  if (ctx.mpi) {
+    // The largest signal number any rank got (SIGTERM over SIGINT): one collective per check.
+    return static_cast<int>(MpiWorld::get().max(static_cast<double>(mine)));
+  }
+#endif
+  return mine;
+}
+
 std::string virtual_placement(const json& device_list) {
   int count = 0;
   std::set<int64_t> gpus;
@@ -213,12 +225,32 @@ json run_training(const RunSpec& run, const RunContext& ctx) {
   const std::string prefix =
       "[run " + std::to_string(ctx.index + 1) + "/" + std::to_string(ctx.total) + "] " + run.label;
 
+  // Under mpirun a run's group is the world, one rank per process, CPU ranks, and strategies
+  // written per rank (data_parallel so far).
+  std::string mpi_why_not;
+  if (ctx.mpi) {
+    config["launcher"] = "mpi";
+    if (run.devices != ctx.world)
+      mpi_why_not = "under mpirun the group is the world's " + std::to_string(ctx.world) +
+                    " processes; this run asks for " + std::to_string(run.devices) + " device" +
+                    (run.devices == 1 ? "" : "s");
+    else if (backend != "cpu")
+      mpi_why_not = backend +
+                    " ranks under mpirun need NCCL's point-to-point transport (not built yet); "
+                    "CPU ranks only";
+    else if (!make_strategy(run.strategy, run.options, run.path)->supports_mpi())
+      mpi_why_not = run.strategy + " does not run one rank per process yet (data_parallel does)";
+  }
   // Runs the machine cannot provide are skipped with the reason, not failed.
-  if (const std::string missing = backend_unavailable(backend); !missing.empty()) {
+  if (!mpi_why_not.empty()) {
+    status = "skipped";
+    reason = mpi_why_not;
+    ctx.progress->line(prefix + ": skipped: " + reason);
+  } else if (const std::string missing = backend_unavailable(backend); !missing.empty()) {
     status = "skipped";
     reason = backend + ": " + missing;
     ctx.progress->line(prefix + ": skipped: " + reason);
-  } else if (oversubscribed && !run.allow_oversubscription) {
+  } else if (oversubscribed && !run.allow_oversubscription && !ctx.mpi) {
     status = "skipped";
     reason = "needs " + std::to_string(needed) + " cores (" + std::to_string(run.devices) +
              " devices x " + std::to_string(tc.threads_per_device) +
@@ -240,7 +272,8 @@ json run_training(const RunSpec& run, const RunContext& ctx) {
       device_options.kernels = d.kernels;
       device_options.green_contexts = d.green_contexts;
       device_options.gpus = run.gpus;
-      auto devices = make_devices(backend, run.devices, device_options);
+      // Under MPI this process makes its own rank's device only.
+      auto devices = make_devices(backend, ctx.mpi ? 1 : run.devices, device_options);
       auto strategy = make_strategy(run.strategy, run.options, run.path);
       config["options"] = strategy->options();
       json device_info = json::array();
@@ -263,6 +296,7 @@ json run_training(const RunSpec& run, const RunContext& ctx) {
       setup.initial_parameters = lenet_initial_parameters(tc.seed);
       setup.eval_batch = tc.eval_batch_size;
       setup.train_batch = global;
+      setup.mpi = ctx.mpi;
       strategy->setup(setup);
       config["options"] = strategy->options();  // as setup() resolved them ("auto" chunks)
 
@@ -277,13 +311,14 @@ json run_training(const RunSpec& run, const RunContext& ctx) {
       int64_t done = 0;
       double timed_seconds = 0;  // for the ETA
       const auto run_start = Clock::now();
-      const auto stopped = [&] { return ctx.stop && ctx.stop->load() != 0; };
+      int signal = 0;
+      const auto stopped = [&] { return (signal = stop_signal(ctx)) != 0; };
       const auto interrupt = [&](int64_t epoch, int64_t iterations_done) {
         status = "interrupted";
-        reason = "interrupted by " + signal_name(ctx.stop->load()) + " in epoch " +
-                 std::to_string(epoch) + " after " + std::to_string(iterations_done) +
-                 " iteration" + (iterations_done == 1 ? "" : "s") + "; " +
-                 std::to_string(epoch - 1) + " epoch" + (epoch == 2 ? "" : "s") + " completed";
+        reason = "interrupted by " + signal_name(signal) + " in epoch " + std::to_string(epoch) +
+                 " after " + std::to_string(iterations_done) + " iteration" +
+                 (iterations_done == 1 ? "" : "s") + "; " + std::to_string(epoch - 1) + " epoch" +
+                 (epoch == 2 ? "" : "s") + " completed";
         result["interrupted_at"] = {{"epoch", epoch}, {"iteration", iterations_done}};
         ctx.progress->line(prefix + ": " + reason);
       };
@@ -374,6 +409,15 @@ json run_training(const RunSpec& run, const RunContext& ctx) {
       status = "failed";
       reason = dynamic_cast<const std::bad_alloc*>(&e) ? "out of memory" : e.what();
       ctx.progress->line(prefix + ": failed: " + reason);
+#if PARALAB_HAVE_MPI
+      // Between processes a rank that fails alone leaves its peers waiting in a collective
+      // forever: end them all (rank 0's results file already holds every finished run).
+      if (ctx.mpi) {
+        std::fprintf(stderr, "bench_runner: rank %d: %s: failed: %s; ending every rank\n", ctx.rank,
+                     run.label.c_str(), one_line(reason).c_str());
+        MpiWorld::get().abort(3);
+      }
+#endif
     }
 
   result["config"] = std::move(config);

@@ -22,7 +22,15 @@ struct RunContext {
   // Set (to the signal's number) by a SIGINT/SIGTERM handler: the run stops after the iteration
   // in progress and is recorded as interrupted. Null: never.
   const std::atomic<int>* stop = nullptr;
+  // The mpi launcher: this process is rank `rank` of `world` (bench_runner under mpirun); each
+  // run is one rank per process, and only rank 0 reports.
+  bool mpi = false;
+  int rank = 0, world = 1;
 };
+
+// The signal that stopped this process (0: none); under MPI, whether any rank's did, agreed by
+// every rank (so that all stop at the same iteration).
+int stop_signal(const RunContext& ctx);
 
 // The global minibatch of a run: training.batch_size, times the devices with weak scaling.
 int64_t global_batch(const RunSpec& run);

@@ -132,15 +132,17 @@ class DataParallel final : public Strategy {
  public:
   explicit DataParallel(Options o) : o_(std::move(o)), buckets_(make_buckets(o_)) {}
 
+  bool supports_mpi() const override { return true; }
+
   void setup(const StrategySetup& s) override {
-    const int k = static_cast<int>(s.devices.size());
+    group_ = make_group(s.devices, s.mpi);
+    const int k = group_->size();
     chunk_bytes_ = o_.chunk_bytes ? *o_.chunk_bytes : auto_chunk_bytes(s.devices);
     AllreduceOptions ao;
     ao.chunk_bytes = chunk_bytes_;
     allreduce_ = make_allreduce(o_.allreduce, ao);
     allreduce_->prepare(s.devices);
     graphs_ = graphs_reason(s.devices);
-    group_ = std::make_unique<SpmdGroup>(s.devices);
     ranks_.resize(static_cast<std::size_t>(k));
     eval_batch_ = s.eval_batch;
     test_bounds_ = equal_segments(s.test->count, k);
@@ -193,12 +195,25 @@ class DataParallel final : public Strategy {
     StepResult out;
     out.times.total_ms = ms_between(t0, Clock::now());
     out.samples = count;
-    for (Rank& me : ranks_) {
-      out.loss_sum += me.loss;
-      out.correct += me.correct;
-      out.ranks.push_back(me.times);
+    // Every rank's figures, wherever it ran (between processes, an allgather).
+    struct Figures {
+      double loss, forward_ms, backward_ms;
+      int64_t correct;
+      RankTimes times;
+      bool replayed;
+    };
+    std::vector<Figures> all(static_cast<std::size_t>(k));
+    for (int r : group_->local_ranks()) {
+      const Rank& me = ranks_[r];
+      all[r] = {me.loss, me.forward_ms, me.backward_ms, me.correct, me.times, me.replayed};
     }
-    const Rank& r0 = ranks_[0];
+    group_->share(all);
+    for (const Figures& f : all) {
+      out.loss_sum += f.loss;
+      out.correct += f.correct;
+      out.ranks.push_back(f.times);
+    }
+    const Figures& r0 = all[0];
     out.times.forward_ms = r0.forward_ms;
     out.times.backward_ms = r0.backward_ms;
     out.times.communication_ms = r0.times.communication_ms;
@@ -234,19 +249,20 @@ class DataParallel final : public Strategy {
       me.loss = total[0];
       me.correct = static_cast<int64_t>(total[1]);
     });
-    EvalResult e;
-    e.loss_sum = ranks_[0].loss;
-    e.correct = ranks_[0].correct;
+    EvalResult e;  // every rank holds the group's totals
+    e.loss_sum = first_local().loss;
+    e.correct = first_local().correct;
     e.samples = test_bounds_.back();
     return e;
   }
 
-  std::vector<float> parameters() override { return ranks_[0].model->params().to_host_f32(); }
-  std::vector<float> gradients() override { return ranks_[0].model->grads().to_host_f32(); }
+  std::vector<float> parameters() override { return first_local().model->params().to_host_f32(); }
+  std::vector<float> gradients() override { return first_local().model->grads().to_host_f32(); }
 
+  // The replicas of this process's ranks (all of them in one process).
   std::vector<std::vector<float>> replica_parameters() override {
     std::vector<std::vector<float>> all;
-    for (Rank& me : ranks_) all.push_back(me.model->params().to_host_f32());
+    for (int r : group_->local_ranks()) all.push_back(ranks_[r].model->params().to_host_f32());
     return all;
   }
 
@@ -269,9 +285,9 @@ class DataParallel final : public Strategy {
     if (ranks_.empty() || !o_.cuda_graphs) return nullptr;
     if (!graphs_.empty()) return {{"cuda_graphs", "not used: " + graphs_}};
     int64_t captures = 0, replays = 0;
-    for (const Rank& me : ranks_) {
-      captures += me.captures;
-      replays += me.replays;
+    for (int r : group_->local_ranks()) {
+      captures += ranks_[r].captures;
+      replays += ranks_[r].replays;
     }
     return {{"cuda_graphs", "used"},
             {"cuda_graph_captures", captures},
@@ -309,6 +325,8 @@ class DataParallel final : public Strategy {
   void run(const std::function<void(int)>& fn) {
     group_->run([&](int r, Transport&) { fn(r); });
   }
+  // Its state in this process (every rank's replica is the same).
+  Rank& first_local() { return ranks_[static_cast<std::size_t>(group_->local_ranks().front())]; }
 
   void reduce_bucket(Rank& me, int b) {
     Tensor view = me.model->grads().view(buckets_[b].begin, {buckets_[b].end - buckets_[b].begin});

@@ -1,13 +1,18 @@
-// SpmdGroup: a device group ready for SPMD code, one host thread per rank (RankGroup) and the
-// in-process transport between them (LocalFabric). Strategies, the collective tests and
-// allreduce_bench all drive their ranks through it.
+// SpmdGroup: a device group ready for SPMD code. In one process (the threads launcher): one host
+// thread per rank (RankGroup) and the in-process transport between them (LocalFabric). Under
+// mpirun: this process's one rank, on a thread of its own, and the MPI transport to the other
+// processes' ranks. Strategies, the collective tests and allreduce_bench all drive their ranks
+// through it; code inside run() is the same in both cases.
 #pragma once
 
 #include <functional>
 #include <memory>
+#include <type_traits>
 #include <vector>
 
 #include "core/device.h"
+#include "core/error.h"
+#include "strategies/collectives/mpi_transport.h"
 #include "strategies/collectives/transport.h"
 #include "strategies/rank_group.h"
 
@@ -15,29 +20,85 @@ namespace paralab {
 
 class SpmdGroup {
  public:
-  explicit SpmdGroup(std::vector<Device*> devices) : fabric_(devices), ranks_(std::move(devices)) {}
+  // Every rank in this process: rank r on devices[r].
+  explicit SpmdGroup(std::vector<Device*> devices)
+      : fabric_(std::make_unique<LocalFabric>(devices)), ranks_(std::move(devices)) {}
+  // One rank of a group spread over processes: this process's rank, transport->rank(), on
+  // `device`; transport reaches the other ranks.
+  SpmdGroup(Device& device, std::unique_ptr<Transport> transport)
+      : remote_(std::move(transport)), ranks_({&device}) {}
 
-  int size() const { return ranks_.size(); }
-  Device& device(int rank) const { return ranks_.device(rank); }
-  Transport& transport(int rank) { return fabric_.endpoint(rank); }
+  int size() const { return remote_ ? remote_->size() : ranks_.size(); }
+  // Whether `rank` runs in this process (its device, transport and state are here).
+  bool is_local(int rank) const { return !remote_ || rank == remote_->rank(); }
+  std::vector<int> local_ranks() const {
+    if (remote_) return {remote_->rank()};
+    std::vector<int> all;
+    for (int r = 0; r < size(); ++r) all.push_back(r);
+    return all;
+  }
+  Device& device(int rank) const {
+    PARALAB_REQUIRE(is_local(rank),
+                    "group: rank " + std::to_string(rank) + " is in another process");
+    return ranks_.device(remote_ ? 0 : rank);
+  }
+  Transport& transport(int rank) {
+    PARALAB_REQUIRE(is_local(rank),
+                    "group: rank " + std::to_string(rank) + " is in another process");
+    return remote_ ? *remote_ : fabric_->endpoint(rank);
+  }
 
-  // Runs fn(rank, transport) on every rank's thread at once. A rank that throws aborts the
-  // fabric, so that peers blocked on its messages fail too instead of waiting forever; the first
-  // error is rethrown here.
+  // Runs fn(rank, transport) for every local rank, each on its own thread, at once. A rank that
+  // throws aborts the in-process fabric, so that peers blocked on its messages fail too instead
+  // of waiting forever; the first error is rethrown here. (Between processes, mpirun ends the
+  // others when a rank's process exits with an error.)
   void run(const std::function<void(int, Transport&)>& fn) {
-    ranks_.run([&](int r) {
+    ranks_.run([&](int i) {
+      const int r = remote_ ? remote_->rank() : i;
       try {
-        fn(r, fabric_.endpoint(r));
+        fn(r, transport(r));
       } catch (...) {
-        fabric_.abort();
+        if (fabric_) fabric_->abort();
         throw;
       }
     });
   }
 
+  // per_rank[r] for every rank r, from the process that runs r: afterwards every process holds
+  // every rank's value (an allgather between processes; nothing to do in one).
+  template <typename T>
+  void share(std::vector<T>& per_rank) {
+    static_assert(std::is_trivially_copyable_v<T>, "share() moves raw bytes");
+    PARALAB_REQUIRE(static_cast<int>(per_rank.size()) == size(),
+                    "group: share() of " + std::to_string(per_rank.size()) + " values for " +
+                        std::to_string(size()) + " ranks");
+#if PARALAB_HAVE_MPI
+    if (remote_) {
+      const T mine = per_rank[static_cast<std::size_t>(remote_->rank())];
+      MpiWorld::get().allgather(&mine, per_rank.data(), sizeof(T));
+    }
+#endif
+  }
+
  private:
-  LocalFabric fabric_;
-  RankGroup ranks_;  // after the fabric: its threads stop before the fabric goes
+  std::unique_ptr<LocalFabric> fabric_;  // in one process
+  std::unique_ptr<Transport> remote_;    // between processes
+  RankGroup ranks_;                      // last: its threads stop before the transports go
 };
+
+// The group of a strategy's setup: every device's rank in this process, or, under mpirun
+// (mpi), this process's one rank (devices holds its one device) of the world's ranks.
+inline std::unique_ptr<SpmdGroup> make_group(const std::vector<Device*>& devices, bool mpi) {
+  if (!mpi) return std::make_unique<SpmdGroup>(devices);
+  PARALAB_REQUIRE(devices.size() == 1,
+                  "group: under mpirun a process runs one rank, with one "
+                  "device, got " +
+                      std::to_string(devices.size()));
+#if PARALAB_HAVE_MPI
+  return std::make_unique<SpmdGroup>(*devices[0], make_mpi_transport(*devices[0]));
+#else
+  throw Error("group: this build has no MPI (CMake found none)");
+#endif
+}
 
 }  // namespace paralab

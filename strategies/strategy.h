@@ -56,12 +56,16 @@ struct EvalResult {
 };
 
 struct StrategySetup {
-  std::vector<Device*> devices;  // the group, owned by the caller
+  std::vector<Device*> devices;    // the group, owned by the caller
   const Dataset* train = nullptr;  // both owned by the caller and alive as long as the strategy
   const Dataset* test = nullptr;
   std::vector<float> initial_parameters;  // lenet_initial_parameters(seed)
   int64_t eval_batch = 1000;
   int64_t train_batch = 256;  // the global minibatch the run trains with (for profiling passes)
+  // Under mpirun (the mpi launcher): this process runs one rank of a group spread over the
+  // world's processes, and `devices` holds that rank's one device. Strategies that support it
+  // (supports_mpi) build their group with make_group (strategies/spmd_group.h).
+  bool mpi = false;
 };
 
 class Strategy {
@@ -85,6 +89,8 @@ class Strategy {
   virtual std::vector<float> gradients() = 0;
   // Every replica's parameters (data parallel: one per device, which must stay bit-identical).
   virtual std::vector<std::vector<float>> replica_parameters() { return {parameters()}; }
+  // Whether the strategy runs one rank per process under mpirun (StrategySetup::mpi).
+  virtual bool supports_mpi() const { return false; }
   // Options as resolved (reported in the results' run config).
   virtual nlohmann::json options() const = 0;
   // What the strategy decided and measured over the run, for the results' "strategy_report"

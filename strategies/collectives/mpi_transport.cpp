@@ -182,6 +182,39 @@ int64_t MpiWorld::sum(int64_t value) {
   return out;
 }
 
+void MpiWorld::allgather(const void* mine, void* all, std::size_t bytes) {
+  PARALAB_REQUIRE(bytes <= INT_MAX, "MPI: allgather of " + std::to_string(bytes) + " bytes");
+  PARALAB_MPI(MPI_Allgather(mine, static_cast<int>(bytes), MPI_BYTE, all, static_cast<int>(bytes),
+                            MPI_BYTE, MPI_COMM_WORLD));
+}
+
+std::string MpiWorld::broadcast(const std::string& text) {
+  int64_t n = rank_ == 0 ? static_cast<int64_t>(text.size()) : 0;
+  PARALAB_MPI(MPI_Bcast(&n, 1, MPI_INT64_T, 0, MPI_COMM_WORLD));
+  std::string out = rank_ == 0 ? text : std::string(static_cast<std::size_t>(n), '\0');
+  if (n) PARALAB_MPI(MPI_Bcast(out.data(), static_cast<int>(n), MPI_CHAR, 0, MPI_COMM_WORLD));
+  return out;
+}
+
+std::vector<std::string> MpiWorld::gather(const std::string& text) {
+  const int n = static_cast<int>(text.size());
+  std::vector<int> sizes(static_cast<std::size_t>(size_)), offsets(sizes.size(), 0);
+  PARALAB_MPI(MPI_Gather(&n, 1, MPI_INT, sizes.data(), 1, MPI_INT, 0, MPI_COMM_WORLD));
+  std::string all;
+  if (rank_ == 0) {
+    for (std::size_t r = 1; r < sizes.size(); ++r) offsets[r] = offsets[r - 1] + sizes[r - 1];
+    all.resize(static_cast<std::size_t>(offsets.back() + sizes.back()));
+  }
+  PARALAB_MPI(MPI_Gatherv(text.data(), n, MPI_CHAR, all.data(), sizes.data(), offsets.data(),
+                          MPI_CHAR, 0, MPI_COMM_WORLD));
+  std::vector<std::string> out;
+  if (rank_ == 0)
+    for (std::size_t r = 0; r < sizes.size(); ++r)
+      out.push_back(
+          all.substr(static_cast<std::size_t>(offsets[r]), static_cast<std::size_t>(sizes[r])));
+  return out;
+}
+
 void MpiWorld::abort(int code) {
   MPI_Abort(MPI_COMM_WORLD, code);
   std::_Exit(code);  // MPI_Abort does not return; if it did, neither do we

@@ -5,8 +5,11 @@
 // Built where CMake finds MPI (it says "ParaLab: MPI ... ON"); PARALAB_HAVE_MPI is 1 then.
 #pragma once
 
+#include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "core/device.h"
 #include "strategies/collectives/transport.h"
@@ -34,6 +37,12 @@ class MpiWorld {
   void barrier();
   double max(double value);    // over the ranks
   int64_t sum(int64_t value);  // over the ranks
+  // all[r * bytes ...] = rank r's `mine` (bytes each), on every rank.
+  void allgather(const void* mine, void* all, std::size_t bytes);
+  // Rank 0's `text` on every rank.
+  std::string broadcast(const std::string& text);
+  // Every rank's `text`, in rank order, on rank 0 (empty elsewhere).
+  std::vector<std::string> gather(const std::string& text);
   // Ends every rank of the world: a rank that cannot go on must not leave its peers waiting.
   [[noreturn]] void abort(int code);
 

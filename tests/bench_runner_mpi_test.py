@@ -1,0 +1,159 @@
+#!/usr/bin/python3
+"""bench_runner under mpirun (the mpi launcher): data_parallel with naive, ring and tree as one
+rank per process gives the same bits as the same descriptor in one process (threads), over shared
+memory with 2 processes and over TCP with 3; runs that cannot be one rank per process are skipped
+with the reason; rank 0 alone writes the (schema-valid) results; killing a rank ends the job
+within 30 s and leaves rank 0's file with every finished run.
+
+    tests/bench_runner_mpi_test.py --bench-runner build/bench_runner --source-dir . -- mpirun [flags]
+"""
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+DESCRIPTOR = {
+    "name": "mpi-check", "backend": "cpu",
+    "dataset": {"train_limit": 2048, "test_limit": 500},
+    "training": {"epochs": 2, "batch_size": 48, "lr": 0.2, "max_iterations_per_epoch": 10,
+                 "warmup_iterations": 2},
+    # allow_oversubscription: the reference in one process has 3 devices on 2 cores.
+    "runs": [{"strategy": "data_parallel", "devices": 2, "allow_oversubscription": True,
+              "sweep": {"allreduce": ["naive", "ring", "tree"]}},
+             {"strategy": "single", "devices": 1},
+             {"strategy": "layer_split", "devices": 2}],
+}
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--bench-runner", required=True)
+    p.add_argument("--source-dir", required=True)
+    p.add_argument("mpirun", nargs=argparse.REMAINDER)
+    args = p.parse_args()
+    mpirun = args.mpirun[1:] if args.mpirun[:1] == ["--"] else args.mpirun
+    args.bench_runner = os.path.abspath(args.bench_runner)
+    sys.path.insert(0, os.path.join(args.source_dir, "tests"))
+    from validate_json import validate  # noqa: E402
+    schema = os.path.join(args.source_dir, "results", "results.schema.json")
+    failures = []
+
+    def check(ok, what):
+        if not ok:
+            failures.append(what)
+
+    def epochs(doc, i):
+        return [(e["train_loss"], e["test_loss"], e["test_acc"]) for e in doc["runs"][i]["epochs"]]
+
+    with tempfile.TemporaryDirectory(prefix="paralab-mpi-runner-") as tmp:
+        tmp = Path(tmp)
+        for np_, extra in ((2, []), (3, ["--mca", "btl", "tcp,self"])):
+            d = json.loads(json.dumps(DESCRIPTOR))
+            for run in d["runs"]:
+                if run["strategy"] != "single":
+                    run["devices"] = np_
+            (tmp / f"d{np_}.json").write_text(json.dumps(d))
+            threads = subprocess.run([args.bench_runner, f"d{np_}.json", "--out",
+                                      f"threads{np_}.json", "--quiet"], cwd=tmp,
+                                     capture_output=True, text=True, timeout=300)
+            check(threads.returncode == 0, f"threads x{np_}: {threads.stderr}")
+            proc = subprocess.run([*mpirun, *extra, "-np", str(np_), args.bench_runner,
+                                   f"d{np_}.json", "--out", f"mpi{np_}.json"], cwd=tmp,
+                                  capture_output=True, text=True, timeout=300)
+            check(proc.returncode == 0, f"mpirun -np {np_}: exit {proc.returncode}: {proc.stderr}")
+            check(proc.stdout.count("data: ") == 1 and proc.stdout.count("\nrun ") == 1,
+                  "one rank prints:\n" + proc.stdout[-2000:])
+            if proc.returncode or threads.returncode:
+                continue
+            mpi, ref = (json.loads((tmp / f).read_text())
+                        for f in (f"mpi{np_}.json", f"threads{np_}.json"))
+            check(validate(schema, mpi) == [], f"mpi{np_}.json: {validate(schema, mpi)[:3]}")
+            env = mpi["environment"]["launcher"]
+            check(env.get("name") == "mpi" and env.get("world_size") == np_ and
+                  len(env.get("hosts", [])) == np_, f"launcher: {env}")
+            for i in range(3):
+                run = mpi["runs"][i]
+                check(run["status"] == "ok" and run["config"].get("launcher") == "mpi",
+                      f"x{np_} run {i}: {run['status']} {run['reason']}")
+                check(len(run["iterations"][0].get("devices", [])) == np_,
+                      f"x{np_} run {i}: per-device times of every rank")
+                check(epochs(mpi, i) and epochs(mpi, i) == epochs(ref, i),
+                      f"x{np_} {run['label']}: mpi {epochs(mpi, i)} != threads {epochs(ref, i)}")
+            check(mpi["runs"][3]["status"] == "skipped" and
+                  "group is the world's" in mpi["runs"][3]["reason"], "single not skipped")
+            check(mpi["runs"][4]["status"] == "skipped" and
+                  "does not run one rank per process" in mpi["runs"][4]["reason"],
+                  "layer_split not skipped")
+        check(sorted(f.name for f in tmp.iterdir()) ==
+              ["d2.json", "d3.json", "mpi2.json", "mpi3.json", "threads2.json", "threads3.json"],
+              f"stray files: {sorted(f.name for f in tmp.iterdir())}")
+
+        # Kill rank 1 while the third run trains: the job ends, rank 0's file keeps two runs.
+        d = json.loads(json.dumps(DESCRIPTOR))
+        d["training"]["epochs"] = 200
+        d["runs"] = [{"strategy": "data_parallel", "devices": 2, "label": f"r{i}",
+                      "training": {"epochs": 1 if i < 2 else 200}} for i in range(3)]
+        (tmp / "long.json").write_text(json.dumps(d))
+        job = subprocess.Popen([*mpirun, "-np", "2", args.bench_runner, "long.json", "--out",
+                                "killed.json", "--quiet"], cwd=tmp, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True)
+        victim, deadline = None, time.time() + 120
+        while victim is None and time.time() < deadline and job.poll() is None:
+            time.sleep(0.5)
+            try:
+                doc = json.loads((tmp / "killed.json").read_text())
+            except (OSError, ValueError):
+                continue
+            if len(doc.get("runs", [])) >= 2:
+                victim = rank_process(args.bench_runner, "1")
+        check(victim is not None, "never saw two finished runs and rank 1's process")
+        if victim:
+            os.kill(victim, signal.SIGKILL)
+            t0 = time.time()
+            try:
+                _, err = job.communicate(timeout=60)
+            except subprocess.TimeoutExpired:
+                job.kill()
+                _, err = job.communicate()
+            took = time.time() - t0
+            check(took <= 30, f"the job took {took:.1f} s to end after rank 1 was killed")
+            check(job.returncode != 0, "mpirun exited 0 after a rank was killed")
+            doc = json.loads((tmp / "killed.json").read_text())
+            check([r["label"] for r in doc["runs"]] == ["r0", "r1"] and
+                  all(r["status"] == "ok" for r in doc["runs"]),
+                  f"rank 0's file: {[(r['label'], r['status']) for r in doc['runs']]}")
+        else:
+            job.kill()
+            job.communicate()
+
+    for f in failures:
+        print("FAIL:", f, file=sys.stderr)
+    print(f"bench_runner_mpi_test: {len(failures)} failure(s)")
+    return 1 if failures else 0
+
+
+def rank_process(program, rank):
+    """The pid of `program` running as MPI rank `rank` (from /proc), or None."""
+    name = os.path.basename(program)
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            cmd = open(f"/proc/{pid}/cmdline", "rb").read().split(b"\0")
+            env = open(f"/proc/{pid}/environ", "rb").read().split(b"\0")
+        except OSError:
+            continue
+        if cmd and os.path.basename(cmd[0].decode(errors="replace")) == name and \
+                f"OMPI_COMM_WORLD_RANK={rank}".encode() in env:
+            return int(pid)
+    return None
+
+
+if __name__ == "__main__":
+    sys.exit(main())
