@@ -226,7 +226,7 @@ json run_training(const RunSpec& run, const RunContext& ctx) {
       "[run " + std::to_string(ctx.index + 1) + "/" + std::to_string(ctx.total) + "] " + run.label;
 
   // Under mpirun a run's group is the world, one rank per process, CPU ranks, and strategies
-  // written per rank (data_parallel so far).
+  // written per rank (Strategy::supports_mpi).
   std::string mpi_why_not;
   if (ctx.mpi) {
     config["launcher"] = "mpi";
@@ -239,7 +239,7 @@ json run_training(const RunSpec& run, const RunContext& ctx) {
                     " ranks under mpirun need NCCL's point-to-point transport (not built yet); "
                     "CPU ranks only";
     else if (!make_strategy(run.strategy, run.options, run.path)->supports_mpi())
-      mpi_why_not = run.strategy + " does not run one rank per process yet (data_parallel does)";
+      mpi_why_not = run.strategy + " does not run one rank per process";
   }
   // Runs the machine cannot provide are skipped with the reason, not failed.
   if (!mpi_why_not.empty()) {

@@ -76,8 +76,11 @@ class ChannelSplit final : public Strategy {
         plan_(comm_plan(o_.pairing)),
         allreduce_(make_allreduce(o_.allreduce, {})) {}
 
+  bool supports_mpi() const override { return true; }
+
   void setup(const StrategySetup& s) override {
-    const int k = static_cast<int>(s.devices.size());
+    group_ = make_group(s.devices, s.mpi);
+    const int k = group_->size();
     for (int l = 0; l < kLeNetLayers; ++l)
       if (kChannels[l] < k)
         throw Error("channel_split: " + std::to_string(k) + " devices, but " + lenet_layer_name(l) +
@@ -86,7 +89,6 @@ class ChannelSplit final : public Strategy {
                     " devices)");
     for (int l = 0; l < kLeNetLayers; ++l) bounds_[l] = equal_segments(kChannels[l], k);
     if (o_.pairing == "megatron") allreduce_->prepare(s.devices);
-    group_ = std::make_unique<SpmdGroup>(s.devices);
     ranks_ = std::vector<Rank>(static_cast<std::size_t>(k));
     eval_batch_ = s.eval_batch;
     test_count_ = s.test->count;
@@ -138,12 +140,24 @@ class ChannelSplit final : public Strategy {
     StepResult out;
     out.times.total_ms = ms_between(t0, Clock::now());
     out.samples = count;
-    int64_t bytes = 0;
-    for (const Rank& me : ranks_) {
-      out.ranks.push_back(me.times);
-      bytes += me.times.bytes_sent;
+    // Every rank's figures, wherever it ran (between processes, an allgather).
+    struct Figures {
+      double loss, forward_ms, backward_ms;
+      int64_t correct;
+      RankTimes times;
+    };
+    std::vector<Figures> all(ranks_.size());
+    for (int r : group_->local_ranks()) {
+      const Rank& me = ranks_[r];
+      all[r] = {me.loss, me.forward_ms, me.backward_ms, me.correct, me.times};
     }
-    const Rank& r0 = ranks_[0];
+    group_->share(all);
+    int64_t bytes = 0;
+    for (const Figures& f : all) {
+      out.ranks.push_back(f.times);
+      bytes += f.times.bytes_sent;
+    }
+    const Figures& r0 = all[0];
     out.loss_sum = r0.loss;
     out.correct = r0.correct;
     out.times.forward_ms = r0.forward_ms;
@@ -171,7 +185,9 @@ class ChannelSplit final : public Strategy {
         me.correct += static_cast<int64_t>(st[1]);
       }
     });
-    return {ranks_[0].loss, ranks_[0].correct, test_count_};
+    // Every rank gathered the whole logits: each holds the loss and the count.
+    const Rank& mine = ranks_[static_cast<std::size_t>(group_->local_ranks().front())];
+    return {mine.loss, mine.correct, test_count_};
   }
 
   std::vector<float> parameters() override { return assemble(&Rank::params); }
@@ -195,7 +211,11 @@ class ChannelSplit final : public Strategy {
       return a;
     };
     json params = json::array();
-    for (const Rank& me : ranks_) params.push_back(me.params.numel());
+    for (int r = 0; r < k; ++r) {
+      int64_t n = 0;
+      for (const Block& b : blocks(r)) n += (b.r1 - b.r0) * (b.c1 - b.c0);
+      params.push_back(n);
+    }
     return {{"pairing", o_.pairing},
             {"output_channels", channels},
             {"parameters_per_device", params},
@@ -278,7 +298,11 @@ class ChannelSplit final : public Strategy {
     return out;
   }
 
+  // The whole model from every rank's blocks: in this process only (tests; bench_runner does not
+  // ask for it).
   std::vector<float> assemble(Tensor Rank::*field) {
+    PARALAB_REQUIRE(group_->local_ranks().size() == ranks_.size(),
+                    "channel_split: the model's blocks live in several processes");
     std::vector<float> full(static_cast<std::size_t>(kLeNetParameters));
     for (Rank& me : ranks_) {
       const std::vector<float> part = (me.*field).to_host_f32();

@@ -41,8 +41,11 @@ class LayerSplit final : public Strategy {
  public:
   explicit LayerSplit(Options o) : o_(std::move(o)) {}
 
+  bool supports_mpi() const override { return true; }
+
   void setup(const StrategySetup& s) override {
-    const int k = static_cast<int>(s.devices.size());
+    group_ = make_group(s.devices, s.mpi);
+    const int k = group_->size();
     if (k > kLeNetLayers)
       throw Error("layer_split: " + std::to_string(k) + " devices, but LeNet has only " +
                   std::to_string(kLeNetLayers) +
@@ -60,11 +63,16 @@ class LayerSplit final : public Strategy {
     } else {
       layer_ms_ = profile_layers(*s.devices[0], s.initial_parameters,
                                  std::max<int64_t>(1, s.train_batch / m));
+      // Between processes each profiled its own device: every rank takes rank 0's profile, so
+      // that all cut the model alike.
+      std::vector<std::vector<double>> profiles(static_cast<std::size_t>(k));
+      for (int r : group_->local_ranks()) profiles[r] = layer_ms_;
+      group_->share_lists(profiles);
+      layer_ms_ = profiles[0];
       bounds_ = balanced_split(layer_ms_, k);
     }
     passes_.clear();
     for (int r = 0; r < k; ++r) passes_.push_back(pipeline_schedule(o_.schedule, r, k, m));
-    group_ = std::make_unique<SpmdGroup>(s.devices);
     ranks_ = std::vector<Rank>(static_cast<std::size_t>(k));
     eval_batch_ = s.eval_batch;
     test_count_ = s.test->count;
@@ -122,23 +130,30 @@ class LayerSplit final : public Strategy {
     StepResult out;
     out.times.total_ms = ms_between(t0, Clock::now());
     out.samples = count;
-    std::vector<std::vector<PipelineEvent>> events;
+    // Every stage's figures and pipeline events, wherever it ran (between processes, gathered).
+    const int k = group_->size();
+    std::vector<Figures> all(static_cast<std::size_t>(k));
+    std::vector<std::vector<PipelineEvent>> events(static_cast<std::size_t>(k));
+    for (int r : group_->local_ranks()) {
+      all[r] = {ranks_[r].loss, ranks_[r].correct, ranks_[r].times};
+      events[r] = ranks_[r].pipeline.events;
+    }
+    group_->share(all);
+    group_->share_lists(events);
     int64_t bytes = 0;
-    for (Rank& me : ranks_) {
-      out.ranks.push_back(me.times);
-      events.push_back(me.pipeline.events);
-      bytes += me.times.bytes_sent;
+    for (const Figures& f : all) {
+      out.ranks.push_back(f.times);
+      bytes += f.times.bytes_sent;
     }
-    const Rank& last = ranks_.back();
-    out.loss_sum = last.loss;
-    out.correct = last.correct;
+    out.loss_sum = all.back().loss;
+    out.correct = all.back().correct;
     // Phases as single-device training reports them, summed over the stages.
-    for (const Rank& me : ranks_) {
-      for (const PipelineEvent& e : me.pipeline.events)
+    for (int r = 0; r < k; ++r) {
+      for (const PipelineEvent& e : events[r])
         (e.pass.forward ? out.times.forward_ms : out.times.backward_ms) += e.end_ms - e.start_ms;
-      out.times.optimizer_ms = std::max(out.times.optimizer_ms, me.times.optimizer_ms);
+      out.times.optimizer_ms = std::max(out.times.optimizer_ms, all[r].times.optimizer_ms);
     }
-    out.times.communication_ms = ranks_[0].times.communication_ms;
+    out.times.communication_ms = all[0].times.communication_ms;
     const double bubble = measured_bubble_fraction(events);
     out.detail = {{"bubble_fraction", bubble},
                   {"bytes_sent", bytes},
@@ -184,7 +199,11 @@ class LayerSplit final : public Strategy {
       };
       run_pipeline(*me.t, dev, pipeline_schedule("forward", r, k, chunks), st, Clock::now());
     });
-    return {ranks_.back().loss, ranks_.back().correct, test_count_};
+    // The last stage computed the loss; between processes, every rank learns it.
+    std::vector<Figures> all(static_cast<std::size_t>(k));
+    for (int r : group_->local_ranks()) all[r] = {ranks_[r].loss, ranks_[r].correct, {}};
+    group_->share(all);
+    return {all.back().loss, all.back().correct, test_count_};
   }
 
   std::vector<float> parameters() override { return assemble(&Rank::params); }
@@ -198,11 +217,15 @@ class LayerSplit final : public Strategy {
     if (ranks_.empty()) return nullptr;
     const int k = static_cast<int>(ranks_.size());
     json stages = json::array();
-    for (const Rank& me : ranks_) {
+    for (int r = 0; r < k; ++r) {
+      const int first = bounds_[r], last = bounds_[r + 1];
       json layers = json::array();
-      for (int l = me.first; l < me.last; ++l) layers.push_back(lenet_layer_name(l));
-      stages.push_back(
-          {{"device", me.dev->name()}, {"layers", layers}, {"parameters", me.params.numel()}});
+      for (int l = first; l < last; ++l) layers.push_back(lenet_layer_name(l));
+      // A stage in another process (mpirun) is named by its rank.
+      const Rank& me = ranks_[static_cast<std::size_t>(r)];
+      stages.push_back({{"device", me.dev ? me.dev->name() : "rank " + std::to_string(r)},
+                        {"layers", layers},
+                        {"parameters", lenet_layer_offset(last) - lenet_layer_offset(first)}});
     }
     json timeline = json::array();
     for (std::size_t r = 0; r < last_events_.size(); ++r)
@@ -227,6 +250,12 @@ class LayerSplit final : public Strategy {
  private:
   struct Slot {
     Tensor x, y, in, dy, stats;
+  };
+  // A stage's figures of a step, as shared between processes.
+  struct Figures {
+    double loss;
+    int64_t correct;
+    RankTimes times;
   };
   struct Rank {
     Device* dev = nullptr;
@@ -261,7 +290,10 @@ class LayerSplit final : public Strategy {
     return floats * static_cast<int64_t>(sizeof(float));
   }
 
+  // The whole model from every stage: in this process only (tests; bench_runner does not ask).
   std::vector<float> assemble(Tensor Rank::*field) {
+    PARALAB_REQUIRE(group_->local_ranks().size() == ranks_.size(),
+                    "layer_split: the model's stages live in several processes");
     std::vector<float> flat(static_cast<std::size_t>(kLeNetParameters));
     for (Rank& me : ranks_) {
       const std::vector<float> part = (me.*field).to_host_f32();

@@ -16,6 +16,9 @@ class Single final : public Strategy {
  public:
   explicit Single(bool cuda_graphs) : graphs_(cuda_graphs) {}
 
+  // Under mpirun -np 1 it is the one rank: nothing to share.
+  bool supports_mpi() const override { return true; }
+
   void setup(const StrategySetup& s) override {
     PARALAB_REQUIRE(s.devices.size() == 1,
                     "single: runs on exactly 1 device, got " + std::to_string(s.devices.size()));

@@ -5,6 +5,7 @@
 // through it; code inside run() is the same in both cases.
 #pragma once
 
+#include <cstring>
 #include <functional>
 #include <memory>
 #include <type_traits>
@@ -76,6 +77,29 @@ class SpmdGroup {
     if (remote_) {
       const T mine = per_rank[static_cast<std::size_t>(remote_->rank())];
       MpiWorld::get().allgather(&mine, per_rank.data(), sizeof(T));
+    }
+#endif
+  }
+
+  // The same for a list per rank (lists of any length).
+  template <typename T>
+  void share_lists(std::vector<std::vector<T>>& per_rank) {
+    static_assert(std::is_trivially_copyable_v<T>, "share_lists() moves raw bytes");
+    PARALAB_REQUIRE(static_cast<int>(per_rank.size()) == size(),
+                    "group: share_lists() of " + std::to_string(per_rank.size()) + " lists for " +
+                        std::to_string(size()) + " ranks");
+#if PARALAB_HAVE_MPI
+    if (remote_) {
+      const auto& mine = per_rank[static_cast<std::size_t>(remote_->rank())];
+      std::vector<int> counts;
+      const std::vector<char> all =
+          MpiWorld::get().allgatherv(mine.data(), mine.size() * sizeof(T), counts);
+      std::size_t at = 0;
+      for (std::size_t r = 0; r < per_rank.size(); ++r) {
+        per_rank[r].resize(static_cast<std::size_t>(counts[r]) / sizeof(T));
+        if (counts[r]) std::memcpy(per_rank[r].data(), all.data() + at, counts[r]);
+        at += static_cast<std::size_t>(counts[r]);
+      }
     }
 #endif
   }

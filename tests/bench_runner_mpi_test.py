@@ -1,8 +1,8 @@
 #!/usr/bin/python3
-"""bench_runner under mpirun (the mpi launcher): data_parallel with naive, ring and tree as one
-rank per process gives the same bits as the same descriptor in one process (threads), over shared
-memory with 2 processes and over TCP with 3; runs that cannot be one rank per process are skipped
-with the reason; rank 0 alone writes the (schema-valid) results; killing a rank ends the job
+"""bench_runner under mpirun (the mpi launcher): data_parallel with naive, ring and tree,
+layer_split (profiled split, 1F1B) and channel_split (both pairings) as one rank per process give
+the same bits as the same descriptor in one process (threads), over shared memory with 2 processes
+and over TCP with 3; a run that cannot be one rank per process is skipped with the reason; rank 0 alone writes the (schema-valid) results; killing a rank ends the job
 within 30 s and leaves rank 0's file with every finished run.
 
     tests/bench_runner_mpi_test.py --bench-runner build/bench_runner --source-dir . -- mpirun [flags]
@@ -26,8 +26,11 @@ DESCRIPTOR = {
     # allow_oversubscription: the reference in one process has 3 devices on 2 cores.
     "runs": [{"strategy": "data_parallel", "devices": 2, "allow_oversubscription": True,
               "sweep": {"allreduce": ["naive", "ring", "tree"]}},
-             {"strategy": "single", "devices": 1},
-             {"strategy": "layer_split", "devices": 2}],
+             {"strategy": "layer_split", "devices": 2, "microbatches": 2, "schedule": "1f1b",
+              "allow_oversubscription": True},
+             {"strategy": "channel_split", "devices": 2, "allow_oversubscription": True,
+              "sweep": {"pairing": ["none", "megatron"]}},
+             {"strategy": "single", "devices": 1}],
 }
 
 
@@ -77,7 +80,7 @@ def main():
             env = mpi["environment"]["launcher"]
             check(env.get("name") == "mpi" and env.get("world_size") == np_ and
                   len(env.get("hosts", [])) == np_, f"launcher: {env}")
-            for i in range(3):
+            for i in range(6):
                 run = mpi["runs"][i]
                 check(run["status"] == "ok" and run["config"].get("launcher") == "mpi",
                       f"x{np_} run {i}: {run['status']} {run['reason']}")
@@ -85,11 +88,11 @@ def main():
                       f"x{np_} run {i}: per-device times of every rank")
                 check(epochs(mpi, i) and epochs(mpi, i) == epochs(ref, i),
                       f"x{np_} {run['label']}: mpi {epochs(mpi, i)} != threads {epochs(ref, i)}")
-            check(mpi["runs"][3]["status"] == "skipped" and
-                  "group is the world's" in mpi["runs"][3]["reason"], "single not skipped")
-            check(mpi["runs"][4]["status"] == "skipped" and
-                  "does not run one rank per process" in mpi["runs"][4]["reason"],
-                  "layer_split not skipped")
+            check(mpi["runs"][6]["status"] == "skipped" and
+                  "group is the world's" in mpi["runs"][6]["reason"], "single not skipped")
+            split = [r.get("strategy_report", {}).get("split") for r in (mpi["runs"][3],
+                                                                         ref["runs"][3])]
+            check(split[0] == split[1], f"layer_split cut the model differently: {split}")
         check(sorted(f.name for f in tmp.iterdir()) ==
               ["d2.json", "d3.json", "mpi2.json", "mpi3.json", "threads2.json", "threads3.json"],
               f"stray files: {sorted(f.name for f in tmp.iterdir())}")

@@ -188,6 +188,20 @@ void MpiWorld::allgather(const void* mine, void* all, std::size_t bytes) {
                             MPI_BYTE, MPI_COMM_WORLD));
 }
 
+std::vector<char> MpiWorld::allgatherv(const void* mine, std::size_t bytes,
+                                       std::vector<int>& counts) {
+  PARALAB_REQUIRE(bytes <= INT_MAX, "MPI: allgatherv of " + std::to_string(bytes) + " bytes");
+  const int n = static_cast<int>(bytes);
+  counts.assign(static_cast<std::size_t>(size_), 0);
+  PARALAB_MPI(MPI_Allgather(&n, 1, MPI_INT, counts.data(), 1, MPI_INT, MPI_COMM_WORLD));
+  std::vector<int> offsets(counts.size(), 0);
+  for (std::size_t r = 1; r < counts.size(); ++r) offsets[r] = offsets[r - 1] + counts[r - 1];
+  std::vector<char> all(static_cast<std::size_t>(offsets.back() + counts.back()));
+  PARALAB_MPI(MPI_Allgatherv(mine, n, MPI_BYTE, all.data(), counts.data(), offsets.data(), MPI_BYTE,
+                             MPI_COMM_WORLD));
+  return all;
+}
+
 std::string MpiWorld::broadcast(const std::string& text) {
   int64_t n = rank_ == 0 ? static_cast<int64_t>(text.size()) : 0;
   PARALAB_MPI(MPI_Bcast(&n, 1, MPI_INT64_T, 0, MPI_COMM_WORLD));

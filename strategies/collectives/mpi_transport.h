@@ -39,6 +39,9 @@ class MpiWorld {
   int64_t sum(int64_t value);  // over the ranks
   // all[r * bytes ...] = rank r's `mine` (bytes each), on every rank.
   void allgather(const void* mine, void* all, std::size_t bytes);
+  // Every rank's `bytes` bytes at `mine` (a count of its own per rank), concatenated in rank
+  // order, on every rank; counts[r] is rank r's.
+  std::vector<char> allgatherv(const void* mine, std::size_t bytes, std::vector<int>& counts);
   // Rank 0's `text` on every rank.
   std::string broadcast(const std::string& text);
   // Every rank's `text`, in rank order, on rank 0 (empty elsewhere).
