@@ -1,5 +1,7 @@
 #include "experiments/trainer.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -152,6 +154,28 @@ int stop_signal(const RunContext& ctx) {
   return mine;
 }
 
+// Under MPI, every rank's devices on rank 0, each with its rank and host (elsewhere, and in one
+// process, the list as given).
+json gather_devices(const json& local, const RunContext& ctx) {
+#if PARALAB_HAVE_MPI
+  if (ctx.mpi) {
+    char host[256] = {};
+    gethostname(host, sizeof host - 1);
+    json mine = local;
+    for (json& d : mine) {
+      d["rank"] = ctx.rank;
+      d["host"] = host;
+    }
+    json all = json::array();
+    for (const std::string& text : MpiWorld::get().gather(mine.dump()))
+      for (json& d : json::parse(text)) all.push_back(std::move(d));
+    return ctx.rank == 0 ? all : local;
+  }
+#endif
+  (void)ctx;
+  return local;
+}
+
 std::string virtual_placement(const json& device_list) {
   int count = 0;
   std::set<int64_t> gpus;
@@ -282,7 +306,7 @@ json run_training(const RunSpec& run, const RunContext& ctx) {
         group.push_back(dev.get());
         device_info.push_back(dev->describe());
       }
-      config["device_list"] = device_info;
+      config["device_list"] = gather_devices(device_info, ctx);
       // More devices than GPUs: say so wherever the run is named (table, results, plots).
       if (const std::string placement = virtual_placement(device_info); !placement.empty()) {
         config["placement"] = placement;
@@ -394,11 +418,13 @@ json run_training(const RunSpec& run, const RunContext& ctx) {
       result["wall_seconds"] = seconds_since(run_start);
       // The devices as training left them (allocator peaks, events pooled), and what each
       // device's ops chose while training (e.g. cuDNN's algorithm per shape).
+      json after = json::array();
       for (std::size_t i = 0; i < devices.size(); ++i) {
         json info = devices[i]->describe();
         if (json ops = devices[i]->ops().describe(); !ops.is_null()) info["ops"] = std::move(ops);
-        config["device_list"][i] = std::move(info);
+        after.push_back(std::move(info));
       }
+      config["device_list"] = gather_devices(after, ctx);
       if (json report = strategy->report(); !report.is_null())
         result["strategy_report"] = std::move(report);
     } catch (const Unavailable& e) {  // found only once the devices exist, e.g. nccl on one GPU

@@ -77,6 +77,9 @@ def main():
             mpi, ref = (json.loads((tmp / f).read_text())
                         for f in (f"mpi{np_}.json", f"threads{np_}.json"))
             check(validate(schema, mpi) == [], f"mpi{np_}.json: {validate(schema, mpi)[:3]}")
+            devices = mpi["runs"][0]["config"]["device_list"]
+            check([d.get("rank") for d in devices] == list(range(np_)) and
+                  all(d.get("host") for d in devices), f"device_list: {devices}")
             env = mpi["environment"]["launcher"]
             check(env.get("name") == "mpi" and env.get("world_size") == np_ and
                   len(env.get("hosts", [])) == np_, f"launcher: {env}")
