@@ -130,6 +130,31 @@ class NativeCollectives {
 std::unique_ptr<NativeCollectives> make_native_collectives(const std::string& library,
                                                            const std::vector<Device*>& devices);
 
+// A collective library's point-to-point between the ranks of one communicator spread over
+// processes (NCCL: ncclSend/ncclRecv, queued on the rank's device stream after its earlier work).
+// Like NCCL's, a send completes only with its matching receive: sends and receives that must
+// progress together go between group_start() and group_end().
+class NativePointToPoint {
+ public:
+  virtual ~NativePointToPoint() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  virtual void group_start() = 0;
+  virtual void group_end() = 0;
+  virtual void send(const Tensor& buf, int peer) = 0;  // float32
+  virtual void recv(Tensor& buf, int peer) = 0;        // float32, buf's size
+};
+
+// The communicator id every rank of a new communicator needs (rank 0 makes it, the launcher
+// passes it to the others): raw bytes.
+std::string native_unique_id(const std::string& library);
+// This process's rank of a communicator of `size` ranks, on `device` (a CUDA device); Unavailable
+// where the build or the device cannot have one.
+std::unique_ptr<NativePointToPoint> make_native_point_to_point(const std::string& library,
+                                                               Device& device,
+                                                               const std::string& unique_id,
+                                                               int rank, int size);
+
 // Backend names compiled into this build, and the name "auto" resolves to here.
 std::vector<std::string> known_backends();
 std::string resolve_backend(const std::string& backend);

@@ -124,4 +124,30 @@ std::unique_ptr<NativeCollectives> make_native_collectives(const std::string& li
 #endif
 }
 
+std::string native_unique_id(const std::string& library) {
+  if (library != "nccl") throw Error("no collective library '" + library + "' (known: nccl)");
+#if PARALAB_HAVE_NCCL
+  return cuda::nccl_unique_id();
+#else
+  throw Unavailable("nccl: not built (NCCL was not found when ParaLab was configured)");
+#endif
+}
+
+std::unique_ptr<NativePointToPoint> make_native_point_to_point(const std::string& library,
+                                                               Device& device,
+                                                               const std::string& unique_id,
+                                                               int rank, int size) {
+  if (library != "nccl") throw Error("no collective library '" + library + "' (known: nccl)");
+  if (device.kind() != DeviceKind::Cuda)
+    throw Unavailable("nccl: needs CUDA devices, and " + device.name() + " is not one");
+#if PARALAB_HAVE_NCCL
+  return cuda::make_nccl_point_to_point(device, unique_id, rank, size);
+#else
+  (void)unique_id;
+  (void)rank;
+  (void)size;
+  throw Unavailable("nccl: not built (NCCL was not found when ParaLab was configured)");
+#endif
+}
+
 }  // namespace paralab

@@ -295,6 +295,9 @@ int run(int argc, char** argv) {
   base.mpi = mpi;
   base.rank = rank;
   base.world = world;
+#if PARALAB_HAVE_MPI
+  if (mpi) base.local_rank = paralab::MpiWorld::get().local_rank();
+#endif
   for (std::size_t i = 0; i < d.runs.size() && paralab::stop_signal(base) == 0; ++i) {
     paralab::RunContext ctx = base;
     ctx.index = static_cast<int>(i);

@@ -258,10 +258,12 @@ json run_training(const RunSpec& run, const RunContext& ctx) {
       mpi_why_not = "under mpirun the group is the world's " + std::to_string(ctx.world) +
                     " processes; this run asks for " + std::to_string(run.devices) + " device" +
                     (run.devices == 1 ? "" : "s");
-    else if (backend != "cpu")
-      mpi_why_not = backend +
-                    " ranks under mpirun need NCCL's point-to-point transport (not built yet); "
-                    "CPU ranks only";
+    else if (backend != "cpu" && backend != "cuda")
+      mpi_why_not = backend + " ranks under mpirun: CPU or CUDA only";
+    else if (backend == "cuda" && run.options.value("allreduce", "") == "nccl")
+      mpi_why_not =
+          "the nccl allreduce under mpirun needs a communicator over the processes (not built "
+          "yet); naive, ring and tree run over NCCL's point-to-point";
     else if (!make_strategy(run.strategy, run.options, run.path)->supports_mpi())
       mpi_why_not = run.strategy + " does not run one rank per process";
   }
@@ -296,7 +298,9 @@ json run_training(const RunSpec& run, const RunContext& ctx) {
       device_options.kernels = d.kernels;
       device_options.green_contexts = d.green_contexts;
       device_options.gpus = run.gpus;
-      // Under MPI this process makes its own rank's device only.
+      // Under MPI this process makes its own rank's device only; a GPU rank takes the GPU of its
+      // node-local rank (as torchrun and llm.c do).
+      if (ctx.mpi && backend == "cuda") device_options.gpus = {ctx.local_rank};
       auto devices = make_devices(backend, ctx.mpi ? 1 : run.devices, device_options);
       auto strategy = make_strategy(run.strategy, run.options, run.path);
       config["options"] = strategy->options();

@@ -26,6 +26,7 @@ struct RunContext {
   // run is one rank per process, and only rank 0 reports.
   bool mpi = false;
   int rank = 0, world = 1;
+  int local_rank = 0;  // among the ranks on this node
 };
 
 // The signal that stopped this process (0: none); under MPI, whether any rank's did, agreed by

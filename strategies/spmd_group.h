@@ -14,6 +14,7 @@
 #include "core/device.h"
 #include "core/error.h"
 #include "strategies/collectives/mpi_transport.h"
+#include "strategies/collectives/p2p_transport.h"
 #include "strategies/collectives/transport.h"
 #include "strategies/rank_group.h"
 
@@ -119,7 +120,16 @@ inline std::unique_ptr<SpmdGroup> make_group(const std::vector<Device*>& devices
                   "device, got " +
                       std::to_string(devices.size()));
 #if PARALAB_HAVE_MPI
-  return std::make_unique<SpmdGroup>(*devices[0], make_mpi_transport(*devices[0]));
+  Device& mine = *devices[0];
+  if (mine.kind() == DeviceKind::Cuda) {
+    // GPUs between processes: NCCL's point-to-point, its communicator made from rank 0's id.
+    MpiWorld& world = MpiWorld::get();
+    const std::string id = world.broadcast(world.rank() == 0 ? native_unique_id("nccl") : "");
+    auto p2p = make_native_point_to_point("nccl", mine, id, world.rank(), world.size());
+    return std::make_unique<SpmdGroup>(
+        mine, make_point_to_point_transport(mine, std::move(p2p), [&world] { world.barrier(); }));
+  }
+  return std::make_unique<SpmdGroup>(mine, make_mpi_transport(mine));
 #else
   throw Error("group: this build has no MPI (CMake found none)");
 #endif

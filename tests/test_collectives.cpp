@@ -4,7 +4,10 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cmath>
+#include <condition_variable>
+#include <deque>
 #include <map>
 #include <mutex>
 
@@ -12,7 +15,9 @@
 #include "core/error.h"
 #include "core/rng.h"
 #include "strategies/collectives/collectives.h"
+#include "strategies/collectives/p2p_transport.h"
 #include "strategies/collectives/transport.h"
+#include "strategies/rank_group.h"
 #include "strategies/spmd_group.h"
 #include "tests/test_util.h"
 
@@ -415,6 +420,109 @@ TEST(AutoChunk, OneMessagePerRingStepOnOneGpu) {
     EXPECT_EQ(copies.load(), one_gpu ? 2 : 16) << (one_gpu ? "one GPU" : "two GPUs");
     EXPECT_EQ(out[0], out[1]);
     EXPECT_EQ(out[0][7], float(3 * (7 % 5 + 1)));
+  }
+}
+
+// NCCL's point-to-point semantics on CPU devices, for the grouped transport: a send completes
+// only when its receive is posted (a rendezvous), so a transport that issued a ring's sends
+// before, and apart from, its receives would deadlock here (reported as an Error after 10 s).
+class Wire {
+ public:
+  explicit Wire(int k) : offers_(static_cast<std::size_t>(k * k)) {}
+  struct Offer {
+    std::vector<float> data;
+    bool taken = false;
+  };
+  std::mutex mu;
+  std::condition_variable cv;
+  std::deque<std::shared_ptr<Offer>>& box(int from, int to, int k) {
+    return offers_[static_cast<std::size_t>(from * k + to)];
+  }
+
+ private:
+  std::vector<std::deque<std::shared_ptr<Offer>>> offers_;
+};
+
+class FakeNcclPointToPoint final : public NativePointToPoint {
+ public:
+  FakeNcclPointToPoint(Wire& wire, int rank, int size) : wire_(wire), rank_(rank), size_(size) {}
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  void group_start() override {
+    ASSERT_FALSE(in_group_) << "nested group";
+    in_group_ = true;
+  }
+  void send(const Tensor& buf, int peer) override {
+    ASSERT_TRUE(in_group_) << "rank " << rank_ << ": a send outside a group";
+    sends_.push_back({peer, buf.to_host_f32()});
+  }
+  void recv(Tensor& buf, int peer) override {
+    ASSERT_TRUE(in_group_) << "rank " << rank_ << ": a receive outside a group";
+    recvs_.push_back({peer, &buf});
+  }
+  void group_end() override {
+    using namespace std::chrono_literals;
+    std::unique_lock lock(wire_.mu);
+    std::vector<std::shared_ptr<Wire::Offer>> mine;
+    for (auto& [peer, data] : sends_) {
+      mine.push_back(std::make_shared<Wire::Offer>(Wire::Offer{std::move(data)}));
+      wire_.box(rank_, peer, size_).push_back(mine.back());
+    }
+    wire_.cv.notify_all();
+    for (auto& [peer, buf] : recvs_) {
+      auto& box = wire_.box(peer, rank_, size_);
+      if (!wire_.cv.wait_for(lock, 10s, [&] { return !box.empty(); }))
+        throw Error("rank " + std::to_string(rank_) + ": deadlock waiting for rank " +
+                    std::to_string(peer));
+      auto offer = box.front();
+      box.pop_front();
+      if (static_cast<int64_t>(offer->data.size()) != buf->numel()) throw Error("size mismatch");
+      buf->copy_from_host(offer->data);
+      offer->taken = true;
+    }
+    wire_.cv.notify_all();
+    for (auto& offer : mine)
+      if (!wire_.cv.wait_for(lock, 10s, [&] { return offer->taken; }))
+        throw Error("rank " + std::to_string(rank_) + ": deadlock, a send never received");
+    sends_.clear();
+    recvs_.clear();
+    in_group_ = false;
+    ++groups;
+  }
+  int groups = 0;
+
+ private:
+  Wire& wire_;
+  int rank_, size_;
+  bool in_group_ = false;
+  std::vector<std::pair<int, std::vector<float>>> sends_;
+  std::vector<std::pair<int, Tensor*>> recvs_;
+};
+
+TEST(PointToPoint, GroupedSendsRunEveryCollectiveWithTheSameBits) {
+  for (int k : {2, 3, 4}) {
+    auto devices = make_devices("cpu", k, {});
+    std::vector<Device*> ptrs;
+    for (auto& d : devices) ptrs.push_back(d.get());
+    for (const std::string algorithm : {"naive", "ring", "tree"})
+      for (int64_t chunk : {int64_t{0}, int64_t{16}}) {
+        const int64_t n = 1001;
+        auto input = [&](int r) { return random_data(n, 40 + r); };
+        const auto want = allreduce_all(algorithm, k, n, input, chunk);
+        Wire wire(k);
+        RankGroup threads(ptrs);
+        std::vector<std::vector<float>> got(static_cast<std::size_t>(k));
+        auto ar = make_allreduce(algorithm, {chunk});
+        std::mutex barrier_mu;
+        threads.run([&](int r) {
+          auto t = make_point_to_point_transport(
+              *ptrs[r], std::make_unique<FakeNcclPointToPoint>(wire, r, k), [] {});
+          Tensor buf = Tensor::from_host(*ptrs[r], {n}, input(r));
+          ar->run(*t, buf);
+          got[r] = buf.to_host_f32();
+        });
+        EXPECT_EQ(got, want) << algorithm << " on " << k << " ranks, chunk " << chunk;
+      }
   }
 }
 

@@ -113,6 +113,11 @@ std::unique_ptr<Ops> make_ops(CudaDevice& device, const std::string& kernels);
 // ranks of a communicator on one GPU).
 std::unique_ptr<NativeCollectives> make_nccl(const std::vector<Device*>& devices);
 std::string nccl_version();  // "2.28.3"
+// ncclGetUniqueId's bytes, and one rank of a communicator made from them (ncclCommInitRank).
+std::string nccl_unique_id();
+std::unique_ptr<NativePointToPoint> make_nccl_point_to_point(Device& device,
+                                                             const std::string& unique_id,
+                                                             int rank, int size);
 #endif
 
 nlohmann::json library_versions();

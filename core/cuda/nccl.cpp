@@ -2,6 +2,7 @@
 // (ncclCommInitAll, one process driving every GPU), each rank's calls queued on its own stream.
 #include <nccl.h>
 
+#include <algorithm>
 #include <map>
 
 #include "core/cuda/check.h"
@@ -55,7 +56,56 @@ class Nccl final : public NativeCollectives {
   std::vector<ncclComm_t> comms_;
 };
 
+// One rank of a communicator spread over processes: NCCL's point-to-point on the device's stream.
+class NcclPointToPoint final : public NativePointToPoint {
+ public:
+  NcclPointToPoint(CudaDevice& device, const std::string& unique_id, int rank, int size)
+      : device_(device), rank_(rank), size_(size) {
+    ncclUniqueId id{};
+    PARALAB_REQUIRE(unique_id.size() == sizeof id.internal,
+                    "nccl: a unique id of " + std::to_string(unique_id.size()) + " bytes, not " +
+                        std::to_string(sizeof id.internal));
+    std::copy(unique_id.begin(), unique_id.end(), id.internal);
+    device.bind_thread();
+    PARALAB_NCCL(ncclCommInitRank(&comm_, size, id, rank));
+  }
+  ~NcclPointToPoint() override {
+    if (comm_ && ncclCommDestroy(comm_) != ncclSuccess) log_error("nccl: ncclCommDestroy failed");
+  }
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  void group_start() override { PARALAB_NCCL(ncclGroupStart()); }
+  void group_end() override { PARALAB_NCCL(ncclGroupEnd()); }
+  void send(const Tensor& buf, int peer) override {
+    PARALAB_NCCL(ncclSend(buf.raw(), static_cast<std::size_t>(buf.numel()), ncclFloat32, peer,
+                          comm_, device_.stream()));
+  }
+  void recv(Tensor& buf, int peer) override {
+    PARALAB_NCCL(ncclRecv(buf.raw(), static_cast<std::size_t>(buf.numel()), ncclFloat32, peer,
+                          comm_, device_.stream()));
+  }
+
+ private:
+  CudaDevice& device_;
+  int rank_, size_;
+  ncclComm_t comm_ = nullptr;
+};
+
 }  // namespace
+
+std::string nccl_unique_id() {
+  ncclUniqueId id{};
+  PARALAB_NCCL(ncclGetUniqueId(&id));
+  return std::string(id.internal, sizeof id.internal);
+}
+
+std::unique_ptr<NativePointToPoint> make_nccl_point_to_point(Device& device,
+                                                             const std::string& unique_id, int rank,
+                                                             int size) {
+  auto* cuda = dynamic_cast<CudaDevice*>(&device);
+  if (!cuda) throw Unavailable("nccl: needs CUDA devices, and " + device.name() + " is not one");
+  return std::make_unique<NcclPointToPoint>(*cuda, unique_id, rank, size);
+}
 
 std::string nccl_version() {
   int v = 0;

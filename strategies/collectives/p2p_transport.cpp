@@ -1,0 +1,102 @@
+#include "strategies/collectives/p2p_transport.h"
+
+#include <algorithm>
+#include <deque>
+#include <vector>
+
+#include "core/error.h"
+#include "core/ops.h"
+
+namespace paralab {
+
+namespace {
+
+struct PendingSend final : Transport::Request {
+  Tensor buf;
+  int peer = 0;
+  bool issued = false;
+};
+
+class PointToPointTransport final : public Transport {
+ public:
+  PointToPointTransport(Device& device, std::unique_ptr<NativePointToPoint> p2p,
+                        std::function<void()> barrier)
+      : device_(device), p2p_(std::move(p2p)), barrier_(std::move(barrier)) {}
+
+  int rank() const override { return p2p_->rank(); }
+  int size() const override { return p2p_->size(); }
+
+  Handle isend(int peer, const Tensor& buf) override {
+    check_peer(peer);
+    auto req = std::make_shared<PendingSend>();
+    req->buf = buf;
+    req->peer = peer;
+    pending_.push_back(req);
+    bytes_sent_ += static_cast<int64_t>(buf.bytes());
+    return req;
+  }
+
+  void wait(const Handle& handle) override {
+    auto* req = dynamic_cast<PendingSend*>(handle.get());
+    PARALAB_REQUIRE(req != nullptr, "transport: wait() on another transport's request");
+    if (!req->issued) group(nullptr, 0, pending_.size());  // all noted sends, one group
+  }
+
+  void recv(int peer, Tensor& buf) override { group(&buf, peer, 1); }
+
+  void recv_reduce(int peer, Tensor& buf) override {
+    if (!scratch_.defined() || scratch_.numel() < buf.numel())
+      scratch_ = Tensor::empty(device_, {std::max<int64_t>(buf.numel(), 1)});
+    Tensor part = scratch_.view(0, {buf.numel()});
+    group(&part, peer, 1);
+    if (buf.numel()) device_.ops().add_inplace(buf, part);  // after the receive, on the stream
+  }
+
+  void barrier() override {
+    if (!pending_.empty()) group(nullptr, 0, pending_.size());
+    barrier_();
+  }
+
+ private:
+  void check_peer(int peer) const {
+    PARALAB_REQUIRE(peer >= 0 && peer < size() && peer != rank(),
+                    "transport: rank " + std::to_string(rank()) + " cannot talk to peer " +
+                        std::to_string(peer) + " in a group of " + std::to_string(size()));
+  }
+
+  // The `sends` oldest noted sends and, unless null, one receive into `into` from `peer`, as one
+  // group. Why one send per receive: a ring step cut into pieces notes all its sends, then
+  // receives piece after piece; its peer does the same, so send i must travel with receive i (a
+  // group holding every send would wait for receives the peer queues only after its own such
+  // group). Why every send at wait(): a tree's leaf notes all its chunks for the parent and only
+  // then receives the total; the parent takes those chunks one by one before it sends anything.
+  void group(Tensor* into, int peer, std::size_t sends) {
+    if (into) check_peer(peer);
+    sends = std::min(sends, pending_.size());
+    p2p_->group_start();
+    for (std::size_t i = 0; i < sends; ++i) {
+      PendingSend& s = *pending_[i];
+      if (s.buf.numel()) p2p_->send(s.buf, s.peer);
+      s.issued = true;
+    }
+    pending_.erase(pending_.begin(), pending_.begin() + static_cast<std::ptrdiff_t>(sends));
+    if (into && into->numel()) p2p_->recv(*into, peer);
+    p2p_->group_end();
+  }
+
+  Device& device_;
+  std::unique_ptr<NativePointToPoint> p2p_;
+  std::function<void()> barrier_;
+  std::deque<std::shared_ptr<PendingSend>> pending_;  // noted, not yet issued, oldest first
+  Tensor scratch_;
+};
+
+}  // namespace
+
+std::unique_ptr<Transport> make_point_to_point_transport(Device& device,
+                                                         std::unique_ptr<NativePointToPoint> p2p,
+                                                         std::function<void()> barrier) {
+  return std::make_unique<PointToPointTransport>(device, std::move(p2p), std::move(barrier));
+}
+
+}  // namespace paralab
