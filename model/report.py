@@ -383,8 +383,9 @@ def write_readme(out_dir, report, figures):
       "H200 the eager and the graphed single step and the graphed data_parallel x1 step (the cost of "
       "running as a group). A layer_split run's stage times come from its own profiling pass in setup, "
       "not from its timed iterations. The CPU profile (report/data/profile-cpu.json) was measured while "
-      "the accuracy sweep kept the other core busy; channel_split's width efficiency in it (a 2-device "
-      "run) is probably inflated by that.")
+      "the accuracy sweep kept the other core busy; channel_split's width efficiency in it comes from a "
+      "2-device run and may be inflated by that (a second profile, taken with other jobs on the "
+      "machine, gave 1.55 against 1.48).")
     w("")
     w("| device kind / points | held-out points | median abs error | max abs error | within 15 % | goal (≤ 8 % median, ≤ 15 % max) |")
     w("|---|---|---|---|---|---|")
