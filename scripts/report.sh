@@ -4,8 +4,8 @@
 # report/README.md, report/predictions.json and the figures.
 #
 #   scripts/report.sh            short profiles if missing; the accuracy sweep at 2 epochs if no
-#                                sweep is there yet (about 15 minutes on 2 cores in all)
-#   scripts/report.sh --full     the accuracy sweep at 10 epochs (about 70 minutes on 2 cores)
+#                                sweep is there yet (788 s from scratch on the 2-core VM, 2026-11-30)
+#   scripts/report.sh --full     the accuracy sweep at 10 epochs (65 minutes on the 2-core VM)
 #   scripts/report.sh --short    CI's smoke test: tiny profiles and sweep into --out (default a
 #                                temporary directory), then the whole report from them (~1 minute)
 #   --out DIR                    where the report goes (default report/)
