@@ -93,9 +93,7 @@ class MpiTransport final : public Transport {
   // The message lands in a scratch buffer, then the device adds it: the same add, in the same
   // order, as the in-process transport's, so the sums are the same bits.
   void recv_reduce(int peer, Tensor& buf) override {
-    if (!scratch_.defined() || scratch_.numel() < buf.numel())
-      scratch_ = Tensor::empty(device_, {std::max<int64_t>(buf.numel(), 1)});
-    Tensor part = scratch_.view(0, {buf.numel()});
+    Tensor part = scratch(device_, buf.numel());
     receive(peer, part.raw(), buf);
     if (buf.numel()) device_.ops().add_inplace(buf, part);
   }
@@ -103,12 +101,6 @@ class MpiTransport final : public Transport {
   void barrier() override { world_.barrier(); }
 
  private:
-  void check_peer(int peer) const {
-    PARALAB_REQUIRE(peer >= 0 && peer < size() && peer != rank(),
-                    "transport: rank " + std::to_string(rank()) + " cannot talk to peer " +
-                        std::to_string(peer) + " in a group of " + std::to_string(size()));
-  }
-
   void receive(int peer, void* into, const Tensor& expected) {
     check_peer(peer);
     // Probe first: a message of another size is an Error naming both sizes (MPI would only say
@@ -126,7 +118,6 @@ class MpiTransport final : public Transport {
 
   Device& device_;
   MpiWorld& world_;
-  Tensor scratch_;
 };
 
 }  // namespace

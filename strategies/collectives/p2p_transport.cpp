@@ -45,9 +45,7 @@ class PointToPointTransport final : public Transport {
   void recv(int peer, Tensor& buf) override { group(&buf, peer, 1); }
 
   void recv_reduce(int peer, Tensor& buf) override {
-    if (!scratch_.defined() || scratch_.numel() < buf.numel())
-      scratch_ = Tensor::empty(device_, {std::max<int64_t>(buf.numel(), 1)});
-    Tensor part = scratch_.view(0, {buf.numel()});
+    Tensor part = scratch(device_, buf.numel());
     group(&part, peer, 1);
     if (buf.numel()) device_.ops().add_inplace(buf, part);  // after the receive, on the stream
   }
@@ -58,12 +56,6 @@ class PointToPointTransport final : public Transport {
   }
 
  private:
-  void check_peer(int peer) const {
-    PARALAB_REQUIRE(peer >= 0 && peer < size() && peer != rank(),
-                    "transport: rank " + std::to_string(rank()) + " cannot talk to peer " +
-                        std::to_string(peer) + " in a group of " + std::to_string(size()));
-  }
-
   // The `sends` oldest noted sends and, unless null, one receive into `into` from `peer`, as one
   // group. Why one send per receive: a ring step cut into pieces notes all its sends, then
   // receives piece after piece; its peer does the same, so send i must travel with receive i (a
@@ -88,7 +80,6 @@ class PointToPointTransport final : public Transport {
   std::unique_ptr<NativePointToPoint> p2p_;
   std::function<void()> barrier_;
   std::deque<std::shared_ptr<PendingSend>> pending_;  // noted, not yet issued, oldest first
-  Tensor scratch_;
 };
 
 }  // namespace

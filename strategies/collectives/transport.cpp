@@ -1,5 +1,6 @@
 #include "strategies/collectives/transport.h"
 
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <deque>
@@ -10,6 +11,18 @@
 #include "core/ops.h"
 
 namespace paralab {
+
+void Transport::check_peer(int peer) const {
+  PARALAB_REQUIRE(peer >= 0 && peer < size() && peer != rank(),
+                  "transport: rank " + std::to_string(rank()) + " cannot talk to peer " +
+                      std::to_string(peer) + " in a group of " + std::to_string(size()));
+}
+
+Tensor Transport::scratch(Device& device, int64_t n) {
+  if (!scratch_.defined() || scratch_.numel() < n)
+    scratch_ = Tensor::empty(device, {std::max<int64_t>(n, 1)});
+  return scratch_.view(0, {n});
+}
 
 namespace {
 
@@ -108,12 +121,6 @@ struct LocalFabric::Impl {
     }
 
    private:
-    void check_peer(int peer) const {
-      PARALAB_REQUIRE(peer >= 0 && peer < fabric_.size && peer != rank_,
-                      "transport: rank " + std::to_string(rank_) + " cannot talk to peer " +
-                          std::to_string(peer) + " in a group of " + std::to_string(fabric_.size));
-    }
-
     void receive(int peer, Tensor& buf, bool reduce) {
       check_peer(peer);
       Mailbox& box = fabric_.box(peer, rank_);

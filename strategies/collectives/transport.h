@@ -49,7 +49,16 @@ class Transport {
   void reset_bytes_sent() { bytes_sent_ = 0; }
 
  protected:
+  // An Error unless `peer` is another rank of the group.
+  void check_peer(int peer) const;
+  // A buffer of n floats on `device` for a message to land in before it is added (the MPI and
+  // NCCL transports' recv_reduce), grown as needed and reused.
+  Tensor scratch(Device& device, int64_t n);
+
   int64_t bytes_sent_ = 0;
+
+ private:
+  Tensor scratch_;
 };
 
 // The shared state of an in-process group: one mailbox per ordered pair of ranks. Each rank gets
