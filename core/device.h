@@ -56,6 +56,9 @@ class Device {
   virtual std::string name() const = 0;
   // What a results file records about this device (model, threads, SMs, ...).
   virtual nlohmann::json describe() const = 0;
+  // Devices reporting the same id >= 0 share one memory and exchange messages through it, with
+  // no link between them (CUDA: the virtual devices of one GPU, id = the GPU); -1 otherwise.
+  virtual int memory_domain() const { return -1; }
 
   virtual void* allocate(std::size_t bytes) = 0;
   virtual void deallocate(void* ptr) noexcept = 0;

@@ -368,16 +368,13 @@ class LoggingDevice final : public testing::ForwardingDevice {
   int& next_id_;
 };
 
-// A CPU device that says it is a CUDA device on GPU `gpu` (what auto_chunk_bytes reads), logging
-// like LoggingDevice: virtual devices of one GPU, without a GPU.
+// A CPU device in the memory domain of GPU `gpu` (what auto_chunk_bytes reads), counting its
+// copies: virtual devices of one GPU, without a GPU.
 class FakeGpuDevice final : public testing::ForwardingDevice {
  public:
   FakeGpuDevice(Device& inner, int gpu, std::atomic<int>& copies)
       : ForwardingDevice(inner), gpu_(gpu), copies_(copies) {}
-  DeviceKind kind() const override { return DeviceKind::Cuda; }
-  nlohmann::json describe() const override {
-    return {{"name", name()}, {"kind", "cuda"}, {"gpu", gpu_}, {"virtual", true}};
-  }
+  int memory_domain() const override { return gpu_; }
   void copy_on_device(void* d, const void* s, std::size_t n) override {
     ++copies_;
     ForwardingDevice::copy_on_device(d, s, n);

@@ -47,6 +47,7 @@ class ForwardingDevice : public Device {
   int ordinal() const override { return inner_.ordinal(); }
   std::string name() const override { return inner_.name(); }
   nlohmann::json describe() const override { return inner_.describe(); }
+  int memory_domain() const override { return inner_.memory_domain(); }
   void* allocate(std::size_t bytes) override { return inner_.allocate(bytes); }
   void deallocate(void* p) noexcept override { inner_.deallocate(p); }
   void copy_from_host(void* d, const void* s, std::size_t n) override {

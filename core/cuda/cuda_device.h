@@ -36,6 +36,7 @@ class CudaDevice final : public Device {
   DeviceKind kind() const override { return DeviceKind::Cuda; }
   int ordinal() const override { return ordinal_; }
   std::string name() const override;
+  int memory_domain() const override { return gpu_; }
   nlohmann::json describe() const override;
 
   // From the caching allocator; during a capture a cached block only (else Error).
@@ -116,8 +117,8 @@ std::string nccl_version();  // "2.28.3"
 // ncclGetUniqueId's bytes, and one rank of a communicator made from them (ncclCommInitRank).
 std::string nccl_unique_id();
 std::unique_ptr<NativePointToPoint> make_nccl_point_to_point(Device& device,
-                                                             const std::string& unique_id,
-                                                             int rank, int size);
+                                                             const std::string& unique_id, int rank,
+                                                             int size);
 #endif
 
 nlohmann::json library_versions();

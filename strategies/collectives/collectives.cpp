@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <functional>
 #include <map>
-#include <optional>
 
 #include "core/error.h"
 
@@ -212,15 +211,9 @@ void allgather_ring(Transport& t, Tensor& buf, std::span<const int64_t> bounds) 
 
 int64_t auto_chunk_bytes(const std::vector<Device*>& devices) {
   if (devices.size() < 2) return kDefaultChunkBytes;
-  std::optional<int64_t> gpu;
-  for (Device* d : devices) {
-    if (d->kind() != DeviceKind::Cuda) return kDefaultChunkBytes;
-    const nlohmann::json info = d->describe();
-    if (!info.contains("gpu") || !info["gpu"].is_number_integer()) return kDefaultChunkBytes;
-    const int64_t g = info["gpu"].get<int64_t>();
-    if (gpu && *gpu != g) return kDefaultChunkBytes;
-    gpu = g;
-  }
+  const int domain = devices.front()->memory_domain();
+  for (const Device* d : devices)
+    if (d->memory_domain() < 0 || d->memory_domain() != domain) return kDefaultChunkBytes;
   return 0;
 }
 

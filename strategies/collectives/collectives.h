@@ -51,8 +51,9 @@ struct AllreduceOptions {
   int64_t chunk_bytes = kDefaultChunkBytes;
 };
 
-// What chunk size "auto" means for a group: 0 (whole messages) when every device is a CUDA
-// device on one and the same GPU (virtual devices), kDefaultChunkBytes otherwise. On one GPU a
+// What chunk size "auto" means for a group: 0 (whole messages) when every device is in one and
+// the same memory domain (Device::memory_domain: virtual devices of one GPU),
+// kDefaultChunkBytes otherwise. On one GPU a
 // message is one copy or one add kernel over shared memory: cutting it pipelines nothing (there
 // is no link to keep busy) and only multiplies the host's launches per message (on an H200,
 // 64 pieces of 256 KiB made a 16 MiB ring on 2 virtual devices 120x a memcpy of the bytes:
