@@ -34,6 +34,16 @@ status=0
 goal() {
   if [[ $2 == 0 ]]; then log "PASS: $1${3:+ ($3)}"; else log "FAIL: $1${3:+ ($3)}"; status=1; fi
 }
+# goal_lines < LINES: each "PASS: ..." / "FAIL: ..." line read as a goal (a checker's verdicts).
+goal_lines() {
+  local line
+  while IFS= read -r line; do
+    case $line in
+      PASS:*) goal "${line#PASS: }" 0 ;;
+      FAIL:*) goal "${line#FAIL: }" 1 ;;
+    esac
+  done
+}
 
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv > "$OUT/gpu.csv" 2>&1 ||
   log "nvidia-smi failed (see gpu.csv)"
@@ -272,13 +282,7 @@ part_collectives() {
   local rc=$?
   log "allreduce_bench (cuda) exit $rc in $(( $(date +%s) - t0 )) s"
   ((rc == 0)) || status=1
-  local line
-  while IFS= read -r line; do
-    case $line in
-      PASS:*) goal "${line#PASS: }" 0 ;;
-      FAIL:*) goal "${line#FAIL: }" 1 ;;
-    esac
-  done < <(python3 - "$OUT/allreduce-cuda.json" <<'PY'
+  goal_lines < <(python3 - "$OUT/allreduce-cuda.json" <<'PY'
 import json, re, sys
 try:
     rows = json.load(open(sys.argv[1]))["benchmarks"]
@@ -346,13 +350,7 @@ part_main() {
   local drawn=1
   [[ $rc == 0 && -f $OUT/scaling-gpu-plots/speedup.png ]] && drawn=0
   goal "the main command runs and plots (exit 0, speedup plot drawn)" $drawn "exit $rc"
-  local line
-  while IFS= read -r line; do
-    case $line in
-      PASS:*) goal "${line#PASS: }" 0 ;;
-      FAIL:*) goal "${line#FAIL: }" 1 ;;
-    esac
-  done < <(python3 - "$OUT/scaling-gpu.json" <<'PY'
+  goal_lines < <(python3 - "$OUT/scaling-gpu.json" <<'PY'
 import json, statistics, sys
 try:
     runs = json.load(open(sys.argv[1]))["runs"]
@@ -399,12 +397,7 @@ rc=$?
 log "PyTorch comparison (ParaLab with its own kernels) exit $rc in $(( $(date +%s) - t0 )) s"
 ((rc == 0)) || status=1
 # Its last two lines are the goals: >= 2.5x the graphed baseline, a full epoch <= 50 ms.
-while read -r line; do
-  case $line in
-    PASS:*) goal "${line#PASS: }" 0 ;;
-    FAIL:*) goal "${line#FAIL: }" 1 ;;
-  esac
-done < <(tail -n 2 "$OUT/compare-pytorch.log")
+goal_lines < <(tail -n 2 "$OUT/compare-pytorch.log")
 }
 
 for p in "${parts[@]}"; do
