@@ -146,6 +146,9 @@ class NativePointToPoint {
   virtual void group_end() = 0;
   virtual void send(const Tensor& buf, int peer) = 0;  // float32
   virtual void recv(Tensor& buf, int peer) = 0;        // float32, buf's size
+  // buf = sum over the communicator's ranks of buf (float32): the library's own allreduce over
+  // the same communicator (NCCL: ncclAllReduce on the rank's stream), outside any group.
+  virtual void allreduce_sum(Tensor& buf) = 0;
 };
 
 // The communicator id every rank of a new communicator needs (rank 0 makes it, the launcher

@@ -61,33 +61,26 @@ DeviceOptions bench_device_options() {
 bool g_mpi = false;
 
 // A group of k devices of --backend, reused across benchmarks of the same k: in one process, one
-// thread per rank; under MPI, this process's rank only.
+// thread per rank; under MPI, this process's rank only (CPU: the MPI transport; a GPU, that of
+// its node-local rank: NCCL's point-to-point, whose communicator also runs "nccl").
 struct BenchGroup {
   explicit BenchGroup(int k) : size(k) {
-    devices = make_devices(g_backend, g_mpi ? 1 : k, bench_device_options());
-    for (auto& d : devices) ptrs.push_back(d.get());
+    DeviceOptions options = bench_device_options();
 #if PARALAB_HAVE_MPI
-    if (g_mpi) {
-      transport = make_mpi_transport(*devices[0]);
-      return;
-    }
+    if (g_mpi && g_backend == "cuda") options.gpus = {MpiWorld::get().local_rank()};
 #endif
-    spmd = std::make_unique<SpmdGroup>(ptrs);
+    devices = make_devices(g_backend, g_mpi ? 1 : k, options);
+    for (auto& d : devices) ptrs.push_back(d.get());
+    spmd = make_group(ptrs, g_mpi);
   }
   // fn(rank, transport) on every rank: each thread of the group, or this process's rank.
-  void run(const std::function<void(int, Transport&)>& fn) {
-    if (transport)
-      fn(transport->rank(), *transport);
-    else
-      spmd->run(fn);
-  }
+  void run(const std::function<void(int, Transport&)>& fn) { spmd->run(fn); }
   // The device of rank r (r must be local: any rank in one process, this one under MPI).
-  Device& device(int r) const { return *ptrs[transport ? 0 : static_cast<std::size_t>(r)]; }
+  Device& device(int r) const { return spmd->device(r); }
   int size;
   std::vector<std::unique_ptr<Device>> devices;
   std::vector<Device*> ptrs;  // the local ones
   std::unique_ptr<SpmdGroup> spmd;
-  std::unique_ptr<Transport> transport;  // under MPI
 };
 
 // The largest of every rank's `value`: the slowest rank's time (in one process the caller has
@@ -234,8 +227,7 @@ void time_ranks(benchmark::State& state, BenchGroup& g, Prepare prepare, Body bo
 
 void set_counters(benchmark::State& state, int k, double bytes, double bus, std::string label) {
   if (g_backend != "cpu") {
-    const nlohmann::json d =
-        group(k).device(group(k).transport ? group(k).transport->rank() : 0).describe();
+    const nlohmann::json d = group(k).device(group(k).spmd->local_ranks()[0]).describe();
     label += " " + g_backend;
     if (d.value("virtual", false)) label += " virtual";
   }
@@ -471,10 +463,6 @@ int allreduce_bench_main(int argc, char** argv,
       throw Error("--devices: under mpirun the group is the world's " + std::to_string(world) +
                   " processes (--devices=" + std::to_string(world) + " or none)");
     devices = {world};
-    if (g_backend != "cpu")
-      throw Error("--backend=" + g_backend +
-                  ": under mpirun only CPU ranks (GPUs between processes need NCCL's "
-                  "point-to-point transport, not built yet)");
   }
   benchmark::AddCustomContext("paralab_backend", g_backend);
   benchmark::AddCustomContext("paralab_launcher", g_mpi ? "mpi" : "threads");

@@ -260,10 +260,6 @@ json run_training(const RunSpec& run, const RunContext& ctx) {
                     (run.devices == 1 ? "" : "s");
     else if (backend != "cpu" && backend != "cuda")
       mpi_why_not = backend + " ranks under mpirun: CPU or CUDA only";
-    else if (backend == "cuda" && run.options.value("allreduce", "") == "nccl")
-      mpi_why_not =
-          "the nccl allreduce under mpirun needs a communicator over the processes (not built "
-          "yet); naive, ring and tree run over NCCL's point-to-point";
     else if (!make_strategy(run.strategy, run.options, run.path)->supports_mpi())
       mpi_why_not = run.strategy + " does not run one rank per process";
   }

@@ -486,7 +486,30 @@ class FakeNcclPointToPoint final : public NativePointToPoint {
     in_group_ = false;
     ++groups;
   }
+  // NCCL's allreduce over the same wire: every rank's buffer to every other, then the sum in
+  // rank order on each rank (the same bits everywhere).
+  void allreduce_sum(Tensor& buf) override {
+    ASSERT_FALSE(in_group_) << "an allreduce inside a group";
+    ++allreduces;
+    std::vector<Tensor> from(static_cast<std::size_t>(size_));
+    group_start();
+    for (int p = 0; p < size_; ++p) {
+      if (p == rank_) continue;
+      send(buf, p);
+      from[static_cast<std::size_t>(p)] = Tensor::empty(buf.device(), {buf.numel()});
+      recv(from[static_cast<std::size_t>(p)], p);
+    }
+    group_end();
+    from[static_cast<std::size_t>(rank_)] = buf;
+    std::vector<float> sum(static_cast<std::size_t>(buf.numel()), 0.0f);
+    for (const Tensor& part : from) {
+      const auto v = part.to_host_f32();
+      for (std::size_t i = 0; i < sum.size(); ++i) sum[i] += v[i];
+    }
+    buf.copy_from_host(sum);
+  }
   int groups = 0;
+  int allreduces = 0;
 
  private:
   Wire& wire_;
@@ -520,6 +543,58 @@ TEST(PointToPoint, GroupedSendsRunEveryCollectiveWithTheSameBits) {
         });
         EXPECT_EQ(got, want) << algorithm << " on " << k << " ranks, chunk " << chunk;
       }
+  }
+}
+
+// A CPU device that says it is a CUDA device: what nccl's prepare() accepts, without a GPU.
+class CudaKindDevice final : public testing::ForwardingDevice {
+ public:
+  using ForwardingDevice::ForwardingDevice;
+  DeviceKind kind() const override { return DeviceKind::Cuda; }
+};
+
+TEST(PointToPoint, NcclAllreduceUsesTheProcessCommunicator) {
+  // Under mpirun each process prepares "nccl" with its one device and runs it over the
+  // transport's own communicator (ncclCommInitRank), not a communicator of its own.
+  for (int k : {2, 3}) {
+    auto cpus = make_devices("cpu", k, {});
+    std::vector<std::unique_ptr<CudaKindDevice>> gpus;
+    std::vector<Device*> ptrs;
+    for (auto& d : cpus) {
+      gpus.push_back(std::make_unique<CudaKindDevice>(*d));
+      ptrs.push_back(gpus.back().get());
+    }
+    Wire wire(k);
+    RankGroup threads(ptrs);
+    const int64_t n = 1001;
+    std::vector<std::vector<float>> got(static_cast<std::size_t>(k));
+    std::vector<int> calls(static_cast<std::size_t>(k));
+    threads.run([&](int r) {
+      auto p2p = std::make_unique<FakeNcclPointToPoint>(wire, r, k);
+      FakeNcclPointToPoint& fake = *p2p;
+      auto t = make_point_to_point_transport(*ptrs[r], std::move(p2p), [] {});
+      auto ar = make_allreduce("nccl", {});
+      ar->prepare({ptrs[r]});
+      Tensor buf = Tensor::from_host(*ptrs[r], {n}, exact_data(n, r));
+      ar->run(*t, buf);
+      got[static_cast<std::size_t>(r)] = buf.to_host_f32();
+      calls[static_cast<std::size_t>(r)] = fake.allreduces;
+    });
+    for (int r = 0; r < k; ++r) {
+      EXPECT_EQ(calls[r], 1) << "rank " << r << " did not use the communicator's allreduce";
+      for (int64_t i = 0; i < n; ++i)
+        ASSERT_EQ(got[r][i], float(k * (k + 1) / 2 * (i % 5 + 1))) << "rank " << r << " at " << i;
+    }
+  }
+}
+
+TEST(Nccl, OneCpuDeviceIsUnavailableWithTheReason) {
+  auto devices = make_devices("cpu", 1, {});
+  try {
+    make_allreduce("nccl", {})->prepare({devices[0].get()});
+    FAIL() << "no error";
+  } catch (const Unavailable& e) {
+    EXPECT_STREQ(e.what(), "nccl: needs CUDA devices, and cpu:0 is not one");
   }
 }
 

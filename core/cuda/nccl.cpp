@@ -84,6 +84,16 @@ class NcclPointToPoint final : public NativePointToPoint {
     PARALAB_NCCL(ncclRecv(buf.raw(), static_cast<std::size_t>(buf.numel()), ncclFloat32, peer,
                           comm_, device_.stream()));
   }
+  void allreduce_sum(Tensor& buf) override {
+    PARALAB_REQUIRE(&buf.device() == &device_, "nccl: rank " + std::to_string(rank_) +
+                                                   "'s buffer is on " + buf.device().name() +
+                                                   ", not on " + device_.name());
+    PARALAB_REQUIRE(buf.dtype() == DType::F32,
+                    std::string("nccl: allreduce of a non-float buffer"));
+    if (buf.numel() == 0) return;
+    PARALAB_NCCL(ncclAllReduce(buf.raw(), buf.raw(), static_cast<std::size_t>(buf.numel()),
+                               ncclFloat32, ncclSum, comm_, device_.stream()));
+  }
 
  private:
   CudaDevice& device_;

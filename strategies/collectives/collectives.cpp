@@ -166,22 +166,38 @@ class Tree final : public Allreduce {
   int64_t piece_;
 };
 
-// The industrial reference: NCCL's own allreduce over the group's CUDA devices. It does not go
-// through the Transport (NCCL moves the data itself), so bytes_sent does not count its traffic.
+// The industrial reference: NCCL's own allreduce. It does not go through ParaLab's messages
+// (NCCL moves the data itself), so bytes_sent does not count its traffic. In one process it is
+// one communicator over the group's GPUs (ncclCommInitAll at prepare()); under mpirun, where each
+// process holds one rank, it is the communicator the transport already moves messages over
+// (Transport::native(), made with ncclCommInitRank), so prepare() sees one device and makes none.
 class Nccl final : public Allreduce {
  public:
   std::string name() const override { return "nccl"; }
   void prepare(const std::vector<Device*>& devices) override {
-    comm_ = make_native_collectives("nccl", devices);
+    if (devices.size() != 1) {
+      comm_ = make_native_collectives("nccl", devices);
+      return;
+    }
+    // One rank here: the sum is the buffer itself, or the other ranks are in other processes.
+    if (devices[0]->kind() != DeviceKind::Cuda)
+      throw Unavailable("nccl: needs CUDA devices, and " + devices[0]->name() + " is not one");
+    prepared_ = true;
   }
   void run(Transport& t, Tensor& buf) override {
-    PARALAB_REQUIRE(comm_ != nullptr,
-                    std::string("nccl: prepare() was not called with the device group"));
-    comm_->allreduce_sum(t.rank(), buf);
+    if (NativePointToPoint* native = t.native()) {
+      native->allreduce_sum(buf);
+      return;
+    }
+    PARALAB_REQUIRE(comm_ != nullptr || (prepared_ && t.size() == 1),
+                    std::string("nccl: prepare() was not called with the device group, or the "
+                                "transport between processes has no NCCL communicator"));
+    if (comm_) comm_->allreduce_sum(t.rank(), buf);
   }
 
  private:
   std::unique_ptr<NativeCollectives> comm_;
+  bool prepared_ = false;
 };
 
 using Factory = std::function<std::unique_ptr<Allreduce>(const AllreduceOptions&)>;

@@ -55,6 +55,8 @@ class PointToPointTransport final : public Transport {
     barrier_();
   }
 
+  NativePointToPoint* native() override { return p2p_.get(); }
+
  private:
   // The `sends` oldest noted sends and, unless null, one receive into `into` from `peer`, as one
   // group. Why one send per receive: a ring step cut into pieces notes all its sends, then

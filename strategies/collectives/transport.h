@@ -22,6 +22,8 @@
 
 namespace paralab {
 
+class NativePointToPoint;
+
 class Transport {
  public:
   // An in-flight send; each transport keeps its own state in a derived type.
@@ -41,6 +43,10 @@ class Transport {
   // buf += message (element-wise float32 sum, on this rank's device)
   virtual void recv_reduce(int peer, Tensor& buf) = 0;
   virtual void barrier() = 0;
+  // The collective library's communicator this transport moves messages over (NCCL's, between
+  // GPUs of different processes), for the library's own collectives ("nccl") over the same
+  // ranks; null where messages go through ParaLab's own code (in one process, MPI).
+  virtual NativePointToPoint* native() { return nullptr; }
 
   void send(int peer, const Tensor& buf) { wait(isend(peer, buf)); }
 
