@@ -30,6 +30,9 @@ H200_SMS = 132
 GRAPH_CALIBRATION = "single gpu epoch"  # gpu-check.json's graphed single run: the graph factor
 # ... and its graphed data_parallel run on one device: what running as a group adds to a step
 GROUP_CALIBRATION = "data_parallel/nccl x1 (NCCL on one GPU)"
+# Per-message host cost of a hand-off's CUDA call sequence with 1, 2, 4, 8 host threads, emulated
+# standalone on the same H200 (results/reference/h200-2026-11-30/FINDINGS.md).
+H200_CONTENTION_US = (6.0, 36.0, 74.0, 156.0)
 
 
 def load(path):
@@ -47,10 +50,20 @@ def median(xs):
 
 def bench_rows(path, include_timeshared=False):
     """[(op, bytes, devices, ms)] for allreduce_bench's timed rows (medians when repeated)."""
+    return [(op, n, k, median(v)) for (op, n, k), v in sorted(bench_samples(path, include_timeshared).items())]
+
+
+def bench_samples(path, include_timeshared=False):
+    """{(op, bytes, devices): [ms per repetition]}. A file written with --benchmark_report_aggregates_only
+    holds no repetitions, only aggregates: its median row stands for them (one sample)."""
     d = load(path)
     groups = {}
+    has_iterations = any(b.get("run_type") != "aggregate" and not b.get("error_occurred") for b in d["benchmarks"]
+                         if "bytes" in b)
     for b in d["benchmarks"]:
-        if b.get("error_occurred") or b.get("run_type") == "aggregate":
+        if b.get("error_occurred"):
+            continue
+        if b.get("run_type") == "aggregate" and (has_iterations or b.get("aggregate_name") != "median"):
             continue
         label = b.get("label", "")
         if "time-shared" in label and not include_timeshared:
@@ -64,7 +77,7 @@ def bench_rows(path, include_timeshared=False):
         unit = {"ns": 1e-6, "us": 1e-3, "ms": 1.0, "s": 1e3}[b["time_unit"]]
         key = (op, int(b["bytes"]), int(b["devices"]))
         groups.setdefault(key, []).append(b["real_time"] * unit)
-    return [(op, n, k, median(v)) for (op, n, k), v in sorted(groups.items())]
+    return groups
 
 
 # ---------------------------------------------------------------------------------------------
@@ -141,9 +154,10 @@ def cpu_link(path=None):
 
 def h200_link(path=None):
     rows = bench_rows(path or os.path.join(H200_REF, "allreduce-cuda.json"))
-    return perf.Link.fit(rows, alpha_per_rank=True,
-                         note="fitted on allreduce-cuda.json (2 and 4 virtual devices on one H200; "
-                              "host-bound hand-offs, alpha grows with the ranks)"), rows
+    return perf.Link.fit(rows, per_k=True, contention=H200_CONTENTION_US,
+                         note="fitted per algorithm and k on allreduce-cuda.json (2 and 4 virtual "
+                              "devices on one H200; host-bound hand-offs); other k extrapolated "
+                              "geometrically in k"), rows
 
 
 # ---------------------------------------------------------------------------------------------
@@ -151,7 +165,13 @@ def h200_link(path=None):
 
 
 def _point(kind, source, label, config, measured, predicted, breakdown, held_out=True, note=""):
-    return {"kind": kind, "source": source, "label": label, "strategy": config.get("strategy"),
+    key = json.dumps({x: config.get(x) for x in ("backend", "strategy", "devices", "global_batch",
+                                                   "per_device_batch", "options")}, sort_keys=True)
+    if config.get("backend") == "cuda":
+        key += " sm_shares=%s" % [d.get("sm_share") for d in config.get("device_list") or []]
+    strategy = config.get("strategy") or ""
+    return {"kind": kind, "source": source, "label": label, "strategy": strategy, "config_key": key,
+            "group": "allreduce_bench" if strategy.startswith("allreduce_bench") else "training",
             "devices": config.get("devices"), "per_device_batch": config.get("per_device_batch"),
             "measured_ms": measured, "predicted_ms": predicted,
             "relative_error": predicted / measured - 1, "held_out": held_out,
@@ -199,19 +219,19 @@ def validate_runs(kind, path, comp, link, effective=None):
     return points
 
 
-def validate_bench(kind, rows, link_fit, source, leave_one_out=True, alpha_per_rank=False):
-    """Each allreduce_bench row predicted by a fit that left it out (or by `link_fit`)."""
+def validate_bench(kind, rows, fit_rows, source, per_k=False, contention=None):
+    """Each allreduce_bench row predicted by a fit on fit_rows without any row of the same
+    algorithm, size and k (leave-one-out within the fitted sweep; for another file's rows, the
+    sweep's own measurement of that size is left out too)."""
     points = []
-    for i, (op, n, k, ms) in enumerate(rows):
-        if leave_one_out:
-            rest = rows[:i] + rows[i + 1:]
-            link = perf.Link.fit(rest, alpha_per_rank=alpha_per_rank)
-        else:
-            link = link_fit
-        pred = link.time(op, n, k)
+    for op, n, k, ms in rows:
+        rest = [r for r in fit_rows if r[:3] != (op, n, k)]
+        pred = perf.Link.fit(rest, per_k=per_k, contention=contention).time(op, n, k)
         cfg = {"strategy": "allreduce_bench/" + op, "devices": k, "per_device_batch": None}
-        points.append(_point(kind, source, "%s %d B x%d" % (op, n, k), cfg, ms, pred,
-                             {"bytes": n}, note="leave-one-out" if leave_one_out else "fit on allreduce-sweep.json"))
+        p = _point(kind, source, "%s %d B x%d" % (op, n, k), cfg, ms, pred, {"bytes": n},
+                   note="fit left out this algorithm, size and k")
+        p["config_key"] = p["label"]
+        points.append(p)
     return points
 
 

@@ -6,14 +6,17 @@ Plain numpy, no fitting framework. Times are milliseconds; sizes are bytes.
               step(b)   = A + C * b                           width share w (channel_split: 1/k)
               scale(b)  = step(b) / sum_l (a_l + c_l * b)     per-layer shape from a layer profile,
                                                               whole-step level from a step profile
-    collective t(n, k)  = alpha * msgs * g(k) + beta * bytes + gamma * reduced
+    collective t(n, k)  = alpha_k * msgs + beta_k * bytes + gamma_k * reduced
               msgs, bytes, reduced: the critical path's messages, bytes moved and bytes added, from
               the algorithms in strategies/collectives/collectives.cpp (naive: 2(k-1) whole-buffer
               transfers through rank 0; ring: 2(k-1) steps of n/k cut into chunk_bytes pieces; tree:
-              binary tree rooted at 0, pipelined over chunk_bytes pieces). g(k) = 1 for links, k for
-              virtual devices whose hand-offs are host calls that contend across the k host threads
-              (results/reference/h200-2026-11-30/FINDINGS.md: 6, 36, 74, 156 us per message with 1, 2,
-              4, 8 threads).
+              binary tree rooted at 0, pipelined over chunk_bytes pieces). Links: one (alpha, beta,
+              gamma) per algorithm. Virtual devices on one GPU: one per algorithm and k, because the
+              hand-offs are host calls whose cost depends on how many host threads issue them at
+              once, and that differs by algorithm (allreduce-cuda.json, small sizes, 2 -> 4 devices:
+              ring 29 -> 65 us per message, all ranks send in every step; naive 17 -> 17 us and
+              tree 15 -> 16 us, where mostly rank 0 and one peer are at work); FINDINGS.md's
+              emulated call sequence: 6, 36, 74, 156 us per message with 1, 2, 4, 8 threads.
 """
 import math
 
@@ -176,59 +179,88 @@ def collective_features(op, n, k, chunk=CHUNK_BYTES):
 class Link:
     """alpha (ms per message), beta (ms per byte), gamma (ms per byte reduced) per algorithm.
 
-    params: {algorithm: (alpha, beta, gamma)}; allgather and reduce_scatter use ring's unless
-    given; p2p uses its own (fitted on allreduce_bench's memcpy rows) or ring's.
-    alpha_per_rank: alpha grows with k (host-bound virtual devices), see the module comment.
+    params: {algorithm: (alpha, beta, gamma)} for every k, or {algorithm: {k: (alpha, beta, gamma)}}
+    fitted per device count. allgather and reduce_scatter use ring's unless given; p2p uses its own
+    (fitted on allreduce_bench's memcpy rows) or ring's. Between and beyond the measured k each
+    coefficient is extrapolated geometrically in k from the two nearest measured k (see _at).
+    contention: per-message host cost in us with 1, 2, 4, 8 host threads (host-bound virtual
+    devices, FINDINGS.md: 6, 36, 74, 156); it scales alpha when `ranks` host threads are at work
+    while a collective spans fewer devices (layer_split's two-device hand-offs among k stages).
     """
 
-    def __init__(self, params, alpha_per_rank=False, chunk=CHUNK_BYTES, note=""):
-        self.params = {k: tuple(v) for k, v in params.items()}
-        self.alpha_per_rank = alpha_per_rank
+    def __init__(self, params, contention=None, chunk=CHUNK_BYTES, note=""):
+        self.params = {op: ({int(k): tuple(x) for k, x in v.items()} if isinstance(v, dict) else {0: tuple(v)})
+                       for op, v in params.items()}
+        self.contention = list(contention) if contention else None
         self.chunk = chunk
         self.note = note
 
-    def _p(self, op):
-        if op in self.params:
-            return self.params[op]
-        if op in ("allgather", "reduce_scatter", "p2p", "nccl") and "ring" in self.params:
-            return self.params["ring"]
-        raise KeyError(op)
+    def _p(self, op, k):
+        if op not in self.params:
+            if op in ("allgather", "reduce_scatter", "p2p", "nccl") and "ring" in self.params:
+                op = "ring"
+            else:
+                raise KeyError(op)
+        return self._at(self.params[op], k)
+
+    @staticmethod
+    def _at(per_k, k):
+        """Coefficients at k from those fitted per measured k. On the H200 the ring's per-message
+        cost grew 2.1x from 2 to 4 devices in allreduce_bench and the emulated call sequence 2.05x
+        and 2.1x per doubling from 2 to 8 threads (FINDINGS.md), so a coefficient is taken to grow
+        by the same factor per doubling of k beyond the measured k (geometric in log2 k)."""
+        if k in per_k:
+            return per_k[k]
+        ks = sorted(per_k)
+        if len(ks) == 1:
+            return per_k[ks[0]]
+        lo, hi = (ks[0], ks[1]) if k < ks[0] else (ks[-2], ks[-1])
+        for a, b in zip(ks, ks[1:]):
+            if a < k < b:
+                lo, hi = a, b
+        t = math.log2(k / lo) / math.log2(hi / lo)
+        out = []
+        for c0, c1 in zip(per_k[lo], per_k[hi]):
+            out.append(c0 * (c1 / c0) ** t if c0 > 0 and c1 > 0 else max(0.0, c0 + (c1 - c0) * t))
+        return tuple(out)
+
+    def _threads(self, n):
+        return float(np.interp(n, [1, 2, 4, 8][:len(self.contention)], self.contention))
 
     def time(self, op, n, k, ranks=None):
-        """ms of one collective of n bytes over k ranks; `ranks` (default k) is how many host
-        threads are at work at once, which is what alpha grows with on host-bound devices (a
-        point-to-point hand-off is k = 2 between two of them)."""
+        """ms of one collective of n bytes over k ranks; `ranks` (default k) host threads at work
+        at once (a point-to-point hand-off is k = 2 between two of them)."""
         if k <= 1 or n <= 0:
             return 0.0
         m, nb, r = collective_features(op, n, k, self.chunk)
-        alpha, beta, gamma = self._p(op)
-        g = (ranks or k) if self.alpha_per_rank else 1
-        return alpha * m * g + beta * nb + gamma * r
+        alpha, beta, gamma = self._p(op, k)
+        if ranks and ranks != k and self.contention:
+            alpha *= self._threads(ranks) / self._threads(k)
+        return alpha * m + beta * nb + gamma * r
 
     def to_json(self):
-        return {"params_ms": {op: {"alpha": a, "beta_per_byte": b, "gamma_per_byte": g}
-                              for op, (a, b, g) in self.params.items()},
-                "alpha_grows_with_ranks": self.alpha_per_rank, "chunk_bytes": self.chunk,
+        return {"params_ms": {op: {("any k" if k == 0 else "k=%d" % k):
+                                   {"alpha": a, "beta_per_byte": b, "gamma_per_byte": g}
+                                   for k, (a, b, g) in v.items()} for op, v in self.params.items()},
+                "host_contention_us_1_2_4_8_threads": self.contention, "chunk_bytes": self.chunk,
                 "note": self.note}
 
     @staticmethod
-    def fit(rows, alpha_per_rank=False, note=""):
-        """rows: [(op, n, k, measured_ms)] from allreduce_bench; one fit per op."""
+    def fit(rows, per_k=False, contention=None, note=""):
+        """rows: [(op, n, k, measured_ms)] from allreduce_bench; one fit per op, or per (op, k)."""
         params = {}
         for op in sorted({r[0] for r in rows}):
-            sel = [r for r in rows if r[0] == op]
-            feats = []
-            for o, n, k, _ in sel:
-                m, nb, red = collective_features(o, n, k)
-                g = k if alpha_per_rank else 1
-                feats.append((m * g, nb, red))
-            f = np.array(feats)
-            y = np.array([r[3] for r in sel])
-            used = f.any(axis=0)
-            x = np.zeros(3)
-            x[used] = relative_fit(f[:, used], y)
-            params[op] = tuple(x)
-        return Link(params, alpha_per_rank, note=note)
+            ks = sorted({r[2] for r in rows if r[0] == op}) if per_k else [None]
+            params[op] = {}
+            for k in ks:
+                sel = [r for r in rows if r[0] == op and (k is None or r[2] == k)]
+                f = np.array([collective_features(o, n, kk) for o, n, kk, _ in sel])
+                y = np.array([r[3] for r in sel])
+                used = f.any(axis=0)
+                x = np.zeros(3)
+                x[used] = relative_fit(f[:, used], y)
+                params[op][k or 0] = tuple(x)
+        return Link(params, contention, note=note)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -14,7 +14,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import numpy as np  # noqa: E402
 
-from model import calibrate, perf  # noqa: E402
+from model import calibrate, noise, perf  # noqa: E402
 
 ROOT = calibrate.ROOT
 
@@ -70,6 +70,51 @@ class Formulas(unittest.TestCase):
         self.assertEqual(len(b), 5)
         self.assertEqual(sum(b), perf.GRADIENT_BYTES)
         self.assertEqual(perf.bucketize(26214400), (perf.GRADIENT_BYTES,))
+
+
+class PerDeviceCount(unittest.TestCase):
+    def test_coefficients_extrapolate_geometrically_in_k(self):
+        link = perf.Link({"ring": {2: (1.0, 2e-6, 0.0), 4: (2.0, 4e-6, 1e-6)}})
+        self.assertEqual(link._p("ring", 4), (2.0, 4e-6, 1e-6))
+        a, b, g = link._p("ring", 8)  # one more doubling: x2 again; gamma from 0 grows linearly in log2 k
+        self.assertAlmostEqual(a, 4.0)
+        self.assertAlmostEqual(b, 8e-6)
+        self.assertAlmostEqual(g, 2e-6)
+        self.assertAlmostEqual(link._p("ring", 3)[0], 2 ** math.log2(1.5))
+        self.assertEqual(perf.Link({"ring": (1.0, 0.0, 0.0)})._p("ring", 64), (1.0, 0.0, 0.0))
+
+    def test_h200_per_message_cost_grows_for_ring_only(self):
+        # The measurement the per-k fit rests on (allreduce-cuda.json): from 2 to 4 virtual devices
+        # ring's per-message cost about doubles, naive's and tree's hardly move.
+        link, _ = calibrate.h200_link()
+        ratio = {op: link._p(op, 4)[0] / link._p(op, 2)[0] for op in ("naive", "ring", "tree")}
+        self.assertGreater(ratio["ring"], 1.8)
+        self.assertLess(ratio["naive"], 1.3)
+        self.assertLess(ratio["tree"], 1.5)
+        # layer_split's two-device hand-offs among 4 host threads: FINDINGS' 74 / 36 us
+        t2 = link.time("p2p", 1000, 2)
+        self.assertAlmostEqual(link.time("p2p", 1000, 2, ranks=4) - t2,
+                               link._p("p2p", 2)[0] * (74 / 36 - 1), places=12)
+
+
+class Noise(unittest.TestCase):
+    def _pt(self, key, measured, predicted, kind="cpu", group="training"):
+        return {"kind": kind, "group": group, "config_key": key, "label": key, "source": "x.json",
+                "measured_ms": measured, "predicted_ms": predicted, "held_out": True}
+
+    def test_floor_compares_each_sample_with_the_others(self):
+        pts = [self._pt("a", 10.0, 10.0), self._pt("a", 12.0, 10.0), self._pt("a", 20.0, 10.0),
+               self._pt("b", 5.0, 5.0)]
+        f = noise.floor(pts)["cpu/training"]
+        # 10 vs median(12, 20) = 16; 12 vs 15; 20 vs 11; "b" has one sample and no say
+        dev = sorted([abs(10 / 16 - 1), abs(12 / 15 - 1), abs(20 / 11 - 1)])
+        self.assertEqual(f["samples"], 3)
+        self.assertAlmostEqual(f["median_abs_deviation"], dev[1])
+        self.assertAlmostEqual(f["max_abs_deviation"], dev[2])
+        rows = {r["config"]: r for r in noise.per_config(pts)}
+        self.assertAlmostEqual(rows["a"]["measured_median_ms"], 12.0)
+        self.assertAlmostEqual(rows["a"]["relative_error"], 10 / 12 - 1)
+        self.assertAlmostEqual(rows["a"]["spread_high"], 20 / 12 - 1)
 
 
 class Fits(unittest.TestCase):
@@ -147,6 +192,15 @@ class CommittedReport(unittest.TestCase):
             self.assertEqual(v["meets_goal"], self.report["summary"][k]["meets_goal"])
         for kind in ("cpu", "h200"):
             self.assertIn(kind + "/all", again)
+
+    def test_per_config_summary_and_noise_floor_recompute(self):
+        again = noise.summarize_configs(noise.per_config(self.report["points"]))
+        self.assertEqual(set(again), set(self.report["summary_per_config"]))
+        for k, v in again.items():
+            self.assertAlmostEqual(v["max_abs_error"], self.report["summary_per_config"][k]["max_abs_error"], places=12)
+        floor = noise.floor(self.report["points"])
+        self.assertEqual(floor, self.report["noise_floor"])
+        self.assertIn("cpu/training", floor)
 
     def test_projection_reaches_1024_devices(self):
         for name, proj in self.report["projections"].items():
