@@ -1,7 +1,7 @@
 // bench_runner: runs an experiment descriptor and writes one results JSON.
 //
 //   bench_runner DESCRIPTOR.json [--out PATH] [--set key.path=value ...] [--data-dir DIR]
-//                [--quiet] [--plot] [--resume EARLIER_RESULTS.json]
+//                [--quiet] [--plot] [--resume EARLIER_RESULTS.json] [--no-pin]
 //
 // Exit status: 0 when the runs ended ok, diverged or skipped (not all skipped); 1 on bad input
 // (one line on stderr, no results file); 3 when a run failed (its reason is in the results
@@ -208,7 +208,7 @@ int run(int argc, char** argv) {
   CLI::App app{"bench_runner: runs a ParaLab experiment descriptor and writes a results JSON"};
   std::string descriptor_file, out, data_dir;
   std::vector<std::string> sets;
-  bool quiet = false, plot = false;
+  bool quiet = false, plot = false, no_pin = false;
   app.add_option("descriptor", descriptor_file, "experiment descriptor (JSON)")->required();
   app.add_flag("--plot", plot,
                "draw the plots (plotting/plot_all.py) beside the results file: <results>-plots/");
@@ -222,6 +222,9 @@ int run(int argc, char** argv) {
                  "a results file of this descriptor: its ok runs are kept, the rest run; all go "
                  "to a new results file");
   app.add_flag("--quiet", quiet, "no progress and no summary table");
+  app.add_flag("--no-pin", no_pin,
+               "under mpirun: leave CPU ranks where the launcher put them (default: pin each to "
+               "cores of its own, experiments/cpu_binding.h)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -293,6 +296,7 @@ int run(int argc, char** argv) {
   paralab::RunContext base{&d,    &data,  &progress, 0, static_cast<int>(d.runs.size()),
                            quiet, &g_stop};
   base.mpi = mpi;
+  base.pin = !no_pin;
   base.rank = rank;
   base.world = world;
 #if PARALAB_HAVE_MPI

@@ -15,6 +15,7 @@
 #include "core/error.h"
 #include "core/lenet.h"
 #include "core/rng.h"
+#include "experiments/cpu_binding.h"
 #include "experiments/results.h"
 #include "strategies/collectives/mpi_transport.h"
 #include "strategies/strategy.h"
@@ -297,6 +298,10 @@ json run_training(const RunSpec& run, const RunContext& ctx) {
       // Under MPI this process makes its own rank's device only; a GPU rank takes the GPU of its
       // node-local rank (as torchrun and llm.c do).
       if (ctx.mpi && backend == "cuda") device_options.gpus = {ctx.local_rank};
+      // CPU ranks under MPI: each on cores of its own (threads_per_device of them) where the
+      // launcher has not bound them so already; recorded with the rank's device.
+      std::optional<CpuBinding> binding;
+      if (ctx.mpi && backend == "cpu") binding = bind_rank_to_cores(tc.threads_per_device, ctx.pin);
       auto devices = make_devices(backend, ctx.mpi ? 1 : run.devices, device_options);
       auto strategy = make_strategy(run.strategy, run.options, run.path);
       config["options"] = strategy->options();
@@ -305,6 +310,10 @@ json run_training(const RunSpec& run, const RunContext& ctx) {
       for (auto& dev : devices) {
         group.push_back(dev.get());
         device_info.push_back(dev->describe());
+        if (binding) {
+          device_info.back()["cpus"] = binding->cpus;
+          device_info.back()["binding"] = binding->how;
+        }
       }
       config["device_list"] = gather_devices(device_info, ctx);
       // More devices than GPUs: say so wherever the run is named (table, results, plots).
@@ -422,6 +431,10 @@ json run_training(const RunSpec& run, const RunContext& ctx) {
       for (std::size_t i = 0; i < devices.size(); ++i) {
         json info = devices[i]->describe();
         if (json ops = devices[i]->ops().describe(); !ops.is_null()) info["ops"] = std::move(ops);
+        if (binding) {
+          info["cpus"] = binding->cpus;
+          info["binding"] = binding->how;
+        }
         after.push_back(std::move(info));
       }
       config["device_list"] = gather_devices(after, ctx);

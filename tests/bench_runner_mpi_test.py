@@ -2,7 +2,9 @@
 """bench_runner under mpirun (the mpi launcher): data_parallel with naive, ring and tree,
 layer_split (profiled split, 1F1B) and channel_split (both pairings) as one rank per process give
 the same bits as the same descriptor in one process (threads), over shared memory with 2 processes
-and over TCP with 3; a run that cannot be one rank per process is skipped with the reason; rank 0 alone writes the (schema-valid) results; killing a rank ends the job
+and over TCP with 3; a run that cannot be one rank per process is skipped with the reason; rank 0 alone writes the
+(schema-valid) results; CPU ranks say how they were placed (pinned to cores of their own by
+mpirun or by ParaLab, or why not) and never share a pinned core; killing a rank ends the job
 within 30 s and leaves rank 0's file with every finished run.
 
     tests/bench_runner_mpi_test.py --bench-runner build/bench_runner --source-dir . -- mpirun [flags]
@@ -80,6 +82,7 @@ def main():
             devices = mpi["runs"][0]["config"]["device_list"]
             check([d.get("rank") for d in devices] == list(range(np_)) and
                   all(d.get("host") for d in devices), f"device_list: {devices}")
+            check_binding(devices, check)
             env = mpi["environment"]["launcher"]
             check(env.get("name") == "mpi" and env.get("world_size") == np_ and
                   len(env.get("hosts", [])) == np_, f"launcher: {env}")
@@ -99,6 +102,29 @@ def main():
         check(sorted(f.name for f in tmp.iterdir()) ==
               ["d2.json", "d3.json", "mpi2.json", "mpi3.json", "threads2.json", "threads3.json"],
               f"stray files: {sorted(f.name for f in tmp.iterdir())}")
+
+        # Not bound by mpirun: ParaLab pins each rank to a core of its own where there are enough
+        # cores, and says why not elsewhere; --no-pin leaves them.
+        d = json.loads(json.dumps(DESCRIPTOR))
+        d["training"]["epochs"] = 1
+        d["runs"] = [{"strategy": "data_parallel", "devices": 2}]
+        (tmp / "pin.json").write_text(json.dumps(d))
+        for flags, out in (([], "pin-out.json"), (["--no-pin"], "nopin-out.json")):
+            proc = subprocess.run([*mpirun, "--bind-to", "none", "-np", "2", args.bench_runner,
+                                   "pin.json", "--out", out, "--quiet", *flags], cwd=tmp,
+                                  capture_output=True, text=True, timeout=120)
+            check(proc.returncode == 0, f"--bind-to none {flags}: {proc.stderr}")
+            if proc.returncode:
+                continue
+            devices = json.loads((tmp / out).read_text())["runs"][0]["config"]["device_list"]
+            check_binding(devices, check)
+            hows = [dev.get("binding") for dev in devices]
+            if flags:
+                check(hows == ["not pinned (--no-pin)"] * 2, f"--no-pin: {hows}")
+            elif len(os.sched_getaffinity(0)) >= 2:
+                check(hows == ["pinned by ParaLab"] * 2, f"--bind-to none: {hows}")
+            else:
+                check(all(h.startswith("not pinned: ") for h in hows), f"one CPU: {hows}")
 
         # Kill rank 1 while the third run trains: the job ends, rank 0's file keeps two runs.
         d = json.loads(json.dumps(DESCRIPTOR))
@@ -142,6 +168,23 @@ def main():
         print("FAIL:", f, file=sys.stderr)
     print(f"bench_runner_mpi_test: {len(failures)} failure(s)")
     return 1 if failures else 0
+
+
+def check_binding(devices, check):
+    """Every CPU rank says how it was placed; ranks pinned (by ParaLab or the launcher) on one
+    host have CPUs of their own."""
+    seen = {}
+    for dev in devices:
+        how, cpus = dev.get("binding"), dev.get("cpus")
+        check(isinstance(how, str) and isinstance(cpus, list) and cpus,
+              f"rank {dev.get('rank')}: no binding: {dev}")
+        if how in ("pinned by ParaLab", "bound by the launcher"):
+            for c in cpus:
+                check((dev["host"], c) not in seen,
+                      f"ranks {seen.get((dev['host'], c))} and {dev['rank']} share CPU {c}")
+                seen[(dev["host"], c)] = dev["rank"]
+        else:
+            check(how.startswith("not pinned"), f"rank {dev.get('rank')}: binding '{how}'")
 
 
 def rank_process(program, rank):
