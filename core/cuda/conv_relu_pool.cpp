@@ -1,6 +1,6 @@
 // CUDA conv -> ReLU -> avgpool stage on cuDNN: convolution algorithms chosen once per shape by a
-// fixed rule (below), cached with their descriptors and workspace; bias, ReLU and pooling as cuDNN
-// ops on the stage's own activation buffer, which backward reuses.
+// fixed rule (core/cuda/cudnn_algorithms.h), cached with their descriptors and workspace; bias,
+// ReLU and pooling as cuDNN ops on the stage's own activation buffer, which backward reuses.
 //
 // The rule, not a timed search: cuDNN's heuristic ranking for the shape (cudnnGet*_v7, a pure
 // function of cuDNN's version, the GPU and the shape), the first algorithm that is deterministic
@@ -14,6 +14,7 @@
 
 #include "core/cuda/check.h"
 #include "core/cuda/cuda_device.h"
+#include "core/cuda/cudnn_algorithms.h"
 #include "core/cuda/kernel_log.h"
 
 namespace paralab::cuda {
@@ -21,14 +22,6 @@ namespace paralab::cuda {
 namespace {
 
 using Key = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t>;
-
-cudnnTensorDescriptor_t tensor4(int64_t n, int64_t c, int64_t h, int64_t w) {
-  cudnnTensorDescriptor_t d;
-  PARALAB_CUDNN(cudnnCreateTensorDescriptor(&d));
-  PARALAB_CUDNN(cudnnSetTensor4dDescriptor(d, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, int(n), int(c),
-                                           int(h), int(w)));
-  return d;
-}
 
 struct Plan {
   Plan() = default;
@@ -58,48 +51,6 @@ struct Plan {
   const void* last_y = nullptr;  // the pooled output of the last training forward
   bool has_forward = false;
 };
-
-const char* algo_name(cudnnConvolutionFwdAlgo_t a) {
-  static constexpr const char* kNames[] = {
-      "IMPLICIT_GEMM", "IMPLICIT_PRECOMP_GEMM", "GEMM", "DIRECT", "FFT", "FFT_TILING",
-      "WINOGRAD",      "WINOGRAD_NONFUSED"};
-  return a >= 0 && a < CUDNN_CONVOLUTION_FWD_ALGO_COUNT ? kNames[a] : "unknown";
-}
-const char* algo_name(cudnnConvolutionBwdDataAlgo_t a) {
-  static constexpr const char* kNames[] = {"ALGO_0",     "ALGO_1",   "FFT",
-                                           "FFT_TILING", "WINOGRAD", "WINOGRAD_NONFUSED"};
-  return a >= 0 && a < CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT ? kNames[a] : "unknown";
-}
-const char* algo_name(cudnnConvolutionBwdFilterAlgo_t a) {
-  static constexpr const char* kNames[] = {
-      "ALGO_0", "ALGO_1", "FFT", "ALGO_3", "WINOGRAD", "WINOGRAD_NONFUSED", "FFT_TILING"};
-  return a >= 0 && a < CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT ? kNames[a] : "unknown";
-}
-
-// Winograd transforms amplify rounding: never chosen (see the top of the file).
-bool accurate(cudnnConvolutionFwdAlgo_t a) {
-  return a != CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD &&
-         a != CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD_NONFUSED;
-}
-bool accurate(cudnnConvolutionBwdDataAlgo_t a) {
-  return a != CUDNN_CONVOLUTION_BWD_DATA_ALGO_WINOGRAD &&
-         a != CUDNN_CONVOLUTION_BWD_DATA_ALGO_WINOGRAD_NONFUSED;
-}
-bool accurate(cudnnConvolutionBwdFilterAlgo_t a) {
-  return a != CUDNN_CONVOLUTION_BWD_FILTER_ALGO_WINOGRAD &&
-         a != CUDNN_CONVOLUTION_BWD_FILTER_ALGO_WINOGRAD_NONFUSED;
-}
-
-// The first of cuDNN's heuristic ranking that is usable, deterministic and accurate.
-template <typename Perf>
-Perf first_deterministic(const Perf* ranked, int count, const char* what) {
-  for (int i = 0; i < count; ++i)
-    if (ranked[i].status == CUDNN_STATUS_SUCCESS && ranked[i].determinism == CUDNN_DETERMINISTIC &&
-        accurate(ranked[i].algo))
-      return ranked[i];
-  throw Error(std::string("cuDNN: no deterministic, accurate ") + what +
-              " algorithm for this shape");
-}
 
 class CudaConvReluPool final : public ConvReluPool {
  public:
