@@ -1,14 +1,40 @@
 // Seeded random numbers whose output is fixed by ParaLab itself, not by the standard library:
-// std::normal_distribution and std::shuffle differ between implementations, and initial weights
-// and minibatch order must not depend on the platform, the backend or the device count.
+// std::normal_distribution and std::shuffle differ between implementations, and initial weights,
+// minibatch order and dropout masks must not depend on the platform, the backend or the device
+// count.
+//
+// Also compiled by nvcc (dropout_uniform runs in CUDA kernels), whose C++ dialect here is C++17:
+// nothing below may need C++20.
 #pragma once
 
 #include <cmath>
 #include <cstdint>
-#include <numbers>
 #include <vector>
 
+#include "core/host_device.h"
+
 namespace paralab {
+
+// splitmix64's output function (Steele, Lea & Flood): a bijection of 64-bit words in which every
+// input bit changes about half the output bits.
+PARALAB_HOST_DEVICE inline uint64_t splitmix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+// The uniform number behind dropout's mask: a pure function of (seed, global example, global
+// feature), so that a batch computed at once, split by examples (data parallel) or split by
+// channels (channel split) drops exactly the same units, on any backend. Counter-based: three
+// chained splitmix64 rounds, the seed first, each coordinate xor-ed in before a round. Returns
+// the top 24 bits as k / 2^24 in [0, 1), exact in float.
+PARALAB_HOST_DEVICE inline float dropout_uniform(uint64_t seed, int64_t example, int64_t feature) {
+  uint64_t h = splitmix64(seed);
+  h = splitmix64(h ^ static_cast<uint64_t>(example));
+  h = splitmix64(h ^ static_cast<uint64_t>(feature));
+  return static_cast<float>(h >> 40) * 0x1.0p-24f;
+}
 
 // xoshiro256** seeded through splitmix64 (Blackman & Vigna).
 class Rng {
@@ -57,13 +83,15 @@ class Rng {
     while (u1 == 0.0) u1 = uniform();
     const double u2 = uniform();
     const double r = std::sqrt(-2.0 * std::log(u1));
-    spare_ = r * std::sin(2.0 * std::numbers::pi * u2);
+    spare_ = r * std::sin(kTwoPi * u2);
     has_spare_ = true;
-    return r * std::cos(2.0 * std::numbers::pi * u2);
+    return r * std::cos(kTwoPi * u2);
   }
 
  private:
   static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+  // 2 * std::numbers::pi (C++20) to the bit: doubling the double nearest pi is exact.
+  static constexpr double kTwoPi = 6.283185307179586;
   uint64_t s_[4];
   double spare_ = 0.0;
   bool has_spare_ = false;

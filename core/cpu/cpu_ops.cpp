@@ -22,6 +22,16 @@ class CpuOps final : public Ops {
   std::unique_ptr<SoftmaxXent> make_softmax_xent() override {
     return cpu::make_softmax_xent(device_);
   }
+  std::unique_ptr<Conv2d> make_conv2d(const Conv2dParams& params) override {
+    return cpu::make_conv2d(device_, params);
+  }
+  std::unique_ptr<Pool2d> make_pool2d(const Pool2dParams& params) override {
+    return cpu::make_pool2d(device_, params);
+  }
+  std::unique_ptr<Dropout> make_dropout() override { return cpu::make_dropout(device_); }
+  std::unique_ptr<Resize> make_resize(ResizeMode mode) override {
+    return cpu::make_resize(device_, mode);
+  }
 
   void sgd(Tensor& params, const Tensor& grads, float step) override {
     PARALAB_REQUIRE(params.numel() == grads.numel(), "sgd: params and grads sizes differ");

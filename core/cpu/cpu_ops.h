@@ -1,5 +1,5 @@
-// Factories for the CPU backend's op families, one file per family (conv_relu_pool.cpp, relu.cpp,
-// ...).
+// Factories for the CPU backend's op families, one file per family (conv_relu_pool.cpp, conv2d.cpp,
+// pool2d.cpp, relu.cpp, dropout.cpp, linear.cpp, resize.cpp, ...).
 #pragma once
 
 #include <dnnl.hpp>
@@ -15,6 +15,10 @@ std::unique_ptr<ConvReluPool> make_conv_relu_pool(CpuDevice& device);
 std::unique_ptr<Relu> make_relu(CpuDevice& device);
 std::unique_ptr<Linear> make_linear(CpuDevice& device);
 std::unique_ptr<SoftmaxXent> make_softmax_xent(CpuDevice& device);
+std::unique_ptr<Conv2d> make_conv2d(CpuDevice& device, const Conv2dParams& params);
+std::unique_ptr<Pool2d> make_pool2d(CpuDevice& device, const Pool2dParams& params);
+std::unique_ptr<Dropout> make_dropout(CpuDevice& device);
+std::unique_ptr<Resize> make_resize(CpuDevice& device, ResizeMode mode);
 std::unique_ptr<Ops> make_ops(CpuDevice& device);
 
 // Row-major (plain) layout of 1 to 4 dims: a, ab, abc, abcd (abcd = NCHW / OIHW).

@@ -1,20 +1,27 @@
-// CUDA Ops: ReLU, linear (cuBLAS), softmax cross-entropy, SGD, add and gather (own kernels),
-// and the factory. The convolution stage is in conv_relu_pool.cpp (cuDNN) and
-// fused_conv_relu_pool.cpp (own kernels), chosen by the device's "kernels" option.
+// CUDA Ops: ReLU, linear (cuBLAS), softmax cross-entropy, SGD, add and gather, pooling, dropout
+// and resize (own kernels), and the factory. The convolution stage is in conv_relu_pool.cpp
+// (cuDNN) and fused_conv_relu_pool.cpp (own kernels), chosen by the device's "kernels" option;
+// the plain convolution in conv2d.cpp (cuDNN).
 #include <algorithm>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "core/cuda/check.h"
 #include "core/cuda/cuda_device.h"
+#include "core/cuda/dropout.h"
 #include "core/cuda/kernel_log.h"
 #include "core/cuda/kernels.h"
+#include "core/cuda/pool2d.h"
+#include "core/cuda/resize.h"
 
 namespace paralab::cuda {
 
 std::unique_ptr<ConvReluPool> make_cudnn_conv_relu_pool(CudaDevice& device, KernelLog& log);
 std::unique_ptr<ConvReluPool> make_fused_conv_relu_pool(CudaDevice& device, KernelLog& log);
+std::unique_ptr<Conv2d> make_cudnn_conv2d(CudaDevice& device, KernelLog& log,
+                                          const Conv2dParams& params);
 
 namespace {
 
@@ -93,6 +100,106 @@ class CudaSoftmaxXent final : public SoftmaxXent {
   CudaDevice& d_;
 };
 
+// Pooling on pool2d.cu's kernels; max pooling keeps, per input shape, where the last training
+// forward found each maximum (int32 per output), which backward gathers from.
+class CudaPool2d final : public Pool2d {
+ public:
+  CudaPool2d(CudaDevice& d, const Pool2dParams& params) : Pool2d(params), d_(d) {}
+  void forward(const Tensor& x, Tensor& y, bool training) override {
+    check_forward(x, y, params());
+    const PoolGeometry g = geometry(x.shape(), y.shape());
+    if (params().mode == PoolMode::Average) {
+      avgpool2d_forward(x.f32(), y.f32(), g, d_.stream());
+      return;
+    }
+    int32_t* argmax = nullptr;
+    if (training) {
+      Tensor& a = argmax_[x.shape()];
+      if (!a.defined()) a = Tensor::empty(d_, y.shape(), DType::I32);
+      argmax = a.i32();
+    }
+    maxpool2d_forward(x.f32(), y.f32(), argmax, g, d_.stream());
+  }
+  void backward(const Tensor& dy, Tensor& dx) override {
+    check_backward(dy, dx, params());
+    const PoolGeometry g = geometry(dx.shape(), dy.shape());
+    if (params().mode == PoolMode::Average) {
+      avgpool2d_backward(dy.f32(), dx.f32(), g, d_.stream());
+      return;
+    }
+    auto it = argmax_.find(dx.shape());
+    PARALAB_REQUIRE(it != argmax_.end(),
+                    "pool2d (max) backward: no training forward for x " + shape_string(dx.shape()));
+    maxpool2d_backward(dy.f32(), it->second.i32(), dx.f32(), g, d_.stream());
+  }
+
+ private:
+  PoolGeometry geometry(const Shape& x, const Shape& y) const {
+    const Pool2dParams& q = params();
+    return {x[0] * x[1], x[2],       x[3],       y[2],    y[3],   q.window_h,
+            q.window_w,  q.stride_h, q.stride_w, q.pad_h, q.pad_w};
+  }
+  CudaDevice& d_;
+  std::map<Shape, Tensor> argmax_;
+};
+
+// Dropout on dropout.cu's kernel; backward recomputes the mask from the last training forward's
+// key (no mask in memory).
+class CudaDropout final : public Dropout {
+ public:
+  explicit CudaDropout(CudaDevice& d) : d_(d) {}
+  void forward(const Tensor& x, Tensor& y, float p, DropoutKey key, bool training) override {
+    check_forward(x, y, p);
+    if (training) {
+      last_key_ = key;
+      last_p_ = p;
+      last_shape_ = x.shape();
+    }
+    if (!training || p == 0.0f) {
+      if (y.raw() != x.raw()) d_.copy_on_device(y.raw(), x.raw(), x.bytes());
+      return;
+    }
+    apply(x, y, p, key);
+  }
+  void backward(const Tensor& dy, Tensor& dx) override {
+    PARALAB_REQUIRE(!last_shape_.empty(), "dropout backward: no training forward");
+    PARALAB_REQUIRE(dy.shape() == last_shape_ && dx.shape() == last_shape_,
+                    "dropout backward: dy " + shape_string(dy.shape()) + " and dx " +
+                        shape_string(dx.shape()) + " must have the training forward's shape " +
+                        shape_string(last_shape_));
+    if (last_p_ == 0.0f) {
+      if (dx.raw() != dy.raw()) d_.copy_on_device(dx.raw(), dy.raw(), dy.bytes());
+      return;
+    }
+    apply(dy, dx, last_p_, last_key_);
+  }
+
+ private:
+  void apply(const Tensor& in, Tensor& out, float p, const DropoutKey& key) {
+    // The scale rounded once on the host, as the CPU backend does: the same bits on both.
+    const float scale = 1.0f / (1.0f - p);
+    dropout_apply(in.f32(), out.f32(), in.dim(0), in.numel() / in.dim(0), p, scale, key.seed,
+                  key.example_offset, key.feature_offset, d_.stream());
+  }
+  CudaDevice& d_;
+  DropoutKey last_key_;
+  float last_p_ = 0.0f;
+  Shape last_shape_;  // empty until a training forward
+};
+
+class CudaResize final : public Resize {
+ public:
+  CudaResize(CudaDevice& d, ResizeMode mode) : Resize(mode), d_(d) {}
+  void forward(const Tensor& x, Tensor& y) override {
+    check_forward(x, y);
+    resize_images(x.f32(), y.f32(), x.dim(0) * x.dim(1), x.dim(2), x.dim(3), y.dim(2), y.dim(3),
+                  mode() == ResizeMode::Bilinear, d_.stream());
+  }
+
+ private:
+  CudaDevice& d_;
+};
+
 class CudaOps final : public Ops {
  public:
   CudaOps(CudaDevice& d, std::string kernels) : d_(d), kernels_(std::move(kernels)) {}
@@ -107,6 +214,16 @@ class CudaOps final : public Ops {
   std::unique_ptr<Linear> make_linear() override { return std::make_unique<CudaLinear>(d_); }
   std::unique_ptr<SoftmaxXent> make_softmax_xent() override {
     return std::make_unique<CudaSoftmaxXent>(d_);
+  }
+  std::unique_ptr<Conv2d> make_conv2d(const Conv2dParams& params) override {
+    return make_cudnn_conv2d(d_, log_, params);
+  }
+  std::unique_ptr<Pool2d> make_pool2d(const Pool2dParams& params) override {
+    return std::make_unique<CudaPool2d>(d_, params);
+  }
+  std::unique_ptr<Dropout> make_dropout() override { return std::make_unique<CudaDropout>(d_); }
+  std::unique_ptr<Resize> make_resize(ResizeMode mode) override {
+    return std::make_unique<CudaResize>(d_, mode);
   }
   void sgd(Tensor& params, const Tensor& grads, float step) override {
     PARALAB_REQUIRE(params.numel() == grads.numel(), "sgd: params and grads sizes differ");

@@ -6,8 +6,10 @@
 #include <cmath>
 #include <numbers>
 #include <string>
+#include <utility>
 
 #include "core/error.h"
+#include "core/rng.h"
 
 namespace paralab::ref {
 namespace {
@@ -139,6 +141,212 @@ StageResult conv_relu_pool(const Vec& x, const Vec& w, const Vec& b, const Vec& 
   const Vec d_act = avgpool2_backward(dy, N, K, OH, OW);
   conv2d_backward(x, w, relu_backward(conv, d_act), N, C, H, W, K, R, S, r.dx, r.dw, r.db);
   return r;
+}
+
+Vec conv2d_forward(const Vec& x, const Vec& w, const Vec& b, const ConvGeom& g) {
+  require_positive({g.N, g.C, g.H, g.W, g.K, g.R, g.S, g.sh, g.sw}, "conv2d_forward");
+  PARALAB_REQUIRE(g.ph >= 0 && g.pw >= 0 && g.OH() >= 1 && g.OW() >= 1,
+                  "ref: conv2d_forward: kernel larger than the padded input");
+  require_size(x, sz(g.N) * g.C * g.H * g.W, "conv2d_forward x");
+  require_size(w, sz(g.K) * g.C * g.R * g.S, "conv2d_forward w");
+  require_size(b, sz(g.K), "conv2d_forward b");
+  const int OH = g.OH(), OW = g.OW();
+  Vec y(sz(g.N) * g.K * OH * OW);
+  for (int n = 0; n < g.N; ++n)
+    for (int k = 0; k < g.K; ++k)
+      for (int i = 0; i < OH; ++i)
+        for (int j = 0; j < OW; ++j) {
+          double acc = b[k];
+          for (int c = 0; c < g.C; ++c)
+            for (int r = 0; r < g.R; ++r)
+              for (int s = 0; s < g.S; ++s) {
+                const int h = i * g.sh + r - g.ph, v = j * g.sw + s - g.pw;
+                if (h < 0 || h >= g.H || v < 0 || v >= g.W) continue;  // zero padding
+                acc += w[((sz(k) * g.C + c) * g.R + r) * g.S + s] *
+                       x[((sz(n) * g.C + c) * g.H + h) * g.W + v];
+              }
+          y[((sz(n) * g.K + k) * OH + i) * OW + j] = acc;
+        }
+  return y;
+}
+
+void conv2d_backward(const Vec& x, const Vec& w, const Vec& dy, const ConvGeom& g, Vec& dx, Vec& dw,
+                     Vec& db) {
+  require_positive({g.N, g.C, g.H, g.W, g.K, g.R, g.S, g.sh, g.sw}, "conv2d_backward");
+  PARALAB_REQUIRE(g.ph >= 0 && g.pw >= 0 && g.OH() >= 1 && g.OW() >= 1,
+                  "ref: conv2d_backward: kernel larger than the padded input");
+  const int OH = g.OH(), OW = g.OW();
+  require_size(x, sz(g.N) * g.C * g.H * g.W, "conv2d_backward x");
+  require_size(w, sz(g.K) * g.C * g.R * g.S, "conv2d_backward w");
+  require_size(dy, sz(g.N) * g.K * OH * OW, "conv2d_backward dy");
+  dx.assign(x.size(), 0.0);
+  dw.assign(w.size(), 0.0);
+  db.assign(sz(g.K), 0.0);
+  // Each forward term w[k,c,r,s] * x[n,c,h,v] sends dy[n,k,i,j] back to both factors; padding
+  // terms are zero and send nothing.
+  for (int n = 0; n < g.N; ++n)
+    for (int k = 0; k < g.K; ++k)
+      for (int i = 0; i < OH; ++i)
+        for (int j = 0; j < OW; ++j) {
+          const double gy = dy[((sz(n) * g.K + k) * OH + i) * OW + j];
+          db[k] += gy;
+          for (int c = 0; c < g.C; ++c)
+            for (int r = 0; r < g.R; ++r)
+              for (int s = 0; s < g.S; ++s) {
+                const int h = i * g.sh + r - g.ph, v = j * g.sw + s - g.pw;
+                if (h < 0 || h >= g.H || v < 0 || v >= g.W) continue;
+                const size_t wi = ((sz(k) * g.C + c) * g.R + r) * g.S + s;
+                const size_t xi = ((sz(n) * g.C + c) * g.H + h) * g.W + v;
+                dw[wi] += gy * x[xi];
+                dx[xi] += gy * w[wi];
+              }
+        }
+}
+
+namespace {
+
+void require_pool(const PoolGeom& g, const char* what) {
+  require_positive({g.N, g.C, g.H, g.W, g.kh, g.kw, g.sh, g.sw}, what);
+  PARALAB_REQUIRE(g.ph >= 0 && g.pw >= 0 && 2 * g.ph <= g.kh && 2 * g.pw <= g.kw,
+                  std::string("ref: ") + what + ": padding must be in [0, window / 2]");
+  PARALAB_REQUIRE(g.OH() >= 1 && g.OW() >= 1,
+                  std::string("ref: ") + what + ": window larger than the padded input");
+}
+
+// The position (h, v) in plane-local coordinates of the first maximum of window (i, j).
+std::pair<int, int> window_argmax(const double* plane, const PoolGeom& g, int i, int j) {
+  int bh = -1, bv = -1;
+  for (int r = 0; r < g.kh; ++r)
+    for (int s = 0; s < g.kw; ++s) {
+      const int h = i * g.sh + r - g.ph, v = j * g.sw + s - g.pw;
+      if (h < 0 || h >= g.H || v < 0 || v >= g.W) continue;  // padding never wins
+      if (bh < 0 || plane[sz(h) * g.W + v] > plane[sz(bh) * g.W + bv]) bh = h, bv = v;
+    }
+  return {bh, bv};
+}
+
+}  // namespace
+
+Vec pool2d_forward(const Vec& x, const PoolGeom& g) {
+  require_pool(g, "pool2d_forward");
+  require_size(x, sz(g.N) * g.C * g.H * g.W, "pool2d_forward x");
+  const int OH = g.OH(), OW = g.OW();
+  Vec y(sz(g.N) * g.C * OH * OW);
+  for (int p = 0; p < g.N * g.C; ++p) {
+    const double* plane = x.data() + sz(p) * g.H * g.W;
+    for (int i = 0; i < OH; ++i)
+      for (int j = 0; j < OW; ++j) {
+        double out = 0.0;
+        if (g.max) {
+          const auto [h, v] = window_argmax(plane, g, i, j);
+          out = plane[sz(h) * g.W + v];
+        } else {
+          for (int r = 0; r < g.kh; ++r)
+            for (int s = 0; s < g.kw; ++s) {
+              const int h = i * g.sh + r - g.ph, v = j * g.sw + s - g.pw;
+              if (h >= 0 && h < g.H && v >= 0 && v < g.W) out += plane[sz(h) * g.W + v];
+            }
+          out /= g.kh * g.kw;
+        }
+        y[(sz(p) * OH + i) * OW + j] = out;
+      }
+  }
+  return y;
+}
+
+Vec pool2d_backward(const Vec& x, const Vec& dy, const PoolGeom& g) {
+  require_pool(g, "pool2d_backward");
+  require_size(x, sz(g.N) * g.C * g.H * g.W, "pool2d_backward x");
+  const int OH = g.OH(), OW = g.OW();
+  require_size(dy, sz(g.N) * g.C * OH * OW, "pool2d_backward dy");
+  Vec dx(x.size(), 0.0);
+  for (int p = 0; p < g.N * g.C; ++p) {
+    const double* plane = x.data() + sz(p) * g.H * g.W;
+    double* dplane = dx.data() + sz(p) * g.H * g.W;
+    for (int i = 0; i < OH; ++i)
+      for (int j = 0; j < OW; ++j) {
+        const double gy = dy[(sz(p) * OH + i) * OW + j];
+        if (g.max) {
+          const auto [h, v] = window_argmax(plane, g, i, j);
+          dplane[sz(h) * g.W + v] += gy;
+          continue;
+        }
+        for (int r = 0; r < g.kh; ++r)
+          for (int s = 0; s < g.kw; ++s) {
+            const int h = i * g.sh + r - g.ph, v = j * g.sw + s - g.pw;
+            if (h >= 0 && h < g.H && v >= 0 && v < g.W)
+              dplane[sz(h) * g.W + v] += gy / (g.kh * g.kw);
+          }
+      }
+  }
+  return dx;
+}
+
+std::vector<int> dropout_mask(int N, int64_t F, float p, uint64_t seed, int64_t e0, int64_t f0) {
+  PARALAB_REQUIRE(N > 0 && F > 0, "ref: dropout_mask: N and F must be > 0");
+  PARALAB_REQUIRE(p >= 0.0f && p < 1.0f, "ref: dropout: p must be in [0, 1)");
+  std::vector<int> keep(sz(N) * static_cast<size_t>(F));
+  for (int n = 0; n < N; ++n)
+    for (int64_t f = 0; f < F; ++f)
+      keep[sz(n) * static_cast<size_t>(F) + static_cast<size_t>(f)] =
+          dropout_uniform(seed, e0 + n, f0 + f) >= p ? 1 : 0;
+  return keep;
+}
+
+Vec dropout_forward(const Vec& x, int N, float p, uint64_t seed, int64_t e0, int64_t f0) {
+  PARALAB_REQUIRE(N > 0 && x.size() % sz(N) == 0 && !x.empty(),
+                  "ref: dropout_forward: x is not (N,F)");
+  const auto keep = dropout_mask(N, static_cast<int64_t>(x.size() / sz(N)), p, seed, e0, f0);
+  Vec y(x.size());
+  for (size_t i = 0; i < x.size(); ++i) y[i] = keep[i] ? x[i] / (1.0 - p) : 0.0;
+  return y;
+}
+
+Vec dropout_backward(const Vec& dy, int N, float p, uint64_t seed, int64_t e0, int64_t f0) {
+  return dropout_forward(dy, N, p, seed, e0, f0);  // the same linear map: its own adjoint
+}
+
+Vec resize_nearest(const Vec& x, int N, int C, int H, int W, int OH, int OW) {
+  require_positive({N, C, H, W, OH, OW}, "resize_nearest");
+  require_size(x, sz(N) * C * H * W, "resize_nearest x");
+  Vec y(sz(N) * C * OH * OW);
+  for (int p = 0; p < N * C; ++p)
+    for (int i = 0; i < OH; ++i)
+      for (int j = 0; j < OW; ++j) {
+        const auto h = static_cast<size_t>(std::floor((i + 0.5) * H / OH));
+        const auto v = static_cast<size_t>(std::floor((j + 0.5) * W / OW));
+        y[(sz(p) * OH + i) * OW + j] = x[(sz(p) * H + h) * W + v];
+      }
+  return y;
+}
+
+Vec resize_bilinear(const Vec& x, int N, int C, int H, int W, int OH, int OW) {
+  require_positive({N, C, H, W, OH, OW}, "resize_bilinear");
+  require_size(x, sz(N) * C * H * W, "resize_bilinear x");
+  struct Tap {
+    size_t lo, hi;
+    double frac;
+  };
+  auto tap = [](int i, int in, int out) {
+    const double src = std::max(0.0, (i + 0.5) * in / out - 0.5);
+    const int lo = std::min(static_cast<int>(src), in - 1);
+    return Tap{sz(lo), sz(std::min(lo + 1, in - 1)), src - lo};
+  };
+  Vec y(sz(N) * C * OH * OW);
+  for (int p = 0; p < N * C; ++p) {
+    const double* plane = x.data() + sz(p) * H * W;
+    for (int i = 0; i < OH; ++i) {
+      const Tap th = tap(i, H, OH);
+      for (int j = 0; j < OW; ++j) {
+        const Tap tw = tap(j, W, OW);
+        auto row = [&](size_t h) {
+          return (1.0 - tw.frac) * plane[h * W + tw.lo] + tw.frac * plane[h * W + tw.hi];
+        };
+        y[(sz(p) * OH + i) * OW + j] = (1.0 - th.frac) * row(th.lo) + th.frac * row(th.hi);
+      }
+    }
+  }
+  return y;
 }
 
 Vec linear_forward(const Vec& x, const Vec& W, const Vec& b, int N, int in, int out) {

@@ -45,6 +45,56 @@ struct StageResult {
 StageResult conv_relu_pool(const Vec& x, const Vec& w, const Vec& b, const Vec& dy, int N, int C,
                            int H, int W, int K, int R, int S);
 
+// --- The model ops (core/ops.h: Conv2d, Pool2d, Dropout, Resize) ---
+
+// Convolution with stride and symmetric zero padding, cross-correlation:
+//   y[n,k,i,j] = b[k] + sum_{c,r,s} w[k,c,r,s] * x[n,c, i*sh + r - ph, j*sw + s - pw]
+// with x = 0 outside (H,W); floor mode: OH = (H + 2ph - R) / sh + 1, OW likewise.
+struct ConvGeom {
+  int N, C, H, W;  // x (N,C,H,W)
+  int K, R, S;     // w (K,C,R,S), b (K)
+  int sh = 1, sw = 1, ph = 0, pw = 0;
+  int OH() const { return (H + 2 * ph - R) / sh + 1; }
+  int OW() const { return (W + 2 * pw - S) / sw + 1; }
+};
+// Returns y (N,K,OH,OW).
+Vec conv2d_forward(const Vec& x, const Vec& w, const Vec& b, const ConvGeom& g);
+// dy (N,K,OH,OW); writes dx (N,C,H,W), dw (K,C,R,S), db (K), all overwritten.
+void conv2d_backward(const Vec& x, const Vec& w, const Vec& dy, const ConvGeom& g, Vec& dx, Vec& dw,
+                     Vec& db);
+
+// Max or average pooling with any window, stride and symmetric padding, floor mode:
+// OH = (H + 2ph - kh) / sh + 1. Max: padding never wins; ties go to the first maximum in window
+// order (row by row, left to right). Average: window sum / (kh * kw), padding counted as zeros
+// (count_include_pad).
+struct PoolGeom {
+  int N, C, H, W;  // x (N,C,H,W)
+  int kh, kw, sh, sw, ph = 0, pw = 0;
+  bool max = true;
+  int OH() const { return (H + 2 * ph - kh) / sh + 1; }
+  int OW() const { return (W + 2 * pw - kw) / sw + 1; }
+};
+// Returns y (N,C,OH,OW).
+Vec pool2d_forward(const Vec& x, const PoolGeom& g);
+// dy (N,C,OH,OW) -> dx (N,C,H,W); max pooling finds its maxima in x again.
+Vec pool2d_backward(const Vec& x, const Vec& dy, const PoolGeom& g);
+
+// Inverted dropout on x viewed as (N, F = size / N):
+//   keep[n][f] = dropout_uniform(seed, e0 + n, f0 + f) >= p   (core/rng.h: the mask's definition)
+//   y = keep ? x / (1 - p) : 0
+Vec dropout_forward(const Vec& x, int N, float p, uint64_t seed, int64_t e0, int64_t f0);
+// dx = keep ? dy / (1 - p) : 0, the same mask.
+Vec dropout_backward(const Vec& dy, int N, float p, uint64_t seed, int64_t e0, int64_t f0);
+// The mask alone, 1 = kept, (N,F).
+std::vector<int> dropout_mask(int N, int64_t F, float p, uint64_t seed, int64_t e0, int64_t f0);
+
+// Resizing x (N,C,H,W) to (N,C,OH,OW) with half-pixel centres: output index i maps to input
+// coordinate (i + 0.5) * in / out - 0.5, computed here in double.
+// Nearest: input floor((i + 0.5) * in / out). Bilinear: the coordinate clamped below at 0,
+// interpolating x[floor] and x[floor + 1] (the last pixel repeated at the far edge).
+Vec resize_nearest(const Vec& x, int N, int C, int H, int W, int OH, int OW);
+Vec resize_bilinear(const Vec& x, int N, int C, int H, int W, int OH, int OW);
+
 // Fully connected as in the book: y = x W + b with W stored (in, out).
 // x is (N,in), W is (in,out), b is (out); returns y (N,out).
 Vec linear_forward(const Vec& x, const Vec& W, const Vec& b, int N, int in, int out);

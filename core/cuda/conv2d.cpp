@@ -1,0 +1,167 @@
+// CUDA 2-D convolution (stride, padding, bias) on cuDNN, NCHW throughout: descriptors, the
+// algorithms and their workspace made once per input shape. The algorithms follow the rule of
+// cudnn_algorithms.h (cuDNN's heuristic ranking, first deterministic non-Winograd one), recorded
+// in the device's kernel log; bias added by cudnnAddTensor, its gradient by
+// cudnnConvolutionBackwardBias (no atomics, so results repeat to the bit).
+#include <algorithm>
+#include <map>
+#include <tuple>
+
+#include "core/cuda/check.h"
+#include "core/cuda/cuda_device.h"
+#include "core/cuda/cudnn_algorithms.h"
+#include "core/cuda/kernel_log.h"
+
+namespace paralab::cuda {
+
+namespace {
+
+using Key = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t>;
+
+struct Plan {
+  Plan() = default;
+  Plan(const Plan&) = delete;
+  Plan& operator=(const Plan&) = delete;
+  ~Plan() {
+    for (auto t : {x, y, bias})
+      if (t) cudnnDestroyTensorDescriptor(t);
+    if (w) cudnnDestroyFilterDescriptor(w);
+    if (conv) cudnnDestroyConvolutionDescriptor(conv);
+  }
+  cudnnTensorDescriptor_t x = nullptr, y = nullptr, bias = nullptr;
+  cudnnFilterDescriptor_t w = nullptr;
+  cudnnConvolutionDescriptor_t conv = nullptr;
+  cudnnConvolutionFwdAlgo_t fwd_algo{};
+  cudnnConvolutionBwdDataAlgo_t data_algo{};
+  cudnnConvolutionBwdFilterAlgo_t filter_algo{};
+  // The math type each chosen algorithm was ranked with (see conv_relu_pool.cpp).
+  cudnnMathType_t fwd_math = CUDNN_FMA_MATH, data_math = CUDNN_FMA_MATH,
+                  filter_math = CUDNN_FMA_MATH;
+  Tensor workspace;
+};
+
+class CudaConv2d final : public Conv2d {
+ public:
+  CudaConv2d(CudaDevice& d, KernelLog& log, const Conv2dParams& params)
+      : Conv2d(params), d_(d), log_(log) {}
+
+  void forward(const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y) override {
+    check_forward(x, w, b, y, params());
+    Plan& p = plan(x, w);
+    const float one = 1.0f, zero = 0.0f;
+    cudnnHandle_t h = d_.cudnn();
+    PARALAB_CUDNN(cudnnSetConvolutionMathType(p.conv, p.fwd_math));
+    PARALAB_CUDNN(cudnnConvolutionForward(h, &one, p.x, x.raw(), p.w, w.raw(), p.conv, p.fwd_algo,
+                                          p.workspace.raw(), p.workspace.bytes(), &zero, p.y,
+                                          y.raw()));
+    PARALAB_CUDNN(cudnnAddTensor(h, &one, p.bias, b.raw(), &one, p.y, y.raw()));
+  }
+
+  void backward(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor* dx, Tensor& dw,
+                Tensor& db) override {
+    check_backward(x, w, dy, dx, dw, db, params());
+    Plan& p = plan(x, w);
+    const float one = 1.0f, zero = 0.0f;
+    cudnnHandle_t h = d_.cudnn();
+    PARALAB_CUDNN(cudnnConvolutionBackwardBias(h, &one, p.y, dy.raw(), &zero, p.bias, db.raw()));
+    PARALAB_CUDNN(cudnnSetConvolutionMathType(p.conv, p.filter_math));
+    PARALAB_CUDNN(cudnnConvolutionBackwardFilter(h, &one, p.x, x.raw(), p.y, dy.raw(), p.conv,
+                                                 p.filter_algo, p.workspace.raw(),
+                                                 p.workspace.bytes(), &zero, p.w, dw.raw()));
+    if (!dx) return;
+    // beta = 0 overwrites dx everywhere, the rows and columns no window reads included.
+    PARALAB_CUDNN(cudnnSetConvolutionMathType(p.conv, p.data_math));
+    PARALAB_CUDNN(cudnnConvolutionBackwardData(h, &one, p.w, w.raw(), p.y, dy.raw(), p.conv,
+                                               p.data_algo, p.workspace.raw(), p.workspace.bytes(),
+                                               &zero, p.x, dx->raw()));
+  }
+
+ private:
+  Plan& plan(const Tensor& x, const Tensor& w) {
+    const Key key{x.dim(0), x.dim(1), x.dim(2), x.dim(3), w.dim(0), w.dim(2), w.dim(3)};
+    auto it = plans_.find(key);
+    if (it != plans_.end()) return *it->second;
+
+    const Conv2dParams& q = params();
+    const Shape ys = output_shape(x.shape(), w.shape(), q);
+    auto p = std::make_unique<Plan>();
+    p->x = tensor4(x.dim(0), x.dim(1), x.dim(2), x.dim(3));
+    p->y = tensor4(ys[0], ys[1], ys[2], ys[3]);
+    p->bias = tensor4(1, w.dim(0), 1, 1);
+    PARALAB_CUDNN(cudnnCreateFilterDescriptor(&p->w));
+    PARALAB_CUDNN(cudnnSetFilter4dDescriptor(p->w, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW,
+                                             int(w.dim(0)), int(w.dim(1)), int(w.dim(2)),
+                                             int(w.dim(3))));
+    PARALAB_CUDNN(cudnnCreateConvolutionDescriptor(&p->conv));
+    PARALAB_CUDNN(cudnnSetConvolution2dDescriptor(p->conv, int(q.pad_h), int(q.pad_w),
+                                                  int(q.stride_h), int(q.stride_w), 1, 1,
+                                                  CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
+    // FMA math keeps float32 convolutions off TF32 tensor cores unless the device allows TF32.
+    PARALAB_CUDNN(
+        cudnnSetConvolutionMathType(p->conv, d_.tf32() ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH));
+    // cuDNN's output size must be ours (both floor), or the descriptors would disagree.
+    int on = 0, oc = 0, oh = 0, ow = 0;
+    PARALAB_CUDNN(cudnnGetConvolution2dForwardOutputDim(p->conv, p->x, p->w, &on, &oc, &oh, &ow));
+    PARALAB_REQUIRE((Shape{on, oc, oh, ow}) == ys, "conv2d: cuDNN's output " +
+                                                       shape_string(Shape{on, oc, oh, ow}) +
+                                                       " differs from " + shape_string(ys));
+
+    int got = 0;
+    cudnnHandle_t h = d_.cudnn();
+    cudnnConvolutionFwdAlgoPerf_t fwd[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
+    PARALAB_CUDNN(cudnnGetConvolutionForwardAlgorithm_v7(
+        h, p->x, p->w, p->conv, p->y, CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &got, fwd));
+    const auto f = first_deterministic(fwd, got, "forward");
+    cudnnConvolutionBwdDataAlgoPerf_t data[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
+    PARALAB_CUDNN(cudnnGetConvolutionBackwardDataAlgorithm_v7(
+        h, p->w, p->y, p->conv, p->x, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &got, data));
+    const auto dd = first_deterministic(data, got, "backward-data");
+    cudnnConvolutionBwdFilterAlgoPerf_t filt[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
+    PARALAB_CUDNN(cudnnGetConvolutionBackwardFilterAlgorithm_v7(
+        h, p->x, p->y, p->conv, p->w, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &got, filt));
+    const auto ff = first_deterministic(filt, got, "backward-filter");
+    p->fwd_algo = f.algo;
+    p->data_algo = dd.algo;
+    p->filter_algo = ff.algo;
+    if (d_.tf32()) {
+      p->fwd_math = f.mathType;
+      p->data_math = dd.mathType;
+      p->filter_math = ff.mathType;
+    }
+    std::size_t fwd_ws = 0, data_ws = 0, filter_ws = 0;
+    PARALAB_CUDNN(cudnnSetConvolutionMathType(p->conv, p->fwd_math));
+    PARALAB_CUDNN(cudnnGetConvolutionForwardWorkspaceSize(h, p->x, p->w, p->conv, p->y, p->fwd_algo,
+                                                          &fwd_ws));
+    PARALAB_CUDNN(cudnnSetConvolutionMathType(p->conv, p->data_math));
+    PARALAB_CUDNN(cudnnGetConvolutionBackwardDataWorkspaceSize(h, p->w, p->y, p->conv, p->x,
+                                                               p->data_algo, &data_ws));
+    PARALAB_CUDNN(cudnnSetConvolutionMathType(p->conv, p->filter_math));
+    PARALAB_CUDNN(cudnnGetConvolutionBackwardFilterWorkspaceSize(h, p->x, p->y, p->conv, p->w,
+                                                                 p->filter_algo, &filter_ws));
+    const std::size_t ws = std::max({fwd_ws, data_ws, filter_ws, std::size_t{4}});
+    log_.note("conv2d x " + shape_string(x.shape()) + " w " + shape_string(w.shape()) + " stride " +
+                  std::to_string(q.stride_h) + "x" + std::to_string(q.stride_w) + " pad " +
+                  std::to_string(q.pad_h) + "x" + std::to_string(q.pad_w),
+              {{"kernels", "cudnn"},
+               {"forward", algo_name(p->fwd_algo)},
+               {"backward_data", algo_name(p->data_algo)},
+               {"backward_filter", algo_name(p->filter_algo)},
+               {"math", d_.tf32() ? "tf32 allowed" : "fma"},
+               {"workspace_bytes", ws}});
+    p->workspace = Tensor::empty(d_, {static_cast<int64_t>((ws + 3) / 4)});
+    return *plans_.emplace(key, std::move(p)).first->second;
+  }
+
+  CudaDevice& d_;
+  KernelLog& log_;
+  std::map<Key, std::unique_ptr<Plan>> plans_;
+};
+
+}  // namespace
+
+std::unique_ptr<Conv2d> make_cudnn_conv2d(CudaDevice& device, KernelLog& log,
+                                          const Conv2dParams& params) {
+  return std::make_unique<CudaConv2d>(device, log, params);
+}
+
+}  // namespace paralab::cuda
