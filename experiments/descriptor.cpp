@@ -12,6 +12,7 @@
 
 #include "core/device.h"
 #include "core/error.h"
+#include "core/model.h"
 #include "strategies/strategy.h"
 
 namespace paralab {
@@ -186,6 +187,7 @@ const json& defaults() {
       {"tf32", false},
       {"kernels", "cudnn"},
       {"green_contexts", true},
+      {"model", "lenet"},
       {"dataset", {{"dir", nullptr}, {"train_limit", nullptr}, {"test_limit", nullptr}}},
       {"training",
        {{"epochs", 1},
@@ -201,8 +203,8 @@ const json& defaults() {
 }
 
 const std::vector<std::string> kTopKeys = {
-    "name",    "description",    "backend", "virtual_devices", "tf32",
-    "kernels", "green_contexts", "dataset", "training",        "runs"};
+    "name",           "description", "backend", "virtual_devices", "tf32", "kernels",
+    "green_contexts", "model",       "dataset", "training",        "runs"};
 const std::vector<std::string> kDatasetKeys = {"dir", "train_limit", "test_limit"};
 const std::vector<std::string> kTrainingKeys = {"epochs",
                                                 "batch_size",
@@ -527,6 +529,14 @@ Descriptor parse_descriptor(json doc, const std::string& file) {
   d.kernels = r.string(doc["kernels"], "kernels");
   if (d.kernels != "cudnn" && d.kernels != "fused")
     r.fail("kernels", "unknown kernels '" + d.kernels + "' (known: cudnn, fused)");
+
+  // The model is built once here so that a bad name or layer list fails before any run.
+  try {
+    make_model(doc["model"], "model");
+  } catch (const Error& e) {
+    throw Error(file + ": " + e.what());
+  }
+  d.model = doc["model"];
 
   const json& ds = doc["dataset"];
   r.only_keys(ds, "dataset", kDatasetKeys);

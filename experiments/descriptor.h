@@ -54,6 +54,9 @@ struct Descriptor {
   std::string kernels = "cudnn";  // CUDA: the conv stages on "cudnn" or on "fused" own kernels
   std::optional<std::string> data_dir;
   std::optional<int64_t> train_limit, test_limit;
+  // The model every run trains (core/model.h, make_model): a built-in's name ("lenet",
+  // "alexnet"), {"name": ..., options}, or {"layers": [...]}.
+  nlohmann::json model = "lenet";
   std::vector<RunSpec> runs;
   nlohmann::json resolved;  // the whole descriptor after --set, with defaults filled in
 };

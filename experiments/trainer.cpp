@@ -13,7 +13,8 @@
 
 #include "core/device.h"
 #include "core/error.h"
-#include "core/lenet.h"
+#include "core/model.h"
+#include "core/ops.h"
 #include "core/rng.h"
 #include "experiments/cpu_binding.h"
 #include "experiments/results.h"
@@ -224,6 +225,8 @@ json run_training(const RunSpec& run, const RunContext& ctx) {
   json result;
   result["label"] = run.label;
   result["run_spec"] = run.expanded;
+  // Built per run (cheap: a description): the descriptor checked it already.
+  const std::shared_ptr<const Model> model = make_model(d.model, "model");
   json config = {{"strategy", run.strategy},
                  {"backend", backend},
                  {"devices", run.devices},
@@ -244,7 +247,8 @@ json run_training(const RunSpec& run, const RunContext& ctx) {
                  {"oversubscribed", oversubscribed},
                  {"sweep", run.sweep_point},
                  {"train_examples", train.count},
-                 {"test_examples", test.count}};
+                 {"test_examples", test.count},
+                 {"model", model->describe()}};
   json iterations = json::array(), warmup = json::array(), epochs = json::array();
   std::string status = "ok", reason;
   const std::string prefix =
@@ -326,7 +330,9 @@ json run_training(const RunSpec& run, const RunContext& ctx) {
       setup.devices = group;
       setup.train = &train;
       setup.test = &test;
-      setup.initial_parameters = lenet_initial_parameters(tc.seed);
+      setup.model = model;
+      setup.initial_parameters = model->initial_parameters(tc.seed);
+      setup.seed = tc.seed;
       setup.eval_batch = tc.eval_batch_size;
       setup.train_batch = global;
       setup.mpi = ctx.mpi;

@@ -1,10 +1,9 @@
 #include "strategies/channel_split.h"
 
-#include <array>
 #include <chrono>
 
 #include "core/error.h"
-#include "core/lenet.h"
+#include "core/model.h"
 #include "core/ops.h"
 #include "strategies/collectives/collectives.h"
 #include "strategies/device_data.h"
@@ -16,10 +15,6 @@ namespace paralab {
 namespace {
 
 using nlohmann::json;
-
-// Output channels (units) of conv1, conv2, fc1, fc2 and the elements per channel of each output.
-constexpr std::array<int64_t, kLeNetLayers> kChannels = {20, 50, 128, 10};
-constexpr std::array<int64_t, kLeNetLayers> kPerChannel = {13 * 13, 4 * 4, 1, 1};
 
 struct Options {
   std::string pairing = "none";
@@ -48,20 +43,10 @@ struct CommPlan {
   }
 };
 
-CommPlan comm_plan(const std::string& pairing) {
-  CommPlan p;
-  if (pairing == "megatron") {
-    p.allgather = {{"conv1 output", 20 * 169}, {"fc2 output", 10}};
-    p.allreduce = {{"fc1 output (partial sums)", 128}, {"fc1 output gradient", 128}};
-    p.reduce_scatter = {{"conv2 input gradient", 20 * 169}};
-  } else {
-    p.allgather = {
-        {"conv1 output", 20 * 169}, {"conv2 output", 800}, {"fc1 output", 128}, {"fc2 output", 10}};
-    p.reduce_scatter = {
-        {"fc2 input gradient", 128}, {"fc1 input gradient", 800}, {"conv2 input gradient", 3380}};
-  }
-  return p;
-}
+// What a layer's input gradient is on each device, as its backward leaves it: a partial sum
+// of the whole gradient (an output-split layer: only its channels' contribution), the same
+// whole gradient everywhere, or the exact gradient of this device's channel shard.
+enum class Grad { kPartial, kReplicated, kSharded };
 
 Shape shard_shape(const Shape& full, const Block& b) {
   if (full.size() == 4) return {b.r1 - b.r0, full[1], full[2], full[3]};
@@ -72,26 +57,22 @@ Shape shard_shape(const Shape& full, const Block& b) {
 class ChannelSplit final : public Strategy {
  public:
   explicit ChannelSplit(Options o)
-      : o_(std::move(o)),
-        plan_(comm_plan(o_.pairing)),
-        allreduce_(make_allreduce(o_.allreduce, {})) {}
+      : o_(std::move(o)), allreduce_(make_allreduce(o_.allreduce, {})) {}
 
   bool supports_mpi() const override { return true; }
 
   void setup(const StrategySetup& s) override {
     group_ = make_group(s.devices, s.mpi);
+    model_ = s.model ? s.model : default_model();
+    seed_ = s.seed;
+    plan(group_->size());
+    if (o_.pairing == "megatron" && !plan_.allreduce.empty()) allreduce_->prepare(s.devices);
     const int k = group_->size();
-    for (int l = 0; l < kLeNetLayers; ++l)
-      if (kChannels[l] < k)
-        throw Error("channel_split: " + std::to_string(k) + " devices, but " + lenet_layer_name(l) +
-                    " has only " + std::to_string(kChannels[l]) +
-                    " output channels to split (at most " + std::to_string(kChannels[l]) +
-                    " devices)");
-    for (int l = 0; l < kLeNetLayers; ++l) bounds_[l] = equal_segments(kChannels[l], k);
-    if (o_.pairing == "megatron") allreduce_->prepare(s.devices);
     ranks_ = std::vector<Rank>(static_cast<std::size_t>(k));
     eval_batch_ = s.eval_batch;
     test_count_ = s.test->count;
+    const Model& model = *model_;
+    const auto T = model.tensors().size();
     run([&](int r) {
       Rank& me = ranks_[r];
       Device& dev = group_->device(r);
@@ -102,20 +83,38 @@ class ChannelSplit final : public Strategy {
       const std::vector<float> mine = extract(s.initial_parameters, me.blocks);
       me.params = Tensor::from_host(dev, {static_cast<int64_t>(mine.size())}, mine);
       me.grads = Tensor::zeros(dev, me.params.shape());
+      me.w.resize(T);
+      me.g.resize(T);
       int64_t offset = 0;
-      for (int i = 0; i < kLeNetTensors; ++i) {
-        const Shape shape = shard_shape(lenet_layout()[i].shape, me.blocks[i]);
+      for (std::size_t i = 0; i < T; ++i) {
+        const Shape shape = shard_shape(model.tensors()[i].shape, me.blocks[i]);
         me.w[i] = me.params.view(offset, shape);
         me.g[i] = me.grads.view(offset, shape);
         offset += shape_numel(shape);
       }
-      me.zero_bias = Tensor::zeros(dev, {128});
       Ops& ops = dev.ops();
-      me.conv1 = ops.make_conv_relu_pool();
-      me.conv2 = ops.make_conv_relu_pool();
-      me.fc1 = ops.make_linear();
-      me.fc2 = ops.make_linear();
-      me.relu = ops.make_relu();
+      const auto L = static_cast<std::size_t>(model.layers());
+      me.conv_relu_pool.resize(L);
+      me.linear.resize(L);
+      me.relu.resize(L);
+      me.zero_bias.resize(L);
+      for (int l = 0; l < model.layers(); ++l) {
+        const LayerSpec& spec = model.layer(l);
+        const auto at = static_cast<std::size_t>(l);
+        switch (spec.op) {
+          case LayerOp::kConvReluPool:
+            me.conv_relu_pool[at] = ops.make_conv_relu_pool();
+            break;
+          case LayerOp::kLinear:
+            me.linear[at] = ops.make_linear();
+            if (spec.relu) me.relu[at] = ops.make_relu();
+            if (mode_[at] == SplitMode::kInput) me.zero_bias[at] = Tensor::zeros(dev, {spec.out});
+            break;
+          default:
+            throw Unavailable("channel_split: layer " + spec.name +
+                              ": this build's devices have no op for it yet");
+        }
+      }
       me.xent = ops.make_softmax_xent();
       me.data = DeviceData(dev, *s.train, *s.test);
       me.stats = Tensor::zeros(dev, {2});
@@ -127,6 +126,7 @@ class ChannelSplit final : public Strategy {
   }
 
   void begin_epoch(std::span<const int32_t> order) override {
+    ++epoch_;
     run([&](int r) {
       ranks_[r].order =
           Tensor::from_host(*ranks_[r].dev, {static_cast<int64_t>(order.size())}, order);
@@ -136,6 +136,7 @@ class ChannelSplit final : public Strategy {
   StepResult train_step(int64_t offset, int64_t count, float lr) override {
     check_batch(count);
     const auto t0 = Clock::now();
+    key_ = {dropout_seed(seed_, epoch_), offset};
     run([&](int r) { rank_step(ranks_[r], offset, count, lr); });
     StepResult out;
     out.times.total_ms = ms_between(t0, Clock::now());
@@ -198,11 +199,17 @@ class ChannelSplit final : public Strategy {
   json report() const override {
     if (ranks_.empty()) return nullptr;
     const int k = static_cast<int>(ranks_.size());
-    json channels = json::object();
-    for (int l = 0; l < kLeNetLayers; ++l) {
+    json channels = json::object(), modes = json::object();
+    for (int l = 0; l < model_->layers(); ++l) {
+      const auto at = static_cast<std::size_t>(l);
+      modes[model_->layer(l).name] = mode_[at] == SplitMode::kOutput        ? "output"
+                                     : mode_[at] == SplitMode::kInput       ? "input"
+                                     : mode_[at] == SplitMode::kChannelwise ? "channelwise"
+                                                                            : "replicated";
+      if (mode_[at] != SplitMode::kOutput || !sharded_[at + 1]) continue;
       json counts = json::array();
-      for (int r = 0; r < k; ++r) counts.push_back(bounds_[l][r + 1] - bounds_[l][r]);
-      channels[lenet_layer_name(l)] = counts;
+      for (int r = 0; r < k; ++r) counts.push_back(channels_of(l + 1, r));
+      channels[model_->layer(l).name] = counts;
     }
     auto list = [](const std::vector<std::pair<std::string, int64_t>>& v) {
       json a = json::array();
@@ -217,6 +224,7 @@ class ChannelSplit final : public Strategy {
       params.push_back(n);
     }
     return {{"pairing", o_.pairing},
+            {"layer_split_modes", modes},
             {"output_channels", channels},
             {"parameters_per_device", params},
             {"allgather", list(plan_.allgather)},
@@ -230,23 +238,26 @@ class ChannelSplit final : public Strategy {
     int rank = 0;
     Device* dev = nullptr;
     Transport* t = nullptr;
-    std::array<Block, kLeNetTensors> blocks{};
-    Tensor params, grads, zero_bias;
-    std::array<Tensor, kLeNetTensors> w, g;  // this device's part of each tensor, and gradient
-    std::unique_ptr<ConvReluPool> conv1, conv2;
-    std::unique_ptr<Linear> fc1, fc2;
-    std::unique_ptr<Relu> relu;
+    std::vector<Block> blocks;
+    Tensor params, grads;
+    std::vector<Tensor> w, g;  // this device's part of each tensor, and its gradient
+    // Per layer, the op objects it needs (null elsewhere), and an input-split layer's zero bias
+    // (its bias is added by device 0 only).
+    std::vector<std::unique_ptr<ConvReluPool>> conv_relu_pool;
+    std::vector<std::unique_ptr<Linear>> linear;
+    std::vector<std::unique_ptr<Relu>> relu;
+    std::vector<Tensor> zero_bias;
     std::unique_ptr<SoftmaxXent> xent;
     DeviceData data;
     Tensor order, stats;
-    // Batch buffers. Packed buffers hold a layer's output (or input gradient) device-major, so
-    // that each device's channels are one contiguous segment for the collectives; *_own are
-    // views of this device's segment; the others are whole NCHW activations.
+    // Batch buffers per activation boundary b. A sharded activation lives in packed[b]
+    // device-major, so that each device's channels are one contiguous segment for the
+    // collectives; own[b] views this device's segment; full[b] is the whole NCHW activation
+    // (gathered, or computed whole). Gradients: dfull[b] whole (partial or replicated), dpacked
+    // and its own view for a reduce-scatter, dshard[b] this device's channels alone.
     int64_t n = -1;
     Tensor x, y;
-    Tensor packed1, own1, act1, packed2, own2, act2, packed3, own3, act3;
-    Tensor packed4, own4, logits, dlogits, dlogits_own, dact3;
-    Tensor dpacked3, down3, dact2, dpacked2, down2, dact1, dpacked1, down1;
+    std::vector<Tensor> packed, own, full, dfull, dpacked, down, dshard;
     double loss = 0, forward_ms = 0, backward_ms = 0;
     std::vector<std::pair<TimeMark, TimeMark>> comm_marks;  // this step's communication
     int64_t correct = 0;
@@ -257,37 +268,131 @@ class ChannelSplit final : public Strategy {
     group_->run([&](int r, Transport&) { fn(r); });
   }
 
-  int64_t first_channel(int layer, int r) const { return bounds_[layer][r]; }
-  int64_t channels(int layer, int r) const { return bounds_[layer][r + 1] - bounds_[layer][r]; }
+  // Channel shard bounds and elements per channel of activation b (sharded boundaries only).
+  int64_t first_channel(int b, int r) const { return bounds_[b][r]; }
+  int64_t channels_of(int b, int r) const { return bounds_[b][r + 1] - bounds_[b][r]; }
 
-  std::array<Block, kLeNetTensors> blocks(int r) const {
-    auto seg = [&](int l) { return std::pair{bounds_[l][r], bounds_[l][r + 1]}; };
-    const auto [a1, e1] = seg(0);
-    const auto [a2, e2] = seg(1);
-    const auto [a3, e3] = seg(2);
-    const auto [a4, e4] = seg(3);
-    std::array<Block, kLeNetTensors> b{};
-    b[0] = {a1, e1, 0, 9};
-    b[1] = {a1, e1, 0, 1};
-    b[2] = {a2, e2, 0, 500};
-    b[3] = {a2, e2, 0, 1};
-    if (o_.pairing == "megatron") {
-      b[4] = {16 * a2, 16 * e2, 0, 128};  // the rows of W3 that read this device's channels
-      b[5] = {0, 128, 0, 1};              // b3 on every device (added by device 0 only)
-    } else {
-      b[4] = {0, 800, a3, e3};
-      b[5] = {a3, e3, 0, 1};
+  // Where every activation and gradient lives, and the collectives that move them, from the
+  // model's per-layer split modes (pairing "none": input-split layers split by output instead).
+  //   forward: an activation left in shards is all-gathered before a layer that needs it
+  //   whole (output-split and replicated layers, the loss); an input-split layer's partial
+  //   outputs are summed by an allreduce.
+  //   backward, at each boundary, the conjugate: a partial gradient of a sharded activation is
+  //   reduce-scattered, of a whole one allreduced; a replicated gradient of a sharded
+  //   activation is sliced (no communication).
+  void plan(int k) {
+    const Model& m = *model_;
+    const int L = m.layers();
+    const auto n = static_cast<std::size_t>(L);
+    mode_.assign(n, SplitMode::kOutput);
+    sharded_.assign(n + 1, false);
+    gather_.assign(n + 1, false);
+    grad_in_.assign(n + 1, Grad::kReplicated);
+    bounds_.assign(n + 1, {});
+    per_channel_.assign(n + 1, 1);
+    plan_ = CommPlan{};
+    for (int l = 0; l < L; ++l) {
+      const auto at = static_cast<std::size_t>(l);
+      const LayerSpec& spec = m.layer(l);
+      SplitMode mode = spec.split;
+      if (mode == SplitMode::kInput && o_.pairing != "megatron") mode = SplitMode::kOutput;
+      mode_[at] = mode;
+      if (mode == SplitMode::kInput && !sharded_[at])
+        throw Error("channel_split: " + spec.name + " is split by its input, but " +
+                    (l ? m.layer(l - 1).name : std::string("the input")) +
+                    " leaves no channel shards for it");
+      const bool needs_full = mode == SplitMode::kOutput || mode == SplitMode::kReplicated;
+      if (needs_full && sharded_[at]) gather_[at] = true;
+      sharded_[at + 1] =
+          mode == SplitMode::kOutput || (mode == SplitMode::kChannelwise && sharded_[at]);
+      const Shape& a = m.activation(l + 1);
+      per_channel_[at + 1] = shape_numel(a) / a[0];
+      if (mode == SplitMode::kOutput) {
+        if (a[0] < k)
+          throw Error("channel_split: " + std::to_string(k) + " devices, but " + spec.name +
+                      " has only " + std::to_string(a[0]) + " output channels to split (at most " +
+                      std::to_string(a[0]) + " devices)");
+      }
+      if (sharded_[at + 1]) bounds_[at + 1] = equal_segments(a[0], k);
     }
-    b[6] = {0, 128, a4, e4};
-    b[7] = {a4, e4, 0, 1};
+    gather_[n] = sharded_[n];  // the loss needs the whole logits
+    auto floats = [&](int b) { return shape_numel(m.activation(b)); };
+    for (int b = 1; b <= L; ++b) {
+      if (gather_[static_cast<std::size_t>(b)])
+        plan_.allgather.emplace_back(m.layer(b - 1).name + " output", floats(b));
+      if (b < L && mode_[static_cast<std::size_t>(b)] == SplitMode::kInput)
+        plan_.allreduce.emplace_back(m.layer(b).name + " output (partial sums)", floats(b + 1));
+    }
+    // Backward: the gradient each layer leaves at its input, and how the producer gets it,
+    // down to the first layer whose input gradient no layer needs.
+    Grad g = Grad::kReplicated;  // the loss's, on every device
+    for (int b = L; b >= 1; --b) {
+      const auto at = static_cast<std::size_t>(b);
+      if (b < L && !m.needs_input_grad(b)) break;
+      grad_in_[at] = g;
+      Grad resolved = g;
+      if (sharded_[at]) {
+        if (g == Grad::kPartial)
+          plan_.reduce_scatter.emplace_back(
+              (b < L ? m.layer(b).name : std::string("loss")) + " input gradient", floats(b));
+        resolved = Grad::kSharded;
+      } else if (g == Grad::kPartial) {
+        plan_.allreduce.emplace_back(m.layer(b - 1).name + " output gradient", floats(b));
+        resolved = Grad::kReplicated;
+      }
+      // Layer b-1's input gradient.
+      const SplitMode mode = mode_[at - 1];
+      if (mode == SplitMode::kOutput)
+        g = Grad::kPartial;
+      else if (mode == SplitMode::kInput)
+        g = Grad::kSharded;
+      else if (mode == SplitMode::kChannelwise)
+        g = resolved;
+      else
+        g = Grad::kReplicated;
+    }
+  }
+
+  std::vector<Block> blocks(int r) const {
+    const Model& m = *model_;
+    std::vector<Block> b;
+    for (int l = 0; l < m.layers(); ++l) {
+      if (!m.has_params(l)) continue;
+      const auto at = static_cast<std::size_t>(l);
+      const ParamInfo& w = m.tensors()[static_cast<std::size_t>(m.first_tensor(l))];
+      const int64_t rows = w.shape[0], cols = shape_numel(w.shape) / rows;
+      const int64_t out = m.layer(l).out;
+      const bool linear = m.layer(l).op == LayerOp::kLinear;
+      switch (mode_[at]) {
+        case SplitMode::kOutput: {
+          const int64_t a = first_channel(l + 1, r), e = a + channels_of(l + 1, r);
+          if (linear)
+            b.push_back({0, rows, a, e});  // W (in,out): this device's columns
+          else
+            b.push_back({a, e, 0, cols});  // W (K,C,R,S): this device's filters
+          b.push_back({a, e, 0, 1});
+          break;
+        }
+        case SplitMode::kInput: {
+          // The rows of W that read this device's channels of the input.
+          const int64_t p = per_channel_[at];
+          b.push_back(
+              {first_channel(l, r) * p, (first_channel(l, r) + channels_of(l, r)) * p, 0, cols});
+          b.push_back({0, out, 0, 1});  // the bias on every device (added by device 0 only)
+          break;
+        }
+        default:
+          b.push_back({0, rows, 0, cols});
+          b.push_back({0, out, 0, 1});
+      }
+    }
     return b;
   }
 
-  static std::vector<float> extract(const std::vector<float>& full,
-                                    const std::array<Block, kLeNetTensors>& blocks) {
+  std::vector<float> extract(const std::vector<float>& full, const std::vector<Block>& blocks) {
     std::vector<float> out;
-    for (int i = 0; i < kLeNetTensors; ++i) {
-      const ParamInfo& p = lenet_layout()[i];
+    for (std::size_t i = 0; i < blocks.size(); ++i) {
+      const ParamInfo& p = model_->tensors()[i];
       const int64_t cols = shape_numel(p.shape) / p.shape[0];
       const Block& b = blocks[i];
       for (int64_t row = b.r0; row < b.r1; ++row) {
@@ -303,12 +408,12 @@ class ChannelSplit final : public Strategy {
   std::vector<float> assemble(Tensor Rank::*field) {
     PARALAB_REQUIRE(group_->local_ranks().size() == ranks_.size(),
                     "channel_split: the model's blocks live in several processes");
-    std::vector<float> full(static_cast<std::size_t>(kLeNetParameters));
+    std::vector<float> full(static_cast<std::size_t>(model_->parameters()));
     for (Rank& me : ranks_) {
       const std::vector<float> part = (me.*field).to_host_f32();
       std::size_t at = 0;
-      for (int i = 0; i < kLeNetTensors; ++i) {
-        const ParamInfo& p = lenet_layout()[i];
+      for (std::size_t i = 0; i < me.blocks.size(); ++i) {
+        const ParamInfo& p = model_->tensors()[i];
         const int64_t cols = shape_numel(p.shape) / p.shape[0];
         const Block& b = me.blocks[i];
         for (int64_t row = b.r0; row < b.r1; ++row) {
@@ -322,21 +427,21 @@ class ChannelSplit final : public Strategy {
     return full;
   }
 
-  // Element boundaries of a packed buffer of layer l's output for n examples.
-  std::vector<int64_t> packed_bounds(int l, int64_t n) const {
-    std::vector<int64_t> b;
-    for (int64_t c : bounds_[l]) b.push_back(c * n * kPerChannel[l]);
-    return b;
+  // Element boundaries of a packed buffer of activation b for n examples.
+  std::vector<int64_t> packed_bounds(int b, int64_t n) const {
+    std::vector<int64_t> out;
+    for (int64_t c : bounds_[b]) out.push_back(c * n * per_channel_[b]);
+    return out;
   }
 
   // NCHW <-> device-major, one 2-D copy per device's channel block.
-  void repack(Device& dev, int l, int64_t n, const Tensor& from, Tensor& to, bool to_packed) {
+  void repack(Device& dev, int b, int64_t n, const Tensor& from, Tensor& to, bool to_packed) {
     const int k = static_cast<int>(ranks_.size());
-    const std::size_t f = sizeof(float), s = static_cast<std::size_t>(kPerChannel[l]);
-    const std::size_t full_pitch = static_cast<std::size_t>(kChannels[l]) * s * f;
+    const std::size_t f = sizeof(float), s = static_cast<std::size_t>(per_channel_[b]);
+    const std::size_t full_pitch = static_cast<std::size_t>(bounds_[b].back()) * s * f;
     for (int j = 0; j < k; ++j) {
-      const std::size_t c = static_cast<std::size_t>(first_channel(l, j));
-      const std::size_t width = static_cast<std::size_t>(channels(l, j)) * s * f;
+      const std::size_t c = static_cast<std::size_t>(first_channel(b, j));
+      const std::size_t width = static_cast<std::size_t>(channels_of(b, j)) * s * f;
       char* packed = static_cast<char*>((to_packed ? to : from).raw()) +
                      c * static_cast<std::size_t>(n) * s * f;
       char* nchw = static_cast<char*>((to_packed ? from : to).raw()) + c * s * f;
@@ -347,41 +452,44 @@ class ChannelSplit final : public Strategy {
     }
   }
 
+  // This device's channels of activation b: (n, c, tail...).
+  Shape own_shape(int b, int r, int64_t n) const {
+    Shape shape = model_->activation_shape(b, n);
+    shape[1] = channels_of(b, r);
+    return shape;
+  }
+
   void ensure_batch(Rank& me, int64_t n) {
     if (me.n == n) return;
     Device& dev = *me.dev;
-    const int r = me.rank;
-    auto own = [&](const Tensor& packed, int l, Shape tail) {
-      Shape shape = {n, channels(l, r)};
-      shape.insert(shape.end(), tail.begin(), tail.end());
-      return packed.view(first_channel(l, r) * n * kPerChannel[l], shape);
-    };
-    me.x = Tensor::empty(dev, lenet_activation_shape(0, n));
+    const int r = me.rank, L = model_->layers();
+    const auto size = static_cast<std::size_t>(L + 1);
+    for (auto* v : {&me.packed, &me.own, &me.full, &me.dfull, &me.dpacked, &me.down, &me.dshard})
+      v->assign(size, Tensor());
+    me.x = Tensor::empty(dev, model_->activation_shape(0, n));
     me.y = Tensor::empty(dev, {n}, DType::I32);
-    me.packed1 = Tensor::empty(dev, {n * 20 * 169});
-    me.own1 = own(me.packed1, 0, {13, 13});
-    me.act1 = Tensor::empty(dev, lenet_activation_shape(1, n));
-    me.packed2 = Tensor::empty(dev, {n * 800});
-    me.own2 = own(me.packed2, 1, {4, 4});
-    me.act2 = Tensor::empty(dev, lenet_activation_shape(2, n));
-    me.packed3 = Tensor::empty(dev, {n * 128});
-    me.own3 = own(me.packed3, 2, {});
-    me.act3 = Tensor::empty(dev, {n, 128});
-    me.packed4 = Tensor::empty(dev, {n * 10});
-    me.own4 = own(me.packed4, 3, {});
-    me.logits = Tensor::empty(dev, {n, kClasses});
-    me.dlogits = Tensor::empty(dev, {n, kClasses});
-    me.dlogits_own = Tensor::empty(dev, {n, channels(3, r)});
-    me.dact3 = Tensor::empty(dev, {n, 128});
-    me.dpacked3 = Tensor::empty(dev, {n * 128});
-    me.down3 = own(me.dpacked3, 2, {});
-    me.dact2 = Tensor::empty(dev, lenet_activation_shape(2, n));
-    me.dpacked2 = Tensor::empty(dev, {n * 800});
-    me.down2 = o_.pairing == "megatron" ? Tensor::empty(dev, {n, channels(1, r), 4, 4})
-                                        : own(me.dpacked2, 1, {4, 4});
-    me.dact1 = Tensor::empty(dev, lenet_activation_shape(1, n));
-    me.dpacked1 = Tensor::empty(dev, {n * 20 * 169});
-    me.down1 = own(me.dpacked1, 0, {13, 13});
+    for (int b = 1; b <= L; ++b) {
+      const auto at = static_cast<std::size_t>(b);
+      const Shape whole = model_->activation_shape(b, n);
+      const int64_t offset = sharded_[at] ? first_channel(b, r) * n * per_channel_[at] : 0;
+      if (sharded_[at]) {
+        me.packed[at] = Tensor::empty(dev, {shape_numel(whole)});
+        me.own[at] = me.packed[at].view(offset, own_shape(b, r, n));
+        if (gather_[at]) me.full[at] = Tensor::empty(dev, whole);
+      } else {
+        me.full[at] = Tensor::empty(dev, whole);
+      }
+      if (grad_in_[at] != Grad::kSharded) me.dfull[at] = Tensor::empty(dev, whole);
+      if (sharded_[at]) {
+        if (grad_in_[at] == Grad::kPartial) {
+          me.dpacked[at] = Tensor::empty(dev, {shape_numel(whole)});
+          me.down[at] = me.dpacked[at].view(offset, own_shape(b, r, n));
+        } else {
+          me.dshard[at] = Tensor::empty(dev, own_shape(b, r, n));
+          me.down[at] = me.dshard[at];
+        }
+      }
+    }
     me.n = n;
   }
 
@@ -402,68 +510,115 @@ class ChannelSplit final : public Strategy {
     return ms;
   }
 
-  // All-gathers layer l's output: every device's channels into `packed`, then into NCHW.
-  void gather_output(Rank& me, int l, int64_t n, Tensor& packed, Tensor& full) {
+  // All-gathers activation b: every device's channels into packed[b], then into NCHW full[b].
+  void gather_output(Rank& me, int b, int64_t n) {
+    const auto at = static_cast<std::size_t>(b);
     comm(me, [&] {
-      allgather_ring(*me.t, packed, packed_bounds(l, n));
-      repack(*me.dev, l, n, packed, full, /*to_packed=*/false);
+      allgather_ring(*me.t, me.packed[at], packed_bounds(b, n));
+      repack(*me.dev, b, n, me.packed[at], me.full[at], /*to_packed=*/false);
     });
   }
 
-  // Sums the devices' partial gradients of layer l's output; each keeps its own channels' sum.
-  void reduce_scatter_grad(Rank& me, int l, int64_t n, const Tensor& partial, Tensor& packed) {
+  // Sums the devices' partial gradients of activation b; each keeps its own channels' sum.
+  void reduce_scatter_grad(Rank& me, int b, int64_t n) {
+    const auto at = static_cast<std::size_t>(b);
     comm(me, [&] {
-      repack(*me.dev, l, n, partial, packed, /*to_packed=*/true);
-      reduce_scatter_ring(*me.t, packed, packed_bounds(l, n));
+      repack(*me.dev, b, n, me.dfull[at], me.dpacked[at], /*to_packed=*/true);
+      reduce_scatter_ring(*me.t, me.dpacked[at], packed_bounds(b, n));
     });
+  }
+
+  // Activation b as layer b reads it: whole, or this device's channels.
+  const Tensor& whole(Rank& me, int b) {
+    return b == 0 ? me.x : me.full[static_cast<std::size_t>(b)];
+  }
+  Tensor& output(Rank& me, int b) {
+    const auto at = static_cast<std::size_t>(b);
+    return sharded_[at] ? me.own[at] : me.full[at];
   }
 
   void forward(Rank& me, int64_t n, bool training) {
-    const bool megatron = o_.pairing == "megatron";
-    me.conv1->forward(me.x, me.w[0], me.w[1], me.own1, training);
-    gather_output(me, 0, n, me.packed1, me.act1);
-    me.conv2->forward(me.act1, me.w[2], me.w[3], me.own2, training);
-    if (megatron) {
-      const Tensor& bias = me.rank == 0 ? me.w[5] : me.zero_bias;
-      me.fc1->forward(me.own2.reshaped({n, 16 * channels(1, me.rank)}), me.w[4], bias, me.act3);
-      comm(me, [&] { allreduce_->run(*me.t, me.act3); });
-      me.relu->forward(me.act3, me.act3);
-    } else {
-      gather_output(me, 1, n, me.packed2, me.act2);
-      me.fc1->forward(me.act2.reshaped({n, 800}), me.w[4], me.w[5], me.own3);
-      me.relu->forward(me.own3, me.own3);
-      gather_output(me, 2, n, me.packed3, me.act3);
+    const Model& m = *model_;
+    for (int l = 0; l < m.layers(); ++l) {
+      const auto at = static_cast<std::size_t>(l);
+      const LayerSpec& spec = m.layer(l);
+      if (gather_[at]) gather_output(me, l, n);
+      const int t = m.first_tensor(l);
+      Tensor& out = output(me, l + 1);
+      switch (spec.op) {
+        case LayerOp::kConvReluPool:
+          me.conv_relu_pool[at]->forward(whole(me, l), me.w[t], me.w[t + 1], out, training);
+          break;
+        case LayerOp::kLinear:
+          if (mode_[at] == SplitMode::kInput) {
+            const Tensor& bias = me.rank == 0 ? me.w[t + 1] : me.zero_bias[at];
+            me.linear[at]->forward(
+                me.own[at].reshaped({n, channels_of(l, me.rank) * per_channel_[at]}), me.w[t], bias,
+                out);
+            comm(me, [&] { allreduce_->run(*me.t, out); });
+          } else {
+            me.linear[at]->forward(whole(me, l).reshaped({n, shape_numel(m.activation(l))}),
+                                   me.w[t], me.w[t + 1], out);
+          }
+          if (spec.relu) me.relu[at]->forward(out, out);
+          break;
+        default:
+          break;  // refused by setup()
+      }
     }
-    me.fc2->forward(me.act3, me.w[6], me.w[7], me.own4);
-    gather_output(me, 3, n, me.packed4, me.logits);
-    me.xent->forward_backward(me.logits, me.y, training ? &me.dlogits : nullptr, me.stats);
+    const int L = m.layers();
+    if (gather_[static_cast<std::size_t>(L)]) gather_output(me, L, n);
+    me.xent->forward_backward(
+        whole(me, L), me.y, training ? &me.dfull[static_cast<std::size_t>(L)] : nullptr, me.stats);
   }
 
   void backward(Rank& me, int64_t n) {
-    const bool megatron = o_.pairing == "megatron";
+    const Model& m = *model_;
     const std::size_t f = sizeof(float);
-    const std::size_t mine = static_cast<std::size_t>(channels(3, me.rank)) * f;
-    me.dev->copy_2d(me.dlogits_own.raw(), mine,
-                    static_cast<char*>(me.dlogits.raw()) +
-                        static_cast<std::size_t>(first_channel(3, me.rank)) * f,
-                    kClasses * f, mine, static_cast<std::size_t>(n));
-    me.fc2->backward(me.act3, me.w[6], me.dlogits_own, &me.dact3, me.g[6], me.g[7]);
-    if (megatron) {
-      comm(me, [&] { allreduce_->run(*me.t, me.dact3); });
-      me.relu->backward(me.act3, me.dact3, me.dact3);
-      Tensor down2 = me.down2.reshaped({n, 16 * channels(1, me.rank)});
-      me.fc1->backward(me.own2.reshaped({n, 16 * channels(1, me.rank)}), me.w[4], me.dact3, &down2,
-                       me.g[4], me.g[5]);
-    } else {
-      reduce_scatter_grad(me, 2, n, me.dact3, me.dpacked3);
-      me.relu->backward(me.own3, me.down3, me.down3);
-      Tensor dflat = me.dact2.reshaped({n, 800});
-      me.fc1->backward(me.act2.reshaped({n, 800}), me.w[4], me.down3, &dflat, me.g[4], me.g[5]);
-      reduce_scatter_grad(me, 1, n, me.dact2, me.dpacked2);
+    for (int l = m.layers() - 1; l >= 0; --l) {
+      const int b = l + 1;
+      if (b < m.layers() && !m.needs_input_grad(b)) break;  // no gradient reaches layer l
+      const auto at = static_cast<std::size_t>(l), bt = static_cast<std::size_t>(b);
+      // The gradient of layer l's output, in the form layer l produced its output.
+      if (sharded_[bt]) {
+        if (grad_in_[bt] == Grad::kPartial) {
+          reduce_scatter_grad(me, b, n);
+        } else if (grad_in_[bt] == Grad::kReplicated) {
+          const std::size_t p = static_cast<std::size_t>(per_channel_[bt]);
+          const std::size_t mine = static_cast<std::size_t>(channels_of(b, me.rank)) * p * f;
+          me.dev->copy_2d(me.down[bt].raw(), mine,
+                          static_cast<char*>(me.dfull[bt].raw()) +
+                              static_cast<std::size_t>(first_channel(b, me.rank)) * p * f,
+                          static_cast<std::size_t>(bounds_[bt].back()) * p * f, mine,
+                          static_cast<std::size_t>(n));
+        }
+      } else if (grad_in_[bt] == Grad::kPartial) {
+        comm(me, [&] { allreduce_->run(*me.t, me.dfull[bt]); });
+      }
+      Tensor& dy = sharded_[bt] ? me.down[bt] : me.dfull[bt];
+      // Where layer l's input gradient goes.
+      Tensor* dx = nullptr;
+      if (m.needs_input_grad(l)) dx = grad_in_[at] == Grad::kSharded ? &me.down[at] : &me.dfull[at];
+      const LayerSpec& spec = m.layer(l);
+      const int t = m.first_tensor(l);
+      switch (spec.op) {
+        case LayerOp::kConvReluPool:
+          me.conv_relu_pool[at]->backward(whole(me, l), me.w[t], dy, dx, me.g[t], me.g[t + 1]);
+          break;
+        case LayerOp::kLinear: {
+          if (spec.relu) me.relu[at]->backward(output(me, b), dy, dy);
+          const bool input_split = mode_[at] == SplitMode::kInput;
+          const int64_t in = input_split ? channels_of(l, me.rank) * per_channel_[at]
+                                         : shape_numel(m.activation(l));
+          const Tensor x = (input_split ? me.own[at] : whole(me, l)).reshaped({n, in});
+          Tensor dx_flat = dx ? dx->reshaped({n, in}) : Tensor();
+          me.linear[at]->backward(x, me.w[t], dy, dx ? &dx_flat : nullptr, me.g[t], me.g[t + 1]);
+          break;
+        }
+        default:
+          break;
+      }
     }
-    me.conv2->backward(me.act1, me.w[2], me.down2, &me.dact1, me.g[2], me.g[3]);
-    reduce_scatter_grad(me, 0, n, me.dact1, me.dpacked1);
-    me.conv1->backward(me.x, me.w[0], me.down1, nullptr, me.g[0], me.g[1]);
   }
 
   void rank_step(Rank& me, int64_t offset, int64_t count, float lr) {
@@ -502,9 +657,21 @@ class ChannelSplit final : public Strategy {
   }
 
   Options o_;
+  std::shared_ptr<const Model> model_;
+  uint64_t seed_ = 0;
+  int64_t epoch_ = 0;
+  PassKey key_;  // this step's dropout key
+  // The plan (plan()), per layer l or activation boundary b: the effective split mode; whether
+  // activation b lives in channel shards, is all-gathered before its consumer, and in which
+  // form its consumer's backward leaves its gradient; the shards' channel bounds and elements
+  // per channel.
+  std::vector<SplitMode> mode_;
+  std::vector<bool> sharded_, gather_;
+  std::vector<Grad> grad_in_;
+  std::vector<std::vector<int64_t>> bounds_;
+  std::vector<int64_t> per_channel_;
   CommPlan plan_;
   std::unique_ptr<Allreduce> allreduce_;
-  std::array<std::vector<int64_t>, kLeNetLayers> bounds_;
   std::unique_ptr<SpmdGroup> group_;
   std::vector<Rank> ranks_;
   int64_t eval_batch_ = 1000, test_count_ = 0;

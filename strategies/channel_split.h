@@ -8,14 +8,16 @@
 // a reduce-scatter sums those partial gradients, leaving each device the sum for the channels
 // it owns.
 //
-// pairing "megatron": conv2 (output channels split) is paired with fc1 split by its INPUT
-// features (the rows of W3 that read conv2's channels on this device), as Megatron-LM pairs a
-// column-parallel with a row-parallel layer: fc1's partial outputs are summed by one allreduce
-// forward and fc1's own input gradient needs no communication; fc2's output gradient is summed
-// by one allreduce in backward. That replaces two all-gathers and two reduce-scatters (conv2's
-// output and fc1's) with two allreduces of fc1's 128 units. conv1 -> conv2 cannot be paired so:
-// conv2 fuses its ReLU and pooling, which must see the complete pre-activation (50x9x9 per image,
-// more than the 20x13x13 gathered instead).
+// pairing "megatron": the layers the model marks as split by INPUT (Model's SplitMode::kInput:
+// a linear layer whose rows of W read the previous layer's channels on this device) are paired
+// with the output-split layer before them, as Megatron-LM pairs a column-parallel with a
+// row-parallel layer: the partial outputs are summed by one allreduce forward, the layer's own
+// input gradient needs no communication, and the next output-split layer's input gradient is
+// summed by one allreduce in backward. For the default model that replaces two all-gathers and
+// two reduce-scatters (conv2's output and fc1's) with two allreduces of fc1's 128 units.
+// Parameterless per-channel layers (pooling, dropout) run on whatever channel shard they get;
+// the input resize runs whole on every device. The collectives and their byte counts follow
+// from the per-layer modes (channel_split.cpp, plan()).
 //
 // Options (descriptor run keys):
 //   "pairing": "none"     none | megatron

@@ -9,7 +9,7 @@
 #include <thread>
 
 #include "core/error.h"
-#include "core/lenet.h"
+#include "core/model.h"
 #include "core/ops.h"
 #include "strategies/collectives/collectives.h"
 #include "strategies/collectives/transport.h"
@@ -33,18 +33,18 @@ struct Options {
   bool cuda_graphs = true;
 };
 
-// A bucket: parameter tensors [first, last] of lenet_layout(), contiguous in the flat buffers.
+// A bucket: parameter tensors [first, last] of the model, contiguous in the flat buffers.
 // Ready once backward has produced tensor `first` (backward runs from the last tensor down).
 struct Bucket {
   int first, last;
   int64_t begin, end;  // elements of the flat gradient
 };
 
-std::vector<Bucket> make_buckets(const Options& o) {
-  const auto& layout = lenet_layout();
+std::vector<Bucket> make_buckets(const Options& o, const Model& model) {
+  const auto& layout = model.tensors();
   const int64_t cap = o.grouping == "per_tensor" ? 0 : o.bucket_bytes;
   std::vector<Bucket> buckets;
-  for (int i = kLeNetTensors - 1; i >= 0; --i) {
+  for (int i = static_cast<int>(layout.size()) - 1; i >= 0; --i) {
     const int64_t begin = layout[i].offset, end = begin + shape_numel(layout[i].shape);
     if (!buckets.empty() && (buckets.back().end - begin) * 4 <= cap) {
       buckets.back().first = i;
@@ -130,12 +130,16 @@ class CommWorker {
 
 class DataParallel final : public Strategy {
  public:
-  explicit DataParallel(Options o) : o_(std::move(o)), buckets_(make_buckets(o_)) {}
+  explicit DataParallel(Options o)
+      : o_(std::move(o)), model_(default_model()), buckets_(make_buckets(o_, *model_)) {}
 
   bool supports_mpi() const override { return true; }
 
   void setup(const StrategySetup& s) override {
     group_ = make_group(s.devices, s.mpi);
+    if (s.model) model_ = s.model;
+    seed_ = s.seed;
+    buckets_ = make_buckets(o_, *model_);
     const int k = group_->size();
     chunk_bytes_ = o_.chunk_bytes ? *o_.chunk_bytes : auto_chunk_bytes(s.devices);
     AllreduceOptions ao;
@@ -151,7 +155,7 @@ class DataParallel final : public Strategy {
       Rank& me = ranks_[r];
       Device& dev = group_->device(r);
       me.transport = &group_->transport(r);
-      me.model = std::make_unique<LeNet>(dev);
+      me.model = std::make_unique<ModelReplica>(model_, dev);
       me.model->params().copy_from_host(s.initial_parameters);
       me.data = DeviceData(dev, *s.train, *s.test);
       me.stats = Tensor::zeros(dev, {2});
@@ -178,6 +182,7 @@ class DataParallel final : public Strategy {
       Rank& me = ranks_[r];
       me.order = Tensor::from_host(group_->device(r), {static_cast<int64_t>(order.size())}, order);
     });
+    ++epoch_;
   }
 
   StepResult train_step(int64_t offset, int64_t count, float lr) override {
@@ -190,7 +195,8 @@ class DataParallel final : public Strategy {
       if (graphs_.empty())
         graph_step(me, offset + shard[r], shard[r + 1] - shard[r], count, lr);
       else
-        rank_step(me, me.order, offset + shard[r], shard[r + 1] - shard[r], count, lr);
+        rank_step(me, me.order, offset + shard[r], shard[r + 1] - shard[r], count, lr,
+                  offset + shard[r]);
     });
     StepResult out;
     out.times.total_ms = ms_between(t0, Clock::now());
@@ -297,7 +303,7 @@ class DataParallel final : public Strategy {
  private:
   struct Rank {
     Transport* transport = nullptr;
-    std::unique_ptr<LeNet> model;
+    std::unique_ptr<ModelReplica> model;
     std::unique_ptr<CommWorker> comm;
     DeviceData data;
     Tensor order, x, y, stats;
@@ -315,7 +321,7 @@ class DataParallel final : public Strategy {
     Device& device() const { return model->device(); }
     Tensor& batch(int64_t n) {
       if (!x.defined() || x.dim(0) != n) {
-        x = Tensor::empty(device(), {n, 1, kImageSide, kImageSide});
+        x = Tensor::empty(device(), model->model().activation_shape(0, n));
         y = Tensor::empty(device(), {n}, DType::I32);
       }
       return x;
@@ -343,6 +349,7 @@ class DataParallel final : public Strategy {
              " allreduce makes each rank's stream wait on its peers' events, which separate "
              "per-rank captures cannot hold (nccl can be captured)";
     if (o_.overlap) return "overlap runs the allreduce on a second host thread";
+    if (model_->has_dropout()) return "the model's dropout masks change every step";
     return "";
   }
 
@@ -361,7 +368,7 @@ class DataParallel final : public Strategy {
       if (me.sized_for != global) {  // first step of this size: eager (allocations, cuDNN)
         me.sized_for = global;
         me.replayed = false;
-        rank_step(me, me.step_indices, 0, count, global, lr);
+        rank_step(me, me.step_indices, 0, count, global, lr, offset);
         return;
       }
       dev.begin_capture();
@@ -400,8 +407,10 @@ class DataParallel final : public Strategy {
     me.times.total_ms = ms;
   }
 
+  // order[offset, offset+count) are this rank's examples, which start at example_offset in the
+  // epoch's order.
   void rank_step(Rank& me, const Tensor& order, int64_t offset, int64_t count, int64_t global,
-                 float lr) {
+                 float lr, int64_t example_offset) {
     Transport& t = *me.transport;
     Device& dev = me.device();
     // The barrier lines the ranks up so that every rank's times describe the same interval.
@@ -418,7 +427,9 @@ class DataParallel final : public Strategy {
     const TimeMark m0 = dev.mark();
     Tensor& x = me.batch(count);
     dev.ops().gather(me.data.train_x, me.data.train_y, order, offset, count, x, me.y);
-    me.model->forward(x, me.y, me.stats, /*training=*/true);
+    // Dropout keys: this shard's global position in the epoch's order.
+    me.model->forward(x, me.y, me.stats, /*training=*/true,
+                      {dropout_seed(seed_, epoch_), example_offset});
     const TimeMark m1 = phase_end();
     std::size_t next = 0;  // buckets go out in backward order
     auto on_ready = [&](int tensor) {
@@ -455,6 +466,9 @@ class DataParallel final : public Strategy {
   }
 
   Options o_;
+  std::shared_ptr<const Model> model_;  // setup()'s, else the default (for options())
+  uint64_t seed_ = 0;
+  int64_t epoch_ = 0;
   std::vector<Bucket> buckets_;
   std::unique_ptr<Allreduce> allreduce_;  // made by setup(), when the chunk size is known
   int64_t chunk_bytes_ = -1;              // resolved by setup()

@@ -1,4 +1,4 @@
-// data_parallel: the book's strategy. Every device holds a full replica of LeNet; each global
+// data_parallel: the book's strategy. Every device holds a full replica of the model; each global
 // minibatch is split into k shards, one per device; each device computes the gradient of its
 // shard's summed loss; an allreduce (naive | ring | tree) sums the gradients; every replica takes
 // the same SGD step (lr / global batch), so replicas stay bit-identical.
@@ -7,7 +7,7 @@
 //   "allreduce": "ring"        naive | ring | tree | nccl (CUDA devices on distinct GPUs)
 //   "grouping": "bucketed"     per_tensor (8 allreduces, as the book) | bucketed (size-capped
 //                              groups of whole tensors, last layer first, as PyTorch DDP)
-//   "bucket_bytes": 26214400   bucket cap (DDP's 25 MiB: all of LeNet's 516,272 bytes in one)
+//   "bucket_bytes": 26214400   bucket cap (DDP's 25 MiB)
 //   "overlap": false           start each bucket's allreduce as soon as backward has produced
 //                              it, on a communication thread per device
 //   "chunk_bytes": 262144      piece size for the ring's and tree's pipelines

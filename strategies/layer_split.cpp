@@ -5,7 +5,7 @@
 #include <span>
 
 #include "core/error.h"
-#include "core/lenet.h"
+#include "core/model.h"
 #include "core/ops.h"
 #include "core/rng.h"
 #include "strategies/device_data.h"
@@ -26,8 +26,16 @@ Tensor& ensure(Tensor& t, Device& device, const Shape& shape, DType dtype = DTyp
   return t;
 }
 
-std::vector<float> layer_slice(const std::vector<float>& flat, int first, int last) {
-  return {flat.begin() + lenet_layer_offset(first), flat.begin() + lenet_layer_offset(last)};
+std::vector<float> layer_slice(const Model& model, const std::vector<float>& flat, int first,
+                               int last) {
+  return {flat.begin() + model.layer_offset(first), flat.begin() + model.layer_offset(last)};
+}
+
+// "conv1, conv2, fc1, fc2"
+std::string layer_names(const Model& model) {
+  std::string s;
+  for (int l = 0; l < model.layers(); ++l) s += (l ? ", " : "") + model.layer(l).name;
+  return s;
 }
 
 struct Options {
@@ -45,12 +53,17 @@ class LayerSplit final : public Strategy {
 
   void setup(const StrategySetup& s) override {
     group_ = make_group(s.devices, s.mpi);
-    const int k = group_->size();
-    if (k > kLeNetLayers)
-      throw Error("layer_split: " + std::to_string(k) + " devices, but LeNet has only " +
-                  std::to_string(kLeNetLayers) +
-                  " layers (conv1, conv2, fc1, fc2) to cut into stages: at most " +
-                  std::to_string(kLeNetLayers) + " devices");
+    model_ = s.model ? s.model : default_model();
+    seed_ = s.seed;
+    const Model& model = *model_;
+    const int k = group_->size(), layers = model.layers();
+    if (k > layers)
+      throw Error("layer_split: " + std::to_string(k) + " devices, but " + model.name() +
+                  " has only " + std::to_string(layers) + " layers (" + layer_names(model) +
+                  ") to cut into stages: at most " + std::to_string(layers) + " devices");
+    if (o_.split.is_array() && !o_.split.empty() && o_.split.back().get<int>() >= layers)
+      throw Error(o_.path + ".split: boundaries must be increasing integers in 1.." +
+                  std::to_string(layers - 1) + ", got " + o_.split.dump());
     const int m = o_.microbatches;
     if (o_.split.is_array()) {
       if (static_cast<int>(o_.split.size()) != k - 1)
@@ -59,9 +72,9 @@ class LayerSplit final : public Strategy {
                     std::to_string(k) + " devices");
       bounds_ = {0};
       for (const auto& b : o_.split) bounds_.push_back(b.get<int>());
-      bounds_.push_back(kLeNetLayers);
+      bounds_.push_back(layers);
     } else {
-      layer_ms_ = profile_layers(*s.devices[0], s.initial_parameters,
+      layer_ms_ = profile_layers(model, *s.devices[0], s.initial_parameters,
                                  std::max<int64_t>(1, s.train_batch / m));
       // Between processes each profiled its own device: every rank takes rank 0's profile, so
       // that all cut the model alike.
@@ -84,11 +97,11 @@ class LayerSplit final : public Strategy {
       me.t = &group_->transport(r);
       me.first = bounds_[r];
       me.last = bounds_[r + 1];
-      const std::vector<float> mine = layer_slice(s.initial_parameters, me.first, me.last);
+      const std::vector<float> mine = layer_slice(model, s.initial_parameters, me.first, me.last);
       me.params = Tensor::from_host(dev, {static_cast<int64_t>(mine.size())}, mine);
       me.grads = Tensor::zeros(dev, me.params.shape());
       me.grad_tmp = Tensor::zeros(dev, me.params.shape());
-      me.layers = std::make_unique<LeNetStages>(dev, me.first, me.last, me.params, m);
+      me.layers = std::make_unique<ModelStages>(model, dev, me.first, me.last, me.params, m);
       me.slots.resize(static_cast<std::size_t>(m));
       // The data: images for stage 0, labels for the last.
       // The data: stage 0 gathers its images (and, alone, its labels); a last stage k > 1
@@ -113,6 +126,7 @@ class LayerSplit final : public Strategy {
       Rank& me = ranks_[r];
       const auto n = static_cast<int64_t>(order.size());
       if (r == 0) me.order = Tensor::from_host(*me.dev, {n}, order);
+      me.epoch = ++me.epochs;
       if (r == k - 1 && r > 0) {  // the epoch's labels in training order: a view per step
         std::vector<int32_t> labels(order.size());
         for (std::size_t i = 0; i < order.size(); ++i)
@@ -175,13 +189,13 @@ class LayerSplit final : public Strategy {
       PipelineStage st;
       st.slots = me.layers->slots();
       st.input = [&](int j) -> Tensor& {
-        return ensure(slot(me, j).in, dev, lenet_activation_shape(me.first, rows(j)));
+        return ensure(slot(me, j).in, dev, model_->activation_shape(me.first, rows(j)));
       };
       st.forward = [&](int j) -> const Tensor& {
         Slot& sl = slot(me, j);
         const int64_t n = rows(j);
         if (first) {  // images for the input (and the labels, when it is also the last stage)
-          ensure(sl.x, dev, lenet_activation_shape(0, n));
+          ensure(sl.x, dev, model_->activation_shape(0, n));
           ensure(sl.y, dev, {n}, DType::I32);
           dev.ops().gather(me.data.test_x, me.data.test_y, me.data.test_order, j * eval_batch_, n,
                            sl.x, sl.y);
@@ -220,12 +234,12 @@ class LayerSplit final : public Strategy {
     for (int r = 0; r < k; ++r) {
       const int first = bounds_[r], last = bounds_[r + 1];
       json layers = json::array();
-      for (int l = first; l < last; ++l) layers.push_back(lenet_layer_name(l));
+      for (int l = first; l < last; ++l) layers.push_back(model_->layer(l).name);
       // A stage in another process (mpirun) is named by its rank.
       const Rank& me = ranks_[static_cast<std::size_t>(r)];
       stages.push_back({{"device", me.dev ? me.dev->name() : "rank " + std::to_string(r)},
                         {"layers", layers},
-                        {"parameters", lenet_layer_offset(last) - lenet_layer_offset(first)}});
+                        {"parameters", model_->layer_offset(last) - model_->layer_offset(first)}});
     }
     json timeline = json::array();
     for (std::size_t r = 0; r < last_events_.size(); ++r)
@@ -261,13 +275,14 @@ class LayerSplit final : public Strategy {
     Device* dev = nullptr;
     Transport* t = nullptr;
     int first = 0, last = 0;
-    std::unique_ptr<LeNetStages> layers;
+    std::unique_ptr<ModelStages> layers;
     Tensor params, grads, grad_tmp;
     DeviceData data;                   // stage 0
     Tensor order;                      // stage 0: the epoch's example order
     Tensor epoch_labels, test_labels;  // a last stage k > 1: labels in epoch and test order
     std::vector<Slot> slots;
     int backwards = 0;
+    int64_t epochs = 0, epoch = 0;  // begin_epoch() calls (dropout keys)
     PipelineTimes pipeline;
     RankTimes times;
     double loss = 0;
@@ -286,7 +301,7 @@ class LayerSplit final : public Strategy {
   int64_t expected_bytes(int64_t count) const {
     int64_t floats = 0;
     for (std::size_t i = 1; i + 1 < bounds_.size(); ++i)
-      floats += 2 * shape_numel(lenet_activation_shape(bounds_[i], count));
+      floats += 2 * shape_numel(model_->activation_shape(bounds_[i], count));
     return floats * static_cast<int64_t>(sizeof(float));
   }
 
@@ -294,10 +309,10 @@ class LayerSplit final : public Strategy {
   std::vector<float> assemble(Tensor Rank::*field) {
     PARALAB_REQUIRE(group_->local_ranks().size() == ranks_.size(),
                     "layer_split: the model's stages live in several processes");
-    std::vector<float> flat(static_cast<std::size_t>(kLeNetParameters));
+    std::vector<float> flat(static_cast<std::size_t>(model_->parameters()));
     for (Rank& me : ranks_) {
       const std::vector<float> part = (me.*field).to_host_f32();
-      std::copy(part.begin(), part.end(), flat.begin() + lenet_layer_offset(me.first));
+      std::copy(part.begin(), part.end(), flat.begin() + model_->layer_offset(me.first));
     }
     return flat;
   }
@@ -316,19 +331,21 @@ class LayerSplit final : public Strategy {
     PipelineStage st;
     st.slots = static_cast<int>(me.slots.size());
     st.input = [&](int j) -> Tensor& {
-      return ensure(slot(me, j).in, dev, lenet_activation_shape(me.first, mb));
+      return ensure(slot(me, j).in, dev, model_->activation_shape(me.first, mb));
     };
     st.output_grad = [&](int j) -> Tensor& {
-      return ensure(slot(me, j).dy, dev, lenet_activation_shape(me.last, mb));
+      return ensure(slot(me, j).dy, dev, model_->activation_shape(me.last, mb));
     };
     st.forward = [&](int j) -> const Tensor& {
       Slot& sl = slot(me, j);
       if (first) {
-        ensure(sl.x, dev, lenet_activation_shape(0, mb));
+        ensure(sl.x, dev, model_->activation_shape(0, mb));
         ensure(sl.y, dev, {mb}, DType::I32);
         ops.gather(me.data.train_x, me.data.train_y, me.order, offset + j * mb, mb, sl.x, sl.y);
       }
-      const Tensor& out = me.layers->forward(j % st.slots, first ? sl.x : sl.in, true);
+      // Dropout keys: the micro-batch's global position in the epoch's order.
+      const PassKey key{dropout_seed(seed_, me.epoch), offset + j * mb};
+      const Tensor& out = me.layers->forward(j % st.slots, first ? sl.x : sl.in, true, key);
       if (last) {
         ensure(sl.stats, dev, {2});
         me.layers->loss(j % st.slots, first ? sl.y : me.epoch_labels.view(offset + j * mb, {mb}),
@@ -368,6 +385,8 @@ class LayerSplit final : public Strategy {
   }
 
   Options o_;
+  std::shared_ptr<const Model> model_;
+  uint64_t seed_ = 0;
   std::vector<int> bounds_;
   std::vector<double> layer_ms_;
   std::vector<std::vector<PipelinePass>> passes_;
@@ -391,9 +410,9 @@ Options parse_options(const json& options, const std::string& path) {
       } else if (v.is_array()) {
         int prev = 0;
         for (const auto& b : v) {
-          if (!b.is_number_integer() || b.get<int>() <= prev || b.get<int>() >= kLeNetLayers)
-            fail(key, "boundaries must be increasing integers in 1.." +
-                          std::to_string(kLeNetLayers - 1) + ", got " + v.dump());
+          // Checked against the model's layer count in setup().
+          if (!b.is_number_integer() || b.get<int>() <= prev)
+            fail(key, "boundaries must be increasing integers from 1, got " + v.dump());
           prev = b.get<int>();
         }
       } else {
@@ -455,8 +474,8 @@ std::vector<int> balanced_split(const std::vector<double>& layer_ms, int stages)
   return best;
 }
 
-std::vector<double> profile_layers(Device& device, const std::vector<float>& parameters,
-                                   int64_t n) {
+std::vector<double> profile_layers(const Model& model, Device& device,
+                                   const std::vector<float>& parameters, int64_t n) {
   device.bind_thread();
   Rng rng(7);
   auto random = [&](const Shape& shape) {
@@ -465,17 +484,17 @@ std::vector<double> profile_layers(Device& device, const std::vector<float>& par
     return Tensor::from_host(device, shape, v);
   };
   std::vector<int32_t> label_values(static_cast<std::size_t>(n));
-  for (auto& y : label_values) y = static_cast<int32_t>(rng.below(kClasses));
+  for (auto& y : label_values) y = static_cast<int32_t>(rng.below(model.classes()));
   const Tensor labels = Tensor::from_host(device, {n}, label_values);
   Tensor stats = Tensor::zeros(device, {2});
   std::vector<double> layer_ms;
-  for (int l = 0; l < kLeNetLayers; ++l) {
-    const std::vector<float> p = layer_slice(parameters, l, l + 1);
+  for (int l = 0; l < model.layers(); ++l) {
+    const std::vector<float> p = layer_slice(model, parameters, l, l + 1);
     const Tensor params = Tensor::from_host(device, {static_cast<int64_t>(p.size())}, p);
     Tensor grads = Tensor::zeros(device, params.shape());
-    LeNetStages layer(device, l, l + 1, params);
-    const Tensor x = random(lenet_activation_shape(l, n));
-    const Tensor dy = random(lenet_activation_shape(l + 1, n));
+    ModelStages layer(model, device, l, l + 1, params);
+    const Tensor x = random(model.activation_shape(l, n));
+    const Tensor dy = random(model.activation_shape(l + 1, n));
     std::vector<double> samples;
     for (int rep = 0; rep < 6; ++rep) {  // the first is a warm-up (primitive creation)
       const auto a = Clock::now();

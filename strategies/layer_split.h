@@ -1,7 +1,7 @@
-// layer_split: model parallelism across layers, the book's first way to split training. LeNet's
-// four layers (conv1, conv2, fc1, fc2) are cut into k contiguous stages, one per device; each
-// device holds only its stage's parameters; activations go forward and their gradients back
-// between neighbouring stages over the collectives' Transport.
+// layer_split: model parallelism across layers, the book's first way to split training. The
+// model's layers are cut into k contiguous stages, one per device; each device holds only its
+// stage's parameters; activations go forward and their gradients back between neighbouring
+// stages over the collectives' Transport.
 //
 // With m micro-batches the global minibatch is cut into m equal parts that flow through the
 // stages one after another, so that stage s works on micro-batch j while stage s+1 works on j-1
@@ -9,9 +9,10 @@
 // update. m = 1 is the plain split: one device busy at a time.
 //
 // Options (descriptor run keys):
-//   "split": "auto"         stage boundaries: an array of k-1 increasing layer indices in 1..3
-//                           ([1] = conv1 | conv2 fc1 fc2), or "auto": each layer's forward and
-//                           backward timed at the micro-batch size on device 0 (a short
+//   "split": "auto"         stage boundaries: an array of k-1 increasing layer indices in
+//                           1..layers-1 ([1] = the first layer | the rest), or "auto": each
+//                           layer's forward and backward timed at the micro-batch size on
+//                           device 0 (a short
 //                           profiling pass in setup) and the boundaries that minimise the
 //                           slowest stage chosen
 //   "microbatches": 1       m, dividing every global minibatch
@@ -25,18 +26,21 @@
 #include <vector>
 
 #include "core/device.h"
+#include "core/model.h"
 #include "strategies/strategy.h"
 
 namespace paralab {
 
 std::unique_ptr<Strategy> make_layer_split(const nlohmann::json& options, const std::string& path);
 
-// The boundaries (k+1 of them, 0 first and 4 last) that minimise the slowest stage's summed
-// layer time, over every way to cut LeNet's layers into k contiguous non-empty stages; ties go
-// to the earliest cut.
+// The boundaries (k+1 of them, 0 first and the layer count last) that minimise the slowest
+// stage's summed layer time, over every way to cut the layers into k contiguous non-empty
+// stages; ties go to the earliest cut.
 std::vector<int> balanced_split(const std::vector<double>& layer_ms, int stages);
 
-// Each layer's forward + backward time (median of a few runs, ms) at batch n on `device`.
-std::vector<double> profile_layers(Device& device, const std::vector<float>& parameters, int64_t n);
+// Each of the model's layers' forward + backward time (median of a few runs, ms) at batch n on
+// `device`.
+std::vector<double> profile_layers(const Model& model, Device& device,
+                                   const std::vector<float>& parameters, int64_t n);
 
 }  // namespace paralab

@@ -3,7 +3,7 @@
 #include <chrono>
 
 #include "core/error.h"
-#include "core/lenet.h"
+#include "core/model.h"
 #include "core/ops.h"
 #include "strategies/device_data.h"
 #include "strategies/timing.h"
@@ -24,7 +24,8 @@ class Single final : public Strategy {
                     "single: runs on exactly 1 device, got " + std::to_string(s.devices.size()));
     device_ = s.devices[0];
     device_->bind_thread();
-    model_ = std::make_unique<LeNet>(*device_);
+    model_ = std::make_unique<ModelReplica>(s.model ? s.model : default_model(), *device_);
+    seed_ = s.seed;
     model_->params().copy_from_host(s.initial_parameters);
     data_ = DeviceData(*device_, *s.train, *s.test);
     eval_batch_ = s.eval_batch;
@@ -34,11 +35,14 @@ class Single final : public Strategy {
 
   void begin_epoch(std::span<const int32_t> order) override {
     order_ = Tensor::from_host(*device_, {static_cast<int64_t>(order.size())}, order);
+    ++epoch_;
   }
 
   StepResult train_step(int64_t offset, int64_t count, float lr) override {
     device_->bind_thread();
-    if (!graphs_ || !device_->supports_capture()) return eager_step(order_, offset, count, lr);
+    key_ = {dropout_seed(seed_, epoch_), offset};
+    if (!graphs_ || !device_->supports_capture() || model_->model().has_dropout())
+      return eager_step(order_, offset, count, lr);
     // A graph replays fixed pointers: this step's example indices go to a fixed buffer first.
     if (!step_indices_.defined() || step_indices_.numel() != count)
       step_indices_ = Tensor::empty(*device_, {count}, DType::I32);
@@ -96,6 +100,8 @@ class Single final : public Strategy {
 
   nlohmann::json report() const override {
     if (!device_ || !graphs_ || !device_->supports_capture()) return nullptr;
+    if (model_->model().has_dropout())
+      return {{"cuda_graphs", "not used: the model's dropout masks change every step"}};
     return {{"cuda_graph_captures", captures_}, {"cuda_graph_replays", replays_}};
   }
 
@@ -106,7 +112,7 @@ class Single final : public Strategy {
     Ops& ops = device_->ops();
     Tensor& x = batch_x(count);
     ops.gather(data_.train_x, data_.train_y, order, offset, count, x, y_);
-    model_->forward(x, y_, stats_, /*training=*/true);
+    model_->forward(x, y_, stats_, /*training=*/true, key_);
     model_->backward();
     ops.sgd(model_->params(), model_->grads(), step_);
   }
@@ -120,7 +126,7 @@ class Single final : public Strategy {
     const TimeMark m0 = device_->mark();
     Tensor& x = batch_x(count);
     ops.gather(data_.train_x, data_.train_y, order, offset, count, x, y_);
-    model_->forward(x, y_, stats_, /*training=*/true);
+    model_->forward(x, y_, stats_, /*training=*/true, key_);
     const TimeMark m1 = device_->mark();
     model_->backward();
     const TimeMark m2 = device_->mark();
@@ -161,14 +167,17 @@ class Single final : public Strategy {
   // Input buffers sized for `count` images (train and eval batches differ; reallocated rarely).
   Tensor& batch_x(int64_t count) {
     if (!x_.defined() || x_.dim(0) != count) {
-      x_ = Tensor::empty(*device_, {count, 1, kImageSide, kImageSide});
+      x_ = Tensor::empty(*device_, model_->model().activation_shape(0, count));
       y_ = Tensor::empty(*device_, {count}, DType::I32);
     }
     return x_;
   }
 
   Device* device_ = nullptr;
-  std::unique_ptr<LeNet> model_;
+  std::unique_ptr<ModelReplica> model_;
+  uint64_t seed_ = 0;
+  int64_t epoch_ = 0;
+  PassKey key_;  // this step's dropout key
   DeviceData data_;
   Tensor order_;
   Tensor x_, y_, stats_;

@@ -3,7 +3,7 @@
 // bench_runner's training loop does not know which strategy it runs: it hands the strategy the
 // epoch's example order, asks it to train global minibatches (slices of that order) and to
 // evaluate. The strategy owns devices, replicas and communication, and never includes a backend
-// header (it sees Device, Ops and LeNet only).
+// header (it sees Device, Ops and Model only).
 #pragma once
 
 #include <cstdint>
@@ -15,6 +15,7 @@
 
 #include "core/device.h"
 #include "core/fashion_mnist.h"
+#include "core/model.h"
 
 namespace paralab {
 
@@ -59,7 +60,11 @@ struct StrategySetup {
   std::vector<Device*> devices;    // the group, owned by the caller
   const Dataset* train = nullptr;  // both owned by the caller and alive as long as the strategy
   const Dataset* test = nullptr;
-  std::vector<float> initial_parameters;  // lenet_initial_parameters(seed)
+  // The model every rank trains (null: default_model()) and its initial parameters
+  // (model->initial_parameters(seed)).
+  std::shared_ptr<const Model> model;
+  std::vector<float> initial_parameters;
+  uint64_t seed = 0;  // the run's seed: dropout masks derive from it (dropout_seed)
   int64_t eval_batch = 1000;
   int64_t train_batch = 256;  // the global minibatch the run trains with (for profiling passes)
   // Under mpirun (the mpi launcher): this process runs one rank of a group spread over the

@@ -153,6 +153,11 @@ class HappyPath(BenchRunnerCase):
         run = doc["runs"][0]
         self.assertEqual((run["status"], run["reason"], run["label"]), ("ok", None, "single x1"))
         self.assertNotIn("diverged_at", run)
+        # The model's description (core/model.h): the default, LeNet.
+        model = run["config"].pop("model")
+        self.assertEqual((model["name"], model["config"], model["parameters"]),
+                         ("lenet", "lenet", 129068))
+        self.assertEqual([l["name"] for l in model["layers"]], ["conv1", "conv2", "fc1", "fc2"])
         self.assertEqual(run["config"], {
             "strategy": "single", "backend": "cpu", "devices": 1, "global_batch": BATCH,
             "per_device_batch": BATCH, "lr": 0.1, "seed": 0, "epochs": 1,

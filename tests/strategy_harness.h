@@ -57,8 +57,10 @@ struct Trained {
 // random labels is not chaotic.
 class Session {
  public:
+  // model: null for the default (LeNet).
   Session(const std::string& strategy, int devices, const json& options,
-          const std::vector<float>& parameters, int64_t batch, const std::string& backend) {
+          const std::vector<float>& parameters, int64_t batch, const std::string& backend,
+          std::shared_ptr<const Model> model = nullptr) {
     DeviceOptions device_options;
     device_options.virtual_devices = true;  // CUDA: k devices may share one GPU
     owned_ = make_devices(backend, devices, device_options);
@@ -69,6 +71,7 @@ class Session {
     setup.devices = group;
     setup.train = &sets().train;
     setup.test = &sets().test;
+    setup.model = std::move(model);
     setup.initial_parameters = parameters;
     setup.train_batch = batch;
     setup.eval_batch = 32;  // the 100 test examples in 4 batches, the last one short
@@ -130,8 +133,9 @@ inline Trained train(const std::string& strategy, int devices, const json& optio
 // precision; any real error (a missing shard, a wrong scale) is orders of magnitude larger.
 inline ::testing::AssertionResult close_per_tensor(const std::vector<float>& got,
                                                    const std::vector<float>& ref,
-                                                   double atol_of_max = 1e-5, double rtol = 1e-5) {
-  for (const auto& p : lenet_layout()) {
+                                                   double atol_of_max = 1e-5, double rtol = 1e-5,
+                                                   const Model* model = nullptr) {
+  for (const auto& p : (model ? *model : *lenet_model()).tensors()) {
     const auto b = static_cast<std::size_t>(p.offset), e = b + shape_numel(p.shape);
     const std::vector<float> g(got.begin() + b, got.begin() + e),
         r(ref.begin() + b, ref.begin() + e);
@@ -166,24 +170,30 @@ constexpr double kGradientAtolOfMax = 1e-4;
 // ISA; Backend.ConvReluPoolOfAnExampleIsBitIdenticalAtEveryBatchSize), so a step compared with a
 // step sees only the reduction order of the weight gradients and the last bits of the linear
 // layers (128 ReLU positions per example instead of 17,698).
-inline ::testing::AssertionResult tracks_single(const std::string& strategy, int devices,
-                                                const json& options, int steps, int64_t batch,
-                                                const std::string& backend = "cpu") {
+// model: null for LeNet (from test_initial_parameters()); another model starts from its own
+// initial_parameters(3, 0.1).
+inline ::testing::AssertionResult tracks_single(
+    const std::string& strategy, int devices, const json& options, int steps, int64_t batch,
+    const std::string& backend = "cpu", const std::shared_ptr<const Model>& model = nullptr) {
   const float lr = 0.05f;
-  Session s(strategy, devices, options, test_initial_parameters(), batch, backend);
+  Session s(strategy, devices, options,
+            model ? model->initial_parameters(3, 0.1) : test_initial_parameters(), batch, backend,
+            model);
   for (int i = 0; i < steps; ++i) {
-    Session one("single", 1, json::object(), s->parameters(), batch, backend);
+    Session one("single", 1, json::object(), s->parameters(), batch, backend, model);
     const double want = one.step(i, lr).loss_sum, got = s.step(i, lr).loss_sum;
     const std::string at = " at step " + std::to_string(i + 1);
     if (auto r = testing::all_close(std::vector<double>{got}, std::vector<double>{want}, 0, 1e-5);
         !r)
       return r << " in the loss" << at;
-    if (auto r = close_per_tensor(s->gradients(), one->gradients(), kGradientAtolOfMax); !r)
+    if (auto r = close_per_tensor(s->gradients(), one->gradients(), kGradientAtolOfMax, 1e-5,
+                                  model.get());
+        !r)
       return r << " (gradients)" << at;
-    if (auto r = close_per_tensor(s->parameters(), one->parameters()); !r)
+    if (auto r = close_per_tensor(s->parameters(), one->parameters(), 1e-5, 1e-5, model.get()); !r)
       return r << " (parameters)" << at;
   }
-  Session one("single", 1, json::object(), s->parameters(), batch, backend);
+  Session one("single", 1, json::object(), s->parameters(), batch, backend, model);
   const EvalResult got = s->evaluate(), want = one->evaluate();
   if (got.samples != want.samples || got.correct != want.correct)
     return ::testing::AssertionFailure()

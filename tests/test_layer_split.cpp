@@ -57,7 +57,7 @@ TEST(LayerSplit, BalancedSplitMinimisesTheSlowestStage) {
 
 TEST(LayerSplit, ProfilingMeasuresEveryLayer) {
   auto devices = make_devices("cpu", 1, {});
-  const auto ms = profile_layers(*devices[0], lenet_initial_parameters(1), 16);
+  const auto ms = profile_layers(*lenet_model(), *devices[0], lenet_initial_parameters(1), 16);
   ASSERT_EQ(ms.size(), 4u);
   for (double t : ms) EXPECT_GT(t, 0.0);
   EXPECT_GT(ms[1], ms[3]) << "conv2 (2.0 M multiply-adds per image) vs fc2 (1,280)";
@@ -194,7 +194,7 @@ TEST(LayerSplit, ReportsTheSplitBubbleAndBytesMoved) {
 TEST(LayerSplit, ErrorsNameTheProblem) {
   const auto error = error_of;
   EXPECT_EQ(error([] { train("layer_split", 5, json::object(), 1, 24); }),
-            "layer_split: 5 devices, but LeNet has only 4 layers (conv1, conv2, fc1, fc2) to cut "
+            "layer_split: 5 devices, but lenet has only 4 layers (conv1, conv2, fc1, fc2) to cut "
             "into stages: at most 4 devices");
   EXPECT_EQ(error([] {
               train("layer_split", 2, {{"microbatches", 5}}, 1, 24);
@@ -208,9 +208,12 @@ TEST(LayerSplit, ErrorsNameTheProblem) {
     return error([&] { make_strategy("layer_split", o, "runs.1"); });
   };
   EXPECT_EQ(option({{"split", {2, 2}}}),
-            "runs.1.split: boundaries must be increasing integers in 1..3, got [2,2]");
-  EXPECT_EQ(option({{"split", {4}}}),
-            "runs.1.split: boundaries must be increasing integers in 1..3, got [4]");
+            "runs.1.split: boundaries must be increasing integers from 1, got [2,2]");
+  // The model's layer count is known at setup.
+  EXPECT_EQ(error([] {
+              train("layer_split", 2, {{"split", {4}}}, 1, 24);
+            }),
+            "runs.0.split: boundaries must be increasing integers in 1..3, got [4]");
   EXPECT_EQ(option({{"microbatches", 0}}), "runs.1.microbatches: must be an integer in 1..4096");
   EXPECT_EQ(option({{"schedule", "zigzag"}}),
             "runs.1.schedule: pipeline: unknown schedule 'zigzag' (known: 1f1b, gpipe)");
