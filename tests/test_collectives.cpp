@@ -588,6 +588,66 @@ TEST(PointToPoint, NcclAllreduceUsesTheProcessCommunicator) {
   }
 }
 
+// The GPU path between processes, in one process: one NCCL communicator of ncclCommInitRank
+// ranks (one thread per GPU, as each process would run its rank) under the grouped transport.
+// Every algorithm, and "nccl" over the same communicator, gives the exact sum. On a one-GPU
+// machine this is one rank: the communicator, the grouping and the native allreduce still run.
+TEST(PointToPoint, CudaNcclCommunicatorRunsEveryAllreduce) {
+  if (const std::string why = backend_unavailable("cuda"); !why.empty())
+    GTEST_SKIP() << "cuda: " << why;
+  int gpus = 1;
+  for (; gpus < 8; ++gpus) try {
+      make_devices("cuda", gpus + 1, {});
+    } catch (const Error&) {
+      break;
+    }
+  auto owned = make_devices("cuda", gpus, {});
+  const auto ptrs = Group::pointers(owned);
+  std::string id;
+  try {
+    id = native_unique_id("nccl");
+  } catch (const Unavailable& e) {
+    GTEST_SKIP() << e.what();
+  }
+  std::vector<std::unique_ptr<Transport>> transports(static_cast<std::size_t>(gpus));
+  std::mutex mu;
+  std::condition_variable cv;
+  int arrived = 0, generation = 0;
+  auto barrier = [&] {  // the host barrier MPI gives between processes
+    std::unique_lock lock(mu);
+    const int g = generation;
+    if (++arrived == gpus) {
+      arrived = 0;
+      ++generation;
+      cv.notify_all();
+    } else {
+      cv.wait(lock, [&] { return generation != g; });
+    }
+  };
+  RankGroup threads(ptrs);
+  threads.run([&](int r) {  // every rank's ncclCommInitRank at once, as processes would
+    transports[static_cast<std::size_t>(r)] = make_point_to_point_transport(
+        *ptrs[r], make_native_point_to_point("nccl", *ptrs[r], id, r, gpus), barrier);
+  });
+  for (const std::string algorithm : {"naive", "ring", "tree", "nccl"})
+    for (int64_t n : {int64_t{1}, int64_t{129068}}) {
+      auto ar = make_allreduce(algorithm, {int64_t{1} << 16});
+      std::vector<std::vector<float>> got(static_cast<std::size_t>(gpus));
+      threads.run([&](int r) {
+        ar->prepare({ptrs[r]});  // one device per rank, as under mpirun
+        Transport& t = *transports[static_cast<std::size_t>(r)];
+        Tensor buf = Tensor::from_host(*ptrs[r], {n}, exact_data(n, r));
+        ar->run(t, buf);
+        t.barrier();
+        got[static_cast<std::size_t>(r)] = buf.to_host_f32();
+      });
+      for (int r = 0; r < gpus; ++r)
+        for (int64_t i = 0; i < n; ++i)
+          ASSERT_EQ(got[r][i], float(gpus * (gpus + 1) / 2 * (i % 5 + 1)))
+              << algorithm << " n=" << n << " rank " << r << " at " << i;
+    }
+}
+
 TEST(Nccl, OneCpuDeviceIsUnavailableWithTheReason) {
   auto devices = make_devices("cpu", 1, {});
   try {
