@@ -452,13 +452,28 @@ uint64_t dropout_seed(uint64_t run_seed, int64_t epoch) {
   return mix(run_seed ^ 0xd5a61266f0c9392cULL, static_cast<uint64_t>(epoch));
 }
 
+uint64_t dropout_layer_seed(uint64_t pass_seed, int layer) {
+  return mix(pass_seed, static_cast<uint64_t>(layer));
+}
+
+Conv2dParams conv_params(const LayerSpec& l) { return Conv2dParams::square(l.stride, l.padding); }
+
+Pool2dParams pool_params(const LayerSpec& l) {
+  return Pool2dParams::square(l.max_pool ? PoolMode::Max : PoolMode::Average, l.kernel, l.stride,
+                              l.padding);
+}
+
 // ---- the executor ----
 
 struct ModelStages::Slot {
   // Per layer, the op objects it needs (null elsewhere).
   std::vector<std::unique_ptr<ConvReluPool>> conv_relu_pool;
+  std::vector<std::unique_ptr<Conv2d>> conv;
+  std::vector<std::unique_ptr<Pool2d>> pool;
   std::vector<std::unique_ptr<Linear>> linear;
   std::vector<std::unique_ptr<Relu>> relu;
+  std::vector<std::unique_ptr<Dropout>> dropout;
+  std::vector<std::unique_ptr<Resize>> resize;
   std::unique_ptr<SoftmaxXent> xent;
   int64_t n = -1;
   // act[b]: activation b; act[first] is the caller's input, the others are owned. grad[b]: its
@@ -486,8 +501,12 @@ ModelStages::ModelStages(const Model& model, Device& device, int first, int last
     auto s = std::make_unique<Slot>();
     const auto L = static_cast<std::size_t>(layers);
     s->conv_relu_pool.resize(L);
+    s->conv.resize(L);
+    s->pool.resize(L);
     s->linear.resize(L);
     s->relu.resize(L);
+    s->dropout.resize(L);
+    s->resize.resize(L);
     s->act.resize(L + 1);
     s->grad.resize(L + 1);
     for (int l = first; l < last; ++l) {
@@ -497,13 +516,24 @@ ModelStages::ModelStages(const Model& model, Device& device, int first, int last
         case LayerOp::kConvReluPool:
           s->conv_relu_pool[at] = ops.make_conv_relu_pool();
           break;
+        case LayerOp::kConv:
+          s->conv[at] = ops.make_conv2d(conv_params(spec));
+          if (spec.relu) s->relu[at] = ops.make_relu();
+          break;
+        case LayerOp::kPool:
+          s->pool[at] = ops.make_pool2d(pool_params(spec));
+          break;
         case LayerOp::kLinear:
           s->linear[at] = ops.make_linear();
           if (spec.relu) s->relu[at] = ops.make_relu();
           break;
-        default:
-          throw Unavailable(model.name() + ": layer " + spec.name +
-                            ": this build's devices have no op for it yet");
+        case LayerOp::kDropout:
+          s->dropout[at] = ops.make_dropout();
+          break;
+        case LayerOp::kResize:
+          s->resize[at] =
+              ops.make_resize(spec.bilinear ? ResizeMode::Bilinear : ResizeMode::Nearest);
+          break;
       }
     }
     if (last == layers) s->xent = ops.make_softmax_xent();
@@ -533,7 +563,6 @@ void ModelStages::ensure_batch(Slot& s, int64_t n) {
 }
 
 const Tensor& ModelStages::forward(int slot, const Tensor& x, bool training, const PassKey& key) {
-  (void)key;
   Slot& s = *slots_.at(static_cast<std::size_t>(slot));
   const Shape want = model_.activation_shape(first_, 1);
   PARALAB_REQUIRE(x.ndim() >= 1 && x.dim(0) >= 1 && x.numel() == x.dim(0) * shape_numel(want),
@@ -556,8 +585,21 @@ const Tensor& ModelStages::forward(int slot, const Tensor& x, bool training, con
                               tensor_in(params_, t), tensor_in(params_, t + 1), s.act[at + 1]);
         if (spec.relu) s.relu[at]->forward(s.act[at + 1], s.act[at + 1]);
         break;
-      default:
-        break;  // refused by the constructor
+      case LayerOp::kConv:
+        s.conv[at]->forward(s.act[at], tensor_in(params_, t), tensor_in(params_, t + 1),
+                            s.act[at + 1]);
+        if (spec.relu) s.relu[at]->forward(s.act[at + 1], s.act[at + 1]);
+        break;
+      case LayerOp::kPool:
+        s.pool[at]->forward(s.act[at], s.act[at + 1], training);
+        break;
+      case LayerOp::kDropout:
+        s.dropout[at]->forward(s.act[at], s.act[at + 1], static_cast<float>(spec.p),
+                               {dropout_layer_seed(key.seed, l), key.example_offset, 0}, training);
+        break;
+      case LayerOp::kResize:
+        s.resize[at]->forward(s.act[at], s.act[at + 1]);
+        break;
     }
   }
   s.trained = training;
@@ -616,8 +658,24 @@ const Tensor& ModelStages::backward(int slot, const Tensor* dy, Tensor& grads,
                                din ? &din_flat : nullptr, gw, gb);
         break;
       }
-      default:
+      case LayerOp::kConv: {
+        Tensor gw = tensor_in(grads, t), gb = tensor_in(grads, t + 1);
+        const Tensor* d = &dout;
+        if (spec.relu) {
+          s.relu[at]->backward(s.act[at + 1], dout, s.grad[at + 1]);
+          d = &s.grad[at + 1];
+        }
+        s.conv[at]->backward(s.act[at], tensor_in(params_, t), *d, din, gw, gb);
         break;
+      }
+      case LayerOp::kPool:
+        if (din) s.pool[at]->backward(dout, *din);
+        break;
+      case LayerOp::kDropout:
+        if (din) s.dropout[at]->backward(dout, *din);
+        break;
+      case LayerOp::kResize:
+        break;  // before every layer with parameters (the Model checks): no gradient needed
     }
     if (on_ready)
       for (int i = model_.first_tensor(l + 1) - 1; i >= t; --i) on_ready(i);

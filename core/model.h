@@ -140,6 +140,13 @@ struct PassKey {
   int64_t example_offset = 0;  // the first example of this pass in the epoch's order
 };
 uint64_t dropout_seed(uint64_t run_seed, int64_t epoch);
+// The seed of layer l's mask in a pass keyed by pass_seed (DropoutKey::seed).
+uint64_t dropout_layer_seed(uint64_t pass_seed, int layer);
+// The op parameters of a conv or pool layer.
+struct Conv2dParams;
+struct Pool2dParams;
+Conv2dParams conv_params(const LayerSpec& l);
+Pool2dParams pool_params(const LayerSpec& l);
 
 // Layers [first, last) of a model on one device, with `slots` independent sets of activations
 // so that a pipeline stage can hold several micro-batches between their forward and backward

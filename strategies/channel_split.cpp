@@ -95,8 +95,12 @@ class ChannelSplit final : public Strategy {
       Ops& ops = dev.ops();
       const auto L = static_cast<std::size_t>(model.layers());
       me.conv_relu_pool.resize(L);
+      me.conv.resize(L);
+      me.pool.resize(L);
       me.linear.resize(L);
       me.relu.resize(L);
+      me.dropout.resize(L);
+      me.resize.resize(L);
       me.zero_bias.resize(L);
       for (int l = 0; l < model.layers(); ++l) {
         const LayerSpec& spec = model.layer(l);
@@ -110,9 +114,20 @@ class ChannelSplit final : public Strategy {
             if (spec.relu) me.relu[at] = ops.make_relu();
             if (mode_[at] == SplitMode::kInput) me.zero_bias[at] = Tensor::zeros(dev, {spec.out});
             break;
-          default:
-            throw Unavailable("channel_split: layer " + spec.name +
-                              ": this build's devices have no op for it yet");
+          case LayerOp::kConv:
+            me.conv[at] = ops.make_conv2d(conv_params(spec));
+            if (spec.relu) me.relu[at] = ops.make_relu();
+            break;
+          case LayerOp::kPool:
+            me.pool[at] = ops.make_pool2d(pool_params(spec));
+            break;
+          case LayerOp::kDropout:
+            me.dropout[at] = ops.make_dropout();
+            break;
+          case LayerOp::kResize:
+            me.resize[at] =
+                ops.make_resize(spec.bilinear ? ResizeMode::Bilinear : ResizeMode::Nearest);
+            break;
         }
       }
       me.xent = ops.make_softmax_xent();
@@ -244,8 +259,12 @@ class ChannelSplit final : public Strategy {
     // Per layer, the op objects it needs (null elsewhere), and an input-split layer's zero bias
     // (its bias is added by device 0 only).
     std::vector<std::unique_ptr<ConvReluPool>> conv_relu_pool;
+    std::vector<std::unique_ptr<Conv2d>> conv;
+    std::vector<std::unique_ptr<Pool2d>> pool;
     std::vector<std::unique_ptr<Linear>> linear;
     std::vector<std::unique_ptr<Relu>> relu;
+    std::vector<std::unique_ptr<Dropout>> dropout;
+    std::vector<std::unique_ptr<Resize>> resize;
     std::vector<Tensor> zero_bias;
     std::unique_ptr<SoftmaxXent> xent;
     DeviceData data;
@@ -532,6 +551,18 @@ class ChannelSplit final : public Strategy {
   const Tensor& whole(Rank& me, int b) {
     return b == 0 ? me.x : me.full[static_cast<std::size_t>(b)];
   }
+  // A channelwise layer's input: this device's shard, or the whole activation.
+  const Tensor& input(Rank& me, int b) {
+    return sharded_[static_cast<std::size_t>(b)] ? me.own[static_cast<std::size_t>(b)]
+                                                 : whole(me, b);
+  }
+  // Dropout's mask over this device's features of activation b (GLOBAL example and feature
+  // indices: the same mask as one device's).
+  DropoutKey dropout_key(Rank& me, int b) const {
+    const auto at = static_cast<std::size_t>(b);
+    return {dropout_layer_seed(key_.seed, b), key_.example_offset,
+            sharded_[at] ? first_channel(b, me.rank) * per_channel_[at] : 0};
+  }
   Tensor& output(Rank& me, int b) {
     const auto at = static_cast<std::size_t>(b);
     return sharded_[at] ? me.own[at] : me.full[at];
@@ -562,8 +593,20 @@ class ChannelSplit final : public Strategy {
           }
           if (spec.relu) me.relu[at]->forward(out, out);
           break;
-        default:
-          break;  // refused by setup()
+        case LayerOp::kConv:
+          me.conv[at]->forward(whole(me, l), me.w[t], me.w[t + 1], out);
+          if (spec.relu) me.relu[at]->forward(out, out);
+          break;
+        case LayerOp::kPool:
+          me.pool[at]->forward(input(me, l), out, training);
+          break;
+        case LayerOp::kDropout:
+          me.dropout[at]->forward(input(me, l), out, static_cast<float>(spec.p), dropout_key(me, l),
+                                  training);
+          break;
+        case LayerOp::kResize:
+          me.resize[at]->forward(whole(me, l), out);
+          break;
       }
     }
     const int L = m.layers();
@@ -615,8 +658,18 @@ class ChannelSplit final : public Strategy {
           me.linear[at]->backward(x, me.w[t], dy, dx ? &dx_flat : nullptr, me.g[t], me.g[t + 1]);
           break;
         }
-        default:
+        case LayerOp::kConv:
+          if (spec.relu) me.relu[at]->backward(output(me, b), dy, dy);
+          me.conv[at]->backward(whole(me, l), me.w[t], dy, dx, me.g[t], me.g[t + 1]);
           break;
+        case LayerOp::kPool:
+          if (dx) me.pool[at]->backward(dy, *dx);
+          break;
+        case LayerOp::kDropout:
+          if (dx) me.dropout[at]->backward(dy, *dx);
+          break;
+        case LayerOp::kResize:
+          break;  // before every layer with parameters: no gradient needed
       }
     }
   }

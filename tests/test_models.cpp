@@ -228,3 +228,43 @@ TEST(Models, ChannelSplitBytesFollowTheTinyModelsSplitModes) {
 
 }  // namespace
 }  // namespace paralab
+
+namespace paralab {
+namespace {
+
+TEST(Models, AlexNetIsTheBooksNetwork) {
+  const auto m = make_model("alexnet");
+  // d2l's AlexNet for Fashion-MNIST: 46,764,746 parameters, 6400 features after the last pool.
+  EXPECT_EQ(m->parameters(), 46764746);
+  EXPECT_EQ(m->activation(9), (Shape{256, 5, 5}));
+  EXPECT_EQ(m->forward_macs(), 96LL * 54 * 54 * 121 + 256LL * 26 * 26 * 96 * 25 +
+                                   384LL * 12 * 12 * 256 * 9 + 384LL * 12 * 12 * 384 * 9 +
+                                   256LL * 12 * 12 * 384 * 9 + 6400LL * 4096 + 4096LL * 4096 +
+                                   4096LL * 10);
+  EXPECT_TRUE(m->has_dropout());
+}
+
+// AlexNet at a reduced size (input 67, 1/16 of the channels: 6,16,24,24,16, hidden 256) so that
+// a 2-core CPU runs every strategy: dropout masks from global indices make every strategy's
+// step the single device's.
+TEST(Models, ReducedAlexNetTracksSingleDeviceWithEveryStrategy) {
+  const auto m = make_model(json{{"name", "alexnet"}, {"input_size", 67}, {"width", 0.0625}});
+  struct Case {
+    const char* strategy;
+    int devices;
+    json options;
+  };
+  const std::vector<Case> cases = {
+      {"data_parallel", 2, {{"allreduce", "ring"}}},
+      {"layer_split", 2, {{"split", {6}}, {"microbatches", 2}}},
+      {"layer_split", 3, {{"microbatches", 4}, {"schedule", "1f1b"}}},
+      {"channel_split", 2, {{"pairing", "none"}}},
+      {"channel_split", 3, {{"pairing", "megatron"}}},
+  };
+  for (const Case& c : cases)
+    EXPECT_TRUE(tracks_single(c.strategy, c.devices, c.options, 3, 24, "cpu", m))
+        << c.strategy << " x" << c.devices << " " << c.options.dump();
+}
+
+}  // namespace
+}  // namespace paralab
