@@ -236,6 +236,18 @@ std::vector<nlohmann::json> resumable_runs_unbounded(const std::string& text,
 }
 }  // namespace
 
+std::string parameters_digest(const std::vector<float>& params) {
+  uint64_t h = 14695981039346656037ull;  // FNV-1a 64, offset basis and prime
+  const auto* bytes = reinterpret_cast<const unsigned char*>(params.data());
+  for (std::size_t i = 0; i < params.size() * sizeof(float); ++i) {
+    h ^= bytes[i];
+    h *= 1099511628211ull;
+  }
+  char text[24];
+  std::snprintf(text, sizeof text, "%016llx", static_cast<unsigned long long>(h));
+  return std::string("fnv1a64:") + text;
+}
+
 double percentile(std::vector<double> values, double p) {
   if (values.empty()) return 0.0;
   std::sort(values.begin(), values.end());

@@ -61,6 +61,11 @@ nlohmann::json describe_environment(int argc, char** argv, const std::string& ut
 // The distinct GPU models in the runs' device lists, in order of first use; null if none.
 nlohmann::json used_gpu_models(const nlohmann::json& runs);
 
+// A run's final parameters in one string: "fnv1a64:" and 16 hex digits of the FNV-1a hash of
+// their float32 bytes (little-endian, flat, book order). Equal strings: the same bits (to the
+// hash's confidence); any changed bit changes it.
+std::string parameters_digest(const std::vector<float>& params);
+
 // Percentile p (0..100) of `values` by linear interpolation between closest ranks.
 double percentile(std::vector<double> values, double p);
 

@@ -431,6 +431,9 @@ json run_training(const RunSpec& run, const RunContext& ctx) {
         }
       }
       result["wall_seconds"] = seconds_since(run_start);
+      // The final parameters' bits, to compare runs (launchers, machines, repeats) exactly.
+      // Under mpirun a collective: every rank contributes its part of a split model.
+      result["parameters_digest"] = parameters_digest(strategy->parameters());
       // The devices as training left them (allocator peaks, events pooled), and what each
       // device's ops chose while training (e.g. cuDNN's algorithm per shape).
       json after = json::array();

@@ -422,22 +422,25 @@ class ChannelSplit final : public Strategy {
     return out;
   }
 
-  // The whole model from every rank's blocks: in this process only (tests; bench_runner does not
-  // ask for it).
+  // The whole model from every rank's blocks. Under mpirun each process holds its own rank's
+  // blocks: this is a collective then (every rank calls it), each rank contributing its part.
   std::vector<float> assemble(Tensor Rank::*field) {
-    PARALAB_REQUIRE(group_->local_ranks().size() == ranks_.size(),
-                    "channel_split: the model's blocks live in several processes");
+    std::vector<std::vector<float>> parts(ranks_.size());
+    for (int r : group_->local_ranks()) parts[r] = (ranks_[r].*field).to_host_f32();
+    group_->share_lists(parts);
     std::vector<float> full(static_cast<std::size_t>(model_->parameters()));
-    for (Rank& me : ranks_) {
-      const std::vector<float> part = (me.*field).to_host_f32();
+    for (std::size_t r = 0; r < parts.size(); ++r) {
+      const std::vector<Block> rank_blocks = blocks(static_cast<int>(r));
       std::size_t at = 0;
-      for (std::size_t i = 0; i < me.blocks.size(); ++i) {
+      for (std::size_t i = 0; i < rank_blocks.size(); ++i) {
         const ParamInfo& p = model_->tensors()[i];
         const int64_t cols = shape_numel(p.shape) / p.shape[0];
-        const Block& b = me.blocks[i];
+        const Block& b = rank_blocks[i];
         for (int64_t row = b.r0; row < b.r1; ++row) {
-          std::copy(part.begin() + static_cast<std::ptrdiff_t>(at),
-                    part.begin() + static_cast<std::ptrdiff_t>(at + (b.c1 - b.c0)),
+          PARALAB_REQUIRE(at + static_cast<std::size_t>(b.c1 - b.c0) <= parts[r].size(),
+                          "channel_split: rank " + std::to_string(r) + "'s part is too short");
+          std::copy(parts[r].begin() + static_cast<std::ptrdiff_t>(at),
+                    parts[r].begin() + static_cast<std::ptrdiff_t>(at + (b.c1 - b.c0)),
                     full.begin() + p.offset + row * cols + b.c0);
           at += static_cast<std::size_t>(b.c1 - b.c0);
         }

@@ -265,10 +265,12 @@ class DataParallel final : public Strategy {
   std::vector<float> parameters() override { return first_local().model->params().to_host_f32(); }
   std::vector<float> gradients() override { return first_local().model->grads().to_host_f32(); }
 
-  // The replicas of this process's ranks (all of them in one process).
+  // Every rank's replica; under mpirun a collective (every rank calls it), each process
+  // contributing its own.
   std::vector<std::vector<float>> replica_parameters() override {
-    std::vector<std::vector<float>> all;
-    for (int r : group_->local_ranks()) all.push_back(ranks_[r].model->params().to_host_f32());
+    std::vector<std::vector<float>> all(ranks_.size());
+    for (int r : group_->local_ranks()) all[r] = ranks_[r].model->params().to_host_f32();
+    group_->share_lists(all);
     return all;
   }
 

@@ -305,15 +305,15 @@ class LayerSplit final : public Strategy {
     return floats * static_cast<int64_t>(sizeof(float));
   }
 
-  // The whole model from every stage: in this process only (tests; bench_runner does not ask).
+  // The whole model from every stage. Under mpirun each process holds its own stage: this is a
+  // collective then (every rank calls it), each rank contributing its part.
   std::vector<float> assemble(Tensor Rank::*field) {
-    PARALAB_REQUIRE(group_->local_ranks().size() == ranks_.size(),
-                    "layer_split: the model's stages live in several processes");
+    std::vector<std::vector<float>> parts(ranks_.size());
+    for (int r : group_->local_ranks()) parts[r] = (ranks_[r].*field).to_host_f32();
+    group_->share_lists(parts);
     std::vector<float> flat(static_cast<std::size_t>(model_->parameters()));
-    for (Rank& me : ranks_) {
-      const std::vector<float> part = (me.*field).to_host_f32();
-      std::copy(part.begin(), part.end(), flat.begin() + model_->layer_offset(me.first));
-    }
+    for (std::size_t r = 0; r < parts.size(); ++r)
+      std::copy(parts[r].begin(), parts[r].end(), flat.begin() + model_->layer_offset(bounds_[r]));
     return flat;
   }
 

@@ -88,11 +88,13 @@ class Strategy {
   // Loss and accuracy over the whole test set.
   virtual EvalResult evaluate() = 0;
   // The model's parameters (flat, book order), as the host sees them after the last step.
+  // Under mpirun a collective (every rank calls it; split models gather every rank's part).
   virtual std::vector<float> parameters() = 0;
   // Gradients of the last train_step's summed loss (flat, book order, summed over the global
   // minibatch), as the update used them.
   virtual std::vector<float> gradients() = 0;
-  // Every replica's parameters (data parallel: one per device, which must stay bit-identical).
+  // Every replica's parameters (data parallel: one per device, which must stay bit-identical;
+  // under mpirun a collective, like parameters()).
   virtual std::vector<std::vector<float>> replica_parameters() { return {parameters()}; }
   // Whether the strategy runs one rank per process under mpirun (StrategySetup::mpi).
   virtual bool supports_mpi() const { return false; }

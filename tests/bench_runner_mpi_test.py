@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """bench_runner under mpirun (the mpi launcher): data_parallel with naive, ring and tree,
 layer_split (profiled split, 1F1B) and channel_split (both pairings) as one rank per process give
-the same bits as the same descriptor in one process (threads), over shared memory with 2 processes
+the same bits as the same descriptor in one process (threads): per-epoch metrics and the final
+parameters (parameters_digest), over shared memory with 2 processes
 and over TCP with 3; a run that cannot be one rank per process is skipped with the reason; rank 0 alone writes the
 (schema-valid) results; CPU ranks say how they were placed (pinned to cores of their own by
 mpirun or by ParaLab, or why not) and never share a pinned core; killing a rank ends the job
@@ -94,6 +95,11 @@ def main():
                       f"x{np_} run {i}: per-device times of every rank")
                 check(epochs(mpi, i) and epochs(mpi, i) == epochs(ref, i),
                       f"x{np_} {run['label']}: mpi {epochs(mpi, i)} != threads {epochs(ref, i)}")
+                # The final parameters, every rank's part of a split model, to the bit.
+                digests = [doc["runs"][i].get("parameters_digest") for doc in (mpi, ref)]
+                check(digests[0] and digests[0] == digests[1],
+                      f"x{np_} {run['label']}: final parameters differ: mpi {digests[0]}, "
+                      f"threads {digests[1]}")
             check(mpi["runs"][6]["status"] == "skipped" and
                   "group is the world's" in mpi["runs"][6]["reason"], "single not skipped")
             split = [r.get("strategy_report", {}).get("split") for r in (mpi["runs"][3],
@@ -176,8 +182,9 @@ def check_binding(devices, check):
     seen = {}
     for dev in devices:
         how, cpus = dev.get("binding"), dev.get("cpus")
-        check(isinstance(how, str) and isinstance(cpus, list) and cpus,
-              f"rank {dev.get('rank')}: no binding: {dev}")
+        if not (isinstance(how, str) and isinstance(cpus, list) and cpus):
+            check(False, f"rank {dev.get('rank')}: no binding: {dev}")
+            continue
         if how in ("pinned by ParaLab", "bound by the launcher"):
             for c in cpus:
                 check((dev["host"], c) not in seen,

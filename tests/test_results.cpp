@@ -2,6 +2,8 @@
 // virtual devices sit on its GPUs.
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include "experiments/results.h"
 #include "experiments/trainer.h"
 
@@ -9,6 +11,17 @@ namespace paralab {
 namespace {
 
 using nlohmann::json;
+
+TEST(ParametersDigest, ChangesWithAnyBitAndNothingElse) {
+  EXPECT_EQ(parameters_digest({}), "fnv1a64:cbf29ce484222325");  // FNV-1a 64's offset basis
+  const std::vector<float> a = {0.5f, -1.25f, 3.0f};
+  EXPECT_EQ(parameters_digest(a), parameters_digest(std::vector<float>(a)));
+  std::vector<float> b = a;
+  b[1] = std::nextafter(b[1], 0.0f);  // one ulp: one bit
+  EXPECT_NE(parameters_digest(a), parameters_digest(b));
+  EXPECT_NE(parameters_digest({0.0f}), parameters_digest({-0.0f}));  // equal floats, other bits
+  EXPECT_NE(parameters_digest({1.0f, 2.0f}), parameters_digest({2.0f, 1.0f}));
+}
 
 TEST(UsedGpuModels, ListsEachModelOnceInOrderOfFirstUse) {
   const json runs = json::parse(R"([
