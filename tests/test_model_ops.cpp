@@ -191,6 +191,39 @@ TEST_P(ModelOps, Conv2dAlexNetGeometriesMatchReference) {
       51);
 }
 
+TEST_P(ModelOps, Conv2dOfAnExampleIsBitIdenticalAtEveryBatchSize) {
+  // What the strategy tests rest on (see test_backends' ConvReluPool test of the same name): a
+  // shard of a batch must see exactly the activations the whole batch sees, or a pre-activation
+  // within rounding of zero may fall on the other side of ReLU or of a max-pool comparison.
+  if (GetParam() == "cuda")
+    GTEST_SKIP() << "cuda: cuDNN chooses its algorithms per batch size, so the order of a "
+                    "convolution's sums may change with it";
+  for (const ref::ConvGeom& g :
+       {ref::ConvGeom{.N = 8, .C = 1, .H = 67, .W = 67, .K = 8, .R = 11, .S = 11, .sh = 4, .sw = 4},
+        ref::ConvGeom{.N = 8, .C = 8, .H = 13, .W = 13, .K = 16, .R = 5, .S = 5, .ph = 2, .pw = 2},
+        ref::ConvGeom{
+            .N = 8, .C = 16, .H = 6, .W = 6, .K = 12, .R = 3, .S = 3, .ph = 1, .pw = 1}}) {
+    const int64_t per_x = int64_t{g.C} * g.H * g.W, per_y = int64_t{g.K} * g.OH() * g.OW();
+    const auto x = random_vec(std::size_t(g.N * per_x), 141),
+               w = random_vec(std::size_t(g.K) * g.C * g.R * g.S, 142, 0.1),
+               b = random_vec(g.K, 143, 0.1);
+    auto conv = ops().make_conv2d({g.sh, g.sw, g.ph, g.pw});
+    auto y_at = [&](int n) {
+      Tensor y = empty({n, g.K, g.OH(), g.OW()});
+      conv->forward(put(ref::Vec(x.begin(), x.begin() + n * per_x), {n, g.C, g.H, g.W}),
+                    put(w, {g.K, g.C, g.R, g.S}), put(b, {g.K}), y);
+      return y.to_host_f32();
+    };
+    const auto whole = y_at(g.N);
+    for (int n : {1, 3}) {
+      const auto part = y_at(n);
+      EXPECT_TRUE(std::equal(part.begin(), part.end(), whole.begin()))
+          << "C=" << g.C << " R=" << g.R << ": batch " << n << " against " << g.N << " (" << per_y
+          << " outputs per example)";
+    }
+  }
+}
+
 // --- Pool2d ---
 
 void check_pool(ModelOps& t, Device& dev, const ref::PoolGeom& g, const ref::Vec& x,

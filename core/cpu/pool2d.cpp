@@ -10,6 +10,7 @@
 // (H + 2p - k) / s + 1 gives floor mode directly.
 #include <map>
 #include <tuple>
+#include <unordered_map>
 
 #include "core/cpu/cpu_device.h"
 #include "core/cpu/cpu_ops.h"

@@ -6,7 +6,8 @@
 // against the shape it is given and throws paralab::Error on a mismatch.
 //
 // Tested by tests/test_reference.cpp (finite differences for every layer and for the whole LeNet,
-// plus hand-computed cases).
+// plus hand-computed cases) and, for the model ops (strided and padded convolution, pooling,
+// dropout, resize), by the ModelOpsReference tests in tests/test_model_ops.cpp.
 #pragma once
 
 #include <cstdint>
