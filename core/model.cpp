@@ -55,8 +55,8 @@ bool has_weights(LayerOp op) {
 // take `in`.
 Shape output_of(const LayerSpec& l, const Shape& in, std::vector<Shape>& params) {
   auto fail = [&](const std::string& why) {
-    throw Error("model: layer " + l.name + " (" + op_name(l.op) + ") on input " + shape_string(in) +
-                ": " + why);
+    throw Error("layer " + l.name + " (" + op_name(l.op) + ") on input " + shape_string(in) + ": " +
+                why);
   };
   auto spatial = [&] {
     if (in.size() != 3) fail("needs a (C,H,W) input");
@@ -143,7 +143,11 @@ Model::Model(std::string name, Shape input, std::vector<LayerSpec> layers, json 
     LayerSpec& l = layers_[i];
     if (l.name.empty()) l.name = std::string(op_name(l.op)) + std::to_string(i + 1);
     std::vector<Shape> shapes;
-    activations_.push_back(output_of(l, activations_.back(), shapes));
+    try {
+      activations_.push_back(output_of(l, activations_.back(), shapes));
+    } catch (const Error& e) {
+      throw Error("model " + name_ + ": " + e.what());
+    }
     first_tensor_.push_back(static_cast<int>(tensors_.size()));
     if (l.op == LayerOp::kResize && params_before)
       throw Error("model " + name_ + ": " + l.name +
@@ -377,6 +381,13 @@ json layer_to_json(const LayerSpec& l) {
 }
 
 std::shared_ptr<const Model> make_model(const json& config, const std::string& path) {
+  // A model's own errors start "model NAME: "; under the descriptor's path, the path says that.
+  auto at_path = [&](const Error& e, const std::string& name) {
+    std::string what = e.what();
+    if (const std::string own = "model " + name + ": "; what.rfind(own, 0) == 0)
+      what.erase(0, own.size());
+    return Error(path + ": " + what);
+  };
   if (config.is_object() && config.contains("layers")) {
     const json& layers = config["layers"];
     if (!layers.is_array() || layers.empty())
@@ -402,7 +413,7 @@ std::shared_ptr<const Model> make_model(const json& config, const std::string& p
     try {
       return std::make_shared<Model>(name, input, std::move(specs), config);
     } catch (const Error& e) {
-      throw Error(path + ": " + e.what());
+      throw at_path(e, name);
     }
   }
   std::string name;
@@ -427,7 +438,7 @@ std::shared_ptr<const Model> make_model(const json& config, const std::string& p
   try {
     return factory(options);
   } catch (const Error& e) {
-    throw Error(path + ": " + e.what());
+    throw at_path(e, name);
   }
 }
 

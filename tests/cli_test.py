@@ -419,6 +419,23 @@ class BadInput(BenchRunnerCase):
         self.assert_rejected([], ["backend", "'gpu'", "cpu"], doc=tiny_descriptor(backend="gpu"),
                              schema_rejects=False)
 
+    def test_unknown_model(self):
+        # Model names are a registry, not a schema enum; the error lists the known ones.
+        self.assert_rejected([], ["descriptor.json: model: unknown model 'resnet'", "lenet",
+                                  "alexnet"], doc=tiny_descriptor(model="resnet"),
+                             schema_rejects=False)
+        self.assert_rejected(["--set", "model=vgg"], ["model: unknown model 'vgg'", "alexnet"],
+                             doc=tiny_descriptor(), schema_rejects=None)
+
+    def test_bad_layer_list(self):
+        doc = tiny_descriptor(model={"layers": [{"op": "linear"}], "input": [1, 28, 28]})
+        self.assert_rejected([], ["descriptor.json: model: layer linear1 (linear) on input "
+                                  "(1,28,28): out must be >= 1"], doc=doc, schema_rejects=False)
+        doc = tiny_descriptor(model={"name": "alexnet", "input_size": 8})
+        line = self.assert_rejected([], ["descriptor.json: model: "], doc=doc,
+                                    schema_rejects=False)
+        self.assertNotIn("model: model", line)
+
     def test_runs_empty(self):
         self.assert_rejected([], ["descriptor.json: runs: must hold at least one run"],
                              doc=tiny_descriptor(runs=[]))
