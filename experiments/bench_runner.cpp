@@ -108,10 +108,11 @@ void print_summary(const json& runs) {
   }
 }
 
-// speedup = throughput / the throughput of the baseline: the nearest 1-device ok run with the
-// same batch scaling and backend, preferring the last one before this run (on a machine whose
-// speed drifts, the run measured closest in time is the fair reference; descriptors interleave
-// 1-device and k-device runs to use this), else the first one after it. efficiency =
+// speedup = throughput / the throughput of the baseline: the nearest 1-device ok run of the same
+// work (model, backend, batch scaling, and the same global batch under strong scaling or the
+// same per-device batch under weak scaling), preferring the last one before this run (on a machine
+// whose speed drifts, the run measured closest in time is the fair reference; descriptors
+// interleave 1-device and k-device runs to use this), else the first one after it. efficiency =
 // speedup / devices. Throughput (images/s) makes strong and weak scaling comparable: strong keeps
 // the work per iteration fixed, weak grows it with the devices.
 void add_scaling(json& runs) {
@@ -125,7 +126,9 @@ void add_scaling(json& runs) {
     return b["status"] == "ok" && c["devices"] == 1 && b["timing"]["samples_per_s"].is_number() &&
            (!have_single || c["strategy"] == "single") &&
            c["batch_scaling"] == r["config"]["batch_scaling"] &&
-           c["backend"] == r["config"]["backend"];
+           c["backend"] == r["config"]["backend"] && c["model"] == r["config"]["model"] &&
+           (c["batch_scaling"] == "weak" ? c["per_device_batch"] == r["config"]["per_device_batch"]
+                                         : c["global_batch"] == r["config"]["global_batch"]);
   };
   for (std::size_t i = 0; i < runs.size(); ++i) {
     json& r = runs[i];

@@ -508,6 +508,25 @@ class Divergence(BenchRunnerCase):
         self.assert_diverged(results["runs"][0])
 
 
+class SpeedupBaseline(BenchRunnerCase):
+    needs_data = True
+
+    def test_baseline_trains_the_same_batch(self):
+        # The nearest single run before data_parallel trains another batch: not its baseline.
+        doc = tiny_descriptor(runs=[
+            {"strategy": "single", "label": "single b16", "training": {"batch_size": 16}},
+            {"strategy": "single", "label": "single b32", "training": {"batch_size": 32}},
+            {"strategy": "data_parallel", "devices": 2, "training": {"batch_size": 16}},
+            {"strategy": "single", "label": "single b32 weak",
+             "training": {"batch_size": 32}},
+            {"strategy": "data_parallel", "devices": 2, "label": "weak", "batch_scaling": "weak",
+             "training": {"batch_size": 16}}])
+        runs = self.run_tiny(doc=doc)["runs"]
+        self.assertEqual(runs[2]["scaling"]["baseline"], "single b16")
+        # Weak scaling: 16 per device; no single run trained 16 under weak scaling.
+        self.assertIsNone(runs[4]["scaling"]["baseline"])
+
+
 class ModelParallelRuns(BenchRunnerCase):
     needs_data = True
 
