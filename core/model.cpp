@@ -130,8 +130,31 @@ uint64_t mix(uint64_t a, uint64_t b) {
 
 }  // namespace
 
-Model::Model(std::string name, Shape input, std::vector<LayerSpec> layers, json config)
-    : name_(std::move(name)), config_(std::move(config)), layers_(std::move(layers)) {
+json InitRule::describe() const {
+  if (kind == Kind::XavierUniform) return {{"rule", "xavier_uniform"}};
+  return {{"rule", "normal"}, {"scale", scale}};
+}
+
+InitRule InitRule::from_json(const json& name, const json& scale, const std::string& path) {
+  InitRule r;
+  if (name == "xavier_uniform") {
+    r.kind = Kind::XavierUniform;
+    if (!scale.is_null()) throw Error(path + "_scale: only for the normal rule");
+  } else if (name == "normal") {
+    if (!scale.is_null()) {
+      if (!scale.is_number() || !(scale.get<double>() > 0))
+        throw Error(path + "_scale: must be a number > 0");
+      r.scale = scale.get<double>();
+    }
+  } else {
+    throw Error(path + ": must be \"normal\" or \"xavier_uniform\"");
+  }
+  return r;
+}
+
+Model::Model(std::string name, Shape input, std::vector<LayerSpec> layers, json config,
+             InitRule init)
+    : name_(std::move(name)), config_(std::move(config)), init_(init), layers_(std::move(layers)) {
   PARALAB_REQUIRE(!layers_.empty(), "model " + name_ + ": no layers");
   PARALAB_REQUIRE(input.size() == 3,
                   "model " + name_ + ": input " + shape_string(input) + " is not (C,H,W)");
@@ -220,13 +243,29 @@ Shape Model::activation_shape(int b, int64_t n) const {
   return s;
 }
 
+std::vector<float> Model::initial_parameters(uint64_t seed) const { return draw(seed, init_); }
+
 std::vector<float> Model::initial_parameters(uint64_t seed, double scale) const {
+  return draw(seed, {InitRule::Kind::Normal, scale});
+}
+
+std::vector<float> Model::draw(uint64_t seed, const InitRule& rule) const {
   std::vector<float> flat(static_cast<std::size_t>(parameters()), 0.0f);
   Rng rng(seed);
   for (const ParamInfo& p : tensors_) {
     if (!p.weight) continue;
+    double bound = 0;  // XavierUniform's a
+    if (rule.kind == InitRule::Kind::XavierUniform) {
+      const Shape& s = p.shape;  // conv (K,C,R,S), linear (in,out)
+      const int64_t field = s.size() == 4 ? s[2] * s[3] : 1;
+      const int64_t fan_in = s.size() == 4 ? s[1] * field : s[0];
+      const int64_t fan_out = s.size() == 4 ? s[0] * field : s[1];
+      bound = std::sqrt(6.0 / static_cast<double>(fan_in + fan_out));
+    }
     for (int64_t j = 0; j < shape_numel(p.shape); ++j)
-      flat[static_cast<std::size_t>(p.offset + j)] = static_cast<float>(scale * rng.normal());
+      flat[static_cast<std::size_t>(p.offset + j)] = static_cast<float>(
+          rule.kind == InitRule::Kind::Normal ? rule.scale * rng.normal()
+                                              : bound * (2.0 * rng.uniform() - 1.0));
   }
   return flat;
 }
@@ -267,6 +306,7 @@ json Model::describe() const {
           {"input", activation(0)},
           {"layers", layers},
           {"parameters", parameters()},
+          {"init", init_.describe()},
           {"forward_macs_per_example", forward_macs()},
           // Forward 2 FLOPs per multiply-add; backward twice the forward (input and weight
           // gradients): 6 per MAC per training example.
@@ -396,22 +436,33 @@ std::shared_ptr<const Model> make_model(const json& config, const std::string& p
     for (std::size_t i = 0; i < layers.size(); ++i)
       specs.push_back(layer_from_json(layers[i], path + ".layers." + std::to_string(i)));
     Shape input = {1, 28, 28};
+    InitRule init;
     for (const auto& [key, v] : config.items()) {
       // What describe() adds beside the layers is derived: ignored on the way back in.
       if (key == "layers" || key == "name" || key == "config" || key == "parameters" ||
-          key == "forward_macs_per_example" || key == "training_flops_per_example")
+          key == "forward_macs_per_example" || key == "training_flops_per_example" ||
+          key == "init_scale")
         continue;
       if (key == "input") {
         if (!v.is_array() || v.size() != 3) throw Error(path + ".input: must be [C, H, W]");
         input = v.get<Shape>();
+      } else if (key == "init") {
+        // "normal" | "xavier_uniform" (+ "init_scale"), or describe()'s {"rule", "scale"}.
+        const bool object = v.is_object();
+        init = InitRule::from_json(
+            object ? v.value("rule", json()) : v,
+            object ? v.value("scale", json()) : config.value("init_scale", json()), path + ".init");
       } else {
         throw Error(path + "." + key +
-                    ": unknown key for a layer list (known: input, layers, name)");
+                    ": unknown key for a layer list (known: input, init, init_scale, layers, "
+                    "name)");
       }
     }
+    if (config.contains("init_scale") && !config.contains("init"))
+      throw Error(path + ".init_scale: only with \"init\": \"normal\"");
     const std::string name = config.value("name", "custom");
     try {
-      return std::make_shared<Model>(name, input, std::move(specs), config);
+      return std::make_shared<Model>(name, input, std::move(specs), config, init);
     } catch (const Error& e) {
       throw at_path(e, name);
     }

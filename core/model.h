@@ -60,6 +60,20 @@ struct LayerSpec {
   SplitMode split = SplitMode::kOutput;
 };
 
+// How a model's weights start (biases start at 0):
+//   Normal        N(0, scale^2), the book's LeNet chapters (scale 0.01);
+//   XavierUniform U(-a, a), a = sqrt(6 / (fan_in + fan_out)) (Glorot & Bengio 2010; PyTorch's
+//                 xavier_uniform_, which the book applies to AlexNet): conv (K,C,R,S) fan_in
+//                 C*R*S, fan_out K*R*S; linear (in,out) fan_in in, fan_out out.
+struct InitRule {
+  enum class Kind { Normal, XavierUniform } kind = Kind::Normal;
+  double scale = 0.01;  // Normal only
+  nlohmann::json describe() const;
+  // "normal" (with `scale`) or "xavier_uniform"; an Error naming `path` otherwise.
+  static InitRule from_json(const nlohmann::json& name, const nlohmann::json& scale,
+                            const std::string& path);
+};
+
 struct ParamInfo {
   std::string name;
   Shape shape;
@@ -70,7 +84,8 @@ struct ParamInfo {
 class Model {
  public:
   // input: the example's shape (C,H,W); layers in order; config: what built it (reported).
-  Model(std::string name, Shape input, std::vector<LayerSpec> layers, nlohmann::json config);
+  Model(std::string name, Shape input, std::vector<LayerSpec> layers, nlohmann::json config,
+        InitRule init = {});
 
   const std::string& name() const { return name_; }
   const nlohmann::json& config() const { return config_; }
@@ -96,17 +111,24 @@ class Model {
   Shape activation_shape(int b, int64_t n) const;
   int64_t classes() const { return shape_numel(activation(layers())); }
 
-  // Initial parameters on the host: weights N(0, scale^2) drawn in flat order from Rng(seed),
-  // biases 0. The same seed gives the same values on every backend and for every device count.
-  std::vector<float> initial_parameters(uint64_t seed, double scale = 0.01) const;
+  // Initial parameters on the host: weights by the model's InitRule, drawn in flat order from
+  // Rng(seed), biases 0. The same seed gives the same values on every backend and for every
+  // device count.
+  const InitRule& init() const { return init_; }
+  std::vector<float> initial_parameters(uint64_t seed) const;
+  // The same with weights N(0, scale^2) whatever the model's rule (tests).
+  std::vector<float> initial_parameters(uint64_t seed, double scale) const;
   // Forward multiply-adds of layer l for one example (convolutions and linear layers; the
   // elementwise layers count as 0). Training costs about 3x the forward's 2 FLOPs per MAC.
   int64_t forward_macs(int l) const;
   int64_t forward_macs() const;
 
  private:
+  std::vector<float> draw(uint64_t seed, const InitRule& rule) const;
+
   std::string name_;
   nlohmann::json config_;
+  InitRule init_;
   std::vector<LayerSpec> layers_;
   std::vector<Shape> activations_;
   std::vector<ParamInfo> tensors_;

@@ -5,6 +5,8 @@
 // strategies/.
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include "core/error.h"
 #include "core/lenet.h"
 #include "core/model.h"
@@ -50,7 +52,16 @@ TEST(Models, RegistryListsTheKnownNamesOnAMiss) {
   EXPECT_EQ(error_of([] {
               make_model(json{{"name", "alexnet"}, {"depth", 3}});
             }),
-            "model: alexnet: unknown option 'depth' (known: dropout, input_size, resize, width)");
+            "model: alexnet: unknown option 'depth' (known: dropout, init, init_scale, "
+            "input_size, resize, width)");
+  EXPECT_EQ(error_of([] {
+              make_model(json{{"name", "alexnet"}, {"init", "he"}});
+            }),
+            "model: alexnet.init: must be \"normal\" or \"xavier_uniform\"");
+  EXPECT_EQ(error_of([] {
+              make_model(json{{"layers", {{{"op", "linear"}, {"out", 10}}}}, {"init_scale", 2}});
+            }),
+            "model.init_scale: only with \"init\": \"normal\"");
   // conv_relu_pool's fused ReLU and pooling need the whole pre-activation.
   EXPECT_NE(
       error_of([] {
@@ -84,6 +95,8 @@ TEST(Models, DescriptionRoundTripsThroughJson) {
       EXPECT_EQ(again->tensors()[i].offset, m->tensors()[i].offset);
     }
     EXPECT_EQ(again->describe()["layers"], m->describe()["layers"]);
+    EXPECT_EQ(again->describe()["init"], m->describe()["init"]);
+    EXPECT_EQ(again->initial_parameters(5), m->initial_parameters(5));
   }
 }
 
@@ -242,6 +255,46 @@ TEST(Models, AlexNetIsTheBooksNetwork) {
                                    256LL * 12 * 12 * 384 * 9 + 6400LL * 4096 + 4096LL * 4096 +
                                    4096LL * 10);
   EXPECT_TRUE(m->has_dropout());
+}
+
+// The book initialises AlexNet with xavier_uniform_ (d2l's train_ch6), not LeNet's N(0, 0.01^2):
+// each weight tensor within +-sqrt(6 / (fan_in + fan_out)), spread uniformly, biases 0.
+TEST(Models, AlexNetStartsFromXavierUniform) {
+  const auto m = make_model(json{{"name", "alexnet"}, {"input_size", 67}, {"width", 0.0625}});
+  EXPECT_EQ(m->init().kind, InitRule::Kind::XavierUniform);
+  const std::vector<float> w = m->initial_parameters(3);
+  for (const ParamInfo& p : m->tensors()) {
+    const Shape& s = p.shape;
+    double bound = 0;
+    if (p.weight)
+      bound = s.size() == 4 ? std::sqrt(6.0 / double(s[1] * s[2] * s[3] + s[0] * s[2] * s[3]))
+                            : std::sqrt(6.0 / double(s[0] + s[1]));
+    double sum_sq = 0, largest = 0;
+    for (int64_t j = 0; j < shape_numel(s); ++j) {
+      const double v = w[static_cast<std::size_t>(p.offset + j)];
+      sum_sq += v * v;
+      largest = std::max(largest, std::abs(v));
+    }
+    if (!p.weight) {
+      EXPECT_EQ(largest, 0.0) << p.name;
+      continue;
+    }
+    EXPECT_LE(largest, bound) << p.name;
+    EXPECT_GT(largest, 0.9 * bound) << p.name;
+    // U(-a, a) has standard deviation a / sqrt(3).
+    EXPECT_NEAR(std::sqrt(sum_sq / double(shape_numel(s))), bound / std::sqrt(3.0), 0.15 * bound)
+        << p.name;
+  }
+  EXPECT_EQ(m->describe()["init"], (json{{"rule", "xavier_uniform"}}));
+  // The same seed, the same values; LeNet keeps the book's normal rule.
+  EXPECT_EQ(w, m->initial_parameters(3));
+  EXPECT_EQ(make_model("lenet")->describe()["init"], (json{{"rule", "normal"}, {"scale", 0.01}}));
+  const auto normal = make_model(json{{"name", "alexnet"},
+                                      {"input_size", 67},
+                                      {"width", 0.0625},
+                                      {"init", "normal"},
+                                      {"init_scale", 0.05}});
+  EXPECT_EQ(normal->initial_parameters(3), normal->initial_parameters(3, 0.05));
 }
 
 // AlexNet at a reduced size (input 67, 1/16 of the channels: 6,16,24,24,16, hidden 256) so that

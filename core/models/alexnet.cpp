@@ -11,6 +11,8 @@
 //   "width": 1.0         scales every channel count and hidden width (rounded, at least 1)
 //   "dropout": 0.5       both dropout layers' probability
 //   "resize": "bilinear" nearest | bilinear
+//   "init": "xavier_uniform"  the book's (d2l's train_ch6 applies xavier_uniform_ to every conv
+//                        and linear weight); "normal" with "init_scale" (default 0.01) as LeNet's
 // For channel_split's Megatron pairing, fc2 is split by its input (fc1's units on each device).
 #include <algorithm>
 #include <cmath>
@@ -20,10 +22,13 @@
 
 namespace paralab {
 
+using nlohmann::json;
+
 std::shared_ptr<const Model> make_alexnet(const nlohmann::json& options) {
   int64_t size = 224;
   double width = 1.0, p = 0.5;
   bool bilinear = true;
+  json init_name = "xavier_uniform", init_scale;
   for (const auto& [key, v] : options.items()) {
     if (key == "input_size") {
       if (!v.is_number_integer() || v.get<int64_t>() < 1)
@@ -41,11 +46,16 @@ std::shared_ptr<const Model> make_alexnet(const nlohmann::json& options) {
       if (v != "nearest" && v != "bilinear")
         throw Error("alexnet.resize: must be nearest or bilinear");
       bilinear = v == "bilinear";
+    } else if (key == "init") {
+      init_name = v;
+    } else if (key == "init_scale") {
+      init_scale = v;
     } else {
       throw Error("alexnet: unknown option '" + key +
-                  "' (known: dropout, input_size, resize, width)");
+                  "' (known: dropout, init, init_scale, input_size, resize, width)");
     }
   }
+  const InitRule init = InitRule::from_json(init_name, init_scale, "alexnet.init");
   auto ch = [&](int64_t c) {
     return std::max<int64_t>(1, std::llround(static_cast<double>(c) * width));
   };
@@ -96,8 +106,10 @@ std::shared_ptr<const Model> make_alexnet(const nlohmann::json& options) {
                            {"input_size", size},
                            {"width", width},
                            {"dropout", p},
-                           {"resize", bilinear ? "bilinear" : "nearest"}};
-  return std::make_shared<Model>("alexnet", Shape{1, 28, 28}, std::move(l), config);
+                           {"resize", bilinear ? "bilinear" : "nearest"},
+                           {"init", init_name}};
+  if (!init_scale.is_null()) config["init_scale"] = init_scale;
+  return std::make_shared<Model>("alexnet", Shape{1, 28, 28}, std::move(l), config, init);
 }
 
 }  // namespace paralab
