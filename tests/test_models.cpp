@@ -319,5 +319,23 @@ TEST(Models, ReducedAlexNetTracksSingleDeviceWithEveryStrategy) {
         << c.strategy << " x" << c.devices << " " << c.options.dump();
 }
 
+// The same on CUDA devices (virtual devices of one GPU where there is one GPU): cuDNN's
+// convolutions, the own pooling, dropout and resize kernels, under every strategy.
+TEST(Models, CudaReducedAlexNetTracksSingleDeviceWithEveryStrategy) {
+  if (const std::string why = backend_unavailable("cuda"); !why.empty())
+    GTEST_SKIP() << "cuda: " << why;
+  const auto m = make_model(json{{"name", "alexnet"}, {"input_size", 67}, {"width", 0.0625}});
+  const std::vector<std::pair<const char*, json>> cases = {
+      {"data_parallel", {{"allreduce", "ring"}}},
+      {"layer_split", {{"microbatches", 2}}},
+      {"channel_split", {{"pairing", "none"}}},
+      {"channel_split", {{"pairing", "megatron"}}},
+  };
+  for (int k : {2, 4})
+    for (const auto& [strategy, options] : cases)
+      EXPECT_TRUE(tracks_single(strategy, k, options, 3, 24, "cuda", m))
+          << strategy << " x" << k << " " << options.dump();
+}
+
 }  // namespace
 }  // namespace paralab
