@@ -66,7 +66,7 @@ std::vector<CpuInfo> allowed_cpus() {
 }
 
 // Every thread of this process, and those it starts later (they inherit it), on `cpus`.
-std::string pin_process(const std::vector<int>& cpus) {
+[[maybe_unused]] std::string pin_process(const std::vector<int>& cpus) {
   cpu_set_t set;
   CPU_ZERO(&set);
   for (int c : cpus) CPU_SET(c, &set);
@@ -80,7 +80,7 @@ std::string pin_process(const std::vector<int>& cpus) {
   return {};
 }
 
-std::string join(const std::vector<int>& v) {
+[[maybe_unused]] std::string join(const std::vector<int>& v) {
   std::string s;
   for (int x : v) s += (s.empty() ? "" : ",") + std::to_string(x);
   return s;
@@ -91,11 +91,11 @@ std::string join(const std::vector<int>& v) {
 CpuBinding bind_rank_to_cores(int per_rank, bool enabled) {
   // The set the process started with: a run after a pinned one chooses from it again.
   static const std::vector<CpuInfo> allowed = allowed_cpus();
-  static bool pinned = false;
   std::vector<int> mine;
   for (const CpuInfo& c : allowed) mine.push_back(c.cpu);
   CpuBinding b{mine, {}};
 #if PARALAB_HAVE_MPI
+  static bool pinned = false;  // by an earlier run of this process
   // Which ranks share this rank's CPU set on this host, and where this rank comes among them.
   char host[256] = {};
   gethostname(host, sizeof host - 1);

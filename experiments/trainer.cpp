@@ -8,6 +8,7 @@
 #include <csignal>
 #include <cstdio>
 #include <new>
+#include <optional>
 #include <set>
 #include <thread>
 
