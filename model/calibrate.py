@@ -84,10 +84,14 @@ def bench_samples(path, include_timeshared=False):
 # compute
 
 
-def cpu_compute(profile_path):
-    d = load(profile_path)
+def cpu_compute(profile_paths):
+    """Fit on one profile file or several (repeats of experiments/model-profile.json: every
+    single step and layer profile is a point; channel_split's width efficiency is their median)."""
+    if isinstance(profile_paths, str):
+        profile_paths = [profile_paths]
+    runs = [r for p in profile_paths for r in load(p)["runs"]]
     steps, layers, fracs = [], [], []
-    for r in d["runs"]:
+    for r in runs:
         if r["status"] != "ok":
             continue
         b = r["config"]["per_device_batch"]
@@ -99,15 +103,17 @@ def cpu_compute(profile_path):
         if "profiled_layer_ms" in rep:
             layers.append((r["config"]["global_batch"], rep["profiled_layer_ms"]))
     comp = perf.Compute.fit(steps, layers, median(fracs),
-                            note="fitted on " + os.path.relpath(profile_path, ROOT))
+                            note="fitted on " + ", ".join(os.path.relpath(p, ROOT) for p in profile_paths))
     # channel_split's per-device compute in the same profile: how much slower than the layer
     # model's per-example share its narrower kernels run.
-    for r in d["runs"]:
+    eff = {}
+    for r in runs:
         c = r["config"]
         if r["status"] == "ok" and c["strategy"] == "channel_split":
             per_dev = median([p["compute_ms"] + p["optimizer_ms"] for p in r["timing"]["per_device"]])
             model = sum(comp.layer_ms(c["global_batch"], 1.0 / c["devices"]))
-            comp.width_efficiency[c["devices"]] = per_dev / model
+            eff.setdefault(c["devices"], []).append(per_dev / model)
+    comp.width_efficiency = {k: median(v) for k, v in eff.items()}
     return comp
 
 
@@ -179,8 +185,10 @@ def _point(kind, source, label, config, measured, predicted, breakdown, held_out
             "note": note}
 
 
-def validate_runs(kind, path, comp, link, effective=None):
-    """Predict every ok run of a results file; `effective` maps a config to the batch scale."""
+def validate_runs(kind, path, comp, link, effective=None, own_level=True):
+    """Predict every ok run of a results file; `effective` maps a config to the batch scale.
+    own_level (CPU): each single run sets the speed level of the runs after it; without it the
+    profile's level holds for the whole file (a session measured with its profile)."""
     d = load(path)
     src = os.path.relpath(path, ROOT)
     points = []
@@ -200,7 +208,7 @@ def validate_runs(kind, path, comp, link, effective=None):
                                             not (c.get("options") or {}).get("cuda_graphs", True)))
             points.append(_point(kind, src, r["label"], r["config"], measured, pred, bd, held,
                                  "" if held else "calibration point (the fit's level)"))
-            if kind == "cpu":
+            if kind == "cpu" and own_level:
                 level = measured / pred  # this file's speed, for the runs after it
             continue
         if r["label"] == GROUP_CALIBRATION and kind == "h200":
@@ -209,7 +217,7 @@ def validate_runs(kind, path, comp, link, effective=None):
                                  "calibration point (the group step overhead)"))
             continue
         lvl_comp = comp.scaled(level) if kind == "cpu" else comp
-        note = ("level x%.3f from this file's single run" % level) if kind == "cpu" else ""
+        note = ("level x%.3f from this file's single run" % level) if kind == "cpu" and own_level else ""
         prof = (r.get("strategy_report") or {}).get("profiled_layer_ms")
         if prof:  # layer_split's own profiling pass in setup (not its timed iterations)
             c["profiled_layer_ms"] = prof

@@ -13,7 +13,7 @@ import os
 import statistics
 import sys
 
-from . import calibrate, noise, perf, presets
+from . import calibrate, noise, perf, presets, session
 
 ROOT = calibrate.ROOT
 KS = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024]
@@ -392,6 +392,8 @@ def write_readme(out_dir, report, figures):
                                                       100 * v["max_abs_error"], v["within_15_percent"],
                                                       "met" if v["meets_goal"] else "**not met**"))
     w("")
+    if report.get("session"):
+        write_session(w, report["session"], s)
     w("### Against the medians of repeated measurements, beside the measurements' own noise")
     w("")
     w(NOISE_TEXT)
@@ -574,6 +576,64 @@ def write_readme(out_dir, report, figures):
         f.write("\n".join(L) + "\n")
 
 
+def write_session(w, sess, all_files):
+    """The clean session's own validation, beside the all-files numbers (model/session.py)."""
+    r = sess["rounds"]
+    w("### One clean session alone: `%s`" % sess["directory"])
+    w("")
+    w("%d interleaved rounds, measured back to back on the otherwise idle 2-core VM, each: the compute "
+      "profile (experiments/model-profile.json), allreduce_bench on 2 devices at the fitted sizes, and "
+      "the strategy runs (experiments/model-session.json); the session's README.md has the commands. "
+      "Compute is fitted on its %d profiles only, communication on its %d allreduce_bench files only "
+      "(each row predicted by a fit without that algorithm and size in any round), and every strategy "
+      "run, `single` included, is predicted from those fits: no level is taken from the predicted "
+      "files. Noise floor: each configuration's sample in one round against the median of the other "
+      "rounds' samples." % (r["strategies"], r["profile"], r["allreduce_bench"]))
+    w("")
+    w("| device kind / points | this session: points | median abs error | max abs error | within 15 % | goal | all committed files: median | max | session noise floor: samples | median | p90 | max |")
+    w("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for k, v in sess["summary"].items():
+        a = all_files.get(k, {})
+        f = sess["noise_floor"].get(k)
+        w("| %s | %d | %.1f %% | %.1f %% | %d | %s | %s | %s | %s |" % (
+            k, v["points"], 100 * v["median_abs_error"], 100 * v["max_abs_error"], v["within_15_percent"],
+            "met" if v["meets_goal"] else "**not met**",
+            "%.1f %%" % (100 * a["median_abs_error"]) if a else "—",
+            "%.1f %%" % (100 * a["max_abs_error"]) if a else "—",
+            " | ".join(["%d" % f["samples"], "%.1f %%" % (100 * f["median_abs_deviation"]),
+                        "%.1f %%" % (100 * f["p90_abs_deviation"]), "%.1f %%" % (100 * f["max_abs_deviation"])])
+            if f else "— | — | — | —"))
+    for k, v in sess["summary_per_config"].items():
+        w("| %s, medians of the rounds | %d configs | %.1f %% | %.1f %% | %d | %s | | | | | | |" % (
+            k, v["configs"], 100 * v["median_abs_error"], 100 * v["max_abs_error"], v["within_15_percent"],
+            "met" if v["meets_goal"] else "**not met**"))
+    w("")
+    w("Training configurations of the session (median of the rounds; spread = the rounds' min and max "
+      "against that median):")
+    w("")
+    w("| configuration | rounds | measured median ms | spread | predicted ms | error |")
+    w("|---|---|---|---|---|---|")
+    for c in sess["configs"]:
+        if c["group"] == "training":
+            w("| %s | %d | %.2f | %+.0f %% .. %+.0f %% | %.2f | %s |" % (
+                c["label"], c["samples"], c["measured_median_ms"], 100 * c["spread_low"],
+                100 * c["spread_high"], c["predicted_ms"], pct(c["relative_error"])))
+    w("")
+    w("Worst allreduce_bench rows of the session (per round):")
+    w("")
+    w("| row | source | measured ms | predicted ms | error |")
+    w("|---|---|---|---|---|")
+    bench = sorted((p for p in sess["points"] if p["group"] == "allreduce_bench"),
+                   key=lambda p: -abs(p["relative_error"]))[:10]
+    for p in bench:
+        w("| %s | %s | %.4f | %.4f | %s |" % (p["label"], os.path.basename(p["source"]), p["measured_ms"],
+                                            p["predicted_ms"], pct(p["relative_error"])))
+    w("")
+    if sess.get("text"):
+        w(sess["text"])
+        w("")
+
+
 def _bytes(n):
     if n is None:
         return "never (≤ 4 GiB)"
@@ -667,6 +727,10 @@ def main(argv=None):
         "book": {"model": book, "explanation": BOOK_TEXT},
         "why_errors": WHY_ERRORS,
     }
+    sess_dir = session.latest()
+    if sess_dir:
+        report["session"] = session.validate(sess_dir)
+        report["session"]["text"] = SESSION_TEXT
     figures = [] if args.no_plots else plots(args.out, points, projections, acc, ar_x,
                                              {n: l for n, (c, l) in pres.items()})
     with open(os.path.join(args.out, "predictions.json"), "w") as f:
@@ -682,6 +746,13 @@ def main(argv=None):
             k, v["configs"], 100 * v["median_abs_error"], 100 * v["max_abs_error"],
             "noise floor median %.1f %%, max %.1f %% (%d samples)" % (
                 100 * f["median_abs_deviation"], 100 * f["max_abs_deviation"], f["samples"]) if f else "no repeats"))
+    for k, v in (report.get("session") or {}).get("summary", {}).items():
+        f = report["session"]["noise_floor"].get(k)
+        print("report: session %-14s %3d held-out points, median |error| %5.1f %%, max %6.1f %% %s; %s" % (
+            k, v["points"], 100 * v["median_abs_error"], 100 * v["max_abs_error"],
+            "(goal met)" if v["meets_goal"] else "(goal NOT met)",
+            "noise floor median %.1f %%, max %.1f %%" % (100 * f["median_abs_deviation"],
+                                                       100 * f["max_abs_deviation"]) if f else "no repeats"))
     print("report: wrote %s/README.md and predictions.json (%d figures)" % (os.path.relpath(args.out), len(figures)))
     return 0
 
@@ -711,6 +782,25 @@ NOISE_TEXT = (
     "other engineers' builds; every H200 allreduce_bench row and every H200 strategy run but `single` "
     "was measured once (no floor can be stated for them; within one run, allreduce_bench's own "
     "repetitions on the CPU vary by a coefficient of variation of 1-15 %, its `cv` rows).")
+
+SESSION_TEXT = (
+    "What the clean session shows (2026-12-01, 4 rounds in 7.8 minutes, load average 1.0-1.4 from the "
+    "measurements themselves). Training: every run of every round is predicted within 10 % (median "
+    "2.8 %), from the session's profiles alone, and the rounds agree with each other within 7.5 % "
+    "(median 2.1 %): on quiet, self-consistent data the CPU training goal holds, without any "
+    "per-file level. The structural misses listed below for the committed files (data_parallel naive "
+    "x2 -28 %, ring per-tensor x2 -23 %, channel_split +18 to +25 %, on their medians) are gone here "
+    "(-1.9 %, +1.3 %, -3.4 to -3.9 %): they were load, not the model; so is channel_split's width efficiency, 1.09 in this "
+    "session's profiles against 1.48 in report/data/profile-cpu.json, measured beside the accuracy "
+    "sweep. allreduce_bench: not met, for two reasons the session separates. Its own floor: 29 of 360 "
+    "row samples lie more than 15 % from their other rounds' median (max 78 %: a 4-byte tree row, "
+    "0.048 against 0.027-0.034 ms; ring 64 MiB 11.1 against 7.9 ms, 42 %), so no "
+    "model can meet a 15 % maximum per sample on them. And structure: the per-byte cost on this VM "
+    "depends on the message size (ring: 0.15 ns/B at 1 MiB, 0.08 at 4-16 MiB, 0.17 at 256 MiB), "
+    "which one beta per algorithm cannot follow (rows at 256 KiB-1 MiB and at 64-256 MiB are under-"
+    "predicted by 20-58 %, 4-16 MiB over-predicted by 20-58 %). A second per-byte coefficient for "
+    "messages above a cache size (1, 4, 16 or 32 MiB) was tried on this session, leave-one-out: median "
+    "12.2 -> 10.7-11.2 %, max 61 -> 61-92 %; not kept.")
 
 WHY_ERRORS = (
     "Where the errors come from (measured on the committed data; the numbers are in predictions.json "

@@ -14,7 +14,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import numpy as np  # noqa: E402
 
-from model import calibrate, noise, perf  # noqa: E402
+from model import calibrate, noise, perf, session  # noqa: E402
 
 ROOT = calibrate.ROOT
 
@@ -208,6 +208,27 @@ class CommittedReport(unittest.TestCase):
                 continue
             self.assertIn("1024", proj["weak"])
             self.assertTrue(math.isfinite(proj["weak"]["1024"]["data_parallel/ring"]["step_ms"]))
+
+
+class Session(unittest.TestCase):
+    """The newest clean session (model/session.py): fitted and predicted on its own files only."""
+
+    def setUp(self):
+        self.dir = session.latest()
+        if not self.dir:
+            self.skipTest("no results/reference/cpu-2core-xeon/session-*/")
+        self.s = session.validate(self.dir)
+
+    def test_every_strategy_run_held_out_and_single_predicted(self):
+        pts = self.s["points"]
+        self.assertTrue(all(p["held_out"] for p in pts))
+        self.assertTrue(all(os.path.relpath(self.dir, ROOT) in p["source"] for p in pts))
+        self.assertTrue(any(p["strategy"] == "single" for p in pts))
+        self.assertIn("session-", self.s["parameters"]["cpu_link"]["note"])
+
+    def test_summary_recomputes(self):
+        self.assertEqual(calibrate.summarize(self.s["points"]), self.s["summary"])
+        self.assertIn("cpu/training", self.s["noise_floor"])
 
 
 if __name__ == "__main__":
