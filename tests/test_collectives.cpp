@@ -206,6 +206,17 @@ TEST(VirtualDevices, CudaGreenContextsGiveEqualDisjointSmSharesOrSayWhyNot) {
   }
 }
 
+// How many GPUs give a device of their own each (up to 8; 1 on a one-GPU machine).
+int usable_gpus() {
+  int gpus = 1;
+  for (; gpus < 8; ++gpus) try {
+      make_devices("cuda", gpus + 1, {});
+    } catch (const Error&) {
+      break;
+    }
+  return gpus;
+}
+
 TEST(Nccl, CpuDevicesAreUnavailableWithTheReason) {
   auto ar = make_allreduce("nccl", {});
   auto devices = make_devices("cpu", 2, {});
@@ -235,12 +246,7 @@ TEST(Nccl, CudaMatchesReferenceOnDistinctGpusAndRefusesSharedOnes) {
     }
   }
   // One rank per GPU, as many as there are (1 on a one-GPU machine).
-  int gpus = 1;
-  for (; gpus < 8; ++gpus) try {
-      make_devices("cuda", gpus + 1, {});
-    } catch (const Error&) {
-      break;
-    }
+  const int gpus = usable_gpus();
   auto owned = make_devices("cuda", gpus, {});
   const auto ptrs = Group::pointers(owned);
   SpmdGroup spmd(ptrs);
@@ -595,12 +601,7 @@ TEST(PointToPoint, NcclAllreduceUsesTheProcessCommunicator) {
 TEST(PointToPoint, CudaNcclCommunicatorRunsEveryAllreduce) {
   if (const std::string why = backend_unavailable("cuda"); !why.empty())
     GTEST_SKIP() << "cuda: " << why;
-  int gpus = 1;
-  for (; gpus < 8; ++gpus) try {
-      make_devices("cuda", gpus + 1, {});
-    } catch (const Error&) {
-      break;
-    }
+  const int gpus = usable_gpus();
   auto owned = make_devices("cuda", gpus, {});
   const auto ptrs = Group::pointers(owned);
   std::string id;

@@ -106,39 +106,15 @@ class CudaConv2d final : public Conv2d {
                                                        shape_string(Shape{on, oc, oh, ow}) +
                                                        " differs from " + shape_string(ys));
 
-    int got = 0;
-    cudnnHandle_t h = d_.cudnn();
-    cudnnConvolutionFwdAlgoPerf_t fwd[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
-    PARALAB_CUDNN(cudnnGetConvolutionForwardAlgorithm_v7(
-        h, p->x, p->w, p->conv, p->y, CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &got, fwd));
-    const auto f = first_deterministic(fwd, got, "forward");
-    cudnnConvolutionBwdDataAlgoPerf_t data[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
-    PARALAB_CUDNN(cudnnGetConvolutionBackwardDataAlgorithm_v7(
-        h, p->w, p->y, p->conv, p->x, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &got, data));
-    const auto dd = first_deterministic(data, got, "backward-data");
-    cudnnConvolutionBwdFilterAlgoPerf_t filt[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
-    PARALAB_CUDNN(cudnnGetConvolutionBackwardFilterAlgorithm_v7(
-        h, p->x, p->y, p->conv, p->w, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &got, filt));
-    const auto ff = first_deterministic(filt, got, "backward-filter");
-    p->fwd_algo = f.algo;
-    p->data_algo = dd.algo;
-    p->filter_algo = ff.algo;
-    if (d_.tf32()) {
-      p->fwd_math = f.mathType;
-      p->data_math = dd.mathType;
-      p->filter_math = ff.mathType;
-    }
-    std::size_t fwd_ws = 0, data_ws = 0, filter_ws = 0;
-    PARALAB_CUDNN(cudnnSetConvolutionMathType(p->conv, p->fwd_math));
-    PARALAB_CUDNN(cudnnGetConvolutionForwardWorkspaceSize(h, p->x, p->w, p->conv, p->y, p->fwd_algo,
-                                                          &fwd_ws));
-    PARALAB_CUDNN(cudnnSetConvolutionMathType(p->conv, p->data_math));
-    PARALAB_CUDNN(cudnnGetConvolutionBackwardDataWorkspaceSize(h, p->w, p->y, p->conv, p->x,
-                                                               p->data_algo, &data_ws));
-    PARALAB_CUDNN(cudnnSetConvolutionMathType(p->conv, p->filter_math));
-    PARALAB_CUDNN(cudnnGetConvolutionBackwardFilterWorkspaceSize(h, p->x, p->y, p->conv, p->w,
-                                                                 p->filter_algo, &filter_ws));
-    const std::size_t ws = std::max({fwd_ws, data_ws, filter_ws, std::size_t{4}});
+    const ConvAlgorithms a =
+        choose_conv_algorithms(d_.cudnn(), p->x, p->w, p->conv, p->y, d_.tf32());
+    p->fwd_algo = a.fwd;
+    p->data_algo = a.data;
+    p->filter_algo = a.filter;
+    p->fwd_math = a.fwd_math;
+    p->data_math = a.data_math;
+    p->filter_math = a.filter_math;
+    const std::size_t ws = a.workspace_bytes;
     log_.note("conv2d x " + shape_string(x.shape()) + " w " + shape_string(w.shape()) + " stride " +
                   std::to_string(q.stride_h) + "x" + std::to_string(q.stride_w) + " pad " +
                   std::to_string(q.pad_h) + "x" + std::to_string(q.pad_w),

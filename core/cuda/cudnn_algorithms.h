@@ -6,6 +6,8 @@
 // and not a Winograd variant (conv_relu_pool.cpp says why, with the measurements).
 #pragma once
 
+#include <algorithm>
+#include <cstddef>
 #include <cstdint>
 #include <string>
 
@@ -61,6 +63,57 @@ Perf first_deterministic(const Perf* ranked, int count, const char* what) {
       return ranked[i];
   throw Error(std::string("cuDNN: no deterministic, accurate ") + what +
               " algorithm for this shape");
+}
+
+// One convolution's algorithms in its three directions (x -> y by w under `conv`), by the rule
+// above, with each direction's math type (FMA; with tf32, what the ranking chose) and the
+// workspace the largest needs, from cuDNN's size queries (the ranking's own figures are
+// estimates). It leaves `conv`'s math type at the filter direction's: callers set it per call.
+struct ConvAlgorithms {
+  cudnnConvolutionFwdAlgo_t fwd{};
+  cudnnConvolutionBwdDataAlgo_t data{};
+  cudnnConvolutionBwdFilterAlgo_t filter{};
+  cudnnMathType_t fwd_math = CUDNN_FMA_MATH, data_math = CUDNN_FMA_MATH,
+                  filter_math = CUDNN_FMA_MATH;
+  std::size_t workspace_bytes = 0;  // at least 4
+};
+
+inline ConvAlgorithms choose_conv_algorithms(cudnnHandle_t h, cudnnTensorDescriptor_t x,
+                                             cudnnFilterDescriptor_t w,
+                                             cudnnConvolutionDescriptor_t conv,
+                                             cudnnTensorDescriptor_t y, bool tf32) {
+  ConvAlgorithms a;
+  int got = 0;
+  cudnnConvolutionFwdAlgoPerf_t fwd[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
+  PARALAB_CUDNN(cudnnGetConvolutionForwardAlgorithm_v7(
+      h, x, w, conv, y, CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &got, fwd));
+  const auto f = first_deterministic(fwd, got, "forward");
+  cudnnConvolutionBwdDataAlgoPerf_t data[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
+  PARALAB_CUDNN(cudnnGetConvolutionBackwardDataAlgorithm_v7(
+      h, w, y, conv, x, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &got, data));
+  const auto dd = first_deterministic(data, got, "backward-data");
+  cudnnConvolutionBwdFilterAlgoPerf_t filt[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
+  PARALAB_CUDNN(cudnnGetConvolutionBackwardFilterAlgorithm_v7(
+      h, x, y, conv, w, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &got, filt));
+  const auto ff = first_deterministic(filt, got, "backward-filter");
+  a.fwd = f.algo;
+  a.data = dd.algo;
+  a.filter = ff.algo;
+  if (tf32) {
+    a.fwd_math = f.mathType;
+    a.data_math = dd.mathType;
+    a.filter_math = ff.mathType;
+  }
+  std::size_t fwd_ws = 0, data_ws = 0, filter_ws = 0;
+  PARALAB_CUDNN(cudnnSetConvolutionMathType(conv, a.fwd_math));
+  PARALAB_CUDNN(cudnnGetConvolutionForwardWorkspaceSize(h, x, w, conv, y, a.fwd, &fwd_ws));
+  PARALAB_CUDNN(cudnnSetConvolutionMathType(conv, a.data_math));
+  PARALAB_CUDNN(cudnnGetConvolutionBackwardDataWorkspaceSize(h, w, y, conv, x, a.data, &data_ws));
+  PARALAB_CUDNN(cudnnSetConvolutionMathType(conv, a.filter_math));
+  PARALAB_CUDNN(
+      cudnnGetConvolutionBackwardFilterWorkspaceSize(h, x, y, conv, w, a.filter, &filter_ws));
+  a.workspace_bytes = std::max({fwd_ws, data_ws, filter_ws, std::size_t{4}});
+  return a;
 }
 
 }  // namespace paralab::cuda
