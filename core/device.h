@@ -127,6 +127,11 @@ class NativeCollectives {
   virtual void allreduce_sum(int rank, Tensor& buf) = 0;
 };
 
+// What make_native_collectives would throw for `devices`, without making a communicator: an
+// Error for an unknown library, Unavailable for a device the library cannot serve (not a CUDA
+// device) or a build without it. Returns when the library can serve them.
+void check_native_collectives(const std::string& library, const std::vector<Device*>& devices);
+
 // Creates `library`'s ("nccl") communicator over `devices` (rank r = devices[r]). Throws
 // Unavailable saying why when the build or the devices cannot have one (not CUDA devices, NCCL
 // not built, two ranks on one GPU).

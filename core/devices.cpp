@@ -110,17 +110,24 @@ std::unique_ptr<CapturedWork> Device::end_capture() {
   throw Error(name() + ": this device cannot capture work (CUDA Graphs are CUDA only)");
 }
 
-std::unique_ptr<NativeCollectives> make_native_collectives(const std::string& library,
-                                                           const std::vector<Device*>& devices) {
+void check_native_collectives(const std::string& library, const std::vector<Device*>& devices) {
   if (library != "nccl") throw Error("no collective library '" + library + "' (known: nccl)");
   PARALAB_REQUIRE(!devices.empty(), std::string("nccl: a group needs at least one device"));
   for (const Device* d : devices)
     if (d->kind() != DeviceKind::Cuda)
       throw Unavailable("nccl: needs CUDA devices, and " + d->name() + " is not one");
+#if !PARALAB_HAVE_NCCL
+  throw Unavailable("nccl: not built (NCCL was not found when ParaLab was configured)");
+#endif
+}
+
+std::unique_ptr<NativeCollectives> make_native_collectives(const std::string& library,
+                                                           const std::vector<Device*>& devices) {
+  check_native_collectives(library, devices);
 #if PARALAB_HAVE_NCCL
   return cuda::make_nccl(devices);
 #else
-  throw Unavailable("nccl: not built (NCCL was not found when ParaLab was configured)");
+  return nullptr;  // not reached: check_native_collectives threw
 #endif
 }
 
@@ -137,16 +144,14 @@ std::unique_ptr<NativePointToPoint> make_native_point_to_point(const std::string
                                                                Device& device,
                                                                const std::string& unique_id,
                                                                int rank, int size) {
-  if (library != "nccl") throw Error("no collective library '" + library + "' (known: nccl)");
-  if (device.kind() != DeviceKind::Cuda)
-    throw Unavailable("nccl: needs CUDA devices, and " + device.name() + " is not one");
+  check_native_collectives(library, {&device});
 #if PARALAB_HAVE_NCCL
   return cuda::make_nccl_point_to_point(device, unique_id, rank, size);
 #else
   (void)unique_id;
   (void)rank;
   (void)size;
-  throw Unavailable("nccl: not built (NCCL was not found when ParaLab was configured)");
+  return nullptr;  // not reached: check_native_collectives threw
 #endif
 }
 

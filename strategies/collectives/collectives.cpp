@@ -180,8 +180,7 @@ class Nccl final : public Allreduce {
       return;
     }
     // One rank here: the sum is the buffer itself, or the other ranks are in other processes.
-    if (devices[0]->kind() != DeviceKind::Cuda)
-      throw Unavailable("nccl: needs CUDA devices, and " + devices[0]->name() + " is not one");
+    check_native_collectives("nccl", devices);
     prepared_ = true;
   }
   void run(Transport& t, Tensor& buf) override {
