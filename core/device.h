@@ -73,6 +73,10 @@ class Device {
 
   // Waits until all work queued on this device has finished (timing boundaries only).
   virtual void synchronize() = 0;
+  // Whether queued work runs later on the device's own queue (CUDA: a stream) rather than when
+  // it is queued (CPU): only then does waiting for it or reading its results stall the host
+  // while the device idles, which strategies avoid inside an epoch.
+  virtual bool queues_work() const { return false; }
   // Prepares the calling host thread to drive this device.
   virtual void bind_thread() = 0;
 

@@ -369,9 +369,40 @@ json run_training(const RunSpec& run, const RunContext& ctx) {
         double loss_sum = 0;
         int64_t correct = 0, samples = 0;
         const auto epoch_start = Clock::now();
+        const int64_t epoch_first = done;  // steps before this epoch
+        // A step's figures, recorded in step order; false once the loss is not finite.
+        const auto take = [&](const StepResult& s, int64_t it, float lr) {
+          if (!std::isfinite(s.loss_sum)) {
+            status = "diverged";
+            reason = "loss became " + std::string(std::isnan(s.loss_sum) ? "NaN" : "Inf") +
+                     " at epoch " + std::to_string(epoch) + ", iteration " + std::to_string(it + 1);
+            result["diverged_at"] = {{"epoch", epoch}, {"iteration", it + 1}};
+            return false;
+          }
+          loss_sum += s.loss_sum;
+          correct += s.correct;
+          samples += s.samples;
+          const int64_t step_number = epoch_first + it + 1;  // 1-based over the run
+          const bool is_warmup = step_number <= tc.warmup_iterations;
+          (is_warmup ? warmup : iterations).push_back(iteration_json(epoch, it + 1, lr, s));
+          timed_seconds += s.times.total_ms / 1000.0;
+          return true;
+        };
+        // Steps the strategy queued without their figures (StepResult::pending), read once.
+        std::vector<std::pair<int64_t, float>> queued;  // iteration, lr
+        const auto collect = [&] {
+          const std::vector<StepResult> results = strategy->collect();
+          PARALAB_REQUIRE(results.size() == queued.size(),
+                          "strategy returned " + std::to_string(results.size()) +
+                              " queued steps' results, expected " + std::to_string(queued.size()));
+          for (std::size_t i = 0; i < results.size(); ++i)
+            if (!take(results[i], queued[i].first, queued[i].second)) break;
+          queued.clear();
+        };
         for (int64_t it = 0; it < per_epoch; ++it) {
           if (stopped()) {
-            interrupt(epoch, it);
+            collect();
+            if (status == "ok") interrupt(epoch, it);
             break;
           }
           const int64_t offset = it * global;
@@ -379,19 +410,21 @@ json run_training(const RunSpec& run, const RunContext& ctx) {
           const float lr = lr_at(done);
           const StepResult s = strategy->train_step(offset, count, lr);
           ++done;
-          if (!std::isfinite(s.loss_sum)) {
-            status = "diverged";
-            reason = "loss became " + std::string(std::isnan(s.loss_sum) ? "NaN" : "Inf") +
-                     " at epoch " + std::to_string(epoch) + ", iteration " + std::to_string(it + 1);
-            result["diverged_at"] = {{"epoch", epoch}, {"iteration", it + 1}};
-            break;
+          if (s.pending) {
+            queued.emplace_back(it, lr);
+            if (ctx.progress->enabled()) {
+              // Queued, not measured yet: the ETA from the run's wall clock so far.
+              const double per_iter = seconds_since(run_start) / static_cast<double>(done);
+              ctx.progress->status(
+                  prefix + " | epoch " + std::to_string(epoch) + "/" + std::to_string(tc.epochs) +
+                  " | iter " + std::to_string(it + 1) + "/" + std::to_string(per_epoch) +
+                  " queued | ETA " +
+                  format_duration(per_iter * static_cast<double>(total_iters - done)));
+            }
+            continue;
           }
-          loss_sum += s.loss_sum;
-          correct += s.correct;
-          samples += s.samples;
-          const bool is_warmup = done <= tc.warmup_iterations;
-          (is_warmup ? warmup : iterations).push_back(iteration_json(epoch, it + 1, lr, s));
-          timed_seconds += s.times.total_ms / 1000.0;
+          if (!queued.empty()) collect();  // in step order
+          if (status != "ok" || !take(s, it, lr)) break;
           if (ctx.progress->enabled()) {
             const double per_iter = timed_seconds / static_cast<double>(done);
             ctx.progress->status(
@@ -403,6 +436,7 @@ json run_training(const RunSpec& run, const RunContext& ctx) {
                 format_duration(per_iter * static_cast<double>(total_iters - done)));
           }
         }
+        if (!queued.empty()) collect();
         const double train_seconds = seconds_since(epoch_start);
         if (status == "ok" && stopped()) interrupt(epoch, per_epoch);  // before its evaluation
         if (status != "ok") break;

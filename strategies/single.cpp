@@ -1,10 +1,13 @@
 #include "strategies/single.h"
 
+#include <algorithm>
 #include <chrono>
+#include <iterator>
 
 #include "core/error.h"
 #include "core/model.h"
 #include "core/ops.h"
+#include "strategies/deferred_steps.h"
 #include "strategies/device_data.h"
 #include "strategies/timing.h"
 
@@ -12,9 +15,19 @@ namespace paralab {
 
 namespace {
 
+// When the host reads a step's loss, accuracy and times: after each step ("step"), or once per
+// epoch ("epoch": the steps are queued without waiting, see DeferredSteps). "auto" is "epoch" on
+// devices that queue work (GPUs) and "step" elsewhere (CPU work is done when queued, and a live
+// loss costs nothing).
+enum class ReadBack { Auto, Step, Epoch };
+
+const char* read_back_name(ReadBack r) {
+  return r == ReadBack::Auto ? "auto" : r == ReadBack::Step ? "step" : "epoch";
+}
+
 class Single final : public Strategy {
  public:
-  explicit Single(bool cuda_graphs) : graphs_(cuda_graphs) {}
+  Single(bool cuda_graphs, ReadBack read_back) : graphs_(cuda_graphs), read_back_(read_back) {}
 
   // Under mpirun -np 1 it is the one rank: nothing to share.
   bool supports_mpi() const override { return true; }
@@ -31,9 +44,14 @@ class Single final : public Strategy {
     eval_batch_ = s.eval_batch;
     stats_ = Tensor::zeros(*device_, {2});
     step_ = Tensor::zeros(*device_, {1});
+    if (read_back_ == ReadBack::Auto)
+      read_back_ = device_->queues_work() ? ReadBack::Epoch : ReadBack::Step;
+    deferred_ = DeferredSteps(*device_);
   }
 
   void begin_epoch(std::span<const int32_t> order) override {
+    PARALAB_REQUIRE(deferred_.empty(),
+                    "single: a new epoch before the last one's steps were collected");
     order_ = Tensor::from_host(*device_, {static_cast<int64_t>(order.size())}, order);
     ++epoch_;
   }
@@ -41,8 +59,9 @@ class Single final : public Strategy {
   StepResult train_step(int64_t offset, int64_t count, float lr) override {
     device_->bind_thread();
     key_ = {dropout_seed(seed_, epoch_), offset};
+    const TimeMark start = deferring() ? device_->mark() : TimeMark{};
     if (!graphs_ || !device_->supports_capture() || model_->model().has_dropout())
-      return eager_step(order_, offset, count, lr);
+      return eager_step(order_, offset, count, lr, start);
     // A graph replays fixed pointers: this step's example indices go to a fixed buffer first.
     if (!step_indices_.defined() || step_indices_.numel() != count)
       step_indices_ = Tensor::empty(*device_, {count}, DType::I32);
@@ -50,13 +69,13 @@ class Single final : public Strategy {
                             static_cast<std::size_t>(count) * sizeof(int32_t));
     // The graph reads the SGD step from step_, set before each replay: any lr replays it.
     const float step = lr / static_cast<float>(count);
-    if (graph_ && graph_count_ == count) return replay(count, step, Clock::now());
+    if (graph_ && graph_count_ == count) return replay(count, step, Clock::now(), start);
     graph_.reset();
     if (sized_for_ != count) {
       // The first step of a batch size runs eagerly: it allocates the activations and lets
       // cuDNN choose its algorithms, which a capture must not do.
       sized_for_ = count;
-      return eager_step(step_indices_, 0, count, lr);
+      return eager_step(step_indices_, 0, count, lr, start);
     }
     // A step that captures counts the capture in its time.
     const auto t0 = Clock::now();
@@ -70,33 +89,45 @@ class Single final : public Strategy {
     }
     graph_count_ = count;
     ++captures_;
-    return replay(count, step, t0);
+    // Deferred, the replay's device time starts after the capture, which adds its host time.
+    return replay(count, step, t0, deferring() ? device_->mark() : TimeMark{}, /*captured=*/true);
   }
+
+  std::vector<StepResult> collect() override { return deferred_.collect(); }
 
   EvalResult evaluate() override {
     device_->bind_thread();
     // Evaluation resizes the activations: a captured step's pointers would be stale.
     graph_.reset();
     sized_for_ = -1;
-    EvalResult e;
+    // Each batch's stats go to a slot of their own on the device, read once at the end.
     const int64_t total = data_.test_x.dim(0);
-    for (int64_t offset = 0; offset < total; offset += eval_batch_) {
-      const int64_t count = std::min(eval_batch_, total - offset);
+    const int64_t batches = (total + eval_batch_ - 1) / eval_batch_;
+    if (!eval_stats_.defined() || eval_stats_.numel() != 2 * batches)
+      eval_stats_ = Tensor::zeros(*device_, {2 * batches});
+    for (int64_t b = 0; b < batches; ++b) {
+      const int64_t offset = b * eval_batch_, count = std::min(eval_batch_, total - offset);
       Tensor& x = batch_x(count);
       device_->ops().gather(data_.test_x, data_.test_y, data_.test_order, offset, count, x, y_);
       model_->forward(x, y_, stats_, /*training=*/false);
-      const std::vector<float> st = stats_.to_host_f32();
-      e.loss_sum += st[0];
-      e.correct += static_cast<int64_t>(st[1]);
-      e.samples += count;
+      device_->copy_on_device(eval_stats_.f32() + 2 * b, stats_.raw(), 2 * sizeof(float));
     }
+    const std::vector<float> st = eval_stats_.to_host_f32();
+    EvalResult e;
+    for (int64_t b = 0; b < batches; ++b) {
+      e.loss_sum += st[static_cast<std::size_t>(2 * b)];
+      e.correct += static_cast<int64_t>(st[static_cast<std::size_t>(2 * b + 1)]);
+    }
+    e.samples = total;
     return e;
   }
 
   std::vector<float> parameters() override { return model_->params().to_host_f32(); }
   std::vector<float> gradients() override { return model_->grads().to_host_f32(); }
 
-  nlohmann::json options() const override { return {{"cuda_graphs", graphs_}}; }
+  nlohmann::json options() const override {
+    return {{"cuda_graphs", graphs_}, {"read_back", read_back_name(read_back_)}};
+  }
 
   nlohmann::json report() const override {
     if (!device_ || !graphs_ || !device_->supports_capture()) return nullptr;
@@ -117,13 +148,17 @@ class Single final : public Strategy {
     ops.sgd(model_->params(), model_->grads(), step_);
   }
 
+  bool deferring() const { return read_back_ == ReadBack::Epoch; }
+
   // One step queued phase by phase, with a time mark between phases and one synchronisation
-  // at the end: the phases are timed on the device without stopping it in between.
-  StepResult eager_step(const Tensor& order, int64_t offset, int64_t count, float lr) {
+  // at the end (or none, deferred: `start` is then the step's first mark): the phases are
+  // timed on the device without stopping it in between.
+  StepResult eager_step(const Tensor& order, int64_t offset, int64_t count, float lr,
+                        const TimeMark& start) {
     Ops& ops = device_->ops();
     StepResult r;
     const auto t0 = Clock::now();
-    const TimeMark m0 = device_->mark();
+    const TimeMark m0 = deferring() ? start : device_->mark();
     Tensor& x = batch_x(count);
     ops.gather(data_.train_x, data_.train_y, order, offset, count, x, y_);
     model_->forward(x, y_, stats_, /*training=*/true, key_);
@@ -132,6 +167,15 @@ class Single final : public Strategy {
     const TimeMark m2 = device_->mark();
     ops.sgd(model_->params(), model_->grads(), lr / static_cast<float>(count));
     const TimeMark m3 = device_->mark();
+    if (deferring()) {
+      QueuedStep q;
+      q.start = m0;
+      q.phases = true;
+      q.forward_end = m1;
+      q.backward_end = m2;
+      q.optimizer_end = m3;
+      return queue(std::move(q), count, false);
+    }
     device_->synchronize();
     r.times.total_ms = ms_between(t0, Clock::now());
     r.times.forward_ms = device_->elapsed_ms(m0, m1);
@@ -141,18 +185,47 @@ class Single final : public Strategy {
     return r;
   }
 
-  // The captured step queued again after its SGD step is set; one synchronisation at its end.
+  // The captured step queued again after its SGD step is set; one synchronisation at its end
+  // (or none, deferred: the step runs on the device from `start`, after a capture's `t0`).
   // Its phases cannot be told apart: forward, backward and optimizer times are 0, the whole
   // step is in total_ms, from t0.
-  StepResult replay(int64_t count, float step, Clock::time_point t0) {
+  StepResult replay(int64_t count, float step, Clock::time_point t0, const TimeMark& start,
+                    bool captured = false) {
     StepResult r;
     device_->ops().set_scalar(step_, step);
     graph_->launch();
+    ++replays_;
+    if (deferring()) {
+      QueuedStep q;
+      q.start = start;
+      if (captured) {
+        q.host_ms = ms_between(t0, start.host);
+        q.from_previous = false;
+      }
+      return queue(std::move(q), count, true);
+    }
     device_->synchronize();
     r.times.total_ms = ms_between(t0, Clock::now());
-    ++replays_;
     finish(r, count, true);
     return r;
+  }
+
+  // A deferred step: its stats copied to its slot, its end marked, nothing waited for.
+  StepResult queue(QueuedStep q, int64_t count, bool replayed) {
+    deferred_.save_stats(stats_);
+    q.end = device_->mark();
+    q.samples = count;
+    q.detail = step_detail(replayed);
+    deferred_.add(std::move(q));
+    StepResult r;
+    r.samples = count;
+    r.pending = true;
+    return r;
+  }
+
+  nlohmann::json step_detail(bool replayed) const {
+    if (graphs_ && device_->supports_capture()) return {{"cuda_graph_replay", replayed ? 1 : 0}};
+    return nlohmann::json::object();
   }
 
   void finish(StepResult& r, int64_t count, bool replayed) {
@@ -160,8 +233,7 @@ class Single final : public Strategy {
     r.loss_sum = st[0];
     r.correct = static_cast<int64_t>(st[1]);
     r.samples = count;
-    if (graphs_ && device_->supports_capture())
-      r.detail = {{"cuda_graph_replay", replayed ? 1 : 0}};
+    r.detail = step_detail(replayed);
   }
 
   // Input buffers sized for `count` images (train and eval batches differ; reallocated rarely).
@@ -180,11 +252,13 @@ class Single final : public Strategy {
   PassKey key_;  // this step's dropout key
   DeviceData data_;
   Tensor order_;
-  Tensor x_, y_, stats_;
+  Tensor x_, y_, stats_, eval_stats_;
   int64_t eval_batch_ = 1000;
   // CUDA graphs: the captured step, the batch size it was captured for, the batch size the
   // activations were last sized for by an eager step, and the SGD step the graph reads.
   bool graphs_ = true;
+  ReadBack read_back_ = ReadBack::Auto;
+  DeferredSteps deferred_;
   std::unique_ptr<CapturedWork> graph_;
   Tensor step_indices_, step_;
   int64_t graph_count_ = -1, sized_for_ = -1, captures_ = 0, replays_ = 0;
@@ -194,13 +268,26 @@ class Single final : public Strategy {
 
 std::unique_ptr<Strategy> make_single(const nlohmann::json& options, const std::string& path) {
   bool graphs = true;
+  ReadBack read_back = ReadBack::Auto;
   for (const auto& [key, value] : options.items()) {
-    if (key != "cuda_graphs")
-      throw Error(path + "." + key + ": unknown option for strategy 'single' (known: cuda_graphs)");
-    if (!value.is_boolean()) throw Error(path + "." + key + ": must be true or false");
-    graphs = value.get<bool>();
+    if (key == "cuda_graphs") {
+      if (!value.is_boolean()) throw Error(path + "." + key + ": must be true or false");
+      graphs = value.get<bool>();
+    } else if (key == "read_back") {
+      const ReadBack all[] = {ReadBack::Auto, ReadBack::Step, ReadBack::Epoch};
+      const auto* found = std::find_if(std::begin(all), std::end(all), [&](ReadBack r) {
+        return value.is_string() && value.get<std::string>() == read_back_name(r);
+      });
+      if (found == std::end(all))
+        throw Error(path + "." + key + ": must be \"auto\", \"step\" or \"epoch\", got " +
+                    value.dump());
+      read_back = *found;
+    } else {
+      throw Error(path + "." + key +
+                  ": unknown option for strategy 'single' (known: cuda_graphs, read_back)");
+    }
   }
-  return std::make_unique<Single>(graphs);
+  return std::make_unique<Single>(graphs, read_back);
 }
 
 }  // namespace paralab

@@ -48,6 +48,9 @@ struct StepResult {
   // Strategy-specific figures of this iteration (numbers only: the runner reports each one's
   // mean over the timed iterations), e.g. layer_split's measured bubble fraction.
   nlohmann::json detail = nlohmann::json::object();
+  // The step is queued and its figures are not known yet (only `samples` is): the strategy did
+  // not wait for the device. collect() returns them later, complete.
+  bool pending = false;
 };
 
 struct EvalResult {
@@ -81,7 +84,12 @@ class Strategy {
   // The epoch's global order of training examples (a permutation of the training set).
   virtual void begin_epoch(std::span<const int32_t> order) = 0;
   // Trains examples order[offset, offset+count) as one global minibatch with SGD step lr/count.
+  // The result may be pending (StepResult::pending): the step is queued on the devices.
   virtual StepResult train_step(int64_t offset, int64_t count, float lr) = 0;
+  // The figures of every pending step since the last call, complete and in step order: the
+  // host waits for the devices here, once, and reads what the steps left on them. The runner
+  // calls it at the end of each epoch, before evaluate() (and before it stops early).
+  virtual std::vector<StepResult> collect() { return {}; }
   // Whether this strategy can train a global batch of `count` examples on its group; the
   // message says why not (e.g. data_parallel with a batch not divisible by the device count).
   virtual void check_batch(int64_t count) const { (void)count; }

@@ -16,11 +16,16 @@ TEST(Single, OptionsAreCheckedWithTheirPath) {
   };
   EXPECT_EQ(error({{"cuda_graphs", 1}}), "runs.4.cuda_graphs: must be true or false");
   EXPECT_EQ(error({{"ring", true}}),
-            "runs.4.ring: unknown option for strategy 'single' (known: cuda_graphs)");
+            "runs.4.ring: unknown option for strategy 'single' (known: cuda_graphs, read_back)");
+  EXPECT_EQ(error({{"read_back", "later"}}),
+            "runs.4.read_back: must be \"auto\", \"step\" or \"epoch\", got \"later\"");
+  EXPECT_EQ(error({{"read_back", 1}}),
+            "runs.4.read_back: must be \"auto\", \"step\" or \"epoch\", got 1");
   EXPECT_EQ(make_strategy("single", json::object(), "runs.0")->options(),
-            (json{{"cuda_graphs", true}}));
-  EXPECT_EQ(make_strategy("single", {{"cuda_graphs", false}}, "runs.0")->options(),
-            (json{{"cuda_graphs", false}}));
+            (json{{"cuda_graphs", true}, {"read_back", "auto"}}));
+  EXPECT_EQ(make_strategy("single", {{"cuda_graphs", false}, {"read_back", "epoch"}}, "runs.0")
+                ->options(),
+            (json{{"cuda_graphs", false}, {"read_back", "epoch"}}));
 }
 
 TEST(Single, CpuDevicesIgnoreTheGraphOption) {
@@ -50,6 +55,7 @@ class FakeCaptureDevice final : public testing::ForwardingDevice {
     ForwardingDevice::copy_to_host(d, s, n);
   }
   void synchronize() override { forbidden("synchronize"); }
+  bool queues_work() const override { return queues; }
   bool supports_capture() const override { return true; }
   void begin_capture() override {
     EXPECT_FALSE(capturing_) << "nested capture";
@@ -69,6 +75,7 @@ class FakeCaptureDevice final : public testing::ForwardingDevice {
   }
   int captures = 0, launches = 0;
   std::chrono::milliseconds capture_cost{0};  // what instantiating the graph takes
+  bool queues = false;                        // claim to queue work, as a GPU does
 
  private:
   void forbidden(const char* what) const {
@@ -77,9 +84,10 @@ class FakeCaptureDevice final : public testing::ForwardingDevice {
   bool capturing_ = false;
 };
 
-// `single` with its default options on `dev`, set up on `data` and into its first epoch.
-std::unique_ptr<Strategy> single_on(Device& dev, const Dataset& data) {
-  auto s = make_strategy("single", json::object(), "runs.0");
+// `single` (default options unless given) on `dev`, set up on `data` and into its first epoch.
+std::unique_ptr<Strategy> single_on(Device& dev, const Dataset& data,
+                                    const json& options = json::object()) {
+  auto s = make_strategy("single", options, "runs.0");
   StrategySetup setup;
   setup.devices = {&dev};
   setup.train = setup.test = &data;
@@ -130,6 +138,98 @@ TEST(Single, AStepThatCapturesCountsTheCaptureInItsTime) {
   const StepResult captured = s->train_step(16, 16, 0.1f);
   EXPECT_EQ(dev.captures, 1);
   EXPECT_GE(captured.times.total_ms, 30.0);  // waiting can only make it longer
+  s.reset();
+}
+
+// A CPU device that claims to queue its work, as a GPU does, and counts what would stall a GPU's
+// host: synchronisations and copies to the host.
+class QueuingDevice final : public testing::ForwardingDevice {
+ public:
+  using ForwardingDevice::ForwardingDevice;
+  bool queues_work() const override { return true; }
+  void synchronize() override {
+    ++synchronizations;
+    ForwardingDevice::synchronize();
+  }
+  void copy_to_host(void* d, const void* s, std::size_t n) override {
+    ++host_reads;
+    ForwardingDevice::copy_to_host(d, s, n);
+  }
+  int synchronizations = 0, host_reads = 0;
+};
+
+// On a device that queues work, read_back "auto" queues an epoch's steps without waiting for
+// any: their figures come from collect(), in one synchronisation and one read, and are the
+// very figures of steps read one by one.
+TEST(Single, QueuedStepsAreReadOnceWithTheFiguresOfStepsReadOneByOne) {
+  static const Dataset data = synthetic(96, 5);
+  auto cpu = make_devices("cpu", 2, {});
+  QueuingDevice dev(*cpu[0]);
+  auto queued = single_on(dev, data, {{"cuda_graphs", false}});  // eager: computed for real
+  auto direct = single_on(*cpu[1], data, {{"cuda_graphs", false}});
+  EXPECT_EQ(queued->options()["read_back"], "epoch");
+  EXPECT_EQ(direct->options()["read_back"], "step");  // a CPU device's work is done when queued
+  std::vector<StepResult> expected;
+  for (int i = 0; i < 5; ++i) {
+    const float lr = 0.05f * static_cast<float>(1 + i);
+    const StepResult r = queued->train_step(16 * i, 16, lr);
+    EXPECT_TRUE(r.pending);
+    EXPECT_EQ(r.samples, 16);
+    expected.push_back(direct->train_step(16 * i, 16, lr));
+    EXPECT_FALSE(expected.back().pending);
+  }
+  EXPECT_EQ(dev.synchronizations, 0);
+  EXPECT_EQ(dev.host_reads, 0);
+  const std::vector<StepResult> got = queued->collect();
+  EXPECT_EQ(dev.synchronizations, 1);
+  EXPECT_EQ(dev.host_reads, 1);
+  ASSERT_EQ(got.size(), expected.size());
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    EXPECT_FALSE(got[i].pending);
+    EXPECT_EQ(got[i].loss_sum, expected[i].loss_sum) << "step " << i;
+    EXPECT_EQ(got[i].correct, expected[i].correct) << "step " << i;
+    EXPECT_EQ(got[i].samples, 16);
+    EXPECT_GT(got[i].times.total_ms, 0.0);
+    EXPECT_GE(got[i].times.total_ms,
+              got[i].times.forward_ms + got[i].times.backward_ms + got[i].times.optimizer_ms);
+  }
+  EXPECT_TRUE(queued->collect().empty());
+  EXPECT_EQ(queued->parameters(), direct->parameters());
+  // Evaluation reads its batches' figures once, too.
+  const int reads = dev.host_reads;
+  const EvalResult eq = queued->evaluate(), ed = direct->evaluate();
+  EXPECT_EQ(dev.host_reads, reads + 1);
+  EXPECT_EQ(eq.loss_sum, ed.loss_sum);
+  EXPECT_EQ(eq.correct, ed.correct);
+  EXPECT_EQ(eq.samples, ed.samples);
+  // More steps than one slot chunk holds: still one read per 512 steps.
+  for (int i = 0; i < 600; ++i) queued->train_step(0, 4, 0.01f);
+  dev.host_reads = 0;
+  EXPECT_EQ(queued->collect().size(), 600u);
+  EXPECT_EQ(dev.host_reads, 2);
+  queued.reset();
+  direct.reset();
+}
+
+// Queued graph replays: the capture's host time is counted in its step, replays are flagged,
+// and collect() keeps the order.
+TEST(Single, QueuedReplaysKeepTheirOrderAndTheCaptureTime) {
+  static const Dataset data = synthetic(64, 5);
+  auto cpu = make_devices("cpu", 1, {});
+  FakeCaptureDevice dev(*cpu[0]);
+  dev.queues = true;
+  dev.capture_cost = std::chrono::milliseconds(30);
+  auto s = single_on(dev, data);
+  for (int i = 0; i < 4; ++i) EXPECT_TRUE(s->train_step(16 * i, 16, 0.1f).pending);
+  const std::vector<StepResult> got = s->collect();
+  ASSERT_EQ(got.size(), 4u);
+  std::vector<int> replayed;
+  for (const StepResult& r : got) replayed.push_back(r.detail.at("cuda_graph_replay").get<int>());
+  EXPECT_EQ(replayed, (std::vector<int>{0, 1, 1, 1}));
+  EXPECT_EQ(dev.captures, 1);
+  EXPECT_EQ(dev.launches, 3);
+  EXPECT_GE(got[1].times.total_ms, 30.0);
+  EXPECT_LT(got[2].times.total_ms, 30.0);
   s.reset();
 }
 

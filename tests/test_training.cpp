@@ -80,6 +80,54 @@ TEST_F(Training, NonFiniteLossIsRecordedAsDiverged) {
   EXPECT_NE(r["reason"].get<std::string>().find("at epoch 1, iteration"), std::string::npos);
 }
 
+// read_back "epoch" queues every step of an epoch and reads their figures once at its end (what
+// a GPU does by default): the runner records the same epochs, iterations and final bits.
+TEST_F(Training, StepsReadOncePerEpochRecordTheSameRun) {
+  json doc = small_run();
+  doc["training"]["epochs"] = 2;
+  doc["training"]["max_iterations_per_epoch"] = 12;
+  doc["training"]["warmup_iterations"] = 3;
+  doc["runs"][0]["read_back"] = "step";
+  const json step = run(doc);
+  doc["runs"][0]["read_back"] = "epoch";
+  const json epoch = run(doc);
+  ASSERT_EQ(step["status"], "ok") << step["reason"];
+  ASSERT_EQ(epoch["status"], "ok") << epoch["reason"];
+  EXPECT_EQ(epoch["config"]["options"]["read_back"], "epoch");
+  EXPECT_EQ(step["config"]["options"]["read_back"], "step");
+  EXPECT_EQ(epoch["parameters_digest"], step["parameters_digest"]);
+  for (const char* key : {"train_loss", "train_acc", "test_loss", "test_acc", "samples"})
+    for (int e = 0; e < 2; ++e) EXPECT_EQ(epoch["epochs"][e][key], step["epochs"][e][key]) << key;
+  EXPECT_EQ(epoch["warmup"].size(), 3u);
+  ASSERT_EQ(epoch["iterations"].size(), step["iterations"].size());
+  for (std::size_t i = 0; i < epoch["iterations"].size(); ++i) {
+    const json &a = epoch["iterations"][i], &b = step["iterations"][i];
+    EXPECT_EQ(a["epoch"], b["epoch"]);
+    EXPECT_EQ(a["iteration"], b["iteration"]);
+    EXPECT_EQ(a["lr"], b["lr"]);
+    EXPECT_GT(a["total_ms"].get<double>(), 0.0);
+  }
+}
+
+// A queued step whose loss is not finite is found when the epoch's steps are read: the run is
+// recorded as diverged at that step, as when each step is read at once.
+TEST_F(Training, AQueuedNonFiniteLossIsRecordedAsDivergedAtItsStep) {
+  json doc = small_run();
+  doc["training"]["lr"] = 1e30;
+  doc["training"]["epochs"] = 1;
+  doc["training"]["max_iterations_per_epoch"] = 20;
+  doc["runs"][0]["read_back"] = "step";
+  const json step = run(doc);
+  doc["runs"][0]["read_back"] = "epoch";
+  const json epoch = run(doc);
+  ASSERT_EQ(step["status"], "diverged");
+  EXPECT_EQ(epoch["status"], "diverged");
+  EXPECT_EQ(epoch["diverged_at"], step["diverged_at"]);
+  EXPECT_EQ(epoch["reason"], step["reason"]);
+  EXPECT_EQ(epoch["warmup"].size() + epoch["iterations"].size(),
+            step["warmup"].size() + step["iterations"].size());
+}
+
 TEST_F(Training, ABackendTheMachineLacksIsSkippedWithTheReason) {
   const auto known = known_backends();
   if (std::find(known.begin(), known.end(), "cuda") == known.end())

@@ -65,6 +65,7 @@ class ForwardingDevice : public Device {
     inner_.copy_2d(d, dp, s, sp, w, rows);
   }
   void synchronize() override { inner_.synchronize(); }
+  bool queues_work() const override { return inner_.queues_work(); }
   void bind_thread() override { inner_.bind_thread(); }
   Ops& ops() override { return inner_.ops(); }
 

@@ -50,6 +50,7 @@ class CudaDevice final : public Device {
   void copy_2d(void* dst, std::size_t dst_pitch, const void* src, std::size_t src_pitch,
                std::size_t width, std::size_t rows) override;
   void synchronize() override;
+  bool queues_work() const override { return true; }
   void bind_thread() override;
   Ops& ops() override { return *ops_; }
   Event record() override;

@@ -1,0 +1,61 @@
+// Steps whose figures are read once, later: the host queues an epoch's steps on a device that
+// queues work (a GPU) without waiting for any of them, and reads their losses, accuracies and
+// device times in one go at the end (Strategy::collect).
+//
+// Each step's {loss sum, correct count} is copied on the device into a slot of its own, and its
+// phases are device time marks; collect() waits for the device once, copies the slots to the host
+// (one copy per 512 steps) and turns the marks into times.
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <vector>
+
+#include "core/device.h"
+#include "core/tensor.h"
+#include "strategies/strategy.h"
+
+namespace paralab {
+
+// What a strategy knows of a queued step when it queues it.
+struct QueuedStep {
+  int64_t samples = 0;
+  TimeMark start, end;  // the step's first and last work (end after its stats are copied)
+  // Eager steps mark their phases: forward_end after the loss, backward_end after the
+  // gradients, optimizer_end after the update. Without them (a graph replay) only the total
+  // is known.
+  bool phases = false;
+  TimeMark forward_end, backward_end, optimizer_end;
+  // Host time to add to the step's total: a CUDA-graph capture, which the device does not see.
+  double host_ms = 0;
+  // The step's total runs from the previous queued step's end (so that the device's idle time
+  // between the two, waiting for the host, is counted), not from its own start. False after
+  // anything that is not a step ran on the host in between (a capture).
+  bool from_previous = true;
+  nlohmann::json detail = nlohmann::json::object();
+};
+
+class DeferredSteps {
+ public:
+  explicit DeferredSteps(Device& device) : device_(&device) {}
+  DeferredSteps() = default;
+
+  // Queues a copy of `stats` (two floats on the device: the step's loss sum and correct count,
+  // as SoftmaxXent writes them) into the step's slot. Call after the step's work and before
+  // marking its end; the copy is ordered after the work on the device's queue.
+  void save_stats(const Tensor& stats);
+  // Notes the step whose stats were saved last.
+  void add(QueuedStep step);
+  bool empty() const { return steps_.empty(); }
+  // Waits for the device once, then every noted step's result (pending = false), in order.
+  std::vector<StepResult> collect();
+
+ private:
+  static constexpr int64_t kSlotsPerChunk = 512;
+  Device* device_ = nullptr;
+  std::vector<Tensor> chunks_;  // kept between epochs: 2 floats per slot
+  int64_t saved_ = 0;           // slots written since the last collect
+  std::vector<QueuedStep> steps_;
+};
+
+}  // namespace paralab
