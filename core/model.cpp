@@ -585,9 +585,8 @@ ModelStages::ModelStages(const Model& model, Device& device, int first, int last
         case LayerOp::kPool:
           s->pool[at] = ops.make_pool2d(pool_params(spec));
           break;
-        case LayerOp::kLinear:
-          s->linear[at] = ops.make_linear();
-          if (spec.relu) s->relu[at] = ops.make_relu();
+        case LayerOp::kLinear:  // with its ReLU as one op (CUDA fuses them)
+          s->linear[at] = spec.relu ? ops.make_linear_relu() : ops.make_linear();
           break;
         case LayerOp::kDropout:
           s->dropout[at] = ops.make_dropout();
@@ -645,7 +644,6 @@ const Tensor& ModelStages::forward(int slot, const Tensor& x, bool training, con
       case LayerOp::kLinear:
         s.linear[at]->forward(s.act[at].reshaped({n, shape_numel(model_.activation(l))}),
                               tensor_in(params_, t), tensor_in(params_, t + 1), s.act[at + 1]);
-        if (spec.relu) s.relu[at]->forward(s.act[at + 1], s.act[at + 1]);
         break;
       case LayerOp::kConv:
         s.conv[at]->forward(s.act[at], tensor_in(params_, t), tensor_in(params_, t + 1),
@@ -710,13 +708,8 @@ const Tensor& ModelStages::backward(int slot, const Tensor* dy, Tensor& grads,
       case LayerOp::kLinear: {
         Tensor gw = tensor_in(grads, t), gb = tensor_in(grads, t + 1);
         const int64_t in = shape_numel(model_.activation(l));
-        const Tensor* d = &dout;
-        if (spec.relu) {
-          s.relu[at]->backward(s.act[at + 1], dout, s.grad[at + 1]);
-          d = &s.grad[at + 1];
-        }
         Tensor din_flat = din ? din->reshaped({n, in}) : Tensor();
-        s.linear[at]->backward(s.act[at].reshaped({n, in}), tensor_in(params_, t), *d,
+        s.linear[at]->backward(s.act[at].reshaped({n, in}), tensor_in(params_, t), dout,
                                din ? &din_flat : nullptr, gw, gb);
         break;
       }

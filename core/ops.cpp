@@ -1,6 +1,8 @@
 #include "core/ops.h"
 
+#include <memory>
 #include <string>
+#include <utility>
 
 #include "core/error.h"
 
@@ -39,7 +41,38 @@ namespace {
 
 std::string dims(int64_t a, int64_t b) { return std::to_string(a) + "x" + std::to_string(b); }
 
+// Ops::make_linear_relu's default: the linear op, then the ReLU in place on its output; backward
+// masks dy into a buffer of its own, then runs the linear op's backward on it.
+class LinearThenRelu final : public Linear {
+ public:
+  LinearThenRelu(std::unique_ptr<Linear> linear, std::unique_ptr<Relu> relu)
+      : linear_(std::move(linear)), relu_(std::move(relu)) {}
+  void forward(const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y) override {
+    linear_->forward(x, w, b, y);
+    relu_->forward(y, y);
+    y_ = y;
+  }
+  void backward(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor* dx, Tensor& dw,
+                Tensor& db) override {
+    PARALAB_REQUIRE(y_.defined() && y_.shape() == dy.shape(),
+                    "linear+relu backward: no forward of dy's shape " + shape_string(dy.shape()));
+    if (!masked_.defined() || masked_.shape() != dy.shape())
+      masked_ = Tensor::empty(dy.device(), dy.shape());
+    relu_->backward(y_, dy, masked_);
+    linear_->backward(x, w, masked_, dx, dw, db);
+  }
+
+ private:
+  std::unique_ptr<Linear> linear_;
+  std::unique_ptr<Relu> relu_;
+  Tensor y_, masked_;
+};
+
 }  // namespace
+
+std::unique_ptr<Linear> Ops::make_linear_relu() {
+  return std::make_unique<LinearThenRelu>(make_linear(), make_relu());
+}
 
 void Conv2d::check_params(const Conv2dParams& p) {
   PARALAB_REQUIRE(p.stride_h >= 1 && p.stride_w >= 1,

@@ -54,13 +54,17 @@ class Relu {
   virtual void backward(const Tensor& y, const Tensor& dy, Tensor& dx) = 0;
 };
 
-// Fully connected as in the book: y = x W + b with W stored (in, out).
+// Fully connected as in the book: y = x W + b with W stored (in, out). Made by
+// Ops::make_linear_relu(), the layer with its ReLU: y = max(0, x W + b), and backward's dy is the
+// gradient of that y, which flows where the last forward's y > 0 (the op keeps that y, as
+// ConvReluPool keeps its activation; dy itself is not changed).
 class Linear {
  public:
   virtual ~Linear() = default;
   // x (N,in), w (in,out), b (out) -> y (N,out)
   virtual void forward(const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y) = 0;
-  // dy (N,out) -> dx (N,in) unless null, dw (in,out), db (out)
+  // dy (N,out) -> dx (N,in) unless null, dw (in,out), db (out); with the ReLU, for the last
+  // forward, with the same x and w.
   virtual void backward(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor* dx, Tensor& dw,
                         Tensor& db) = 0;
 };
@@ -230,6 +234,10 @@ class Ops {
   virtual std::unique_ptr<ConvReluPool> make_conv_relu_pool() = 0;
   virtual std::unique_ptr<Relu> make_relu() = 0;
   virtual std::unique_ptr<Linear> make_linear() = 0;
+  // A linear layer and its ReLU as one op (see Linear). The backends fuse what they can (CUDA:
+  // the bias and the ReLU in the GEMM's epilogue); this default runs make_linear()'s op and
+  // make_relu()'s one after the other, with the same bits as the two ops called separately.
+  virtual std::unique_ptr<Linear> make_linear_relu();
   virtual std::unique_ptr<SoftmaxXent> make_softmax_xent() = 0;
   // The model ops (see their classes); bad parameters are an Error here, not at the first call.
   virtual std::unique_ptr<Conv2d> make_conv2d(const Conv2dParams& params) = 0;

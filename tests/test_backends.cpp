@@ -165,6 +165,87 @@ TEST_P(Backend, LinearMatchesReference) {
   EXPECT_TRUE(all_close(tdb.to_host_f32(), db, kAtol, kRtol)) << "db";
 }
 
+// The linear layer with its ReLU as one op (CUDA: bias and ReLU in cuBLASLt's epilogue, the
+// bias gradient in the weight GEMM's), against the reference linear then ReLU. Weights and bias
+// are views at odd offsets into one flat buffer, as the model's parameters are (a GEMM library
+// must not assume aligned pointers), at a small shape and at LeNet's fc1 (batch 256, 400 -> 120).
+void check_linear(Device& dev, bool relu, int N, int in, int out, uint64_t seed) {
+  const ref::Vec x = random_vec(N * in, seed), w = random_vec(in * out, seed + 1, 0.2),
+                 b = random_vec(out, seed + 2), dy = random_vec(N * out, seed + 3);
+  ref::Vec flat(1 + in * out + out);  // w at offset 1, b after it: 4-byte aligned views
+  std::copy(w.begin(), w.end(), flat.begin() + 1);
+  std::copy(b.begin(), b.end(), flat.begin() + 1 + in * out);
+  const Tensor params = Tensor::from_host(dev, {static_cast<int64_t>(flat.size())}, to_float(flat));
+  const Tensor tw = params.view(1, {in, out}), tb = params.view(1 + in * out, {out});
+  auto fc = relu ? dev.ops().make_linear_relu() : dev.ops().make_linear();
+  Tensor tx = Tensor::from_host(dev, {N, in}, to_float(x)), ty = Tensor::empty(dev, {N, out});
+  fc->forward(tx, tw, tb, ty);
+  ref::Vec y = ref::linear_forward(x, w, b, N, in, out);
+  ref::Vec g = dy;
+  if (relu) {
+    g = ref::relu_backward(y, dy);
+    y = ref::relu_forward(y);
+  }
+  const std::string what = (relu ? "linear+relu " : "linear ") + std::to_string(N) + "x" +
+                           std::to_string(in) + "x" + std::to_string(out);
+  EXPECT_TRUE(all_close(ty.to_host_f32(), y, kAtol, kRtol)) << "y " << what;
+  const Tensor tdy = Tensor::from_host(dev, {N, out}, to_float(dy));
+  Tensor tdx = Tensor::empty(dev, {N, in}), tdw = Tensor::empty(dev, {in, out}),
+         tdb = Tensor::empty(dev, {out});
+  fc->backward(tx, tw, tdy, &tdx, tdw, tdb);
+  ref::Vec dx, dw, db;
+  ref::linear_backward(x, w, g, N, in, out, dx, dw, db);
+  EXPECT_TRUE(all_close(tdx.to_host_f32(), dx, kAtol, kRtol)) << "dx " << what;
+  EXPECT_TRUE(all_close(tdw.to_host_f32(), dw, kAtol, kRtol)) << "dw " << what;
+  EXPECT_TRUE(all_close(tdb.to_host_f32(), db, kAtol, kRtol)) << "db " << what;
+  EXPECT_EQ(tdy.to_host_f32(), to_float(dy)) << "dy changed " << what;
+  // The first layer's backward: no dx, the same weight and bias gradients.
+  Tensor tdw2 = Tensor::empty(dev, {in, out}), tdb2 = Tensor::empty(dev, {out});
+  fc->backward(tx, tw, tdy, nullptr, tdw2, tdb2);
+  EXPECT_EQ(tdw2.to_host_f32(), tdw.to_host_f32()) << what;
+  EXPECT_EQ(tdb2.to_host_f32(), tdb.to_host_f32()) << what;
+}
+
+TEST_P(Backend, LinearAtUnalignedParametersMatchesReference) {
+  check_linear(*dev_, false, 7, 33, 17, 61);
+  check_linear(*dev_, false, 256, 400, 120, 65);
+}
+
+TEST_P(Backend, LinearWithReluMatchesReference) {
+  check_linear(*dev_, true, 7, 33, 17, 71);
+  check_linear(*dev_, true, 256, 400, 120, 75);
+  check_linear(*dev_, true, 256, 84, 10, 79);
+}
+
+// The fused op computes what the two ops give one after the other: on the CPU the very bits.
+TEST(CpuBackend, LinearWithReluIsTheTwoOpsBitForBit) {
+  auto devices = make_devices("cpu", 1, {});
+  Device& dev = *devices[0];
+  const int N = 32, in = 50, out = 24;
+  const auto x = to_float(random_vec(N * in, 81)), w = to_float(random_vec(in * out, 82, 0.2)),
+             b = to_float(random_vec(out, 83)), dy = to_float(random_vec(N * out, 84));
+  const Tensor tx = Tensor::from_host(dev, {N, in}, x), tw = Tensor::from_host(dev, {in, out}, w),
+               tb = Tensor::from_host(dev, {out}, b), tdy = Tensor::from_host(dev, {N, out}, dy);
+  auto fused = dev.ops().make_linear_relu();
+  auto linear = dev.ops().make_linear();
+  auto relu = dev.ops().make_relu();
+  Tensor y1 = Tensor::empty(dev, {N, out}), y2 = Tensor::empty(dev, {N, out});
+  fused->forward(tx, tw, tb, y1);
+  linear->forward(tx, tw, tb, y2);
+  relu->forward(y2, y2);
+  EXPECT_EQ(y1.to_host_f32(), y2.to_host_f32());
+  Tensor dx1 = Tensor::empty(dev, {N, in}), dw1 = Tensor::empty(dev, {in, out}),
+         db1 = Tensor::empty(dev, {out}), dx2 = Tensor::empty(dev, {N, in}),
+         dw2 = Tensor::empty(dev, {in, out}), db2 = Tensor::empty(dev, {out}),
+         g = Tensor::empty(dev, {N, out});
+  fused->backward(tx, tw, tdy, &dx1, dw1, db1);
+  relu->backward(y2, tdy, g);
+  linear->backward(tx, tw, g, &dx2, dw2, db2);
+  EXPECT_EQ(dx1.to_host_f32(), dx2.to_host_f32());
+  EXPECT_EQ(dw1.to_host_f32(), dw2.to_host_f32());
+  EXPECT_EQ(db1.to_host_f32(), db2.to_host_f32());
+}
+
 TEST_P(Backend, SoftmaxXentMatchesReference) {
   const int N = 9, classes = 10;
   auto z = random_vec(N * classes, 41, 3.0);

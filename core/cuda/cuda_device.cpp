@@ -90,9 +90,9 @@ CudaDevice::CudaDevice(int ordinal, int gpu, int sharing, bool tf32, SmShare sha
   // CPU backend at float32 tolerances.
   PARALAB_CUBLAS(
       cublasSetMathMode(cublas_, tf32_ ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_PEDANTIC_MATH));
+  PARALAB_CUBLAS(cublasLtCreate(&cublas_lt_));
   // cuBLAS's workspace given up front (32 MiB, NVIDIA's advice for Hopper), so that a CUDA
   // graph capture never sees it allocate.
-  constexpr std::size_t kCublasWorkspace = std::size_t{32} << 20;
   PARALAB_CUDA(cudaMalloc(&cublas_workspace_, kCublasWorkspace));
   PARALAB_CUBLAS(cublasSetWorkspace(cublas_, cublas_workspace_, kCublasWorkspace));
   // A green context's stream must take everything a device queues. Checked once here: a share
@@ -167,6 +167,8 @@ CudaDevice::~CudaDevice() {
   allocator_.reset();  // cudaFree of every block (cudaFree waits for the device's work first)
   if (cublas_ && cublasDestroy(cublas_) != CUBLAS_STATUS_SUCCESS)
     log_error(name() + ": cublasDestroy failed");
+  if (cublas_lt_ && cublasLtDestroy(cublas_lt_) != CUBLAS_STATUS_SUCCESS)
+    log_error(name() + ": cublasLtDestroy failed");
   if (cublas_workspace_ && cudaFree(cublas_workspace_) != cudaSuccess)
     log_error(name() + ": cudaFree of the cuBLAS workspace failed");
   if (cudnn_ && cudnnDestroy(cudnn_) != CUDNN_STATUS_SUCCESS)

@@ -8,6 +8,7 @@
 // cudaEventCreate per record() or mark() once the pools have grown).
 #pragma once
 
+#include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 #include <cudnn.h>
@@ -75,6 +76,11 @@ class CudaDevice final : public Device {
   cudaStream_t stream() const { return stream_; }
   cudnnHandle_t cudnn() const { return cudnn_; }
   cublasHandle_t cublas() const { return cublas_; }
+  // cuBLASLt (the linear layers' GEMMs with epilogues) on the same stream; it shares cuBLAS's
+  // workspace, which is safe because both queue on that one stream.
+  cublasLtHandle_t cublas_lt() const { return cublas_lt_; }
+  void* cublas_workspace() const { return cublas_workspace_; }
+  static constexpr std::size_t kCublasWorkspace = std::size_t{32} << 20;
 
  private:
   std::string check_stream();
@@ -90,6 +96,7 @@ class CudaDevice final : public Device {
   cudaStream_t stream_ = nullptr;
   cudnnHandle_t cudnn_ = nullptr;
   cublasHandle_t cublas_ = nullptr;
+  cublasLtHandle_t cublas_lt_ = nullptr;
   void* cublas_workspace_ = nullptr;  // set explicitly, so that cuBLAS never allocates in a capture
   bool peer_reads_staged_ = false;
   // Declared before everything that holds its blocks (staging_, ops_): destroyed after them.

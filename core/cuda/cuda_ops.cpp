@@ -1,7 +1,7 @@
-// CUDA Ops: ReLU, linear (cuBLAS), softmax cross-entropy, SGD, add and gather, pooling, dropout
+// CUDA Ops: ReLU, softmax cross-entropy, SGD, add and gather, pooling, dropout
 // and resize (own kernels), and the factory. The convolution stage is in conv_relu_pool.cpp
 // (cuDNN) and fused_conv_relu_pool.cpp (own kernels), chosen by the device's "kernels" option;
-// the plain convolution in conv2d.cpp (cuDNN).
+// the plain convolution in conv2d.cpp (cuDNN); the linear layer in linear.cpp (cuBLASLt).
 #include <algorithm>
 #include <map>
 #include <memory>
@@ -22,6 +22,7 @@ std::unique_ptr<ConvReluPool> make_cudnn_conv_relu_pool(CudaDevice& device, Kern
 std::unique_ptr<ConvReluPool> make_fused_conv_relu_pool(CudaDevice& device, KernelLog& log);
 std::unique_ptr<Conv2d> make_cudnn_conv2d(CudaDevice& device, KernelLog& log,
                                           const Conv2dParams& params);
+std::unique_ptr<Linear> make_cuda_linear(CudaDevice& device, KernelLog& log, bool relu);
 
 namespace {
 
@@ -39,46 +40,6 @@ class CudaRelu final : public Relu {
   }
 
  private:
-  CudaDevice& d_;
-};
-
-// Row-major y (N,out) = x (N,in) W (in,out) is column-major y^T = W^T x^T: cuBLAS sees the
-// row-major buffers as their transposes, so no data moves.
-class CudaLinear final : public Linear {
- public:
-  explicit CudaLinear(CudaDevice& d) : d_(d) {}
-  void forward(const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y) override {
-    const int n = rows(x, w), in = static_cast<int>(w.dim(0)), out = static_cast<int>(w.dim(1));
-    PARALAB_REQUIRE(y.shape() == (Shape{n, out}),
-                    "linear forward: y " + shape_string(y.shape()) + " does not fit");
-    const float one = 1.0f, zero = 0.0f;
-    PARALAB_CUBLAS(cublasSgemm(d_.cublas(), CUBLAS_OP_N, CUBLAS_OP_N, out, n, in, &one, w.f32(),
-                               out, x.f32(), in, &zero, y.f32(), out));
-    add_bias_rows(y.f32(), b.f32(), n, out, d_.stream());
-  }
-  void backward(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor* dx, Tensor& dw,
-                Tensor& db) override {
-    const int n = rows(x, w), in = static_cast<int>(w.dim(0)), out = static_cast<int>(w.dim(1));
-    PARALAB_REQUIRE(dy.shape() == (Shape{n, out}),
-                    "linear backward: dy " + shape_string(dy.shape()) + " does not fit");
-    const float one = 1.0f, zero = 0.0f;
-    // dW (in,out) = x^T dy  ->  column-major dW^T (out,in) = dy^T (out,N) x (N,in)
-    PARALAB_CUBLAS(cublasSgemm(d_.cublas(), CUBLAS_OP_N, CUBLAS_OP_T, out, in, n, &one, dy.f32(),
-                               out, x.f32(), in, &zero, dw.f32(), out));
-    column_sums(dy.f32(), db.f32(), n, out, d_.stream());
-    if (!dx) return;
-    // dx (N,in) = dy W^T  ->  column-major dx^T (in,N) = W (in,out) dy^T (out,N)
-    PARALAB_CUBLAS(cublasSgemm(d_.cublas(), CUBLAS_OP_T, CUBLAS_OP_N, in, n, out, &one, w.f32(),
-                               out, dy.f32(), out, &zero, dx->f32(), in));
-  }
-
- private:
-  static int rows(const Tensor& x, const Tensor& w) {
-    PARALAB_REQUIRE(x.ndim() == 2 && w.ndim() == 2 && x.dim(1) == w.dim(0),
-                    "linear: x " + shape_string(x.shape()) + " and W " + shape_string(w.shape()) +
-                        " do not fit");
-    return static_cast<int>(x.dim(0));
-  }
   CudaDevice& d_;
 };
 
@@ -211,7 +172,8 @@ class CudaOps final : public Ops {
     return {{"kernels", kernels_}, {"choices", log_.entries()}};
   }
   std::unique_ptr<Relu> make_relu() override { return std::make_unique<CudaRelu>(d_); }
-  std::unique_ptr<Linear> make_linear() override { return std::make_unique<CudaLinear>(d_); }
+  std::unique_ptr<Linear> make_linear() override { return make_cuda_linear(d_, log_, false); }
+  std::unique_ptr<Linear> make_linear_relu() override { return make_cuda_linear(d_, log_, true); }
   std::unique_ptr<SoftmaxXent> make_softmax_xent() override {
     return std::make_unique<CudaSoftmaxXent>(d_);
   }

@@ -1,0 +1,282 @@
+// The CUDA linear layer: cuBLASLt GEMMs with the bias, the ReLU and the bias gradient in their
+// epilogues, and cuBLAS with own kernels where cuBLASLt offers no algorithm for a shape.
+//
+// Row-major y (N,out) = x (N,in) W (in,out) is column-major y^T = W^T x^T: cuBLAS sees the
+// row-major buffers as their transposes, so no data moves. In that view (m = out, n = N):
+//   forward            y^T (out,N)  = W^T (out,in) x^T (in,N)    epilogue BIAS or RELU_BIAS: + b
+//                                                                 per row, then max(0, .)
+//   backward weights   dW^T (out,in) = g^T (out,N) x (N,in)       epilogue BGRADA: db = g^T's
+//                                                                 row sums (A's "k" dimension)
+//   backward data      dx^T (in,N)  = W (in,out) g^T (out,N)      no epilogue
+// with g = dy, or with the ReLU dy masked where the forward's y > 0 (relu_backward).
+//
+// Reproducible: each shape's algorithm is cuBLASLt's first heuristic answer, asked once per op
+// with split-K reductions excluded (CUBLASLT_REDUCTION_SCHEME_NONE: every dot product and the
+// bias gradient summed in one sequence), so the same shapes on the same GPU give the same bits.
+// The heuristic is told the pointers' real alignment: weights and biases are views into one
+// flat parameter buffer, not 256-byte aligned.
+#include <array>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <tuple>
+#include <utility>
+
+#include "core/cuda/check.h"
+#include "core/cuda/cuda_device.h"
+#include "core/cuda/kernel_log.h"
+#include "core/cuda/kernels.h"
+#include "core/ops.h"
+
+namespace paralab::cuda {
+
+namespace {
+
+// The largest power of two up to 256 that divides the address (cuBLASLt's alignment bound).
+uint32_t alignment_of(const void* p) {
+  const auto a = reinterpret_cast<std::uintptr_t>(p);
+  uint32_t align = 256;
+  while (align > 4 && a % align != 0) align /= 2;
+  return align;
+}
+
+const char* epilogue_name(cublasLtEpilogue_t e) {
+  switch (e) {
+    case CUBLASLT_EPILOGUE_BIAS:
+      return "BIAS";
+    case CUBLASLT_EPILOGUE_RELU_BIAS:
+      return "RELU_BIAS";
+    case CUBLASLT_EPILOGUE_BGRADA:
+      return "BGRADA";
+    default:
+      return "DEFAULT";
+  }
+}
+
+// One column-major GEMM D (m,n) = op(A) op(B) with an epilogue, planned once: descriptors and
+// the algorithm. `ok` false (with `why`) when cuBLASLt has no algorithm for it.
+class LtGemm {
+ public:
+  struct Spec {
+    bool transa, transb;
+    int m, n, k, lda, ldb, ldd;
+    cublasLtEpilogue_t epilogue;
+    std::array<uint32_t, 4> align;  // A, B, D, bias
+    auto key() const {
+      return std::tuple(transa, transb, m, n, k, lda, ldb, ldd, static_cast<int>(epilogue), align);
+    }
+  };
+
+  LtGemm(CudaDevice& d, const Spec& s, const void* bias) : d_(d), spec_(s) {
+    const cublasComputeType_t compute =
+        d.tf32() ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F_PEDANTIC;
+    PARALAB_CUBLAS(cublasLtMatmulDescCreate(&op_, compute, CUDA_R_32F));
+    const cublasOperation_t ta = s.transa ? CUBLAS_OP_T : CUBLAS_OP_N;
+    const cublasOperation_t tb = s.transb ? CUBLAS_OP_T : CUBLAS_OP_N;
+    PARALAB_CUBLAS(
+        cublasLtMatmulDescSetAttribute(op_, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
+    PARALAB_CUBLAS(
+        cublasLtMatmulDescSetAttribute(op_, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
+    PARALAB_CUBLAS(cublasLtMatmulDescSetAttribute(op_, CUBLASLT_MATMUL_DESC_EPILOGUE, &s.epilogue,
+                                                  sizeof s.epilogue));
+    set_bias(bias);
+    // Stored layouts: A is (m,k) or, transposed, (k,m); B likewise (k,n) or (n,k).
+    PARALAB_CUBLAS(cublasLtMatrixLayoutCreate(&a_, CUDA_R_32F, s.transa ? s.k : s.m,
+                                              s.transa ? s.m : s.k, s.lda));
+    PARALAB_CUBLAS(cublasLtMatrixLayoutCreate(&b_, CUDA_R_32F, s.transb ? s.n : s.k,
+                                              s.transb ? s.k : s.n, s.ldb));
+    PARALAB_CUBLAS(cublasLtMatrixLayoutCreate(&d_layout_, CUDA_R_32F, s.m, s.n, s.ldd));
+    cublasLtMatmulPreference_t pref = nullptr;
+    PARALAB_CUBLAS(cublasLtMatmulPreferenceCreate(&pref));
+    const std::size_t workspace = CudaDevice::kCublasWorkspace;
+    const uint32_t no_split_k = CUBLASLT_REDUCTION_SCHEME_NONE;
+    cublasStatus_t status = CUBLAS_STATUS_SUCCESS;
+    const auto set = [&](cublasLtMatmulPreferenceAttributes_t attr, const void* v, std::size_t n) {
+      if (status == CUBLAS_STATUS_SUCCESS)
+        status = cublasLtMatmulPreferenceSetAttribute(pref, attr, v, n);
+    };
+    set(CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace, sizeof workspace);
+    set(CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &no_split_k, sizeof no_split_k);
+    set(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &s.align[0], sizeof(uint32_t));
+    set(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &s.align[1], sizeof(uint32_t));
+    set(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &s.align[2], sizeof(uint32_t));
+    set(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &s.align[2], sizeof(uint32_t));
+    int found = 0;
+    if (status == CUBLAS_STATUS_SUCCESS)
+      status = cublasLtMatmulAlgoGetHeuristic(d.cublas_lt(), op_, a_, b_, d_layout_, d_layout_,
+                                              pref, 1, &result_, &found);
+    cublasLtMatmulPreferenceDestroy(pref);
+    if (status != CUBLAS_STATUS_SUCCESS)
+      why_ = std::string("cublasLtMatmulAlgoGetHeuristic: ") + cublas_status_name(status);
+    else if (found == 0)
+      why_ = "cuBLASLt has no algorithm for it";
+    ok_ = why_.empty();
+  }
+  ~LtGemm() {
+    if (d_layout_) cublasLtMatrixLayoutDestroy(d_layout_);
+    if (b_) cublasLtMatrixLayoutDestroy(b_);
+    if (a_) cublasLtMatrixLayoutDestroy(a_);
+    if (op_) cublasLtMatmulDescDestroy(op_);
+  }
+  LtGemm(const LtGemm&) = delete;
+  LtGemm& operator=(const LtGemm&) = delete;
+
+  bool ok() const { return ok_; }
+  const std::string& why() const { return why_; }
+  // What the results record: the epilogue and the algorithm's id, tile and split-K setting.
+  nlohmann::json describe() const {
+    int id = -1, tile = -1, split_k = -1;
+    cublasLtMatmulAlgoConfigGetAttribute(&result_.algo, CUBLASLT_ALGO_CONFIG_ID, &id, sizeof id,
+                                         nullptr);
+    cublasLtMatmulAlgoConfigGetAttribute(&result_.algo, CUBLASLT_ALGO_CONFIG_TILE_ID, &tile,
+                                         sizeof tile, nullptr);
+    cublasLtMatmulAlgoConfigGetAttribute(&result_.algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &split_k,
+                                         sizeof split_k, nullptr);
+    return {{"epilogue", epilogue_name(spec_.epilogue)},
+            {"algo_id", id},
+            {"tile_id", tile},
+            {"split_k", split_k}};
+  }
+
+  // D = op(A) op(B) (+ the epilogue with `bias`: read for BIAS, written for BGRADA).
+  void run(const float* a, const float* b, float* d, const void* bias) {
+    set_bias(bias);
+    const float one = 1.0f, zero = 0.0f;
+    PARALAB_CUBLAS(cublasLtMatmul(d_.cublas_lt(), op_, &one, a, a_, b, b_, &zero, d, d_layout_, d,
+                                  d_layout_, &result_.algo, d_.cublas_workspace(),
+                                  CudaDevice::kCublasWorkspace, d_.stream()));
+  }
+
+ private:
+  void set_bias(const void* bias) {
+    if (spec_.epilogue == CUBLASLT_EPILOGUE_DEFAULT) return;
+    PARALAB_CUBLAS(
+        cublasLtMatmulDescSetAttribute(op_, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
+  }
+  CudaDevice& d_;
+  Spec spec_;
+  cublasLtMatmulDesc_t op_ = nullptr;
+  cublasLtMatrixLayout_t a_ = nullptr, b_ = nullptr, d_layout_ = nullptr;
+  cublasLtMatmulHeuristicResult_t result_{};
+  bool ok_ = false;
+  std::string why_;
+};
+
+class CudaLinear final : public Linear {
+ public:
+  CudaLinear(CudaDevice& d, KernelLog& log, bool relu) : d_(d), log_(log), relu_(relu) {}
+
+  void forward(const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y) override {
+    const int n = rows(x, w), in = static_cast<int>(w.dim(0)), out = static_cast<int>(w.dim(1));
+    PARALAB_REQUIRE(y.shape() == (Shape{n, out}),
+                    "linear forward: y " + shape_string(y.shape()) + " does not fit");
+    const cublasLtEpilogue_t epilogue =
+        relu_ ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_BIAS;
+    LtGemm& g = plan({false,
+                      false,
+                      out,
+                      n,
+                      in,
+                      out,
+                      in,
+                      out,
+                      epilogue,
+                      {alignment_of(w.raw()), alignment_of(x.raw()), alignment_of(y.raw()),
+                       alignment_of(b.raw())}},
+                     b.raw(), "forward", x, w);
+    if (relu_) y_ = y;
+    if (g.ok()) {
+      g.run(w.f32(), x.f32(), y.f32(), b.raw());
+      return;
+    }
+    const float one = 1.0f, zero = 0.0f;
+    PARALAB_CUBLAS(cublasSgemm(d_.cublas(), CUBLAS_OP_N, CUBLAS_OP_N, out, n, in, &one, w.f32(),
+                               out, x.f32(), in, &zero, y.f32(), out));
+    add_bias_rows(y.f32(), b.f32(), n, out, d_.stream());
+    if (relu_) relu_forward(y.f32(), y.f32(), y.numel(), d_.stream());
+  }
+
+  void backward(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor* dx, Tensor& dw,
+                Tensor& db) override {
+    const int n = rows(x, w), in = static_cast<int>(w.dim(0)), out = static_cast<int>(w.dim(1));
+    PARALAB_REQUIRE(dy.shape() == (Shape{n, out}),
+                    "linear backward: dy " + shape_string(dy.shape()) + " does not fit");
+    const float* g = dy.f32();
+    if (relu_) {
+      PARALAB_REQUIRE(y_.defined() && y_.shape() == dy.shape(),
+                      "linear+relu backward: no forward of dy's shape " + shape_string(dy.shape()));
+      if (!masked_.defined() || masked_.shape() != dy.shape())
+        masked_ = Tensor::empty(d_, dy.shape());
+      relu_backward(y_.f32(), dy.f32(), masked_.f32(), dy.numel(), d_.stream());
+      g = masked_.f32();
+    }
+    const float one = 1.0f, zero = 0.0f;
+    // dW (in,out) = x^T g  ->  column-major dW^T (out,in) = g^T (out,N) x (N,in), and db from
+    // g^T's rows in the epilogue.
+    LtGemm& weights = plan(
+        {false,
+         true,
+         out,
+         in,
+         n,
+         out,
+         in,
+         out,
+         CUBLASLT_EPILOGUE_BGRADA,
+         {alignment_of(g), alignment_of(x.raw()), alignment_of(dw.raw()), alignment_of(db.raw())}},
+        db.raw(), "backward weights", x, w);
+    if (weights.ok()) {
+      weights.run(g, x.f32(), dw.f32(), db.raw());
+    } else {
+      PARALAB_CUBLAS(cublasSgemm(d_.cublas(), CUBLAS_OP_N, CUBLAS_OP_T, out, in, n, &one, g, out,
+                                 x.f32(), in, &zero, dw.f32(), out));
+      column_sums(g, db.f32(), n, out, d_.stream());
+    }
+    if (!dx) return;
+    // dx (N,in) = g W^T  ->  column-major dx^T (in,N) = W (in,out) g^T (out,N)
+    PARALAB_CUBLAS(cublasSgemm(d_.cublas(), CUBLAS_OP_T, CUBLAS_OP_N, in, n, out, &one, w.f32(),
+                               out, g, out, &zero, dx->f32(), in));
+  }
+
+ private:
+  static int rows(const Tensor& x, const Tensor& w) {
+    PARALAB_REQUIRE(x.ndim() == 2 && w.ndim() == 2 && x.dim(1) == w.dim(0),
+                    "linear: x " + shape_string(x.shape()) + " and W " + shape_string(w.shape()) +
+                        " do not fit");
+    return static_cast<int>(x.dim(0));
+  }
+
+  // The plan of a GEMM, made at its first use (an eager step: a capture never plans) and
+  // recorded in the device's kernel log.
+  LtGemm& plan(const LtGemm::Spec& s, const void* bias, const char* pass, const Tensor& x,
+               const Tensor& w) {
+    auto it = plans_.find(s.key());
+    if (it == plans_.end()) {
+      it = plans_.emplace(s.key(), std::make_unique<LtGemm>(d_, s, bias)).first;
+      const LtGemm& g = *it->second;
+      nlohmann::json choice = g.ok() ? nlohmann::json{{"gemm", "cublasLt"}}
+                                     : nlohmann::json{{"gemm", "cublas"}, {"why", g.why()}};
+      if (g.ok()) choice.update(g.describe());
+      log_.note("linear x " + shape_string(x.shape()) + " w " + shape_string(w.shape()) +
+                    (relu_ ? " relu " : " ") + pass,
+                std::move(choice));
+    }
+    return *it->second;
+  }
+
+  CudaDevice& d_;
+  KernelLog& log_;
+  bool relu_;
+  Tensor y_;       // the last forward's output (relu: its gradient's mask)
+  Tensor masked_;  // relu: dy where y > 0
+  std::map<decltype(std::declval<LtGemm::Spec>().key()), std::unique_ptr<LtGemm>> plans_;
+};
+
+}  // namespace
+
+std::unique_ptr<Linear> make_cuda_linear(CudaDevice& device, KernelLog& log, bool relu) {
+  return std::make_unique<CudaLinear>(device, log, relu);
+}
+
+}  // namespace paralab::cuda
