@@ -156,6 +156,32 @@ for k in cudnn fused; do
   goal "same seed, same bits ($k)" $? "$detail"
 done
 
+# Steps read once per epoch (read_back "epoch", the GPU's default) against after every step:
+# the same bits (epochs and final parameters), and the epoch not slower. 3 epochs each, twice,
+# alternating; epochs 2-3 timed.
+for rep in 1 2; do
+  for rb in step epoch; do
+    lenet "$work/rb-$rb-$rep.json" --set training.epochs=3 --set runs.0.read_back=$rb
+  done
+done
+detail=$(python3 - "$work" <<'PY'
+import json, statistics, sys
+runs = {rb: [json.load(open(f"{sys.argv[1]}/rb-{rb}-{rep}.json"))["runs"][0] for rep in (1, 2)]
+        for rb in ("step", "epoch")}
+keep = ("train_loss", "train_acc", "test_loss", "test_acc")
+bits = lambda r: ([{k: e[k] for k in keep} for e in r["epochs"]], r.get("parameters_digest"))
+same = all(bits(r) == bits(runs["step"][0]) for rr in runs.values() for r in rr)
+secs = {rb: statistics.median(e["seconds"] for r in rr for e in r["epochs"][1:])
+        for rb, rr in runs.items()}
+mode = runs["epoch"][0]["config"]["options"].get("read_back")
+print(f"same bits: {same}; epoch (train) median: per step {secs['step'] * 1e3:.1f} ms, "
+      f"per epoch {secs['epoch'] * 1e3:.1f} ms ({secs['step'] / secs['epoch']:.2f}x); "
+      f"recorded read_back {mode}")
+sys.exit(0 if same and secs["epoch"] <= secs["step"] and mode == "epoch" else 1)
+PY
+)
+goal "steps read once per epoch: same bits as per step, not slower" $? "$detail"
+
 # The accuracy bar for seeds 0-4 (>= 0.82 within 10 epochs, >= 0.80 at the end), both kernel sets.
 for k in cudnn fused; do
   for seed in 0 1 2 3 4; do
