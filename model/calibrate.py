@@ -160,10 +160,11 @@ def cpu_link(path=None):
 
 def h200_link(path=None):
     rows = bench_rows(path or os.path.join(H200_REF, "allreduce-cuda.json"))
-    return perf.Link.fit(rows, per_k=True, contention=H200_CONTENTION_US,
-                         note="fitted per algorithm and k on allreduce-cuda.json (2 and 4 virtual "
-                              "devices on one H200; host-bound hand-offs); other k extrapolated "
-                              "geometrically in k"), rows
+    return perf.Link.fit_host_bound(rows, contention=H200_CONTENTION_US,
+                                    note="host-bound model fitted on allreduce-cuda.json (2 and 4 "
+                                         "virtual devices on one H200): copy per byte from its "
+                                         "memcpy rows, alpha and adds per algorithm and k; other "
+                                         "k extrapolated geometrically in k"), rows
 
 
 # ---------------------------------------------------------------------------------------------
@@ -227,18 +228,22 @@ def validate_runs(kind, path, comp, link, effective=None, own_level=True):
     return points
 
 
-def validate_bench(kind, rows, fit_rows, source, per_k=False, contention=None):
-    """Each allreduce_bench row predicted by a fit on fit_rows without any row of the same
+def validate_bench(kind, rows, fit_rows, source, fit=perf.Link.fit):
+    """Each allreduce_bench row predicted by fit(rows) on fit_rows without any row of the same
     algorithm, size and k (leave-one-out within the fitted sweep; for another file's rows, the
-    sweep's own measurement of that size is left out too)."""
+    sweep's own measurement of that size is left out too). Rows of other algorithms at the same
+    size stay in (on the H200 the memcpy rows set the copy's per-byte cost)."""
     points = []
     for op, n, k, ms in rows:
         rest = [r for r in fit_rows if r[:3] != (op, n, k)]
-        pred = perf.Link.fit(rest, per_k=per_k, contention=contention).time(op, n, k)
+        pred = fit(rest).time(op, n, k)
         cfg = {"strategy": "allreduce_bench/" + op, "devices": k, "per_device_batch": None}
         p = _point(kind, source, "%s %d B x%d" % (op, n, k), cfg, ms, pred, {"bytes": n},
                    note="fit left out this algorithm, size and k")
         p["config_key"] = p["label"]
+        # The ring family on fewer floats than ranks exchanges empty messages, which the model
+        # counts as full ones: outside its domain (counted in every summary; also shown without).
+        p["in_model_domain"] = not (op in ("ring", "allgather", "reduce_scatter") and n < 4 * k)
         points.append(p)
     return points
 
@@ -248,11 +253,14 @@ def h200_effective(config):
     return H200_SMS / share
 
 
-def summarize(points):
+def summarize(points, domain_only=False):
+    """Per kind and group over the held-out points; domain_only: without the allreduce_bench rows
+    outside the model's domain (in_model_domain false)."""
     out = {}
     for kind in sorted({p["kind"] for p in points}):
         for group in ("training", "allreduce_bench", "all"):
             sel = [p for p in points if p["kind"] == kind and p["held_out"] and
+                   (not domain_only or p.get("in_model_domain", True)) and
                    (group == "all" or (group == "allreduce_bench") == p["strategy"].startswith("allreduce_bench"))]
             if not sel:
                 continue

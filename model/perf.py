@@ -17,6 +17,12 @@ Plain numpy, no fitting framework. Times are milliseconds; sizes are bytes.
               ring 29 -> 65 us per message, all ranks send in every step; naive 17 -> 17 us and
               tree 15 -> 16 us, where mostly rank 0 and one peer are at work); FINDINGS.md's
               emulated call sequence: 6, 36, 74, 156 us per message with 1, 2, 4, 8 threads.
+              Host-bound links (virtual devices): t = max(start_k + alpha_k * msgs, beta * bytes +
+              gamma_k * reduced): one host thread per rank queues the messages while the GPU runs
+              the copies and adds queued before, so the slower of the two sets the time. beta is
+              the copy primitive's per-byte time (allreduce_bench's memcpy rows, fitted as
+              max(latency, beta * n)); start_k, alpha_k and gamma_k / beta (adds per byte, in copies) per
+              algorithm and k on its other sizes.
 """
 import math
 
@@ -188,12 +194,14 @@ class Link:
     while a collective spans fewer devices (layer_split's two-device hand-offs among k stages).
     """
 
-    def __init__(self, params, contention=None, chunk=CHUNK_BYTES, note=""):
+    def __init__(self, params, contention=None, chunk=CHUNK_BYTES, note="", host_bound=False):
         self.params = {op: ({int(k): tuple(x) for k, x in v.items()} if isinstance(v, dict) else {0: tuple(v)})
                        for op, v in params.items()}
         self.contention = list(contention) if contention else None
         self.chunk = chunk
         self.note = note
+        # host_bound: the host's message calls overlap the device's copies (see the module doc)
+        self.host_bound = host_bound
 
     def _p(self, op, k):
         if op not in self.params:
@@ -233,17 +241,20 @@ class Link:
         if k <= 1 or n <= 0:
             return 0.0
         m, nb, r = collective_features(op, n, k, self.chunk)
-        alpha, beta, gamma = self._p(op, k)
+        alpha, beta, gamma, *start = self._p(op, k)
         if ranks and ranks != k and self.contention:
             alpha *= self._threads(ranks) / self._threads(k)
+        if self.host_bound:
+            return max(sum(start) + alpha * m, beta * nb + gamma * r)
         return alpha * m + beta * nb + gamma * r
 
     def to_json(self):
         return {"params_ms": {op: {("any k" if k == 0 else "k=%d" % k):
-                                   {"alpha": a, "beta_per_byte": b, "gamma_per_byte": g}
-                                   for k, (a, b, g) in v.items()} for op, v in self.params.items()},
+                                   dict(zip(("alpha", "beta_per_byte", "gamma_per_byte",
+                                             "start_host_bound"), x))
+                                   for k, x in v.items()} for op, v in self.params.items()},
                 "host_contention_us_1_2_4_8_threads": self.contention, "chunk_bytes": self.chunk,
-                "note": self.note}
+                "host_bound_max_of_host_and_device": self.host_bound, "note": self.note}
 
     @staticmethod
     def fit(rows, per_k=False, contention=None, note=""):
@@ -261,6 +272,36 @@ class Link:
                 x[used] = relative_fit(f[:, used], y)
                 params[op][k or 0] = tuple(x)
         return Link(params, contention, note=note)
+
+    @staticmethod
+    def fit_host_bound(rows, contention=None, note=""):
+        """rows as for fit, with memcpy rows ("p2p"): the host-bound model (module doc). The
+        copy's (latency, beta) come from the p2p rows; per other algorithm and k, alpha and the
+        adds' cost in copies (0..8) by least squares of the log error on a grid (max() has no
+        closed form)."""
+        p2p = [r for r in rows if r[0] == "p2p"]
+        n = np.array([r[1] for r in p2p], float)
+        t = np.array([r[3] for r in p2p])
+        lat = np.geomspace(t.min() / 2, t.max(), 240)[:, None, None]
+        per_byte = np.geomspace(1e-12, 1e-7, 241)[None, :, None]
+        err = np.log(np.maximum(lat, per_byte * n) / t)
+        i, j = np.unravel_index(np.argmin((err * err).sum(-1)), err.shape[:2])
+        beta = float(per_byte[0, j, 0])
+        params = {"p2p": {2: (float(lat[i, 0, 0]), beta, 0.0)}}
+        alphas = np.geomspace(1e-4, 0.3, 120)[:, None, None, None]
+        starts = np.r_[0.0, np.geomspace(0.01, 3.0, 19)][None, :, None, None]
+        adds = np.linspace(0.0, 8.0, 41)[None, None, :, None]
+        for op, k in sorted({(r[0], r[2]) for r in rows if r[0] != "p2p"}):
+            sel = [r for r in rows if r[0] == op and r[2] == k]
+            m, nb, red = np.array([collective_features(op, x, k) for _, x, _, _ in sel]).T
+            y = np.array([r[3] for r in sel])
+            host = alphas * (m + starts)  # starts: the call's fixed host cost, in messages
+            err = np.log(np.maximum(host, beta * (nb + adds * red)) / y)
+            i, j, l = np.unravel_index(np.argmin((err * err).sum(-1)), err.shape[:3])
+            a = float(alphas[i, 0, 0, 0])
+            params.setdefault(op, {})[k] = (a, beta, beta * float(adds[0, 0, l, 0]),
+                                            a * float(starts[0, j, 0, 0]))
+        return Link(params, contention, note=note, host_bound=True)
 
 
 # ---------------------------------------------------------------------------------------------
