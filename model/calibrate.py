@@ -153,9 +153,14 @@ def h200_compute(gpu_check_path=None):
                         group_overhead=group - graphed)
 
 
+# The CPU's collectives: naive, ring and tree share a size-dependent per-byte cost (perf's module
+# doc); memcpy, all-gather and reduce-scatter keep alpha + beta*bytes + gamma*reduced each.
+cpu_link_fit = perf.Link.fit_size_dependent
+
+
 def cpu_link(path=None):
     rows = bench_rows(path or os.path.join(CPU_REF, "allreduce-sweep.json"))
-    return perf.Link.fit(rows, note="fitted on allreduce-sweep.json (2 devices, a core each)"), rows
+    return cpu_link_fit(rows, note="fitted on allreduce-sweep.json (2 devices, a core each)"), rows
 
 
 def h200_link(path=None):

@@ -23,6 +23,13 @@ Plain numpy, no fitting framework. Times are milliseconds; sizes are bytes.
               the copy primitive's per-byte time (allreduce_bench's memcpy rows, fitted as
               max(latency, beta * n)); start_k, alpha_k and gamma_k / beta (adds per byte, in copies) per
               algorithm and k on its other sizes.
+              Size-dependent links (the CPU): naive, ring and tree move data the peer has just
+              written, through the same caches, and each adds half a byte per byte moved (naive
+              (k-1)n of 2(k-1)n, ring and tree likewise), so at size n they share one per-byte cost
+              beta(n) of the machine (allreduce-sweep.json, ring: 0.15 ns/B at 1 MiB, 0.08 at
+              4-16 MiB, 0.17 at 256 MiB); t = alpha_op * steps + beta(n) * bytes, steps the
+              critical path's messages of a one-piece message, beta(n) the median over those
+              algorithms at n of (t - alpha * steps) / bytes, interpolated in log n.
 """
 import math
 
@@ -182,6 +189,11 @@ def collective_features(op, n, k, chunk=CHUNK_BYTES):
     raise ValueError("unknown collective " + op)
 
 
+def latency_steps(op, k):
+    """Messages on the critical path when every message is one piece (a small collective)."""
+    return collective_features(op, 4 * k, k)[0]
+
+
 class Link:
     """alpha (ms per message), beta (ms per byte), gamma (ms per byte reduced) per algorithm.
 
@@ -194,7 +206,8 @@ class Link:
     while a collective spans fewer devices (layer_split's two-device hand-offs among k stages).
     """
 
-    def __init__(self, params, contention=None, chunk=CHUNK_BYTES, note="", host_bound=False):
+    def __init__(self, params, contention=None, chunk=CHUNK_BYTES, note="", host_bound=False,
+                 size_beta=None, step_alpha=None):
         self.params = {op: ({int(k): tuple(x) for k, x in v.items()} if isinstance(v, dict) else {0: tuple(v)})
                        for op, v in params.items()}
         self.contention = list(contention) if contention else None
@@ -202,6 +215,10 @@ class Link:
         self.note = note
         # host_bound: the host's message calls overlap the device's copies (see the module doc)
         self.host_bound = host_bound
+        # size_beta: {n: ms per byte} shared by the algorithms in step_alpha ({op: ms per latency
+        # step}), which are timed as step_alpha * steps + beta(n) * bytes (fit_size_dependent).
+        self.size_beta = {int(n): float(b) for n, b in (size_beta or {}).items()}
+        self.step_alpha = dict(step_alpha or {})
 
     def _p(self, op, k):
         if op not in self.params:
@@ -241,6 +258,8 @@ class Link:
         if k <= 1 or n <= 0:
             return 0.0
         m, nb, r = collective_features(op, n, k, self.chunk)
+        if op in self.step_alpha and self.size_beta:
+            return self.step_alpha[op] * latency_steps(op, k) + self.beta_at(n) * nb
         alpha, beta, gamma, *start = self._p(op, k)
         if ranks and ranks != k and self.contention:
             alpha *= self._threads(ranks) / self._threads(k)
@@ -248,8 +267,17 @@ class Link:
             return max(sum(start) + alpha * m, beta * nb + gamma * r)
         return alpha * m + beta * nb + gamma * r
 
+    def beta_at(self, n):
+        """The shared per-byte cost at n bytes: log-log interpolation between the measured sizes,
+        the nearest measured one outside them."""
+        xs = sorted(self.size_beta)
+        return float(np.exp(np.interp(math.log(n), np.log(xs), np.log([self.size_beta[x] for x in xs]))))
+
     def to_json(self):
-        return {"params_ms": {op: {("any k" if k == 0 else "k=%d" % k):
+        return {"size_dependent": None if not self.size_beta else {
+                    "algorithms_ms_per_latency_step": self.step_alpha,
+                    "beta_ms_per_byte_at_bytes": {str(n): b for n, b in sorted(self.size_beta.items())}},
+                "params_ms": {op: {("any k" if k == 0 else "k=%d" % k):
                                    dict(zip(("alpha", "beta_per_byte", "gamma_per_byte",
                                              "start_host_bound"), x))
                                    for k, x in v.items()} for op, v in self.params.items()},
@@ -272,6 +300,30 @@ class Link:
                 x[used] = relative_fit(f[:, used], y)
                 params[op][k or 0] = tuple(x)
         return Link(params, contention, note=note)
+
+    @staticmethod
+    def fit_size_dependent(rows, group=("naive", "ring", "tree"), small=4096, note=""):
+        """rows as for fit. The group's algorithms (module doc: size-dependent links) get a latency
+        per step, the median over their rows of at most `small` bytes (where the bytes are under a
+        tenth of the time) of t / steps, and share beta(n): at each measured n above `small`, the
+        median over the group's rows at n of (t - latency) / bytes. The other algorithms
+        (memcpy, all-gather, reduce-scatter alone: their sources are not rewritten between
+        repetitions, or are written by the producer outside the timed part) keep their own fit."""
+        base = Link.fit(rows, note=note)
+        alpha = {}
+        for op in group:
+            xs = [t / latency_steps(op, k) for o, n, k, t in rows if o == op and n <= small]
+            if xs:
+                alpha[op] = float(np.median(xs))
+        beta = {}
+        for n in sorted({r[1] for r in rows if r[1] > small}):
+            v = [(t - alpha[o] * latency_steps(o, k)) / collective_features(o, n, k)[1]
+                 for o, nn, k, t in rows if nn == n and o in alpha]
+            if v:
+                beta[n] = max(float(np.median(v)), 1e-15)
+        if not beta:
+            return base
+        return Link(base.params, note=note, size_beta=beta, step_alpha=alpha)
 
     @staticmethod
     def fit_host_bound(rows, contention=None, note=""):

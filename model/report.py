@@ -57,7 +57,8 @@ def validate(models):
     for f in ["allreduce-sweep.json", "allreduce-lenet-2dev.json", "allreduce-lenet-2dev-10reps.json",
               "allreduce-large-2dev-5reps.json", "allreduce-large-2dev-5reps-2.json"]:
         rows = calibrate.bench_rows(os.path.join(calibrate.CPU_REF, f))
-        points += calibrate.validate_bench("cpu", rows, cpu_rows, "results/reference/cpu-2core-xeon/" + f)
+        points += calibrate.validate_bench("cpu", rows, cpu_rows, "results/reference/cpu-2core-xeon/" + f,
+                                          fit=calibrate.cpu_link_fit)
     points += calibrate.validate_bench("h200", h_rows, h_rows,
                                        "results/reference/h200-2026-11-30/allreduce-cuda.json",
                                        fit=lambda r: perf.Link.fit_host_bound(r, h_link.contention))

@@ -18,7 +18,7 @@ import glob
 import os
 import statistics
 
-from . import calibrate, noise, perf
+from . import calibrate, noise
 
 
 def files(directory, stem):
@@ -37,13 +37,13 @@ def validate(directory):
             samples.setdefault(key, []).extend(ms)
     fit_rows = [(op, n, k, statistics.median(v)) for (op, n, k), v in sorted(samples.items())]
     rel = os.path.relpath(directory, calibrate.ROOT)
-    link = perf.Link.fit(fit_rows, note="fitted on %s/allreduce-*.json (%d rounds)" % (rel, len(benches)))
+    link = calibrate.cpu_link_fit(fit_rows, note="fitted on %s/allreduce-*.json (%d rounds)" % (rel, len(benches)))
     points = []
     for f in strategies:
         points += calibrate.validate_runs("cpu", f, comp, link, own_level=False)
     for f in benches:  # one sample per round: the median of that round's repetitions
         points += calibrate.validate_bench("cpu", calibrate.bench_rows(f), fit_rows,
-                                           os.path.relpath(f, calibrate.ROOT))
+                                           os.path.relpath(f, calibrate.ROOT), fit=calibrate.cpu_link_fit)
     configs = noise.per_config(points)
     return {"directory": rel, "rounds": {"profile": len(profiles), "allreduce_bench": len(benches),
                                          "strategies": len(strategies)},

@@ -136,6 +136,52 @@ class Fits(unittest.TestCase):
         for (op, n, k, ms) in rows:
             self.assertAlmostEqual(fit.time(op, n, k) / ms, 1.0, places=6)
 
+    def test_latency_steps_are_one_piece_messages(self):
+        # naive and ring: 2(k-1); tree on 2: one child, depth 1 -> 2 (up and down); on 8: two
+        # children, depth 3 -> 2(2 + 2) = 8.
+        self.assertEqual([perf.latency_steps(op, 2) for op in ("naive", "ring", "tree")], [2, 2, 2])
+        self.assertEqual([perf.latency_steps(op, 8) for op in ("naive", "ring", "tree")], [14, 14, 8])
+
+    def test_size_dependent_fit_shares_beta_across_algorithms(self):
+        # A machine whose per-byte cost depends on n (caches), the same for naive, ring and tree,
+        # each with its own latency per step: every (algorithm, n) is recovered from the *other*
+        # algorithms at n, as the hold-out does; memcpy keeps its own alpha + beta fit.
+        beta = {4 ** i: (1.5e-7 if i < 10 else 0.8e-7 if i < 13 else 1.7e-7) for i in range(7, 15)}
+        step = {"naive": 0.004, "ring": 0.006, "tree": 0.005}
+        truth = perf.Link({"p2p": (3e-4, 6e-8, 0.0)}, size_beta=beta, step_alpha=step)
+        sizes = [4 ** i for i in range(1, 7)] + sorted(beta)
+        rows = [(op, n, 2, truth.time(op, n, 2)) for op in ("naive", "ring", "tree", "p2p") for n in sizes]
+        for op, n, k, ms in rows:
+            if n in beta or op == "p2p":
+                fit = perf.Link.fit_size_dependent([r for r in rows if r[:3] != (op, n, k)])
+                self.assertAlmostEqual(fit.time(op, n, k) / ms, 1.0, places=6, msg="%s %d" % (op, n))
+        # between measured sizes: log-log interpolation (the geometric mean half-way in log n);
+        # within 0.1 %: the small rows' bytes (<= 4 KiB, under 1 % of their time here) enter the
+        # latency, which the fitted beta then lacks.
+        fit = perf.Link.fit_size_dependent(rows)
+        mid = math.sqrt(beta[4 ** 9] * beta[4 ** 10])
+        self.assertAlmostEqual(fit.beta_at(2 * 4 ** 9) / mid, 1.0, delta=1e-3)
+        self.assertAlmostEqual(fit.beta_at(4 ** 16) / beta[4 ** 14], 1.0, delta=1e-3)
+
+    def test_cpu_bench_row_is_held_out_of_its_fit(self):
+        # The prediction of an allreduce_bench row must not move when that row's own timing, or
+        # any row of the same algorithm, size and k, changes in the fitted data.
+        rows = calibrate.bench_rows(os.path.join(calibrate.CPU_REF, "allreduce-sweep.json"))
+        for key in (("ring", 16777216, 2), ("tree", 1048576, 2), ("allgather", 67108864, 2)):
+            row = [r for r in rows if r[:3] == key]
+            base = calibrate.validate_bench("cpu", row, rows, "t", fit=calibrate.cpu_link_fit)[0]
+            moved = [r[:3] + (r[3] * 10,) if r[:3] == key else r for r in rows]
+            again = calibrate.validate_bench("cpu", row, moved, "t", fit=calibrate.cpu_link_fit)[0]
+            self.assertEqual(base["predicted_ms"], again["predicted_ms"], msg=str(key))
+            # and it does move when another algorithm's row at that size changes (the shared beta)
+        other = [r[:3] + (r[3] * 10,) if r[:3] in (("naive", 16777216, 2), ("tree", 16777216, 2)) else r
+                 for r in rows]
+        row = [r for r in rows if r[:3] == ("ring", 16777216, 2)]
+        self.assertNotEqual(calibrate.validate_bench("cpu", row, rows, "t", fit=calibrate.cpu_link_fit)[0]
+                            ["predicted_ms"],
+                            calibrate.validate_bench("cpu", row, other, "t", fit=calibrate.cpu_link_fit)[0]
+                            ["predicted_ms"])
+
     def test_host_bound_link_is_the_slower_of_host_and_device(self):
         # ring on 2 devices, 16 MiB in 256 KiB pieces: 2(k-1) steps x 32 pieces of n/2 = 64
         # messages; host 0.01 + 64 x 0.03 ms, device n x 1e-9 + n/2 x 2e-9 ms.
