@@ -77,3 +77,29 @@ def summarize_configs(rows):
             "within_15_percent": int((e <= 0.15).sum()),
             "meets_goal": bool(np.median(e) <= 0.08 and e.max() <= 0.15)}
     return out
+
+
+def misses(points, configs, bound=0.15):
+    """Per (kind, group): are the points the model misses by more than `bound` ones whose own
+    measurement disagrees with its repeats? Counts the held-out points off by more than bound, of
+    those the samples more than bound from the median of their other samples, and the same per
+    configuration: configs whose median is off by more than bound, of those the ones whose samples
+    all lie within bound of that median (a structural miss, not noise)."""
+    out = {}
+    for (kind, group, _), ps in groups(points).items():
+        o = out.setdefault("%s/%s" % (kind, group), {"points_off": 0, "points_off_own_sample_off": 0,
+                                                     "configs_off": 0, "configs_off_samples_agree": 0})
+        xs = [p["measured_ms"] for p in ps]
+        for i, p in enumerate(ps):
+            if abs(p["relative_error"]) > bound:
+                o["points_off"] += 1
+                others = xs[:i] + xs[i + 1:]
+                if others and abs(xs[i] / statistics.median(others) - 1) > bound:
+                    o["points_off_own_sample_off"] += 1
+    for r in configs:
+        o = out["%s/%s" % (r["kind"], r["group"])]
+        if abs(r["relative_error"]) > bound:
+            o["configs_off"] += 1
+            if max(-r["spread_low"], r["spread_high"]) <= bound:
+                o["configs_off_samples_agree"] += 1
+    return dict(sorted(out.items()))

@@ -48,7 +48,8 @@ def validate(directory):
     return {"directory": rel, "rounds": {"profile": len(profiles), "allreduce_bench": len(benches),
                                          "strategies": len(strategies)},
             "summary": calibrate.summarize(points), "summary_per_config": noise.summarize_configs(configs),
-            "noise_floor": noise.floor(points), "configs": configs, "points": points,
+            "noise_floor": noise.floor(points), "misses": noise.misses(points, configs),
+            "configs": configs, "points": points,
             "parameters": {"cpu_compute": comp.to_json(), "cpu_link": link.to_json()}}
 
 
