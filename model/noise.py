@@ -91,7 +91,7 @@ def misses(points, configs, bound=0.15):
                                                      "configs_off": 0, "configs_off_samples_agree": 0})
         xs = [p["measured_ms"] for p in ps]
         for i, p in enumerate(ps):
-            if abs(p["relative_error"]) > bound:
+            if abs(p["predicted_ms"] / p["measured_ms"] - 1) > bound:
                 o["points_off"] += 1
                 others = xs[:i] + xs[i + 1:]
                 if others and abs(xs[i] / statistics.median(others) - 1) > bound:

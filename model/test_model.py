@@ -118,6 +118,20 @@ class Noise(unittest.TestCase):
         self.assertAlmostEqual(rows["a"]["relative_error"], 10 / 12 - 1)
         self.assertAlmostEqual(rows["a"]["spread_high"], 20 / 12 - 1)
 
+    def test_misses_separate_noise_from_the_model(self):
+        # "a": predicted 10 against samples 10, 12, 20 (median 12): 12 (-17 %) and 20 (-50 %) are
+        # missed; 20 is 82 % from its others' median 11 (noise), 12 is 20 % from 15 (noise too);
+        # the config's median is missed by 17 % but its samples spread +67 %: not counted as
+        # agreeing. "b": 5 and 5.2 predicted 7: both missed, neither noisy; the config's samples
+        # agree within 2 %: a miss of the model. "c": 6, 10, 10.2 predicted 7.5, all missed, each
+        # more than 15 % from its others' median; the median 10 is missed, its spread -40 % .. +2 %.
+        pts = [self._pt("a", 10.0, 10.0), self._pt("a", 12.0, 10.0), self._pt("a", 20.0, 10.0),
+               self._pt("b", 5.0, 7.0), self._pt("b", 5.2, 7.0),
+               self._pt("c", 6.0, 7.5), self._pt("c", 10.0, 7.5), self._pt("c", 10.2, 7.5)]
+        m = noise.misses(pts, noise.per_config(pts))["cpu/training"]
+        self.assertEqual(m, {"points_off": 7, "points_off_own_sample_off": 5, "configs_off": 3,
+                             "configs_off_samples_agree": 1})
+
 
 class Fits(unittest.TestCase):
     def test_nnls_recovers_known_coefficients(self):
