@@ -37,18 +37,27 @@ const char* const kRankFields[] = {"compute_ms",   "communication_ms", "exposed_
                                    "optimizer_ms", "idle_ms",          "total_ms",
                                    "bytes_sent",   "samples"};
 
+// Rank fields present only where measured (RankTimes::receives > 0).
+const char* const kSplitFields[] = {"communication_wait_ms", "communication_move_ms", "receives"};
+
 json rank_json(const RankTimes& r) {
   // idle: waiting for the slowest peer at the closing barrier, and everything not measured.
   const double idle =
       std::max(0.0, r.total_ms - r.compute_ms - r.exposed_communication_ms - r.optimizer_ms);
-  return {{"compute_ms", r.compute_ms},
-          {"communication_ms", r.communication_ms},
-          {"exposed_communication_ms", r.exposed_communication_ms},
-          {"optimizer_ms", r.optimizer_ms},
-          {"idle_ms", idle},
-          {"total_ms", r.total_ms},
-          {"bytes_sent", r.bytes_sent},
-          {"samples", r.samples}};
+  json j = {{"compute_ms", r.compute_ms},
+            {"communication_ms", r.communication_ms},
+            {"exposed_communication_ms", r.exposed_communication_ms},
+            {"optimizer_ms", r.optimizer_ms},
+            {"idle_ms", idle},
+            {"total_ms", r.total_ms},
+            {"bytes_sent", r.bytes_sent},
+            {"samples", r.samples}};
+  if (r.receives > 0) {
+    j["communication_wait_ms"] = r.wait_ms;
+    j["communication_move_ms"] = r.move_ms;
+    j["receives"] = r.receives;
+  }
+  return j;
 }
 
 json iteration_json(int64_t epoch, int64_t iteration, float lr, const StepResult& s) {
@@ -81,6 +90,19 @@ json per_device_means(const json& iterations) {
       double sum = 0;
       for (const auto& it : iterations) sum += it["devices"][r][f].get<double>();
       m[f] = sum / static_cast<double>(iterations.size());
+    }
+    for (const char* f : kSplitFields) {
+      double sum = 0;
+      bool everywhere = true;
+      for (const auto& it : iterations) {
+        const json& d = it["devices"][r];
+        if (!d.contains(f)) {
+          everywhere = false;
+          break;
+        }
+        sum += d[f].get<double>();
+      }
+      if (everywhere) m[f] = sum / static_cast<double>(iterations.size());
     }
     means.push_back(std::move(m));
   }

@@ -79,6 +79,7 @@ class ChannelSplit final : public Strategy {
       me.rank = r;
       me.dev = &dev;
       me.t = &group_->transport(r);
+      me.t->set_receive_timing(true);
       me.blocks = blocks(r);
       const std::vector<float> mine = extract(s.initial_parameters, me.blocks);
       me.params = Tensor::from_host(dev, {static_cast<int64_t>(mine.size())}, mine);
@@ -682,6 +683,7 @@ class ChannelSplit final : public Strategy {
     Device& dev = *me.dev;
     t.barrier();
     t.reset_bytes_sent();
+    t.reset_receive_times();
     me.comm_marks.clear();
     const auto t0 = Clock::now();
     ensure_batch(me, count);
@@ -708,6 +710,7 @@ class ChannelSplit final : public Strategy {
     me.times.optimizer_ms = dev.elapsed_ms(m2, m3);
     me.times.bytes_sent = t.bytes_sent();
     me.times.samples = count;
+    take_receive_times(t, dev, me.times);
     t.barrier();
     me.times.total_ms = ms_between(t0, Clock::now());
   }

@@ -155,6 +155,7 @@ class DataParallel final : public Strategy {
       Rank& me = ranks_[r];
       Device& dev = group_->device(r);
       me.transport = &group_->transport(r);
+      me.transport->set_receive_timing(true);
       me.model = std::make_unique<ModelReplica>(model_, dev);
       me.model->params().copy_from_host(s.initial_parameters);
       me.data = DeviceData(dev, *s.train, *s.test);
@@ -418,6 +419,7 @@ class DataParallel final : public Strategy {
     // The barrier lines the ranks up so that every rank's times describe the same interval.
     t.barrier();
     t.reset_bytes_sent();
+    t.reset_receive_times();
     const auto t0 = Clock::now();
     // Phases are timed with marks in the device's queue and one synchronisation at the end, so
     // the device never stops between them. With overlap a second thread queues allreduces on
@@ -463,6 +465,7 @@ class DataParallel final : public Strategy {
     me.times.optimizer_ms = dev.elapsed_ms(m3, m4);
     me.times.bytes_sent = t.bytes_sent();
     me.times.samples = count;
+    take_receive_times(t, dev, me.times);
     t.barrier();
     me.times.total_ms = ms_between(t0, Clock::now());
   }

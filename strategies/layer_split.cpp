@@ -95,6 +95,7 @@ class LayerSplit final : public Strategy {
       Device& dev = group_->device(r);
       me.dev = &dev;
       me.t = &group_->transport(r);
+      me.t->set_receive_timing(true);
       me.first = bounds_[r];
       me.last = bounds_[r + 1];
       const std::vector<float> mine = layer_slice(model, s.initial_parameters, me.first, me.last);
@@ -326,6 +327,7 @@ class LayerSplit final : public Strategy {
     const bool first = r == 0, last = r == k - 1;
     t.barrier();
     t.reset_bytes_sent();
+    t.reset_receive_times();
     const auto a = Clock::now();
     me.backwards = 0;
     PipelineStage st;
@@ -380,6 +382,7 @@ class LayerSplit final : public Strategy {
     me.times.optimizer_ms = ms_between(b, c);
     me.times.bytes_sent = t.bytes_sent();
     me.times.samples = count;
+    take_receive_times(t, dev, me.times);
     t.barrier();
     me.times.total_ms = ms_between(a, Clock::now());
   }

@@ -37,6 +37,11 @@ struct RankTimes {
   double total_ms = 0;  // barrier to barrier: includes waiting for peers
   int64_t bytes_sent = 0;
   int64_t samples = 0;  // examples this device processed
+  // The communication time split over this device's receives (Transport::ReceiveTimes): waiting
+  // for the peers and moving data. receives = 0 where it is not measured (NCCL, MPI, no
+  // transport).
+  double wait_ms = 0, move_ms = 0;
+  int64_t receives = 0;
 };
 
 struct StepResult {

@@ -115,6 +115,22 @@ inline const std::vector<float>& test_initial_parameters() {
   return p;
 }
 
+// Every rank of a step over the transport has its communication split into waiting and moving
+// (RankTimes::wait_ms, move_ms): some receives, data moved, and both within the communication
+// time they are part of (one clock on the CPU; 1 us for rounding).
+inline ::testing::AssertionResult communication_is_split(const StepResult& r) {
+  if (r.ranks.empty()) return ::testing::AssertionFailure() << "no per-rank times";
+  for (std::size_t i = 0; i < r.ranks.size(); ++i) {
+    const RankTimes& t = r.ranks[i];
+    if (t.receives <= 0 || t.move_ms <= 0 || t.wait_ms < 0 ||
+        t.wait_ms + t.move_ms > t.communication_ms + 1e-3)
+      return ::testing::AssertionFailure()
+             << "rank " << i << ": " << t.receives << " receives, wait " << t.wait_ms
+             << " ms + move " << t.move_ms << " ms, communication " << t.communication_ms << " ms";
+  }
+  return ::testing::AssertionSuccess();
+}
+
 // Trains `steps` global batches of `batch` examples and keeps what the tests compare.
 // lr_of(step): the learning rate of each step (default 0.05 throughout).
 inline Trained train(const std::string& strategy, int devices, const json& options, int steps,

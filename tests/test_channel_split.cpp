@@ -15,6 +15,12 @@ TEST(ChannelSplit, TracksSingleDeviceForEveryDeviceCountAndPairing) {
           << pairing << " k=" << k;
 }
 
+// The collectives between the channel blocks are split into waiting and moving.
+TEST(ChannelSplit, CommunicationIsSplitIntoWaitingAndMoving) {
+  Session s("channel_split", 2, json::object(), test_initial_parameters(), 24, "cpu");
+  for (int i = 0; i < 2; ++i) EXPECT_TRUE(communication_is_split(s.step(i, 0.05f)));
+}
+
 TEST(ChannelSplit, MegatronPairingWithEveryAllreduceTracksSingleDevice) {
   for (const char* algorithm : {"naive", "tree"}) {
     const json options = {{"pairing", "megatron"}, {"allreduce", algorithm}};

@@ -10,6 +10,7 @@
 #include <deque>
 #include <map>
 #include <mutex>
+#include <thread>
 
 #include "core/device.h"
 #include "core/error.h"
@@ -335,6 +336,43 @@ TEST(Transport, CountsBytesSent) {
   });
   // Ring: 2 (k-1) steps of n/k elements each: 2 * 3 * 250 * 4 bytes.
   for (int r = 0; r < 4; ++r) EXPECT_EQ(sent[r], 6000) << "rank " << r;
+}
+
+// Receive timing splits a rank's communication into waiting for the peer and moving the data:
+// a receiver whose peer sends 60 ms late waits about that long (at least 40 ms, whatever the
+// threads' wake-ups after the barrier), and the copy itself is timed apart from it. Off (the
+// default), nothing is counted.
+TEST(Transport, ReceiveTimesSplitWaitingForThePeerFromMoving) {
+  constexpr int64_t kFloats = 1 << 20;  // 4 MiB: a copy of measurable length
+  Group g(2);
+  std::vector<Transport::ReceiveTimes> times(2);
+  g.run([&](int r, Transport& t) {
+    Tensor buf = Tensor::zeros(*g.ptrs[r], {kFloats});
+    t.set_receive_timing(r == 0);
+    t.barrier();  // rank 0 receives at once; rank 1 sends 60 ms later
+    if (r == 1) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(60));
+      t.send(0, buf);
+    } else {
+      t.recv_reduce(1, buf);
+    }
+    times[r] = t.receive_times(*g.ptrs[r]);
+  });
+  EXPECT_EQ(times[0].receives, 1);
+  EXPECT_GE(times[0].wait_ms, 40.0);
+  EXPECT_GT(times[0].move_ms, 0.0);
+  EXPECT_LT(times[0].move_ms, times[0].wait_ms);
+  EXPECT_EQ(times[1].receives, 0);  // timing off; and it only sent
+  // A ring allreduce: 2 (k-1) receives per rank, each timed; a reset starts anew.
+  g.run([&](int r, Transport& t) {
+    Tensor buf = Tensor::zeros(*g.ptrs[r], {1000});
+    t.set_receive_timing(true);
+    make_allreduce("ring", {})->run(t, buf);
+    times[r] = t.receive_times(*g.ptrs[r]);
+    t.reset_receive_times();
+    EXPECT_EQ(t.receive_times(*g.ptrs[r]).receives, 0);
+  });
+  for (int r = 0; r < 2; ++r) EXPECT_EQ(times[r].receives, 2) << "rank " << r;
 }
 
 // A CPU device that hands out event objects, the way a CUDA device does, and logs the order of

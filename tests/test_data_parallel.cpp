@@ -83,6 +83,19 @@ TEST(DataParallel, UnevenShardsWeightEveryExampleEqually) {
   EXPECT_TRUE(tracks_single("data_parallel", 3, {{"uneven_shards", true}}, 20, 25));
 }
 
+// Each rank's communication is split into waiting for its peers and moving data (the
+// transport's receive marks): both within the measured communication, for every algorithm that
+// runs over the transport, with and without overlap.
+TEST(DataParallel, CommunicationIsSplitIntoWaitingAndMoving) {
+  for (const json& options :
+       {json{{"allreduce", "ring"}}, json{{"allreduce", "tree"}}, json{{"allreduce", "naive"}},
+        json{{"allreduce", "ring"}, {"overlap", true}}}) {
+    Session s("data_parallel", 2, options, test_initial_parameters(), 24, "cpu");
+    for (int i = 0; i < 3; ++i)
+      EXPECT_TRUE(communication_is_split(s.step(i, 0.05f))) << options.dump();
+  }
+}
+
 TEST(DataParallel, NonDivisibleBatchIsAClearError) {
   try {
     train("data_parallel", 3, json::object(), 1, 256);

@@ -27,6 +27,13 @@ TEST(LayerSplit, TracksSingleDeviceForEveryStageCountAndMicroBatchCount) {
   }
 }
 
+// The stages' transfers are split into waiting for the neighbouring stage (the bubble) and
+// moving activations and gradients.
+TEST(LayerSplit, CommunicationIsSplitIntoWaitingAndMoving) {
+  Session s("layer_split", 2, {{"microbatches", 4}}, test_initial_parameters(), 24, "cpu");
+  for (int i = 0; i < 2; ++i) EXPECT_TRUE(communication_is_split(s.step(i, 0.05f)));
+}
+
 TEST(LayerSplit, ExplicitSplitPointsTrackSingleDevice) {
   for (const json& split : {json::array({1}), json::array({2}), json::array({3}),
                             json::array({1, 3}), json::array({2, 3})}) {

@@ -18,6 +18,16 @@ void Transport::check_peer(int peer) const {
                       std::to_string(peer) + " in a group of " + std::to_string(size()));
 }
 
+Transport::ReceiveTimes Transport::receive_times(Device& device) const {
+  ReceiveTimes t;
+  for (const auto& m : receive_marks_) {
+    t.wait_ms += device.elapsed_ms(m[0], m[1]);
+    t.move_ms += device.elapsed_ms(m[1], m[2]);
+  }
+  t.receives = static_cast<int64_t>(receive_marks_.size());
+  return t;
+}
+
 Tensor Transport::scratch(Device& device, int64_t n) {
   if (!scratch_.defined() || scratch_.numel() < n)
     scratch_ = Tensor::empty(device, {std::max<int64_t>(n, 1)});
@@ -123,6 +133,8 @@ struct LocalFabric::Impl {
    private:
     void receive(int peer, Tensor& buf, bool reduce) {
       check_peer(peer);
+      const bool timed = receive_timing();
+      const TimeMark called = timed ? device_.mark() : TimeMark{};
       Mailbox& box = fabric_.box(peer, rank_);
       std::shared_ptr<LocalRequest> req;
       spin_until(
@@ -143,11 +155,13 @@ struct LocalFabric::Impl {
       // after the sender's work and before this rank's next.
       if (buf.numel()) {
         device_.wait(req->ready);
+        const TimeMark can_move = timed ? device_.mark() : TimeMark{};
         if (reduce)
           device_.ops().add_inplace(buf, req->buf);
         else
           device_.copy_on_device(buf.raw(), req->buf.raw(), buf.bytes());
         req->consumed = device_.record();
+        if (timed) note_receive(called, can_move, device_.mark());
       }
       {
         std::lock_guard lock(box.mu);

@@ -14,10 +14,12 @@
 // itself never waits for a device here.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <vector>
 
+#include "core/device.h"
 #include "core/tensor.h"
 
 namespace paralab {
@@ -54,17 +56,42 @@ class Transport {
   int64_t bytes_sent() const { return bytes_sent_; }
   void reset_bytes_sent() { bytes_sent_ = 0; }
 
+  // Where a rank's communication time goes, from marks in its device's queue (Device::mark)
+  // around each receive: waiting, from the receive's call until its data can move (the peer has
+  // not sent yet, or, on devices that queue work, the peer's work that produces the data has not
+  // finished), and moving, the copy or add itself. Sums over the receives since the last reset;
+  // read them once the device has finished that work (after a synchronize). Transports that
+  // cannot tell the two apart (MPI, NCCL) count no receives.
+  struct ReceiveTimes {
+    double wait_ms = 0, move_ms = 0;
+    int64_t receives = 0;
+  };
+  void set_receive_timing(bool on) {
+    receive_timing_ = on;
+    receive_marks_.clear();
+  }
+  void reset_receive_times() { receive_marks_.clear(); }
+  ReceiveTimes receive_times(Device& device) const;
+
  protected:
   // An Error unless `peer` is another rank of the group.
   void check_peer(int peer) const;
   // A buffer of n floats on `device` for a message to land in before it is added (the MPI and
   // NCCL transports' recv_reduce), grown as needed and reused.
   Tensor scratch(Device& device, int64_t n);
+  // A receive's marks, kept while receive timing is on: before it waits, when its data can move,
+  // after the data moved.
+  bool receive_timing() const { return receive_timing_; }
+  void note_receive(const TimeMark& called, const TimeMark& can_move, const TimeMark& moved) {
+    receive_marks_.push_back({called, can_move, moved});
+  }
 
   int64_t bytes_sent_ = 0;
 
  private:
   Tensor scratch_;
+  bool receive_timing_ = false;
+  std::vector<std::array<TimeMark, 3>> receive_marks_;
 };
 
 // The shared state of an in-process group: one mailbox per ordered pair of ranks. Each rank gets
