@@ -79,6 +79,12 @@ class Device {
   virtual bool queues_work() const { return false; }
   // Prepares the calling host thread to drive this device.
   virtual void bind_thread() = 0;
+  // Prepares the calling host thread to queue this device's communication (copies, adds, events
+  // and marks; no library calls such as cuBLAS or cuDNN): on devices that queue work its work
+  // goes to a second queue (CUDA: a communication stream on the device's SMs), ordered against
+  // the compute queue only through events (record/wait), so that it can run beside compute.
+  // synchronize() waits for both queues. The CPU has one queue: this is bind_thread().
+  virtual void bind_comm_thread() { bind_thread(); }
 
   // Ordering between devices without the host waiting: record() marks the work queued so far;
   // wait(e) makes work queued on this device from now on start only after e's work is done (e

@@ -56,12 +56,15 @@ std::vector<Bucket> make_buckets(const Options& o, const Model& model) {
   return buckets;
 }
 
-// Runs a rank's bucket allreduces on a thread of its own while that rank's backward goes on.
+// Runs a rank's bucket allreduces on a thread of its own while that rank's backward goes on. The
+// thread queues on the device's communication queue (Device::bind_comm_thread: a stream of its
+// own on a GPU), so the allreduces run beside backward on the device too; each bucket waits for
+// the event that its gradients are done, and the step's update waits for the last bucket's.
 class CommWorker {
  public:
   CommWorker(Device& device, std::function<void(int)> reduce_bucket)
-      : reduce_(std::move(reduce_bucket)), thread_([this, &device] {
-          device.bind_thread();
+      : device_(device), reduce_(std::move(reduce_bucket)), thread_([this] {
+          device_.bind_comm_thread();
           loop();
         }) {}
   ~CommWorker() {
@@ -72,57 +75,74 @@ class CommWorker {
     cv_.notify_all();
     thread_.join();
   }
-  void push(int bucket) {
+  // Bucket `bucket`'s gradients are done when `ready` is (recorded on the compute queue).
+  void push(int bucket, Event ready) {
     {
       std::lock_guard lock(mu_);
-      queue_.push_back(bucket);
+      queue_.push_back({bucket, std::move(ready)});
       ++outstanding_;
     }
     cv_.notify_all();
   }
-  // Waits for every pushed bucket; returns the summed time spent reducing since the last call.
-  double drain() {
+  // What the buckets since the last drain left: a time mark pair around each allreduce (read
+  // them once the device is synchronised) and the event of the last one's end, which the
+  // compute queue must wait for before it uses the gradients.
+  struct Drained {
+    std::vector<std::pair<TimeMark, TimeMark>> marks;
+    Event done;
+  };
+  // Waits until every pushed bucket is queued (the host's part); rethrows a bucket's error.
+  Drained drain() {
     std::unique_lock lock(mu_);
     cv_.wait(lock, [&] { return outstanding_ == 0; });
     if (error_) std::rethrow_exception(std::exchange(error_, nullptr));
-    return std::exchange(busy_ms_, 0.0);
+    return {std::exchange(marks_, {}), std::exchange(done_, nullptr)};
   }
 
  private:
   void loop() {
     for (;;) {
-      int bucket;
+      std::pair<int, Event> job;
       {
         std::unique_lock lock(mu_);
         cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
         if (stop_) return;
-        bucket = queue_.front();
+        job = std::move(queue_.front());
         queue_.pop_front();
       }
-      const auto t0 = Clock::now();
       std::exception_ptr err;
+      std::pair<TimeMark, TimeMark> marks;
+      Event done;
       try {
-        reduce_(bucket);
+        device_.wait(job.second);
+        marks.first = device_.mark();
+        reduce_(job.first);
+        marks.second = device_.mark();
+        done = device_.record();
       } catch (...) {
         err = std::current_exception();
       }
-      const double ms = ms_between(t0, Clock::now());
       {
         std::lock_guard lock(mu_);
-        busy_ms_ += ms;
         if (err && !error_) error_ = err;
+        if (!err) {
+          marks_.push_back(std::move(marks));
+          done_ = std::move(done);
+        }
         --outstanding_;
       }
       cv_.notify_all();
     }
   }
 
+  Device& device_;
   std::function<void(int)> reduce_;
   std::mutex mu_;
   std::condition_variable cv_;
-  std::deque<int> queue_;
+  std::deque<std::pair<int, Event>> queue_;
   int outstanding_ = 0;
-  double busy_ms_ = 0;
+  std::vector<std::pair<TimeMark, TimeMark>> marks_;
+  Event done_;
   bool stop_ = false;
   std::exception_ptr error_;
   std::thread thread_;  // last: starts after everything it uses exists
@@ -422,35 +442,33 @@ class DataParallel final : public Strategy {
     t.reset_receive_times();
     const auto t0 = Clock::now();
     // Phases are timed with marks in the device's queue and one synchronisation at the end, so
-    // the device never stops between them. With overlap a second thread queues allreduces on
-    // the same device during backward, so each phase then ends with a synchronisation instead.
-    auto phase_end = [&] {
-      if (o_.overlap) dev.synchronize();
-      return dev.mark();
-    };
+    // the device never stops between them. With overlap the allreduces run on the device's
+    // communication queue (a second thread queues them), timed by marks there.
     const TimeMark m0 = dev.mark();
     Tensor& x = me.batch(count);
     dev.ops().gather(me.data.train_x, me.data.train_y, order, offset, count, x, me.y);
     // Dropout keys: this shard's global position in the epoch's order.
     me.model->forward(x, me.y, me.stats, /*training=*/true,
                       {dropout_seed(seed_, epoch_), example_offset});
-    const TimeMark m1 = phase_end();
+    const TimeMark m1 = dev.mark();
     std::size_t next = 0;  // buckets go out in backward order
     auto on_ready = [&](int tensor) {
-      while (next < buckets_.size() && tensor == buckets_[next].first) me.comm->push(next++);
+      while (next < buckets_.size() && tensor == buckets_[next].first)
+        me.comm->push(static_cast<int>(next++), dev.record());
     };
     if (o_.overlap)
       me.model->backward(on_ready);
     else
       me.model->backward();
-    const TimeMark m2 = phase_end();
-    double comm_ms = 0;
+    const TimeMark m2 = dev.mark();
+    CommWorker::Drained overlapped;
     if (o_.overlap) {
-      comm_ms = me.comm->drain();
+      overlapped = me.comm->drain();
+      dev.wait(overlapped.done);  // the update uses the reduced gradients
     } else {
       for (std::size_t b = 0; b < buckets_.size(); ++b) reduce_bucket(me, static_cast<int>(b));
     }
-    const TimeMark m3 = phase_end();
+    const TimeMark m3 = dev.mark();
     dev.ops().sgd(me.model->params(), me.model->grads(), lr / static_cast<float>(global));
     const TimeMark m4 = dev.mark();
     dev.synchronize();
@@ -461,6 +479,8 @@ class DataParallel final : public Strategy {
     me.backward_ms = dev.elapsed_ms(m1, m2);
     me.times.compute_ms = dev.elapsed_ms(m0, m2);
     me.times.exposed_communication_ms = dev.elapsed_ms(m2, m3);
+    double comm_ms = 0;
+    for (const auto& [a, b] : overlapped.marks) comm_ms += dev.elapsed_ms(a, b);
     me.times.communication_ms = o_.overlap ? comm_ms : dev.elapsed_ms(m2, m3);
     me.times.optimizer_ms = dev.elapsed_ms(m3, m4);
     me.times.bytes_sent = t.bytes_sent();

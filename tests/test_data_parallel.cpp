@@ -2,6 +2,10 @@
 // and the batch-split errors. Synthetic data: these tests need no dataset.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <mutex>
+#include <thread>
+
 #include "core/error.h"
 #include "core/lenet.h"
 #include "core/rng.h"
@@ -94,6 +98,104 @@ TEST(DataParallel, CommunicationIsSplitIntoWaitingAndMoving) {
     for (int i = 0; i < 3; ++i)
       EXPECT_TRUE(communication_is_split(s.step(i, 0.05f))) << options.dump();
   }
+}
+
+// A CPU device with event objects, as a CUDA device has, that logs which queue each record and
+// wait goes to: the communication queue from the thread that called bind_comm_thread(), the
+// compute queue from any other. The overlap protocol, checked without a GPU.
+class QueueLoggingDevice final : public testing::ForwardingDevice {
+ public:
+  struct Mark final : DeviceEvent {
+    Mark(const Device* d, int i, bool c) : device(d), id(i), comm(c) {}
+    const Device* device;
+    int id;
+    bool comm;  // recorded on the communication queue
+  };
+  struct Entry {
+    std::string what;  // record, wait, synchronize
+    bool comm;         // on the communication queue
+    const Mark* event;
+  };
+  using ForwardingDevice::ForwardingDevice;
+  void bind_comm_thread() override {
+    ForwardingDevice::bind_thread();
+    std::lock_guard lock(mu_);
+    comm_thread_ = std::this_thread::get_id();
+  }
+  Event record() override {
+    std::lock_guard lock(mu_);
+    auto e = std::make_shared<Mark>(this, ++next_, on_comm());
+    log.push_back({"record", e->comm, e.get()});
+    kept_.push_back(e);
+    return e;
+  }
+  void wait(const Event& e) override {
+    if (!e) return;
+    std::lock_guard lock(mu_);
+    log.push_back({"wait", on_comm(), dynamic_cast<const Mark*>(e.get())});
+  }
+  void synchronize() override {
+    std::lock_guard lock(mu_);
+    log.push_back({"synchronize", on_comm(), nullptr});
+  }
+  std::vector<Entry> log;
+
+ private:
+  bool on_comm() const { return std::this_thread::get_id() == comm_thread_; }
+  std::mutex mu_;
+  std::thread::id comm_thread_;
+  int next_ = 0;
+  std::vector<Event> kept_;  // the log points at them
+};
+
+// With overlap each bucket's allreduce is queued on the communication queue after a wait for
+// the event that its gradients are done (recorded on the compute queue), and the compute queue
+// waits for the communication queue's last event before the update: ordered by events, with one
+// synchronisation per step, so a GPU runs the allreduces beside backward.
+TEST(DataParallel, OverlapOrdersTheCommunicationQueueByEvents) {
+  auto cpu = make_devices("cpu", 2, {});
+  QueueLoggingDevice d0(*cpu[0]), d1(*cpu[1]);
+  auto s = make_strategy("data_parallel",
+                         {{"allreduce", "ring"}, {"overlap", true}, {"grouping", "per_tensor"}},
+                         "runs.0");
+  static const Dataset data = synthetic(96, 5);
+  StrategySetup setup;
+  setup.devices = {&d0, &d1};
+  setup.train = setup.test = &data;
+  setup.initial_parameters = lenet_initial_parameters(3, 0.1);
+  s->setup(setup);
+  Rng shuffle(1);
+  s->begin_epoch(random_permutation(data.count, shuffle));
+  s->train_step(0, 16, 0.1f);  // the first step sets up; the second is checked
+  d0.log.clear();
+  d1.log.clear();
+  s->train_step(16, 16, 0.1f);
+  for (QueueLoggingDevice* d : {&d0, &d1}) {
+    const auto& log = d->log;
+    int ready_waits = 0, syncs = 0;
+    const QueueLoggingDevice::Mark* last_comm_record = nullptr;
+    std::size_t join = log.size();  // where the compute queue waits for the communication queue
+    for (std::size_t i = 0; i < log.size(); ++i) {
+      const auto& e = log[i];
+      if (e.what == "synchronize") ++syncs;
+      if (e.what == "record" && e.comm) last_comm_record = e.event;
+      if (e.what == "wait" && e.comm && e.event->device == d && !e.event->comm) ++ready_waits;
+      if (e.what == "wait" && !e.comm && e.event->device == d && e.event->comm) join = i;
+    }
+    ASSERT_LT(join, log.size()) << "the compute queue never waits for the communication queue";
+    EXPECT_EQ(log[join].event, last_comm_record) << "it must wait for the last bucket's end";
+    for (std::size_t i = join + 1; i < log.size(); ++i)
+      EXPECT_FALSE(log[i].comm) << "communication queued after the join";
+    EXPECT_EQ(ready_waits, static_cast<int>(lenet_model()->tensors().size()))
+        << "one wait per bucket (one per parameter tensor: per_tensor)";
+    // The communication queue's first entry is a wait for the compute queue's gradients.
+    const auto first = std::find_if(log.begin(), log.end(), [](const auto& e) { return e.comm; });
+    ASSERT_NE(first, log.end());
+    EXPECT_EQ(first->what, "wait");
+    EXPECT_FALSE(first->event->comm);
+    EXPECT_EQ(syncs, 1) << "one synchronisation per step";
+  }
+  s.reset();
 }
 
 TEST(DataParallel, NonDivisibleBatchIsAClearError) {

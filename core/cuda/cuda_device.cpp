@@ -157,7 +157,7 @@ const void* CudaDevice::readable(const void* src, std::size_t bytes) {
     staging_ = allocate(bytes);
     staging_bytes_ = bytes;
   }
-  PARALAB_CUDA(cudaMemcpyAsync(staging_, src, bytes, cudaMemcpyDefault, stream_));
+  PARALAB_CUDA(cudaMemcpyAsync(staging_, src, bytes, cudaMemcpyDefault, stream()));
   return staging_;
 }
 
@@ -173,6 +173,8 @@ CudaDevice::~CudaDevice() {
     log_error(name() + ": cudaFree of the cuBLAS workspace failed");
   if (cudnn_ && cudnnDestroy(cudnn_) != CUDNN_STATUS_SUCCESS)
     log_error(name() + ": cudnnDestroy failed");
+  if (comm_stream_ && cudaStreamDestroy(comm_stream_) != cudaSuccess)
+    log_error(name() + ": cudaStreamDestroy of the communication stream failed");
   if (share_.stream)
     release(share_);
   else if (stream_ && cudaStreamDestroy(stream_) != cudaSuccess)
@@ -199,6 +201,10 @@ nlohmann::json CudaDevice::describe() const {
           {"green_context", share_.stream != nullptr},
           {"sm_share_note", sm_note_.empty() ? nlohmann::json(nullptr) : nlohmann::json(sm_note_)},
           {"peer_reads_staged", peer_reads_staged_},
+          // Whether communication ran on a stream of its own (bind_comm_thread), and where.
+          {"comm_stream", comm_stream_ == nullptr ? nlohmann::json(nullptr)
+                          : comm_note_.empty()    ? nlohmann::json("on the device's SMs")
+                                                  : nlohmann::json(comm_note_)},
           {"tf32", tf32_},
           {"allocator", allocator_json()},
           {"event_pool", event_pool_json()}};
@@ -253,32 +259,35 @@ void* CudaDevice::allocate(std::size_t bytes) {
 // mid-collective, after which the fabric aborts the run) could let a peer read a reused block:
 // its data is wrong, never the memory unmapped, and the run has failed anyway. NCCL queues on
 // stream_ itself. A CUDA graph keeps using blocks freed while it was captured: end_capture()
-// hands them to the graph, which restores them to the cache when it is destroyed.
+// hands them to the graph, which restores them to the cache when it is destroyed. The
+// communication stream (bind_comm_thread) writes only into buffers that live through the whole
+// run (the replicas' gradients, for data_parallel's overlapped buckets), and the compute stream
+// waits for its last event before it uses them again: no freed block is ever its.
 void CudaDevice::deallocate(void* ptr) noexcept { allocator_->deallocate(ptr); }
 
 void CudaDevice::copy_from_host(void* dst, const void* src, std::size_t bytes) {
-  PARALAB_CUDA(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_));
-  PARALAB_CUDA(cudaStreamSynchronize(stream_));  // src is pageable host memory the caller owns
+  PARALAB_CUDA(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream()));
+  PARALAB_CUDA(cudaStreamSynchronize(stream()));  // src is pageable host memory the caller owns
 }
 
 void CudaDevice::copy_to_host(void* dst, const void* src, std::size_t bytes) {
-  PARALAB_CUDA(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream_));
-  PARALAB_CUDA(cudaStreamSynchronize(stream_));
+  PARALAB_CUDA(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream()));
+  PARALAB_CUDA(cudaStreamSynchronize(stream()));
 }
 
 void CudaDevice::copy_on_device(void* dst, const void* src, std::size_t bytes) {
-  PARALAB_CUDA(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream_));
+  PARALAB_CUDA(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream()));
 }
 
 void CudaDevice::fill_zero(void* dst, std::size_t bytes) {
-  PARALAB_CUDA(cudaMemsetAsync(dst, 0, bytes, stream_));
+  PARALAB_CUDA(cudaMemsetAsync(dst, 0, bytes, stream()));
 }
 
 void CudaDevice::copy_2d(void* dst, std::size_t dst_pitch, const void* src, std::size_t src_pitch,
                          std::size_t width, std::size_t rows) {
   if (width == 0 || rows == 0) return;
   PARALAB_CUDA(
-      cudaMemcpy2DAsync(dst, dst_pitch, src, src_pitch, width, rows, cudaMemcpyDefault, stream_));
+      cudaMemcpy2DAsync(dst, dst_pitch, src, src_pitch, width, rows, cudaMemcpyDefault, stream()));
 }
 
 namespace {
@@ -320,14 +329,14 @@ using CudaEvent = PooledEvent<cudaEvent_t>;
 // in the collectives, from every rank's thread.
 Event CudaDevice::record() {
   auto event = std::make_shared<CudaEvent>(order_events_);
-  PARALAB_CUDA(cudaEventRecord(event->get(), stream_));
+  PARALAB_CUDA(cudaEventRecord(event->get(), stream()));
   return event;
 }
 
 TimeMark CudaDevice::mark() {
   auto event = std::make_shared<CudaEvent>(timing_events_);
   const auto host = std::chrono::steady_clock::now();
-  PARALAB_CUDA(cudaEventRecord(event->get(), stream_));
+  PARALAB_CUDA(cudaEventRecord(event->get(), stream()));
   return {host, event};
 }
 
@@ -344,7 +353,7 @@ void CudaDevice::wait(const Event& event) {
   if (!event) return;
   const auto* e = dynamic_cast<const CudaEvent*>(event.get());
   PARALAB_REQUIRE(e != nullptr, name() + ": cannot wait on another backend's event");
-  PARALAB_CUDA(cudaStreamWaitEvent(stream_, e->get(), 0));
+  PARALAB_CUDA(cudaStreamWaitEvent(stream(), e->get(), 0));
 }
 
 void CudaDevice::begin_capture() {
@@ -379,7 +388,28 @@ void CudaDevice::abort_capture() noexcept {
   cudaGetLastError();  // clear the capture's sticky-free error state
 }
 
-void CudaDevice::synchronize() { PARALAB_CUDA(cudaStreamSynchronize(stream_)); }
+void CudaDevice::synchronize() {
+  PARALAB_CUDA(cudaStreamSynchronize(stream_));
+  std::lock_guard lock(comm_mu_);
+  if (comm_stream_) PARALAB_CUDA(cudaStreamSynchronize(comm_stream_));
+}
+
+thread_local const CudaDevice* CudaDevice::comm_thread_ = nullptr;
+
+void CudaDevice::bind_comm_thread() {
+  bind_thread();
+  {
+    std::lock_guard lock(comm_mu_);
+    if (!comm_stream_) {
+      std::string why;
+      if (share_.stream) comm_stream_ = share_stream(share_, &why);  // the same SMs
+      if (!comm_stream_)
+        PARALAB_CUDA(cudaStreamCreateWithFlags(&comm_stream_, cudaStreamNonBlocking));
+      if (!why.empty()) comm_note_ = "the communication stream is not on the SM share: " + why;
+    }
+  }
+  comm_thread_ = this;
+}
 
 void CudaDevice::bind_thread() { PARALAB_CUDA(cudaSetDevice(gpu_)); }
 

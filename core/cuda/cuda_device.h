@@ -14,6 +14,7 @@
 #include <cudnn.h>
 
 #include <memory>
+#include <mutex>
 #include <string>
 
 #include "core/caching_allocator.h"
@@ -53,6 +54,9 @@ class CudaDevice final : public Device {
   void synchronize() override;
   bool queues_work() const override { return true; }
   void bind_thread() override;
+  // The calling thread's work goes to the communication stream (made at the first call; on the
+  // device's green context when it has one).
+  void bind_comm_thread() override;
   Ops& ops() override { return *ops_; }
   Event record() override;
   void wait(const Event& event) override;
@@ -73,7 +77,9 @@ class CudaDevice final : public Device {
 
   int gpu() const { return gpu_; }
   bool tf32() const { return tf32_; }
-  cudaStream_t stream() const { return stream_; }
+  // The stream the calling thread's work goes to: the communication stream on the thread that
+  // called bind_comm_thread(), the compute stream on every other.
+  cudaStream_t stream() const { return comm_thread_ == this ? comm_stream_ : stream_; }
   cudnnHandle_t cudnn() const { return cudnn_; }
   cublasHandle_t cublas() const { return cublas_; }
   // cuBLASLt (the linear layers' GEMMs with epilogues) on the same stream; it shares cuBLAS's
@@ -93,7 +99,11 @@ class CudaDevice final : public Device {
   bool tf32_;
   SmShare share_;
   std::string sm_note_;
+  std::string comm_note_;  // why the communication stream is not on the SM share, if it is not
   cudaStream_t stream_ = nullptr;
+  cudaStream_t comm_stream_ = nullptr;  // bind_comm_thread()'s, made once
+  std::mutex comm_mu_;
+  static thread_local const CudaDevice* comm_thread_;  // the device this thread communicates for
   cudnnHandle_t cudnn_ = nullptr;
   cublasHandle_t cublas_ = nullptr;
   cublasLtHandle_t cublas_lt_ = nullptr;

@@ -137,6 +137,21 @@ std::vector<SmShare> split_sms(int gpu, int parts, std::string* why) {
   return shares;
 }
 
+cudaStream_t share_stream(const SmShare& share, std::string* why) {
+  const GreenApi& g = api();
+  CUstream stream = nullptr;
+  if (!g.stream_create) {
+    *why = "the driver has no cuGreenCtxStreamCreate";
+    return nullptr;
+  }
+  if (const CUresult r = g.stream_create(&stream, share.context, CU_STREAM_NON_BLOCKING, 0);
+      r != CUDA_SUCCESS) {
+    *why = describe(r, "cuGreenCtxStreamCreate");
+    return nullptr;
+  }
+  return stream;
+}
+
 void release(SmShare& share) noexcept {
   if (share.stream) cudaStreamDestroy(share.stream);
   if (share.context && api().destroy) api().destroy(share.context);

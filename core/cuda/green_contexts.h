@@ -25,6 +25,11 @@ struct SmShare {
 // green contexts or the SMs cannot be split that many ways.
 std::vector<SmShare> split_sms(int gpu, int parts, std::string* why);
 
+// Another non-blocking stream on the share's green context (its SMs), e.g. a device's
+// communication stream; null, with *why set, if the driver refuses. The caller destroys it
+// (cudaStreamDestroy) before the share is released.
+cudaStream_t share_stream(const SmShare& share, std::string* why);
+
 // Destroys a share's stream and context (for destructors: never throws).
 void release(SmShare& share) noexcept;
 
