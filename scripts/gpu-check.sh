@@ -290,6 +290,27 @@ PY
 )
 log "10-epoch accuracy bar: $bar"
 [[ $bar == PASS* ]] || status=1
+# Real overlap: with overlap the buckets' allreduces run on the communication stream beside
+# backward, so part of the communication is hidden (communication > exposed communication).
+goal_lines < <(python3 - "$OUT/gpu-check.json" <<'PY'
+import json, statistics, sys
+try:
+    runs = json.load(open(sys.argv[1]))["runs"]
+except (OSError, ValueError, KeyError) as e:
+    print(f"FAIL: overlap: no results ({e})"); sys.exit()
+for k in (2, 4):
+    rs = [r for r in runs if r["config"].get("strategy") == "data_parallel" and r["status"] == "ok"
+          and r["config"]["devices"] == k and r["config"].get("options", {}).get("overlap")]
+    hidden = [1 - d["exposed_communication_ms"] / d["communication_ms"] for r in rs
+              for i in r["iterations"] for d in i.get("devices", []) if d["communication_ms"] > 0]
+    if not hidden:
+        print(f"FAIL: data_parallel/ring overlap x{k} hides communication (no run)"); continue
+    m = statistics.median(hidden)
+    streams = {str(d.get("comm_stream")) for r in rs for d in r["config"].get("device_list", [])}
+    print(("PASS" if m > 0 else "FAIL") + f": data_parallel/ring overlap x{k} hides communication "
+          f"({100 * m:.0f} % of it hidden, median; communication stream: {'; '.join(sorted(streams))})")
+PY
+)
 }
 
 # ---- Collectives between virtual devices on one GPU (issue 14) -----------------------------
