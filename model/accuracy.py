@@ -113,6 +113,11 @@ def decide(groups):
     for g in groups:
         g["delta_vs_256"] = g["mean"] - ref if g["mean"] is not None else None
         g["within_1_point"] = within(g, ref)
+        # against batch 256 of the same seed (same initial weights): the seeds both have
+        paired = [v - base["test_acc_by_seed"][s] for s, v in g["test_acc_by_seed"].items()
+                  if s in base["test_acc_by_seed"]]
+        g["paired_delta_min"] = min(paired) if paired else None
+        g["paired_delta_max"] = max(paired) if paired else None
     larger = [g for g in groups if g["global_batch"] > BASE_BATCH and g["mean"] is not None]
     ok = [g for g in larger if g["within_1_point"]]
     largest = max((g["global_batch"] for g in ok), default=None)
@@ -126,16 +131,19 @@ def decide(groups):
             upto = g["global_batch"]
         per_rule[rule] = {"within_1_point_at": [g["global_batch"] for g in mine if g["within_1_point"]],
                           "holds_up_to": upto}
-    closest = {}
+    closest, tied = {}, {}
     for g in larger:
         b = g["global_batch"]
         if b not in closest or g["mean"] > closest[b]["mean"]:
-            closest[b] = g
+            closest[b], tied[b] = g, [g["rule"]]
+        elif g["mean"] == closest[b]["mean"]:
+            tied[b].append(g["rule"])
     return {"baseline": {k: base[k] for k in ("mean", "min", "max", "std", "n", "seeds")},
             "reference_final_test_acc": ref, "largest_batch_within_1_point": largest,
             "rules_at_largest": sorted(g["rule"] for g in ok if g["global_batch"] == largest),
             "per_rule": per_rule,
-            "closest_per_batch": {str(b): {"rule": g["rule"], "mean": g["mean"], "min": g["min"], "max": g["max"],
+            "closest_per_batch": {str(b): {"rule": g["rule"], "tied": sorted(tied[b]), "mean": g["mean"],
+                                           "min": g["min"], "max": g["max"],
                                            "n": g["n"], "delta_vs_256": g["delta_vs_256"]}
                                   for b, g in sorted(closest.items())}}
 
@@ -158,6 +166,14 @@ def _spread(g):
     if g["n"] == 1:
         return "%.4f (1 seed)" % g["mean"]
     return "%.4f (%.4f..%.4f)" % (g["mean"], g["min"], g["max"])
+
+
+def _paired(g):
+    if g.get("paired_delta_min") is None or g["global_batch"] <= BASE_BATCH:
+        return "—"
+    if g["n"] == 1:
+        return "%+.2f" % (100 * g["paired_delta_min"])
+    return "%+.2f..%+.2f" % (100 * g["paired_delta_min"], 100 * g["paired_delta_max"])
 
 
 def answer_text(acc):
@@ -187,10 +203,18 @@ def answer_text(acc):
     beyond = {int(b): c for b, c in a["closest_per_batch"].items() if largest is None or int(b) > largest}
     if beyond:
         parts.append("The best rule %s:" % ("at each batch" if largest is None else "beyond it") + " " + "; ".join(
-            "%d: `%s` %s, %+.2f points (%s by %.2f)" % (
-                b, c["rule"], _spread(c), 100 * c["delta_vs_256"],
-                "misses" if c["delta_vs_256"] < -POINT else "within", abs(100 * (c["delta_vs_256"] + POINT)))
+            "%d: %s %s, %+.2f points (%s by %.2f)" % (
+                b, "`%s`" % c["rule"] if len(c["tied"]) == 1 else "%s alike" % ", ".join("`%s`" % r for r in c["tied"]),
+                _spread(c), round(100 * c["delta_vs_256"], 2),
+                "misses" if c["delta_vs_256"] < -POINT else "within", abs(round(100 * c["delta_vs_256"], 2) + 100 * POINT))
             for b, c in sorted(beyond.items())) + ".")
+    if base["n"] > 1:
+        parts.append("Batch 256's own seeds span %.2f points (max - min) and the other groups' seeds up to "
+                     "%.2f (excluding runs stuck at chance, 0.1): a difference of about 1 point between "
+                     "means over %d seeds is within that noise." % (
+                         100 * (base["max"] - base["min"]),
+                         100 * max((g["max"] - g["min"] for g in acc["groups"] if g["n"] > 1 and g["min"] > 0.2),
+                                   default=0.0), base["n"]))
     return " ".join(parts)
 
 
@@ -227,12 +251,13 @@ def markdown(acc, figures):
     w("")
     w("Final test accuracy after the last epoch, per global batch and rule over the seeds run (mean, "
       "min..max, sample standard deviation); \"vs 256\" is the mean minus batch 256's mean; within "
-      "1 point means that difference is at least -1.00.")
+      "1 point means that difference is at least -1.00. \"Seed by seed\" is the range of each seed's "
+      "accuracy minus batch 256's with the same seed (the same initial weights).")
     w("")
-    w("| global batch | rule | lr | SGD steps | seeds | test acc by seed | mean | min..max | std | vs 256 (points) | within 1 point | mean final train loss |")
-    w("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    w("| global batch | rule | lr | SGD steps | seeds | test acc by seed | mean | min..max | std | vs 256 (points) | within 1 point | vs 256 seed by seed (points) | mean final train loss |")
+    w("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for g in acc["groups"]:
-        w("| %d | %s | %.4g | %d | %s | %s | %s | %s | %s | %s | %s | %s |" % (
+        w("| %d | %s | %.4g | %d | %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
             g["global_batch"], g["rule"], g["lr"], g["sgd_steps"],
             ",".join(map(str, g["seeds"])) + ("" if g["runs"] == g["n"] else " (%d not ok)" % (g["runs"] - g["n"])),
             " / ".join("%.4f" % v for v in g["test_acc_by_seed"].values()),
@@ -241,6 +266,7 @@ def markdown(acc, figures):
             "%.4f" % g["std"] if g["std"] is not None else "—",
             "%+.2f" % (100 * g["delta_vs_256"]) if g.get("delta_vs_256") is not None else "—",
             ("yes" if g["within_1_point"] else "no") if g.get("delta_vs_256") is not None else "—",
+            _paired(g),
             "%.4f" % g["mean_final_train_loss"] if g["mean_final_train_loss"] is not None else "—"))
     w("")
     w("**Answer**: " + answer_text(acc))
@@ -259,13 +285,15 @@ def markdown(acc, figures):
 
 
 def _single_seed_note(acc):
-    one = sorted({g["global_batch"] for g in acc["groups"] if g["n"] == 1})
-    many = sorted({g["global_batch"] for g in acc["groups"] if g["n"] > 1})
-    if not one or not many:
+    by_batch = {}
+    for g in acc["groups"]:
+        by_batch[g["global_batch"]] = max(by_batch.get(g["global_batch"], 0), g["n"])
+    one = sorted(b for b, n in by_batch.items() if n == 1)
+    if not one or len(one) == len(by_batch):
         return ""
-    return (" Batches %s were run with one seed (%s) only: the seeds were spent where a rule could "
-            "still come within 1 point." % (", ".join(map(str, one)), ", ".join(sorted(
-                {str(s) for g in acc["groups"] if g["n"] == 1 for s in g["seeds"]}))))
+    seeds = sorted({s for g in acc["groups"] if g["global_batch"] in one for s in g["seeds"]})
+    return (" Batches %s were run with seed %s only: the seeds were spent where a rule could still "
+            "come within 1 point." % (", ".join(map(str, one)), ", ".join(map(str, seeds))))
 
 
 def plot(plt, acc):
