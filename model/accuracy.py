@@ -208,6 +208,15 @@ def answer_text(acc):
                 _spread(c), round(100 * c["delta_vs_256"], 2),
                 "misses" if c["delta_vs_256"] < -POINT else "within", abs(round(100 * c["delta_vs_256"], 2) + 100 * POINT))
             for b, c in sorted(beyond.items())) + ".")
+    base_by_seed = next(g for g in acc["groups"] if g["global_batch"] == BASE_BATCH and g["rule"] == BASE_RULE)[
+        "test_acc_by_seed"]
+    paired = [(g["global_batch"], g["rule"], s, v - base_by_seed[s]) for g in acc["groups"]
+              if g["global_batch"] > BASE_BATCH for s, v in g["test_acc_by_seed"].items() if s in base_by_seed]
+    hits = [p for p in paired if p[3] >= -POINT - 1e-12]
+    if paired:
+        parts.append("Seed by seed (against batch 256 with the same seed), %d of %d runs above batch 256 are "
+                     "within 1 point%s." % (len(hits), len(paired), ": " + ", ".join(
+                         "%d `%s` seed %s %+.2f" % (b, r, s, 100 * d) for b, r, s, d in hits) if hits else ""))
     if base["n"] > 1:
         parts.append("Batch 256's own seeds span %.2f points (max - min) and the other groups' seeds up to "
                      "%.2f (excluding runs stuck at chance, 0.1): a difference of about 1 point between "
@@ -277,7 +286,7 @@ def markdown(acc, figures):
       "batches end on or near that plateau (final train loss ≈ 2.30), and a rate scaled up from the "
       "first step can keep the run there for good (compare each rule's final train loss with and "
       "without warm-up). The answer is specific to this initialisation, lr 0.2 at batch 256 and %d "
-      "epochs.%s" % (acc["epochs"], _single_seed_note(acc)))
+      "epoch%s.%s" % (acc["epochs"], "" if acc["epochs"] == 1 else "s", _single_seed_note(acc)))
     if "accuracy_vs_batch.png" in figures:
         w("")
         w("![accuracy vs batch](accuracy_vs_batch.png)")

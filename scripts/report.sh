@@ -8,8 +8,8 @@
 #                                2 epochs, one seed (788 s from scratch on the 2-core VM, 2026-11-30)
 #   scripts/report.sh --full     the accuracy sweep at 10 epochs, each file that is missing:
 #                                lr-batch.json (seed 0, B 256..8192: 65 minutes on the 2-core VM),
-#                                lr-batch-warmup.json (seed 0, 10 minutes), lr-batch-seeds.json for
-#                                seeds 1 and 2 (35 minutes each)
+#                                lr-batch-warmup.json (seed 0, 8 minutes), lr-batch-seeds.json for
+#                                seeds 1 and 2 (27 minutes each; 2026-12-01, beside a C++ build)
 #   scripts/report.sh --short    CI's smoke test: tiny profiles and sweep into --out (default a
 #                                temporary directory), then the whole report from them (~1 minute)
 #   --out DIR                    where the report goes (default report/)
