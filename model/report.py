@@ -1,7 +1,7 @@
 """Fit, validate, project and write report/README.md, report/predictions.json and the figures.
 
     /usr/bin/python3 -m model.report [--profile report/data/profile-cpu.json]
-        [--accuracy report/data/lr-batch-10ep.json] [--out report]
+        [--accuracy report/data/lr-batch-10ep*.json] [--out report]
 
 scripts/report.sh measures what is missing first, then calls this.
 """
@@ -13,7 +13,7 @@ import os
 import statistics
 import sys
 
-from . import calibrate, noise, perf, presets, session
+from . import accuracy, calibrate, noise, perf, presets, session
 
 ROOT = calibrate.ROOT
 KS = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024]
@@ -151,54 +151,6 @@ def strategy_crossovers(proj):
 
 
 # ---------------------------------------------------------------------------------------------
-# accuracy versus global batch
-
-
-def accuracy(path):
-    if not path or not os.path.exists(path):
-        return None
-    d = calibrate.load(path)
-    rows = []
-    for r in d["runs"]:
-        c = r["config"]
-        label = r["label"]
-        rule = label.split("lr-", 1)[1] if "lr-" in label else "none"
-        ep = r.get("epochs") or []
-        rows.append({"label": label, "global_batch": c["global_batch"], "rule": rule,
-                     "sgd_steps": sum(e["iterations"] for e in ep),
-                     "final_train_loss": ep[-1]["train_loss"] if ep else None,
-                     "lr": c.get("lr_scaled", c["lr"]), "status": r["status"],
-                     "epochs": len(ep), "final_test_acc": ep[-1]["test_acc"] if ep else None,
-                     "best_test_acc": max(e["test_acc"] for e in ep) if ep else None,
-                     "strategy": c["strategy"], "devices": c["devices"]})
-    base = [r for r in rows if r["global_batch"] == 256 and r["status"] == "ok"]
-    ref = base[0]["final_test_acc"] if base else None
-    answer = {}
-    if ref is not None:
-        for r in rows:
-            r["delta_vs_256"] = (r["final_test_acc"] - ref) if r["final_test_acc"] is not None else None
-        ok = [r for r in rows if r["delta_vs_256"] is not None and r["delta_vs_256"] >= -0.01]
-        largest = max((r["global_batch"] for r in ok), default=None)
-        answer = {"reference_final_test_acc": ref, "largest_batch_within_1_point": largest,
-                  "rules_at_largest": sorted(r["rule"] for r in ok if r["global_batch"] == largest)}
-        per_rule = {}
-        for rule in sorted({r["rule"] for r in rows}):
-            within = [r["global_batch"] for r in ok if r["rule"] == rule]
-            # the largest B up to which every measured B of this rule stayed within 1 point
-            mine = sorted((r for r in rows if r["rule"] == rule), key=lambda r: r["global_batch"])
-            upto = None
-            for r in mine:
-                if r["delta_vs_256"] is not None and r["delta_vs_256"] >= -0.01:
-                    upto = r["global_batch"]
-                else:
-                    break
-            per_rule[rule] = {"within_1_point_at": within, "holds_up_to": upto}
-        answer["per_rule"] = per_rule
-    return {"source": os.path.relpath(path, ROOT), "epochs": d["descriptor"]["training"]["epochs"],
-            "state": d.get("state"), "runs": rows, "answer": answer}
-
-
-# ---------------------------------------------------------------------------------------------
 # the book's two GPUs, modelled
 
 
@@ -327,20 +279,8 @@ def plots(out_dir, points, projections, acc, crossovers_allreduce, links):
     files.append(_save(fig, out_dir, "allreduce_model.png"))
     plt.close(fig)
 
-    if acc and acc["runs"]:
-        fig, ax = plt.subplots(figsize=(6.5, 4.5))
-        for rule in sorted({r["rule"] for r in acc["runs"]}):
-            sel = sorted((r for r in acc["runs"] if r["rule"] == rule or r["global_batch"] == 256),
-                         key=lambda r: r["global_batch"])
-            ax.plot([r["global_batch"] for r in sel], [r["final_test_acc"] or 0 for r in sel], marker="o", label=rule)
-        ref = acc["answer"].get("reference_final_test_acc")
-        if ref:
-            ax.axhspan(ref - 0.01, ref + 0.01, color="g", alpha=0.15, label="batch 256 ± 1 point")
-        ax.set_xscale("log", base=2)
-        ax.set_xlabel("global batch (one device)")
-        ax.set_ylabel("test accuracy after %d epochs" % acc["epochs"])
-        ax.legend(fontsize=8)
-        fig.tight_layout()
+    if acc and acc["groups"]:
+        fig = accuracy.plot(plt, acc)
         files.append(_save(fig, out_dir, "accuracy_vs_batch.png"))
         plt.close(fig)
     return files
@@ -527,42 +467,7 @@ def write_readme(out_dir, report, figures):
     if not acc:
         w("No accuracy sweep found (run `scripts/report.sh`).")
     else:
-        w("`%s`, %d epochs, one device per run except the warm-up runs (below). Data parallelism on k "
-          "devices at per-device batch b computes the same SGD step as one device at batch k·b: "
-          "`DataParallel.TracksSingleDeviceFor20Steps` in [tests/test_data_parallel.cpp](../tests/test_data_parallel.cpp) "
-          "(through `tracks_single` in tests/strategy_harness.h) checks each of 20 steps against one "
-          "single-device step on the whole batch from the same parameters: the loss to relative 1e-5, "
-          "every gradient to 1e-4 of its tensor's largest element, the updated parameters, for naive, "
-          "ring and tree on k = 2, 3, 4 (the warm-up runs below use tree on 4-32 devices: the same "
-          "code, beyond the tested k). bench_runner applies `lr_scaling` and its warm-up only to a "
-          "weak-scaling growth of the batch, so the `linear+warmup` runs (Goyal et al. 2017: lr × B/256, "
-          "reached linearly over the first epoch) are data_parallel runs on B/256 time-shared CPU devices "
-          "of 256 each; the others set lr directly on one device." % (acc["source"], acc["epochs"]))
-        w("")
-        w("| global batch | rule | lr | SGD steps | status | final train loss | final test acc | best test acc | vs batch 256 (final) |")
-        w("|---|---|---|---|---|---|---|---|---|")
-        for r in sorted(acc["runs"], key=lambda r: (r["global_batch"], r["rule"])):
-            w("| %d | %s | %.4g | %d | %s | %s | %s | %s | %s |" % (
-                r["global_batch"], r["rule"], r["lr"], r["sgd_steps"], r["status"],
-                "%.4f" % r["final_train_loss"] if r["final_train_loss"] is not None else "—",
-                "%.4f" % r["final_test_acc"] if r["final_test_acc"] is not None else "—",
-                "%.4f" % r["best_test_acc"] if r["best_test_acc"] is not None else "—",
-                ("%+.2f points" % (100 * r["delta_vs_256"])) if r.get("delta_vs_256") is not None else "—"))
-        w("")
-        a = acc["answer"]
-        if a:
-            w("**Answer**: " + report["accuracy_answer_text"])
-            w("")
-            w("Why: with the book's initial weights N(0, 0.01²) the loss sits at ln 10 ≈ 2.3026 for "
-              "roughly the first 300 SGD steps at batch 256 and lr 0.2 before it falls (README, the "
-              "book's run). A fixed number of epochs gives 256/B as many steps at batch B (column SGD "
-              "steps), so large batches end on or near that plateau (final train loss ≈ 2.30), and a rate "
-              "scaled up from the first step can keep the run there for good (compare each rule's "
-              "final train loss with and without warm-up). The answer is specific to this initialisation, one seed and %d epochs; "
-              "test accuracy at batch 256 itself swings by about ±0.01 between epochs." % acc["epochs"])
-        if "accuracy_vs_batch.png" in figures:
-            w("")
-            w("![accuracy vs batch](accuracy_vs_batch.png)")
+        L.extend(accuracy.markdown(acc, figures))
     w("")
     w("## 5. The model and its parameters")
     w("")
@@ -665,46 +570,16 @@ def _bytes(n):
 # ---------------------------------------------------------------------------------------------
 
 
-def accuracy_answer_text(acc):
-    a = acc["answer"]
-    if not a:
-        return "no batch-256 reference run finished."
-    ref = a["reference_final_test_acc"]
-    parts = ["batch 256 ends at %.4f." % ref]
-    for rule, v in a["per_rule"].items():
-        above = [x for x in v["within_1_point_at"] if x > 256]
-        parts.append("`%s`: %s." % (rule, "within 1 point at batch " + ", ".join(map(str, above))
-                                     if above else "never within 1 point above batch 256"))
-    largest = a["largest_batch_within_1_point"]
-    if largest is not None and largest > 256:
-        parts.append("The largest global batch where any rule keeps %d-epoch test accuracy within 1 "
-                     "point of batch 256: **%s** (%s)." % (acc["epochs"], largest, ", ".join(a["rules_at_largest"])))
-    else:
-        parts.append("**No rule keeps %d-epoch test accuracy within 1 point of batch 256 at any larger "
-                     "batch.** The closest per batch:" % acc["epochs"])
-    best = {}
-    for r in acc["runs"]:
-        if r["global_batch"] > 256 and r.get("delta_vs_256") is not None:
-            if r["global_batch"] not in best or r["delta_vs_256"] > best[r["global_batch"]]["delta_vs_256"]:
-                best[r["global_batch"]] = r
-    parts.append("; ".join("%d: %s %+.2f points" % (b, r["rule"], 100 * r["delta_vs_256"])
-                           for b, r in sorted(best.items())) + ".")
-    return " ".join(parts)
-
-
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--profile", default=os.path.join(ROOT, "report", "data", "profile-cpu.json"))
-    ap.add_argument("--accuracy", default=None)
+    ap.add_argument("--accuracy", nargs="+", default=None,
+                    help="results files of the accuracy sweep (default: report/data/lr-batch-10ep*.json)")
     ap.add_argument("--out", default=os.path.join(ROOT, "report"))
     ap.add_argument("--no-plots", action="store_true")
     args = ap.parse_args(argv)
     if args.accuracy is None:
-        for name in ("lr-batch-10ep.json", "lr-batch.json"):
-            p = os.path.join(ROOT, "report", "data", name)
-            if os.path.exists(p):
-                args.accuracy = p
-                break
+        args.accuracy = sorted(glob.glob(os.path.join(ROOT, "report", "data", "lr-batch-10ep*.json")))
     os.makedirs(args.out, exist_ok=True)
 
     cpu_comp = calibrate.cpu_compute(args.profile)
@@ -725,7 +600,7 @@ def main(argv=None):
     strat_x = {n: strategy_crossovers(p) for n, p in projections.items()}
     ar_x = {n: allreduce_crossovers(link, [2, 4, 8, 16] if "virtual" in n else [2, 4, 8, 16, 64, 256, 1024])
             for n, (comp, link) in pres.items()}
-    acc = accuracy(args.accuracy)
+    acc = accuracy.load(args.accuracy)
     book = book_model()
 
     report = {
@@ -745,7 +620,7 @@ def main(argv=None):
         "strategy_crossovers": strat_x,
         "allreduce_crossovers": ar_x,
         "accuracy": acc,
-        "accuracy_answer_text": accuracy_answer_text(acc) if acc else "",
+        "accuracy_answer_text": accuracy.answer_text(acc) if acc else "",
         "book": {"model": book, "explanation": BOOK_TEXT},
         "why_errors": WHY_ERRORS,
     }

@@ -8,13 +8,14 @@ import json
 import math
 import os
 import sys
+import tempfile
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import numpy as np  # noqa: E402
 
-from model import calibrate, noise, perf, session  # noqa: E402
+from model import accuracy, calibrate, noise, perf, session  # noqa: E402
 
 ROOT = calibrate.ROOT
 
@@ -296,6 +297,100 @@ class CommittedReport(unittest.TestCase):
                 continue
             self.assertIn("1024", proj["weak"])
             self.assertTrue(math.isfinite(proj["weak"]["1024"]["data_parallel/ring"]["step_ms"]))
+
+
+def _results(runs, epochs=10):
+    """A results file of the accuracy sweep as bench_runner writes it, reduced to what the report
+    reads: runs = [(label, global batch, seed, final test accuracy)]."""
+    out = []
+    for label, b, seed, acc in runs:
+        spec = {"label": label, "strategy": "single", "training": {"batch_size": b, "epochs": epochs, "seed": seed}}
+        out.append({"label": label, "status": "ok", "run_spec": spec,
+                    "config": {"global_batch": b, "seed": seed, "lr": 0.2, "lr_scaled": 0.2, "epochs": epochs,
+                               "strategy": "single", "devices": 1},
+                    "epochs": [{"iterations": 60000 // b, "test_acc": 0.1, "train_loss": 2.3}] * (epochs - 1) +
+                              [{"iterations": 60000 // b, "test_acc": acc, "train_loss": 0.5}]})
+    return {"state": "complete", "descriptor": {"name": "lr-batch", "training": {"epochs": epochs}}, "runs": out}
+
+
+class Accuracy(unittest.TestCase):
+    """model/accuracy.py: one run per (batch, rule, seed), means over seeds, the within-1-point answer."""
+
+    def write(self, *files):
+        self.dir = tempfile.TemporaryDirectory()
+        self.addCleanup(self.dir.cleanup)
+        paths = []
+        for i, doc in enumerate(files):
+            paths.append(os.path.join(self.dir.name, "acc%d.json" % i))
+            with open(paths[-1], "w") as f:
+                json.dump(doc, f)
+        return paths
+
+    def test_means_over_seeds_decide_within_one_point(self):
+        # batch 256: mean 0.80 (0.79, 0.81). B512 linear: 0.80, 0.78 -> mean 0.79, exactly -1 point:
+        # within, although seed 1 alone is 3 points below seed 1's 0.81. B512 sqrt 0.7899: not within.
+        # B1024 linear 0.85, 0.60: a good seed does not carry a bad mean (0.725).
+        seed0 = _results([("B256 lr-none", 256, 0, 0.79), ("B512 lr-linear", 512, 0, 0.80),
+                          ("B512 lr-sqrt", 512, 0, 0.7899), ("B1024 lr-linear", 1024, 0, 0.85)])
+        seed1 = _results([("B256 lr-none", 256, 1, 0.81), ("B512 lr-linear", 512, 1, 0.78),
+                          ("B512 lr-sqrt", 512, 1, 0.7899), ("B1024 lr-linear", 1024, 1, 0.60)])
+        acc = accuracy.load(self.write(seed0, seed1))
+        g = {(x["global_batch"], x["rule"]): x for x in acc["groups"]}
+        self.assertEqual(len(acc["runs"]), 8)
+        self.assertEqual(g[(512, "linear")]["seeds"], [0, 1])
+        self.assertAlmostEqual(g[(512, "linear")]["mean"], 0.79, places=12)
+        self.assertEqual((g[(512, "linear")]["min"], g[(512, "linear")]["max"]), (0.78, 0.80))
+        self.assertAlmostEqual(g[(512, "linear")]["std"], math.sqrt(2) * 0.01, places=12)
+        a = acc["answer"]
+        self.assertAlmostEqual(a["reference_final_test_acc"], 0.80, places=12)
+        self.assertEqual((a["baseline"]["min"], a["baseline"]["max"], a["baseline"]["n"]), (0.79, 0.81, 2))
+        self.assertTrue(g[(512, "linear")]["within_1_point"])
+        self.assertFalse(g[(512, "sqrt")]["within_1_point"])
+        self.assertFalse(g[(1024, "linear")]["within_1_point"])
+        self.assertEqual(a["largest_batch_within_1_point"], 512)
+        self.assertEqual(a["rules_at_largest"], ["linear"])
+        self.assertEqual(a["per_rule"]["linear"], {"within_1_point_at": [512], "holds_up_to": 512})
+        self.assertIsNone(a["per_rule"]["sqrt"]["holds_up_to"])
+        text = accuracy.answer_text(acc)
+        self.assertIn("batch 256: 512, with `linear`", text)
+        self.assertIn("1024: `linear` 0.7250 (0.6000..0.8500), -7.50 points (misses by 6.50)", text)
+
+    def test_none_within_says_by_how_much_the_best_misses(self):
+        acc = accuracy.load(self.write(_results([("B256 lr-none", 256, 0, 0.81), ("B512 lr-none", 512, 0, 0.78),
+                                                 ("B512 lr-sqrt", 512, 0, 0.795)])))
+        self.assertIsNone(acc["answer"]["largest_batch_within_1_point"])
+        text = accuracy.answer_text(acc)
+        self.assertIn("No rule keeps 10-epoch test accuracy within 1 point", text)
+        self.assertIn("512: `sqrt` 0.7950 (1 seed), -1.50 points (misses by 0.50)", text)
+
+    def test_a_run_in_two_files_counts_once_and_other_runs_are_refused(self):
+        a = _results([("B256 lr-none", 256, 0, 0.81), ("B512 lr-none", 512, 0, 0.78)])
+        b = _results([("B512 lr-none", 512, 0, 0.78), ("B512 lr-sqrt", 512, 0, 0.79)])
+        acc = accuracy.load(self.write(a, b))
+        self.assertEqual((len(acc["runs"]), acc["duplicates"], acc["disagreements"]), (3, 1, []))
+        self.assertEqual([x["n"] for x in acc["groups"]], [1, 1, 1])
+        b["runs"][0]["epochs"][-1]["test_acc"] = 0.7801  # the same run_spec, another result
+        self.assertEqual(len(accuracy.load(self.write(a, b))["disagreements"]), 1)
+        b["runs"][0]["run_spec"]["training"]["lr"] = 0.3  # another run under the same key
+        with self.assertRaisesRegex(ValueError, "differs from the run in"):
+            accuracy.load(self.write(a, b))
+        with self.assertRaisesRegex(ValueError, "mix"):
+            accuracy.load(self.write(a, _results([("B512 lr-sqrt", 512, 0, 0.79)], epochs=2)))
+
+
+    def test_committed_sweep_has_three_seeds_at_batch_1024_and_below(self):
+        path = os.path.join(ROOT, "report", "predictions.json")
+        if not os.path.exists(path):
+            self.skipTest("report/predictions.json not generated (scripts/report.sh)")
+        with open(path) as f:
+            acc = json.load(f)["accuracy"]
+        again = accuracy.decide(accuracy.aggregate(acc["runs"]))
+        self.assertEqual(again["largest_batch_within_1_point"], acc["answer"]["largest_batch_within_1_point"])
+        groups = {(g["global_batch"], g["rule"]): g for g in acc["groups"]}
+        for b, rules in ((256, ["none"]), (512, ["none", "linear", "sqrt", "linear+warmup", "sqrt+warmup"]),
+                         (1024, ["none", "linear", "sqrt", "linear+warmup", "sqrt+warmup"])):
+            for rule in rules:
+                self.assertEqual(groups[(b, rule)]["seeds"], [0, 1, 2], (b, rule))
 
 
 class Session(unittest.TestCase):

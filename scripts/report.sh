@@ -3,9 +3,13 @@
 # model (model/), predicts every committed reference run, projects to 1,024 devices and writes
 # report/README.md, report/predictions.json and the figures.
 #
-#   scripts/report.sh            short profiles if missing; the accuracy sweep at 2 epochs if no
-#                                sweep is there yet (788 s from scratch on the 2-core VM, 2026-11-30)
-#   scripts/report.sh --full     the accuracy sweep at 10 epochs (65 minutes on the 2-core VM)
+#   scripts/report.sh            short profiles if missing; the accuracy sweep's 10-epoch files in
+#                                DIR/data if any (all of them, as they are), else lr-batch.json at
+#                                2 epochs, one seed (788 s from scratch on the 2-core VM, 2026-11-30)
+#   scripts/report.sh --full     the accuracy sweep at 10 epochs, each file that is missing:
+#                                lr-batch.json (seed 0, B 256..8192: 65 minutes on the 2-core VM),
+#                                lr-batch-warmup.json (seed 0, 8 minutes), lr-batch-seeds.json for
+#                                seeds 1 and 2 (27 minutes each; 2026-12-01, beside a C++ build)
 #   scripts/report.sh --short    CI's smoke test: tiny profiles and sweep into --out (default a
 #                                temporary directory), then the whole report from them (~1 minute)
 #   --out DIR                    where the report goes (default report/)
@@ -21,7 +25,7 @@ while [ $# -gt 0 ]; do
     --full) mode=full ;;
     --short) mode=short; out="" ;;
     --out) out="$2"; shift ;;
-    -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
     *) echo "report.sh: unknown argument '$1' (see --help)" >&2; exit 1 ;;
   esac
   shift
@@ -52,26 +56,45 @@ if [ ! -f "$profile" ]; then
   "$runner" experiments/model-profile.json --quiet --out "$profile" "${extra[@]}"
 fi
 
-# 2. Accuracy versus global batch.
+# 2. Accuracy versus global batch: results files, each "descriptor|--set ...|file", one seed each.
+# The report takes every run once by (global batch, rule, seed) and aggregates over seeds.
+sweep=()
 if [ "$mode" = full ]; then
-  acc="$data/lr-batch-10ep.json"
-  set_args=()
+  # lr-batch.json is seed 0 at every batch and rule but sqrt+warm-up; lr-batch-warmup.json adds the
+  # warm-up runs it lacks at B <= 1024; lr-batch-seeds.json repeats B <= 1024 for seeds 1 and 2.
+  sweep=("experiments/lr-batch.json||$data/lr-batch-10ep.json"
+    "experiments/lr-batch-warmup.json|--set training.seed=0|$data/lr-batch-10ep-warmup-seed0.json"
+    "experiments/lr-batch-seeds.json|--set training.seed=1|$data/lr-batch-10ep-seed1.json"
+    "experiments/lr-batch-seeds.json|--set training.seed=2|$data/lr-batch-10ep-seed2.json")
 elif [ "$mode" = short ]; then
-  acc="$data/lr-batch-short.json"
-  set_args=(--set dataset.train_limit=2048 --set dataset.test_limit=500 --set training.epochs=1
-    --set 'runs=[{"strategy":"single","label":"B256 lr-none","training":{"batch_size":256}},{"strategy":"single","label":"B1024 lr-linear","training":{"batch_size":1024,"lr":0.8}},{"strategy":"data_parallel","devices":4,"batch_scaling":"weak","lr_scaling":"linear","lr_warmup_iterations":2,"allreduce":"tree","allow_oversubscription":true,"label":"B1024 lr-linear+warmup"}]')
+  tiny='--set dataset.train_limit=2048 --set dataset.test_limit=500 --set training.epochs=1'
+  tiny_runs='runs=[{"strategy":"single","label":"B256 lr-none","training":{"batch_size":256}},{"strategy":"single","label":"B1024 lr-linear","training":{"batch_size":1024,"lr":0.8}},{"strategy":"data_parallel","devices":4,"batch_scaling":"weak","lr_scaling":"linear","lr_warmup_iterations":2,"allreduce":"tree","allow_oversubscription":true,"label":"B1024 lr-linear+warmup"}]'
+  sweep=("experiments/lr-batch.json|$tiny --set training.seed=0|$data/lr-batch-short-seed0.json"
+    "experiments/lr-batch.json|$tiny --set training.seed=1|$data/lr-batch-short-seed1.json")
 else
-  acc="$data/lr-batch-10ep.json"
-  [ -f "$acc" ] || acc="$data/lr-batch-2ep.json"
-  set_args=(--set training.epochs=2)
+  shopt -s nullglob
+  have=("$data"/lr-batch-10ep*.json)
+  shopt -u nullglob
+  if [ ${#have[@]} -gt 0 ]; then  # whatever 10-epoch files are there, as they are
+    for f in "${have[@]}"; do sweep+=("||$f"); done
+  else
+    sweep=("experiments/lr-batch.json|--set training.epochs=2|$data/lr-batch-2ep.json")
+  fi
 fi
-if [ ! -f "$acc" ]; then
-  echo "report.sh: accuracy sweep (experiments/lr-batch.json ${set_args[*]:-}) -> $acc"
-  "$runner" experiments/lr-batch.json --quiet --out "$acc" "${set_args[@]}" 2> >(grep -v "oversubscri" >&2)
-fi
+acc=()
+for s in "${sweep[@]}"; do
+  IFS='|' read -r desc sets file <<<"$s"
+  acc+=("$file")
+  [ -f "$file" ] && continue
+  set_args=()
+  [ -n "$sets" ] && read -ra set_args <<<"$sets"
+  [ "$mode" = short ] && set_args+=(--set "$tiny_runs")
+  echo "report.sh: accuracy sweep ($desc ${set_args[*]:0:20}) -> $file"
+  "$runner" "$desc" --quiet --out "$file" "${set_args[@]}" 2> >(grep -v "oversubscri" >&2)
+done
 
 # 3. Fit, validate, project, write.
-"$python" -m model.report --profile "$profile" --accuracy "$acc" --out "$out"
+"$python" -m model.report --profile "$profile" --accuracy "${acc[@]}" --out "$out"
 for f in README.md predictions.json; do
   [ -s "$out/$f" ] || { echo "report.sh: $out/$f was not written" >&2; exit 1; }
 done
