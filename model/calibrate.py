@@ -271,8 +271,8 @@ def summarize(points, domain_only=False):
             sel = [p for p in points if p["kind"] == kind and p["held_out"] and
                    (not domain_only or p.get("in_model_domain", True)) and
                    (group == "all" or (group == "allreduce_bench") == p["strategy"].startswith("allreduce_bench"))]
-            if not sel:
-                continue
+            if not sel or (group == "all" and not any(p["group"] == "allreduce_bench" for p in sel)):
+                continue  # "all" only where it differs from "training"
             e = np.abs([p["relative_error"] for p in sel])
             out["%s/%s" % (kind, group)] = {"points": len(sel), "median_abs_error": float(np.median(e)),
                                            "max_abs_error": float(e.max()),
