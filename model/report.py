@@ -390,8 +390,19 @@ def projection_plots(out_dir, projections, prefix, title):
     else:
         batches = {"strong": "global batch %d" % STRONG_BATCH, "weak": "%d per device" % WEAK_BATCH}
     files = []
+
+    def panels():  # one row up to 4 presets, rows of 3 beyond
+        n = len(projections)
+        cols = n if n <= 4 else 3
+        rows = math.ceil(n / cols)
+        fig, axes = plt.subplots(rows, cols, figsize=(5 * cols, 4.5 * rows), squeeze=False)
+        axes = list(axes.flat)
+        for ax in axes[n:]:
+            ax.axis("off")
+        return fig, axes[:n]
+
     for scaling in ("strong", "weak"):
-        fig, axes = plt.subplots(1, len(projections), figsize=(5 * len(projections), 4.5))
+        fig, axes = panels()
         for ax, (name, proj) in zip(axes, projections.items()):
             rows = proj[scaling]
             ks = sorted(rows)
@@ -410,7 +421,7 @@ def projection_plots(out_dir, projections, prefix, title):
         files.append(_save(fig, out_dir, "%sprojection_%s.png" % (prefix, scaling)))
         plt.close(fig)
 
-    fig, axes = plt.subplots(1, len(projections), figsize=(5 * len(projections), 4.5))
+    fig, axes = panels()
     for ax, (name, proj) in zip(axes, projections.items()):
         rows = proj["weak"]
         ks = [k for k in sorted(rows) if k > 1]
@@ -963,8 +974,7 @@ def main(argv=None):
     figures = [] if args.no_plots else plots(args.out, points, projections, acc, ar_x,
                                              {n: l for n, (c, l) in pres.items()})
     if alex and not args.no_plots:
-        figures += projection_plots(args.out, alex["projections"], "alexnet_",
-                                    "AlexNet, %s" % alex["scaling_text"])
+        figures += projection_plots(args.out, alex["projections"], "alexnet_", "AlexNet")
     with open(os.path.join(args.out, "predictions.json"), "w") as f:
         json.dump(report, f, indent=1, default=float)
     write_readme(args.out, report, figures)
