@@ -788,7 +788,7 @@ def write_alexnet(w, a, report, figures):
                 name, k, _ranges(r["channel_split_beats_data_parallel_at_global_batch"]),
                 _ranges(r["layer_split_beats_data_parallel_at_global_batch"]), cell(32), cell(128)))
     w("")
-    w(ALEXNET_TEXT)
+    w(alexnet_text(a, report["points"]))
     w("")
 
 
@@ -1065,19 +1065,47 @@ SESSION_TEXT = (
     "not noise. A second per-byte coefficient for messages above a cache size (1, 4, 16 or 32 MiB) "
     "was tried on this session, leave-one-out: median 12.2 -> 10.7-11.2 %, max 61 -> 61-92 %; not kept.")
 
-ALEXNET_TEXT = (
-    "Reading the AlexNet numbers. On 2 CPU devices the measured contest was close (channel_split "
-    "megatron 1.81-1.88x against data_parallel 1.71-1.74x at batch 32, a tie at 128) and the model "
-    "reproduces those steps within the errors above; it has data_parallel's 187 MB ring allreduce at "
-    "~34 ms on this VM, 5 % of a 700 ms step, so the whole contest is compute: a channel_split device "
-    "runs every layer at half the channels on the whole batch, a data_parallel device the whole "
-    "network on half the batch, and the width efficiency measured in the profile decides which is "
-    "faster. What the model does not capture: the fully connected layers' fixed cost (fc1 and fc2 "
-    "stream 172 MB of weights per step whatever the batch; the profile's fixed part a_l) is kept "
-    "whole under channel_split, though each device holds half those weights; and layer_split's "
-    "per-stage SGD. On the GPU presets the projections rest on the assumed compute above: read "
-    "them as what the published links would do to a compute-bound 5.6 GFLOP-per-example network, "
-    "not as measured AlexNet speedups.")
+def alexnet_text(a, points):
+    """The AlexNet part's reading, its numbers from the validation points and the crossovers."""
+    pts = [p for p in points if p["kind"] == "cpu-alexnet" and p["held_out"]]
+    by = {}
+    for p in pts:
+        name = p["strategy"] + ("/megatron" if "megatron" in p["label"] else "")
+        by.setdefault(name, []).append(p["relative_error"])
+    errs = "; ".join("%s %+.1f to %+.1f %%" % (n, 100 * min(v), 100 * max(v)) for n, v in sorted(by.items()))
+    dp = [p for p in pts if p["strategy"] == "data_parallel"]
+    comm = dp[0]["breakdown_ms"]["communication"] if dp else float("nan")
+    share = statistics.median(p["breakdown_ms"]["communication"] / p["predicted_ms"] for p in dp) if dp else float("nan")
+    eff = a["cpu_compute"]["channel_split_width_efficiency"]
+    cpu = next((v for n, v in a["batch_crossovers"].items() if "cpu" in n), {})
+    cpu_cs = {k: v["channel_split_beats_data_parallel_at_global_batch"] for k, v in cpu.items()}
+    cpu_line = ("the CPU preset prefers channel_split nowhere in global batch 8 … 8,192 at k = 2, 4, 8"
+                if not any(cpu_cs.values()) else "the CPU preset prefers channel_split at " + "; ".join(
+                    "k = %s: global batch %s" % (k, ", ".join(map(str, v))) for k, v in cpu_cs.items() if v))
+    heads = []
+    for name, per_k in a["batch_crossovers"].items():
+        if "cpu" in name:
+            continue
+        cs = per_k.get(8, per_k.get("8"))["channel_split_beats_data_parallel_at_global_batch"]
+        ls = per_k.get(8, per_k.get("8"))["layer_split_beats_data_parallel_at_global_batch"]
+        heads.append("%s: channel_split %s, layer_split %s" % (
+            name, ("up to global batch %d" % max(cs)) if cs else "never", ("up to %d" % max(ls)) if ls else "never"))
+    return (
+        "Reading the AlexNet numbers. Held-out errors per strategy on 2 CPU devices: %s. The model prices "
+        "data_parallel's 187 MB ring allreduce at %.1f ms on this VM (CPU allreduce fit), %.0f %% of the "
+        "predicted data_parallel step, so on this machine the contest is compute: a channel_split device "
+        "runs every layer at half the channels on the whole batch, a data_parallel device the whole network "
+        "on half the batch; the profile's channel_split width efficiency (%s) decides between them, and "
+        "data_parallel's allreduce can hide under backward (overlap): %s. Where links are slower per flop, activations beat gradients at small "
+        "batches: at k = 8, %s (the table above). Not modelled: the fully connected layers' fixed cost "
+        "(fc1 and fc2 stream 172 MB of weights per step whatever the batch; the fit's fixed part a_l) is "
+        "kept whole under channel_split though each device holds 1/k of those weights; layer_split's "
+        "per-stage SGD; the width efficiency beyond k = 2 (taken flat). The GPU presets rest on the "
+        "assumed compute above: read them as what the published links would do to a compute-bound "
+        "5.6 GFLOP-per-example network, not as measured AlexNet speedups."
+        % (errs, comm, 100 * share, ", ".join("k=%s %.2f" % kv for kv in eff.items()) or "none", cpu_line,
+           "; ".join(heads)))
+
 
 WHY_ERRORS = (
     "Where the errors come from (measured on the committed data; the numbers are in predictions.json "
