@@ -21,7 +21,7 @@ import statistics
 
 import numpy as np
 
-from . import perf
+from . import nets, perf
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CPU_REF = os.path.join(ROOT, "results", "reference", "cpu-2core-xeon")
@@ -102,8 +102,11 @@ def cpu_compute(profile_paths):
         rep = r.get("strategy_report") or {}
         if "profiled_layer_ms" in rep:
             layers.append((r["config"]["global_batch"], rep["profiled_layer_ms"]))
+    model = next((r["config"].get("model") for r in runs if isinstance(r["config"].get("model"), dict)), None)
+    names = [l["name"] for l in model["layers"]] if model and model.get("layers") else None
     comp = perf.Compute.fit(steps, layers, median(fracs),
-                            note="fitted on " + ", ".join(os.path.relpath(p, ROOT) for p in profile_paths))
+                            note="fitted on " + ", ".join(os.path.relpath(p, ROOT) for p in profile_paths),
+                            names=names if names and len(names) == len(layers[0][1]) else None)
     # channel_split's per-device compute in the same profile: how much slower than the layer
     # model's per-example share its narrower kernels run.
     eff = {}
@@ -202,6 +205,7 @@ def validate_runs(kind, path, comp, link, effective=None, own_level=True):
     runs = [r for r in d["runs"] if r["status"] == "ok" and r["timing"]["median_iteration_ms"]]
     for r in runs:
         c = dict(r["config"])
+        net = nets.for_config(c, r.get("strategy_report"))
         measured = r["timing"]["median_iteration_ms"]
         scale = effective(c) if effective else 1.0
         c["per_device_batch"] = c["per_device_batch"] * scale
@@ -209,12 +213,12 @@ def validate_runs(kind, path, comp, link, effective=None, own_level=True):
         if c.get("oversubscribed"):
             continue
         if c["strategy"] == "single":
-            pred, bd = perf.predict(comp, link, c)
+            pred, bd = perf.predict(comp, link, c, net)
             held = not (kind == "h200" and (r["label"] == GRAPH_CALIBRATION or
                                             not (c.get("options") or {}).get("cuda_graphs", True)))
             points.append(_point(kind, src, r["label"], r["config"], measured, pred, bd, held,
                                  "" if held else "calibration point (the fit's level)"))
-            if kind == "cpu" and own_level:
+            if kind.startswith("cpu") and own_level:
                 level = measured / pred  # this file's speed, for the runs after it
             continue
         if r["label"] == GROUP_CALIBRATION and kind == "h200":
@@ -222,13 +226,13 @@ def validate_runs(kind, path, comp, link, effective=None, own_level=True):
             points.append(_point(kind, src, r["label"], r["config"], measured, pred, bd, False,
                                  "calibration point (the group step overhead)"))
             continue
-        lvl_comp = comp.scaled(level) if kind == "cpu" else comp
-        note = ("level x%.3f from this file's single run" % level) if kind == "cpu" and own_level else ""
+        lvl_comp = comp.scaled(level) if kind.startswith("cpu") else comp
+        note = ("level x%.3f from this file's single run" % level) if kind.startswith("cpu") and own_level else ""
         prof = (r.get("strategy_report") or {}).get("profiled_layer_ms")
         if prof:  # layer_split's own profiling pass in setup (not its timed iterations)
             c["profiled_layer_ms"] = prof
             note = "stage times from this run's profiling pass (setup)"
-        pred, bd = perf.predict(lvl_comp, link, c)
+        pred, bd = perf.predict(lvl_comp, link, c, net)
         points.append(_point(kind, src, r["label"], r["config"], measured, pred, bd, note=note))
     return points
 
@@ -267,8 +271,8 @@ def summarize(points, domain_only=False):
             sel = [p for p in points if p["kind"] == kind and p["held_out"] and
                    (not domain_only or p.get("in_model_domain", True)) and
                    (group == "all" or (group == "allreduce_bench") == p["strategy"].startswith("allreduce_bench"))]
-            if not sel:
-                continue
+            if not sel or (group == "all" and not any(p["group"] == "allreduce_bench" for p in sel)):
+                continue  # "all" only where it differs from "training"
             e = np.abs([p["relative_error"] for p in sel])
             out["%s/%s" % (kind, group)] = {"points": len(sel), "median_abs_error": float(np.median(e)),
                                            "max_abs_error": float(e.max()),

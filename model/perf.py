@@ -43,6 +43,42 @@ ACTIVATION_FLOATS = (3380, 800, 128, 10)
 CHUNK_BYTES = 262144  # data_parallel's and the collectives' default chunk_bytes
 
 
+class Net:
+    """What the strategies need to know of a network: its layers (as layer_split profiles and cuts
+    them), its parameter tensors' sizes (data_parallel's allreduce, DDP buckets), the floats per
+    example after each layer (layer_split's hand-offs) and channel_split's collectives per example
+    for each pairing ([(collective, floats per example)], "allreduce" standing for the run's
+    algorithm). channel_split_max: the fewest output units of a split layer (at most that many
+    devices). layer_macs: forward multiply-adds per example per layer (None where not known)."""
+
+    def __init__(self, name, layers, tensor_bytes, activation_floats, channel_split_ops,
+                 channel_split_max, layer_macs=None, source=""):
+        self.name = name
+        self.layers = tuple(layers)
+        self.tensor_bytes = tuple(int(x) for x in tensor_bytes)
+        self.gradient_bytes = sum(self.tensor_bytes)
+        self.activation_floats = tuple(activation_floats)
+        self.channel_split_ops = {k: tuple(v) for k, v in channel_split_ops.items()}
+        self.channel_split_max = channel_split_max
+        self.layer_macs = tuple(layer_macs) if layer_macs else None
+        self.source = source
+
+    def to_json(self):
+        return {"name": self.name, "layers": list(self.layers), "gradient_bytes": self.gradient_bytes,
+                "tensor_bytes": list(self.tensor_bytes), "activation_floats_per_example": list(self.activation_floats),
+                "channel_split_collectives": {k: [list(x) for x in v] for k, v in self.channel_split_ops.items()},
+                "channel_split_max_devices": self.channel_split_max, "source": self.source}
+
+
+# LeNet as ParaLab runs it (README's table; channel_split's lists as gpu-check.json's runs report).
+LENET = Net("lenet", LAYERS, TENSOR_BYTES, ACTIVATION_FLOATS,
+            {"none": (("allgather", 3380), ("allgather", 800), ("allgather", 128), ("allgather", 10),
+                      ("reduce_scatter", 128), ("reduce_scatter", 800), ("reduce_scatter", 3380)),
+             "megatron": (("allgather", 3380), ("allgather", 10), ("allreduce", 128), ("allreduce", 128),
+                          ("reduce_scatter", 3380))},
+            channel_split_max=10, source="model/perf.py constants (README's Models table)")
+
+
 def nnls(a, y):
     """Non-negative least squares min |a x - y|, x >= 0 (Lawson-Hanson; a few columns only)."""
     a, y = np.asarray(a, float), np.asarray(y, float)
@@ -88,7 +124,9 @@ class Compute:
     """
 
     def __init__(self, line, layers, backward_fraction, note="", host=None, width_efficiency=None,
-                 graph_factor=1.0, group_overhead=0.0):
+                 graph_factor=1.0, group_overhead=0.0, names=None):
+        self.names = tuple(names) if names else LAYERS[:len(layers)] if len(layers) == len(LAYERS) else \
+            tuple("layer%d" % i for i in range(len(layers)))
         # width_efficiency: {k: measured channel_split compute / the layer model's at 1/k of the
         # channels} from a profile (kernels run less efficiently at fewer channels); graph_factor:
         # a single step captured as one CUDA graph against the eager step.
@@ -109,7 +147,7 @@ class Compute:
     def scaled(self, level):
         return Compute((self.line[0] * level, self.line[1] * level), self.layers,
                        self.backward_fraction, self.note, self.host, self.width_efficiency,
-                       self.graph_factor, self.group_overhead)
+                       self.graph_factor, self.group_overhead, self.names)
 
     def width_factor(self, k):
         if not self.width_efficiency or k <= 1:
@@ -142,22 +180,22 @@ class Compute:
         return {"step_ms": {"fixed": self.line[0], "per_example": self.line[1]},
                 "host_bound": None if not self.host else {"host_ms_one_thread": self.host[0],
                                                           "launch_cost_us_1_2_4_8_threads": self.host[1]},
-                "layers": {n: {"fixed": a, "per_example": c} for n, (a, c) in zip(LAYERS, self.layers)},
+                "layers": {n: {"fixed": a, "per_example": c} for n, (a, c) in zip(self.names, self.layers)},
                 "channel_split_width_efficiency": self.width_efficiency, "cuda_graph_factor": self.graph_factor,
                 "group_step_overhead_ms": self.group_overhead,
                 "backward_fraction": self.backward_fraction, "note": self.note}
 
     @staticmethod
-    def fit(step_points, layer_points, backward_fraction, note=""):
-        """step_points: [(b, ms)]; layer_points: [(b, [ms per layer])]."""
+    def fit(step_points, layer_points, backward_fraction, note="", names=None):
+        """step_points: [(b, ms)]; layer_points: [(b, [ms per layer])], every point the same layers."""
         b = np.array([p[0] for p in step_points], float)
         line = relative_fit(np.c_[np.ones_like(b), b], [p[1] for p in step_points])
         lb = np.array([p[0] for p in layer_points], float)
         layers = []
-        for l in range(len(LAYERS)):
-            y = [p[1][l] for p in layer_points]
+        for l in range(len(layer_points[0][1])):
+            y = [max(p[1][l], 1e-6) for p in layer_points]  # a layer measured at 0 ms weighs 1e-6
             layers.append(tuple(relative_fit(np.c_[np.ones_like(lb), lb], y)))
-        return Compute(line, layers, backward_fraction, note)
+        return Compute(line, layers, backward_fraction, note, names=names)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -361,7 +399,7 @@ class Link:
 
 
 def data_parallel(comp, link, k, per_device_batch, allreduce="ring", grouping="bucketed",
-                  overlap=False, buckets_bytes=None):
+                  overlap=False, buckets_bytes=None, net=LENET):
     """Every device: its shard's forward+backward (the step profile), then the allreduce(s).
 
     overlap: the allreduce of all buckets but the last runs under backward; what does not fit
@@ -369,11 +407,11 @@ def data_parallel(comp, link, k, per_device_batch, allreduce="ring", grouping="b
     """
     t = comp.step(per_device_batch, k)
     if grouping == "per_tensor":
-        sizes = TENSOR_BYTES
+        sizes = net.tensor_bytes
     elif buckets_bytes:
         sizes = buckets_bytes
     else:
-        sizes = (GRADIENT_BYTES,)
+        sizes = (net.gradient_bytes,)
     comm_each = [link.time(allreduce, n, k) for n in sizes]
     comm = sum(comm_each)
     if overlap and k > 1:
@@ -384,7 +422,7 @@ def data_parallel(comp, link, k, per_device_batch, allreduce="ring", grouping="b
     return t + exposed, {"compute": t, "communication": comm, "exposed_communication": exposed}
 
 
-def layer_split(comp, link, k, batch, microbatches=1, split=None, layer_ms=None):
+def layer_split(comp, link, k, batch, microbatches=1, split=None, layer_ms=None, net=LENET):
     """GPipe fill/drain over k stages: sum of the stage times + (m-1) x the slowest stage.
 
     A stage's time per micro-batch is its layers' forward+backward at the micro-batch size plus
@@ -400,15 +438,15 @@ def layer_split(comp, link, k, batch, microbatches=1, split=None, layer_ms=None)
     lay = [x * comp.contention(k) for x in lay]
     if split is None:
         split = best_split(lay, k)
-    bounds = [0] + list(split) + [len(LAYERS)]
+    bounds = [0] + list(split) + [len(lay)]
     stages = []
     for j in range(k):
         work = sum(lay[bounds[j]:bounds[j + 1]])
         hand = 0.0
         if j > 0:  # receives activations forward; its own gradient goes back (counted at j-1)
-            hand += link.time("p2p", 4 * ACTIVATION_FLOATS[bounds[j] - 1] * mb, 2, ranks=k)
+            hand += link.time("p2p", 4 * net.activation_floats[bounds[j] - 1] * mb, 2, ranks=k)
         if j < k - 1:
-            hand += link.time("p2p", 4 * ACTIVATION_FLOATS[bounds[j + 1] - 1] * mb, 2, ranks=k)
+            hand += link.time("p2p", 4 * net.activation_floats[bounds[j + 1] - 1] * mb, 2, ranks=k)
         stages.append(work + hand)
     total = sum(stages) + (m - 1) * max(stages)
     busy = sum(sum(lay[bounds[j]:bounds[j + 1]]) for j in range(k)) * m
@@ -436,33 +474,29 @@ def best_split(layer_ms, k):
     return best_cut
 
 
-def channel_split(comp, link, k, batch, pairing="none", allreduce="ring"):
+def channel_split(comp, link, k, batch, pairing="none", allreduce="ring", net=LENET):
     """Every device: every layer at 1/k of its channels on the whole batch, plus the collectives
-    the strategy_report lists (all-gather of each output, reduce-scatter of input gradients; with
-    megatron, conv2 | fc1 paired by two allreduces of fc1's 128 units)."""
+    the strategy_report lists (net.channel_split_ops; LeNet: all-gather of each output,
+    reduce-scatter of input gradients; with megatron, conv2 | fc1 paired by two allreduces of fc1's
+    128 units)."""
     t = sum(comp.layer_ms(batch, 1.0 / k)) * comp.width_factor(k) if k > 1 else comp.step(batch)
     if comp.host:
         t = max(t, comp.host[0] * comp.contention(k))
     f = 4 * batch  # bytes per float per example x batch
-    if pairing == "megatron":
-        ops = [("allgather", 3380), ("allgather", 10), (allreduce, 128), (allreduce, 128),
-               ("reduce_scatter", 3380)]
-    else:
-        ops = [("allgather", 3380), ("allgather", 800), ("allgather", 128), ("allgather", 10),
-               ("reduce_scatter", 128), ("reduce_scatter", 800), ("reduce_scatter", 3380)]
+    ops = [(allreduce if op == "allreduce" else op, floats) for op, floats in net.channel_split_ops[pairing]]
     comm = sum(link.time(op, f * floats, k) for op, floats in ops)
     return t + comm, {"compute": t, "communication": comm, "exposed_communication": comm}
 
 
-def predict(comp, link, config):
-    """Step ms for a results run's config (strategy, devices, per-device batch, options)."""
-    t, bd = _predict(comp, link, config)
+def predict(comp, link, config, net=LENET):
+    """Step ms for a results run's config (strategy, devices, per-device batch, options) of `net`."""
+    t, bd = _predict(comp, link, config, net)
     if config["strategy"] != "single":
         t += comp.group_overhead
     return t, bd
 
 
-def _predict(comp, link, config):
+def _predict(comp, link, config, net):
     s = config["strategy"]
     k = config["devices"]
     o = config.get("options") or {}
@@ -478,23 +512,23 @@ def _predict(comp, link, config):
         buckets = None
         if grouping != "per_tensor" and nb > 1:
             cap = o.get("bucket_bytes", 26214400)
-            buckets = bucketize(cap)
+            buckets = bucketize(cap, net)
         return data_parallel(comp, link, k, config["per_device_batch"], o.get("allreduce", "ring"),
-                             grouping, bool(o.get("overlap")), buckets)
+                             grouping, bool(o.get("overlap")), buckets, net)
     if s == "layer_split":
         split = o.get("split")
         return layer_split(comp, link, k, config["global_batch"], o.get("microbatches", 1),
-                           None if split in (None, "auto") else split, config.get("profiled_layer_ms"))
+                           None if split in (None, "auto") else split, config.get("profiled_layer_ms"), net)
     if s == "channel_split":
         return channel_split(comp, link, k, config["global_batch"], o.get("pairing", "none"),
-                             o.get("allreduce", "ring"))
+                             o.get("allreduce", "ring"), net)
     raise ValueError("unknown strategy " + s)
 
 
-def bucketize(cap):
+def bucketize(cap, net=LENET):
     """DDP's grouping: whole tensors, last layer first, into buckets of at most cap bytes."""
     out, cur = [], 0
-    for n in reversed(TENSOR_BYTES):
+    for n in reversed(net.tensor_bytes):
         if cur and cur + n > cap:
             out.append(cur)
             cur = 0

@@ -52,3 +52,58 @@ def all_presets(cpu, h200):
         "8xH100 NVLink (published)": nvlink_h100(gpu_compute),
         "H100 + InfiniBand NDR (published)": infiniband_ndr(gpu_compute),
     }
+
+
+# ---------------------------------------------------------------------------------------------
+# AlexNet. No AlexNet step was ever timed on a GPU here (experiments/alexnet-gpu.json has not
+# run), so its GPU compute is an assumption built from stated figures, not a measurement:
+#   per example: its training FLOP (6 x forward multiply-adds, from the results' config.model)
+#                at a throughput = the GPU's FP32 peak x an efficiency;
+#   efficiency:  LeNet's measured one on the H200 (the marginal per-example time of the fitted
+#                eager step against LeNet's 13.5 MFLOP, calibrate.h200_compute: ~15.6 TFLOP/s,
+#                23 % of 67 TFLOP/s) or a higher one given as a sensitivity (cuDNN's large
+#                convolutions run nearer peak than LeNet's small ones; no figure measured here);
+#   fixed per step: LeNet's fitted fixed H200 time x (AlexNet's 14 layers / LeNet's 4), plus SGD
+#                reading the weights and gradient and writing the weights (3 x 187 MB) at the
+#                H100 SXM's 3.35 TB/s HBM3 (NVIDIA H100 datasheet);
+#   per layer:   the per-example time split in proportion to the layer's multiply-adds (pooling,
+#                dropout and resize get none), the fixed time evenly;
+#   channel_split's narrower kernels assumed as efficient as the full ones (width efficiency 1;
+#                optimistic for channel_split).
+FP32_PEAK_TFLOPS = 67.0   # H100 SXM5 and H200: 67 TFLOP/s FP32 (NVIDIA H100/H200 datasheets)
+HBM_BYTES_PER_S = 3.35e12  # H100 SXM5 HBM3 (NVIDIA H100 datasheet)
+LENET_TRAINING_FLOP = 13.5e6  # README's Models table: 2,250,360 multiply-adds x 6
+
+
+def lenet_gpu_efficiency(h200_compute):
+    """LeNet's marginal FP32 efficiency on the H200: training FLOP per example / fitted ms per example."""
+    return LENET_TRAINING_FLOP / (h200_compute.line[1] * 1e-3) / (FP32_PEAK_TFLOPS * 1e12)
+
+
+def alexnet_gpu_compute(h200_compute, net, efficiency):
+    macs = list(net.layer_macs)
+    per_example = 6.0 * sum(macs) / (FP32_PEAK_TFLOPS * 1e12 * efficiency) * 1e3  # ms
+    fixed = h200_compute.line[0] * len(net.layers) / len(perf.LAYERS) + 3 * net.gradient_bytes / HBM_BYTES_PER_S * 1e3
+    n = len(macs)
+    layers = [(fixed / n, per_example * m / sum(macs)) for m in macs]
+    return perf.Compute((fixed, per_example), layers, h200_compute.backward_fraction, names=net.layers,
+                        note="assumed, not measured: AlexNet's training FLOP at %.0f %% of the FP32 peak "
+                             "(%.0f TFLOP/s); fixed %.2f ms (LeNet's fitted H200 fixed time x %d/%d layers "
+                             "+ SGD over 3 x %d B at 3.35 TB/s); per layer in proportion to multiply-adds"
+                             % (100 * efficiency, FP32_PEAK_TFLOPS, fixed, len(net.layers), len(perf.LAYERS),
+                                net.gradient_bytes))
+
+
+def alexnet_presets(cpu, h200_compute, net, sensitivity_efficiency=0.5):
+    """cpu: (Compute, Link) fitted on AlexNet's CPU profile. The GPU presets take the published
+    links of nvlink_h100 / infiniband_ndr with the assumed compute above, at LeNet's measured
+    efficiency and at `sensitivity_efficiency`. The H200 virtual devices are left out for AlexNet
+    (their host-bound hand-offs were measured for LeNet's sizes only, and no AlexNet GPU step)."""
+    e = lenet_gpu_efficiency(h200_compute)
+    out = {"cpu-2core-xeon (measured)": cpu}
+    for eff, tag in ((e, "LeNet's H200 efficiency %.0f %%" % (100 * e)),
+                     (sensitivity_efficiency, "%.0f %% of peak" % (100 * sensitivity_efficiency))):
+        comp = alexnet_gpu_compute(h200_compute, net, eff)
+        out["8xH100 NVLink (published; compute assumed, %s)" % tag] = nvlink_h100(comp)
+        out["H100 + InfiniBand NDR (published; compute assumed, %s)" % tag] = infiniband_ndr(comp)
+    return out

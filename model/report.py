@@ -13,7 +13,7 @@ import os
 import statistics
 import sys
 
-from . import accuracy, calibrate, noise, perf, presets, session
+from . import accuracy, calibrate, nets, noise, perf, presets, session
 
 ROOT = calibrate.ROOT
 KS = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024]
@@ -69,8 +69,11 @@ def validate(models):
 # projection
 
 
-def project(name, comp, link, virtual_sms=None):
-    """Step ms and speedup per strategy and k, strong (global 8192) and weak (256 per device)."""
+def project(name, comp, link, virtual_sms=None, net=perf.LENET, strong_batch=STRONG_BATCH,
+            weak_batch=WEAK_BATCH, overlap_bucket_bytes=65536):
+    """Step ms and speedup per strategy and k, strong (global strong_batch) and weak (weak_batch
+    per device). layer_split (8 micro-batches) up to the net's layer count, channel_split up to
+    its fewest split units."""
     out = {"strong": {}, "weak": {}}
     ks = [k for k in KS if not virtual_sms or virtual_sms / k >= 8]
 
@@ -78,30 +81,56 @@ def project(name, comp, link, virtual_sms=None):
         return b * k if virtual_sms else b
 
     for scaling in ("strong", "weak"):
-        base = comp.step(STRONG_BATCH if scaling == "strong" else WEAK_BATCH)
+        base = comp.step(strong_batch if scaling == "strong" else weak_batch)
         rows = {}
         for k in ks:
-            b = STRONG_BATCH / k if scaling == "strong" else WEAK_BATCH
+            b = strong_batch / k if scaling == "strong" else weak_batch
             g = b * k
             r = {}
             for alg in ("naive", "ring", "tree"):
-                t, bd = perf.data_parallel(comp, link, k, eff(b, k), alg)
+                t, bd = perf.data_parallel(comp, link, k, eff(b, k), alg, net=net)
                 r["data_parallel/" + alg] = (t, bd)
             t, bd = perf.data_parallel(comp, link, k, eff(b, k), "ring", overlap=True,
-                                       buckets_bytes=perf.bucketize(65536))
+                                       buckets_bytes=perf.bucketize(overlap_bucket_bytes, net), net=net)
             r["data_parallel/ring overlap"] = (t, bd)
-            if k <= 4:
-                t, bd = perf.layer_split(comp, link, k, eff(g, k), microbatches=8) if k > 1 else (comp.step(g), {"compute": comp.step(g)})
+            if k <= len(net.layers):
+                t, bd = perf.layer_split(comp, link, k, eff(g, k), microbatches=8, net=net) if k > 1 else (comp.step(g), {"compute": comp.step(g)})
                 r["layer_split m8"] = (t, bd)
-            if k <= 10:
+            if k <= net.channel_split_max:
                 for pairing in ("none", "megatron"):
-                    t, bd = perf.channel_split(comp, link, k, eff(g, k), pairing)
+                    t, bd = perf.channel_split(comp, link, k, eff(g, k), pairing, net=net)
                     r["channel_split/" + pairing] = (t, bd)
             rows[k] = {s: {"step_ms": t, "speedup": (base / t) if scaling == "strong" else (k * base / t),
                            "compute_ms": bd.get("compute"), "communication_ms": bd.get("communication", 0.0),
                            "exposed_communication_ms": bd.get("exposed_communication", 0.0)}
                        for s, (t, bd) in r.items()}
         out[scaling] = rows
+    return out
+
+
+def batch_crossovers(comp, link, net, ks=(2, 4, 8), batches=tuple(2 ** i for i in range(3, 14))):
+    """Per k: the global batches (8 .. 8192) at which channel_split (the better pairing) or
+    layer_split (m8, where the batch allows 8 micro-batches) is faster than the fastest
+    data_parallel (naive, ring, tree, ring with overlap), and the step ms of each at k."""
+    out = {}
+    for k in ks:
+        rows = {}
+        for g in batches:
+            if g < k:
+                continue
+            dp = min(perf.data_parallel(comp, link, k, g / k, alg, net=net)[0] for alg in ("naive", "ring", "tree"))
+            dp = min(dp, perf.data_parallel(comp, link, k, g / k, "ring", overlap=True,
+                                            buckets_bytes=perf.bucketize(26214400, net), net=net)[0])
+            cs = min(perf.channel_split(comp, link, k, g, p, net=net)[0] for p in ("none", "megatron")) \
+                if k <= net.channel_split_max else None
+            ls = perf.layer_split(comp, link, k, g, microbatches=8, net=net)[0] \
+                if k <= len(net.layers) and g >= 8 else None
+            rows[g] = {"data_parallel_ms": dp, "channel_split_ms": cs, "layer_split_m8_ms": ls}
+        out[k] = {"channel_split_beats_data_parallel_at_global_batch":
+                  [g for g, r in rows.items() if r["channel_split_ms"] and r["channel_split_ms"] < r["data_parallel_ms"]],
+                  "layer_split_beats_data_parallel_at_global_batch":
+                  [g for g, r in rows.items() if r["layer_split_m8_ms"] and r["layer_split_m8_ms"] < r["data_parallel_ms"]],
+                  "rows": rows}
     return out
 
 
@@ -148,6 +177,48 @@ def strategy_crossovers(proj):
         res["peak speedup"] = {"k": peak, "speedup": max(v["speedup"] for v in rows[peak].values())}
         out[scaling] = res
     return out
+
+
+# ---------------------------------------------------------------------------------------------
+# AlexNet: validation on its 2-device CPU runs and projections
+
+ALEXNET_STRONG_BATCH = 8192  # as LeNet's: >= 8 examples per device up to k = 1,024
+ALEXNET_WEAK_BATCH = 128     # the book's AlexNet batch, per device
+ALEXNET_BUCKET_BYTES = 26214400  # data_parallel's default bucket_bytes (the runs': 5 buckets)
+
+
+def alexnet(profile, cpu_link, h200_comp):
+    """Fit AlexNet's CPU compute on its profile, predict every run of alexnet-strategies.json held
+    out (its single runs set each round's speed level, as for LeNet's files), project it."""
+    net = nets.alexnet()
+    comp = calibrate.cpu_compute(profile)
+    src = nets.ALEXNET_SOURCE
+    points = calibrate.validate_runs("cpu-alexnet", src, comp, cpu_link)
+    for p in points:
+        if p["strategy"] == "single":
+            p["held_out"] = False
+            p["note"] = "level calibration: sets this round's speed for the runs after it"
+    # Diagnostic, not counted: channel_split's errors without the profile's width efficiency (its
+    # 2-device run shares cores whenever the machine is busy, which inflates it).
+    plain = perf.Compute(comp.line, comp.layers, comp.backward_fraction, names=comp.names)
+    diag = [p for p in calibrate.validate_runs("cpu-alexnet", src, plain, cpu_link) if p["strategy"] == "channel_split"]
+    singles = [r["timing"]["median_iteration_ms"] / comp.step(r["config"]["global_batch"])
+               for r in calibrate.load(src)["runs"] if r["status"] == "ok" and r["config"]["strategy"] == "single"]
+    level = statistics.median(singles)
+    ref = comp.scaled(level)
+    pres = presets.alexnet_presets((ref, cpu_link), h200_comp, net)
+    proj = {n: project(n, c, l, net=net, strong_batch=ALEXNET_STRONG_BATCH, weak_batch=ALEXNET_WEAK_BATCH,
+                       overlap_bucket_bytes=ALEXNET_BUCKET_BYTES) for n, (c, l) in pres.items()}
+    return {"net": net.to_json(), "profile": os.path.relpath(profile, ROOT),
+            "profile_description": calibrate.load(profile)["descriptor"].get("description", ""),
+            "cpu_compute": ref.to_json(), "cpu_reference_level": level,
+            "gpu_efficiency_lenet_h200": presets.lenet_gpu_efficiency(h200_comp),
+            "gpu_compute": {n: c.to_json() for n, (c, l) in pres.items() if "cpu" not in n},
+            "points": points, "projections": proj,
+            "channel_split_errors_at_width_efficiency_1": {p["label"]: p["relative_error"] for p in diag},
+            "strategy_crossovers": {n: strategy_crossovers(p) for n, p in proj.items()},
+            "batch_crossovers": {n: batch_crossovers(c, l, net) for n, (c, l) in pres.items()},
+            "scaling_text": "strong: global batch %d; weak: %d per device" % (ALEXNET_STRONG_BATCH, ALEXNET_WEAK_BATCH)}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -205,8 +276,12 @@ def plots(out_dir, points, projections, acc, crossovers_allreduce, links):
             if cal:
                 ax.scatter([p["measured_ms"] for p in cal], [p["predicted_ms"] for p in cal], s=30,
                            marker=marker, facecolors="none", edgecolors="k", label=group + " (calibration)")
-        lo = min(p["measured_ms"] for p in points if p["kind"] == kind) / 2
-        hi = max(p["measured_ms"] for p in points if p["kind"] == kind) * 2
+        if kind == "cpu":
+            al = [p for p in points if p["kind"] == "cpu-alexnet" and p["held_out"]]
+            ax.scatter([p["measured_ms"] for p in al], [p["predicted_ms"] for p in al], s=22, marker="s",
+                       label="AlexNet training (held out)", alpha=0.8)
+        lo = min(p["measured_ms"] for p in points if p["kind"].startswith(kind)) / 2
+        hi = max(p["measured_ms"] for p in points if p["kind"].startswith(kind)) * 2
         ax.plot([lo, hi], [lo, hi], "k-", lw=0.8)
         ax.fill_between([lo, hi], [lo * 0.85, hi * 0.85], [lo * 1.15, hi * 1.15], color="g", alpha=0.1,
                         label="±15 %")
@@ -220,43 +295,7 @@ def plots(out_dir, points, projections, acc, crossovers_allreduce, links):
     files.append(_save(fig, out_dir, "predicted_vs_measured.png"))
     plt.close(fig)
 
-    for scaling in ("strong", "weak"):
-        fig, axes = plt.subplots(1, len(projections), figsize=(5 * len(projections), 4.5))
-        for ax, (name, proj) in zip(axes, projections.items()):
-            rows = proj[scaling]
-            ks = sorted(rows)
-            for s in sorted({s for k in ks for s in rows[k]}):
-                xs = [k for k in ks if s in rows[k]]
-                ax.plot(xs, [rows[k][s]["speedup"] for k in xs], marker=".", label=s)
-            ax.plot(ks, ks, "k:", lw=0.8, label="ideal")
-            ax.set_xscale("log", base=2)
-            ax.set_yscale("log", base=2)
-            ax.set_title(name, fontsize=9)
-            ax.set_xlabel("devices k")
-            ax.set_ylabel("speedup (throughput vs 1 device)")
-        axes[0].legend(fontsize=6)
-        fig.suptitle("%s scaling: %s" % (scaling, "global batch 8192" if scaling == "strong" else "256 per device"))
-        fig.tight_layout()
-        files.append(_save(fig, out_dir, "projection_%s.png" % scaling))
-        plt.close(fig)
-
-    fig, axes = plt.subplots(1, len(projections), figsize=(5 * len(projections), 4.5))
-    for ax, (name, proj) in zip(axes, projections.items()):
-        rows = proj["weak"]
-        ks = [k for k in sorted(rows) if k > 1]
-        comp = [rows[k]["data_parallel/ring"]["compute_ms"] for k in ks]
-        comm = [rows[k]["data_parallel/ring"]["communication_ms"] for k in ks]
-        ax.bar(range(len(ks)), comp, label="compute")
-        ax.bar(range(len(ks)), comm, bottom=comp, label="allreduce (ring)")
-        ax.set_xticks(range(len(ks)))
-        ax.set_xticklabels(ks, fontsize=7)
-        ax.set_title(name, fontsize=9)
-        ax.set_xlabel("devices k")
-        ax.set_ylabel("step ms (weak, 256 per device)")
-    axes[0].legend(fontsize=7)
-    fig.tight_layout()
-    files.append(_save(fig, out_dir, "breakdown_weak_ring.png"))
-    plt.close(fig)
+    files += projection_plots(out_dir, projections, "", None)
 
     fig, axes = plt.subplots(1, len(links), figsize=(5 * len(links), 4.5))
     sizes = [4 ** i for i in range(1, 17)]
@@ -283,6 +322,67 @@ def plots(out_dir, points, projections, acc, crossovers_allreduce, links):
         fig = accuracy.plot(plt, acc)
         files.append(_save(fig, out_dir, "accuracy_vs_batch.png"))
         plt.close(fig)
+    return files
+
+
+
+def projection_plots(out_dir, projections, prefix, title):
+    """Speedup per strategy (strong, weak) and the weak data_parallel/ring breakdown, one panel per
+    preset; `title` None: LeNet's batches."""
+    import matplotlib.pyplot as plt
+    if title:
+        batches = {"strong": "global batch %d" % ALEXNET_STRONG_BATCH, "weak": "%d per device" % ALEXNET_WEAK_BATCH}
+    else:
+        batches = {"strong": "global batch %d" % STRONG_BATCH, "weak": "%d per device" % WEAK_BATCH}
+    files = []
+
+    def panels():  # one row up to 4 presets, rows of 3 beyond
+        n = len(projections)
+        cols = n if n <= 4 else 3
+        rows = math.ceil(n / cols)
+        fig, axes = plt.subplots(rows, cols, figsize=(5 * cols, 4.5 * rows), squeeze=False)
+        axes = list(axes.flat)
+        for ax in axes[n:]:
+            ax.axis("off")
+        return fig, axes[:n]
+
+    for scaling in ("strong", "weak"):
+        fig, axes = panels()
+        for ax, (name, proj) in zip(axes, projections.items()):
+            rows = proj[scaling]
+            ks = sorted(rows)
+            for s in sorted({s for k in ks for s in rows[k]}):
+                xs = [k for k in ks if s in rows[k]]
+                ax.plot(xs, [rows[k][s]["speedup"] for k in xs], marker=".", label=s)
+            ax.plot(ks, ks, "k:", lw=0.8, label="ideal")
+            ax.set_xscale("log", base=2)
+            ax.set_yscale("log", base=2)
+            ax.set_title(name, fontsize=7 if len(name) > 40 else 9)
+            ax.set_xlabel("devices k")
+            ax.set_ylabel("speedup (throughput vs 1 device)")
+        axes[0].legend(fontsize=6)
+        fig.suptitle("%s%s scaling: %s" % (title + ", " if title else "", scaling, batches[scaling]))
+        fig.tight_layout()
+        files.append(_save(fig, out_dir, "%sprojection_%s.png" % (prefix, scaling)))
+        plt.close(fig)
+
+    fig, axes = panels()
+    for ax, (name, proj) in zip(axes, projections.items()):
+        rows = proj["weak"]
+        ks = [k for k in sorted(rows) if k > 1]
+        comp = [rows[k]["data_parallel/ring"]["compute_ms"] for k in ks]
+        comm = [rows[k]["data_parallel/ring"]["communication_ms"] for k in ks]
+        ax.bar(range(len(ks)), comp, label="compute")
+        ax.bar(range(len(ks)), comm, bottom=comp, label="allreduce (ring)")
+        ax.set_xticks(range(len(ks)))
+        ax.set_xticklabels(ks, fontsize=7)
+        ax.set_title(name, fontsize=7 if len(name) > 40 else 9)
+        ax.set_xlabel("devices k")
+        ax.set_ylabel("step ms (weak, %s)" % batches["weak"])
+    axes[0].legend(fontsize=7)
+    fig.tight_layout()
+    files.append(_save(fig, out_dir, "%sbreakdown_weak_ring.png" % prefix))
+    plt.close(fig)
     return files
 
 
@@ -344,6 +444,17 @@ def write_readme(out_dir, report, figures):
                                                       100 * v["max_abs_error"], v["within_15_percent"],
                                                       "met" if v["meets_goal"] else "**not met**"))
     w("")
+    if report.get("alexnet"):
+        a = report["alexnet"]
+        w("**AlexNet** (`cpu-alexnet/training`, its own kind): every run of "
+          "`results/reference/cpu-2core-xeon/alexnet-strategies.json` (2 CPU devices, global batch 32 and "
+          "128, two rounds) predicted from AlexNet's own CPU profile (`%s`, experiments/model-profile-alexnet.json) "
+          "and the CPU allreduce fits above; each round's `single` run sets the speed level of the runs after "
+          "it (calibration, not counted), as for LeNet's files; layer_split's stage times come from its own "
+          "profiling pass. The network (layers, tensor and activation sizes, channel_split's collectives) is "
+          "read from that results file (model/nets.py). Per run in the table below and in section 3's AlexNet part."
+          % a["profile"])
+        w("")
     if report.get("session"):
         write_session(w, report["session"], s)
     w("### Against the medians of repeated measurements, beside the measurements' own noise")
@@ -461,6 +572,8 @@ def write_readme(out_dir, report, figures):
             w("| %s | %s | %s | %s | %s |" % (name, k, _bytes(r["ring_beats_tree_from_bytes"]),
                                              _bytes(r["ring_beats_naive_from_bytes"]), r["fastest_for_lenet_gradient"]))
     w("")
+    if report.get("alexnet"):
+        write_alexnet(w, report["alexnet"], report, figures)
     w("## 4. Accuracy versus global batch: which learning-rate rule")
     w("")
     acc = report["accuracy"]
@@ -491,6 +604,108 @@ def write_readme(out_dir, report, figures):
       "directory; `--full` runs the accuracy sweep at 10 epochs, `--short` is CI's smoke test).")
     with open(os.path.join(out_dir, "README.md"), "w") as f:
         f.write("\n".join(L) + "\n")
+
+
+def write_alexnet(w, a, report, figures):
+    """Section 3's AlexNet part: its network, CPU fit, validation and projections."""
+    net = a["net"]
+    w("### AlexNet: validation and projections")
+    w("")
+    w("The network as bench_runner recorded it (config.model in `%s`): %d layers (%s), %s parameters "
+      "(%s B of fp32 gradient in %d tensors), channel_split on at most %d devices (fc3's 10 units), "
+      "layer_split cut between any of its layers. Compute on the CPU: `%s` (%s), fitted as for LeNet "
+      "(step = A + C·b, per layer a_l + c_l·b) and scaled to the reference files' speed by the median of "
+      "their single runs (x%.3f):" % (net["source"], len(net["layers"]), ", ".join(net["layers"]),
+                                      "{:,}".format(net["gradient_bytes"] // 4), "{:,}".format(net["gradient_bytes"]),
+                                      len(net["tensor_bytes"]), net["channel_split_max_devices"], a["profile"],
+                                      a["profile_description"], a["cpu_reference_level"]))
+    w("")
+    c = a["cpu_compute"]
+    w("| | fixed ms | ms per example |")
+    w("|---|---|---|")
+    w("| whole step | %.1f | %.2f |" % (c["step_ms"]["fixed"], c["step_ms"]["per_example"]))
+    for n, v in c["layers"].items():
+        w("| %s (profile shape) | %.2f | %.3f |" % (n, v["fixed"], v["per_example"]))
+    w("")
+    w("channel_split width efficiency (measured channel_split compute / the layer model's at half the "
+      "channels): %s; backward fraction %.2f." % (
+          ", ".join("k=%s: %.2f" % kv for kv in c["channel_split_width_efficiency"].items()) or "none",
+          c["backward_fraction"]))
+    w("")
+    pts = [p for p in report["points"] if p["kind"] == "cpu-alexnet"]
+    held = [p for p in pts if p["held_out"]]
+    sm = report["summary"].get("cpu-alexnet/training")
+    if sm:
+        w("Held out: %d runs, median |error| %.1f %%, max %.1f %% (%s the 8 %% / 15 %% goal); per run:" % (
+            sm["points"], 100 * sm["median_abs_error"], 100 * sm["max_abs_error"],
+            "meets" if sm["meets_goal"] else "misses"))
+        w("")
+    w("| run | measured ms | predicted ms | error | predicted compute / communication ms | note |")
+    w("|---|---|---|---|---|---|")
+    for p in pts:
+        bd = p["breakdown_ms"]
+        w("| %s | %.1f | %.1f | %s | %.1f / %.1f | %s |" % (
+            p["label"], p["measured_ms"], p["predicted_ms"], pct(p["relative_error"]) if p["held_out"] else "(calibration)",
+            bd.get("compute", 0.0), bd.get("communication", 0.0), p["note"]))
+    w("")
+    w("**GPU presets for AlexNet are assumptions, not measurements.** No AlexNet step was timed on a GPU "
+      "here (experiments/alexnet-gpu.json has not run). Its GPU compute is AlexNet's training FLOP "
+      "(6 × 938,146,176 multiply-adds per example) at the FP32 peak of an H100 SXM / H200 (67 TFLOP/s, "
+      "NVIDIA datasheets) times an efficiency: LeNet's measured one on the H200 (%.1f %%: the fitted "
+      "eager step's ms per example against LeNet's 13.5 MFLOP), and, as a sensitivity, 50 %% (large "
+      "convolutions run nearer peak than LeNet's; no figure measured here). Fixed time per step: LeNet's "
+      "fitted H200 fixed time × 14/4 layers plus SGD over 3 × 187 MB at 3.35 TB/s. Per layer in proportion "
+      "to its multiply-adds; channel_split's narrower kernels assumed as efficient as the full ones "
+      "(optimistic for channel_split). Links: the published presets above. The H200 virtual devices are "
+      "left out for AlexNet (their hand-offs were measured at LeNet's sizes only)." % (
+          100 * a["gpu_efficiency_lenet_h200"]))
+    w("")
+    for f in ("alexnet_projection_strong.png", "alexnet_projection_weak.png", "alexnet_breakdown_weak_ring.png"):
+        if f in figures:
+            w("![%s](%s)" % (f[:-4], f))
+            w("")
+    w("Crossovers (%s; layer_split with 8 micro-batches up to 8 devices, channel_split up to 8):" % a["scaling_text"])
+    w("")
+    w("| preset | scaling | peak speedup (at k) | ring: comm > compute from k | layer_split beats data_parallel at k | channel_split beats data_parallel at k | best at k = 2, 8, 64, 1,024 |")
+    w("|---|---|---|---|---|---|---|")
+    for name, cx in a["strategy_crossovers"].items():
+        for scaling, r in cx.items():
+            cs = sorted(set(r["channel_split/none beats data_parallel at k"]) | set(r["channel_split/megatron beats data_parallel at k"]))
+            best = r["best strategy per k"]
+            w("| %s | %s | %.1f (k=%d) | %s | %s | %s | %s |" % (
+                name, scaling, r["peak speedup"]["speedup"], r["peak speedup"]["k"],
+                r["data_parallel/ring: communication exceeds compute from k"] or "never (k ≤ 1,024)",
+                r["layer_split m8 beats data_parallel at k"] or "never", cs or "never",
+                ", ".join(str(best.get(k, best.get(str(k)))) for k in (2, 8, 64, 1024))))
+    w("")
+    w("Where the strategies cross in the global batch (k = 2, 4, 8; the fastest data_parallel of naive, "
+      "ring, tree and ring with overlap in 25 MiB buckets against channel_split's better pairing and "
+      "layer_split m8), global batches 8 … 8,192:")
+    w("")
+    w("| preset | k | channel_split beats data_parallel at global batch | layer_split m8 beats data_parallel at | step ms at global batch 32: data_parallel / channel_split / layer_split | at 128 |")
+    w("|---|---|---|---|---|---|")
+    for name, per_k in a["batch_crossovers"].items():
+        for k, r in per_k.items():
+            rows = r["rows"]
+
+            def cell(g):
+                x = rows.get(g, rows.get(str(g)))
+                if not x:
+                    return "—"
+                return " / ".join("%.1f" % v if v else "—" for v in (x["data_parallel_ms"], x["channel_split_ms"],
+                                                                         x["layer_split_m8_ms"]))
+            w("| %s | %s | %s | %s | %s | %s |" % (
+                name, k, _ranges(r["channel_split_beats_data_parallel_at_global_batch"]),
+                _ranges(r["layer_split_beats_data_parallel_at_global_batch"]), cell(32), cell(128)))
+    w("")
+    w(alexnet_text(a, report["points"]))
+    w("")
+
+
+def _ranges(batches):
+    if not batches:
+        return "never (8 … 8,192)"
+    return ", ".join(str(b) for b in batches)
 
 
 def write_session(w, sess, all_files):
@@ -575,6 +790,8 @@ def main(argv=None):
     ap.add_argument("--profile", default=os.path.join(ROOT, "report", "data", "profile-cpu.json"))
     ap.add_argument("--accuracy", nargs="+", default=None,
                     help="results files of the accuracy sweep (default: report/data/lr-batch-10ep*.json)")
+    ap.add_argument("--profile-alexnet", default=os.path.join(ROOT, "report", "data", "profile-cpu-alexnet.json"),
+                    help="AlexNet's CPU profile (experiments/model-profile-alexnet.json); missing: no AlexNet")
     ap.add_argument("--out", default=os.path.join(ROOT, "report"))
     ap.add_argument("--no-plots", action="store_true")
     args = ap.parse_args(argv)
@@ -588,6 +805,11 @@ def main(argv=None):
     h_link, h_rows = calibrate.h200_link()
     models = {"cpu": (cpu_comp, cpu_link, cpu_rows), "h200": (h_comp, h_link, h_rows)}
     points, ref_level, ref_comp = validate(models)
+    alex = alexnet(args.profile_alexnet, cpu_link, h_comp) if os.path.exists(args.profile_alexnet) else None
+    if alex:
+        points += alex.pop("points")
+    else:
+        print("report: no AlexNet profile at %s: AlexNet left out" % os.path.relpath(args.profile_alexnet))
     summary = calibrate.summarize(points)
     configs = noise.per_config(points)
     config_summary = noise.summarize_configs(configs)
@@ -617,6 +839,7 @@ def main(argv=None):
                        "h200_link": h_link.to_json(),
                        "presets": {n: {"link": l.to_json()} for n, (c, l) in pres.items()}},
         "projections": projections,
+        "alexnet": alex,
         "strategy_crossovers": strat_x,
         "allreduce_crossovers": ar_x,
         "accuracy": acc,
@@ -630,6 +853,8 @@ def main(argv=None):
         report["session"]["text"] = SESSION_TEXT
     figures = [] if args.no_plots else plots(args.out, points, projections, acc, ar_x,
                                              {n: l for n, (c, l) in pres.items()})
+    if alex and not args.no_plots:
+        figures += projection_plots(args.out, alex["projections"], "alexnet_", "AlexNet")
     with open(os.path.join(args.out, "predictions.json"), "w") as f:
         json.dump(report, f, indent=1, default=float)
     write_readme(args.out, report, figures)
@@ -719,6 +944,53 @@ SESSION_TEXT = (
     "they cannot borrow it (tried, below), and their rounds agree (list above): a miss of the model, "
     "not noise. A second per-byte coefficient for messages above a cache size (1, 4, 16 or 32 MiB) "
     "was tried on this session, leave-one-out: median 12.2 -> 10.7-11.2 %, max 61 -> 61-92 %; not kept.")
+
+def alexnet_text(a, points):
+    """The AlexNet part's reading, its numbers from the validation points and the crossovers."""
+    pts = [p for p in points if p["kind"] == "cpu-alexnet" and p["held_out"]]
+    by = {}
+    for p in pts:
+        name = p["strategy"] + ("/megatron" if "megatron" in p["label"] else "")
+        by.setdefault(name, []).append(p["relative_error"])
+    errs = "; ".join("%s %+.1f to %+.1f %%" % (n, 100 * min(v), 100 * max(v)) for n, v in sorted(by.items()))
+    dp = [p for p in pts if p["strategy"] == "data_parallel"]
+    comm = dp[0]["breakdown_ms"]["communication"] if dp else float("nan")
+    share = statistics.median(p["breakdown_ms"]["communication"] / p["predicted_ms"] for p in dp) if dp else float("nan")
+    eff = a["cpu_compute"]["channel_split_width_efficiency"]
+    d = list(a.get("channel_split_errors_at_width_efficiency_1", {}).values())
+    diag = (" Diagnostic, not a prediction: with a width efficiency of 1 (no penalty for the narrower "
+            "kernels, not measured) channel_split's errors would be %+.1f to %+.1f %%: the miss lies in the "
+            "profile's width efficiency, measured on a busy machine where the profile's two channel_split "
+            "devices share cores." % (100 * min(d), 100 * max(d))) if d else ""
+    cpu = next((v for n, v in a["batch_crossovers"].items() if "cpu" in n), {})
+    cpu_cs = {k: v["channel_split_beats_data_parallel_at_global_batch"] for k, v in cpu.items()}
+    cpu_line = ("the CPU preset (with that width efficiency) prefers channel_split nowhere in global batch 8 … 8,192 at k = 2, 4, 8"
+                if not any(cpu_cs.values()) else "the CPU preset (with that width efficiency) prefers channel_split at " + "; ".join(
+                    "k = %s: global batch %s" % (k, ", ".join(map(str, v))) for k, v in cpu_cs.items() if v))
+    heads = []
+    for name, per_k in a["batch_crossovers"].items():
+        if "cpu" in name:
+            continue
+        cs = per_k.get(8, per_k.get("8"))["channel_split_beats_data_parallel_at_global_batch"]
+        ls = per_k.get(8, per_k.get("8"))["layer_split_beats_data_parallel_at_global_batch"]
+        heads.append("%s: channel_split %s, layer_split %s" % (
+            name, ("up to global batch %d" % max(cs)) if cs else "never", ("up to %d" % max(ls)) if ls else "never"))
+    return (
+        "Reading the AlexNet numbers. Held-out errors per strategy on 2 CPU devices: %s. The model prices "
+        "data_parallel's 187 MB ring allreduce at %.1f ms on this VM (CPU allreduce fit), %.0f %% of the "
+        "predicted data_parallel step, so on this machine the contest is compute: a channel_split device "
+        "runs every layer at half the channels on the whole batch, a data_parallel device the whole network "
+        "on half the batch; the profile's channel_split width efficiency (%s) decides between them, and "
+        "data_parallel's allreduce can hide under backward (overlap): %s.%s Where links are slower per flop, activations beat gradients at small "
+        "batches: at k = 8, %s (the table above). Not modelled: the fully connected layers' fixed cost "
+        "(fc1 and fc2 stream 172 MB of weights per step whatever the batch; the fit's fixed part a_l) is "
+        "kept whole under channel_split though each device holds 1/k of those weights; layer_split's "
+        "per-stage SGD; the width efficiency beyond k = 2 (taken flat). The GPU presets rest on the "
+        "assumed compute above: read them as what the published links would do to a compute-bound "
+        "5.6 GFLOP-per-example network, not as measured AlexNet speedups."
+        % (errs, comm, 100 * share, ", ".join("k=%s %.2f" % kv for kv in eff.items()) or "none", cpu_line,
+           diag, "; ".join(heads)))
+
 
 WHY_ERRORS = (
     "Where the errors come from (measured on the committed data; the numbers are in predictions.json "

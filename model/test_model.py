@@ -15,7 +15,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import numpy as np  # noqa: E402
 
-from model import accuracy, calibrate, noise, perf, session  # noqa: E402
+from model import accuracy, calibrate, nets, noise, perf, presets, report, session  # noqa: E402
 
 ROOT = calibrate.ROOT
 
@@ -254,6 +254,113 @@ class Strategies(unittest.TestCase):
             self.assertLessEqual(over, plain)
 
 
+class AlexNet(unittest.TestCase):
+    """AlexNet's net as read from its results, against the bytes its runs counted, and its fits."""
+
+    def setUp(self):
+        self.net = nets.alexnet()
+        self.runs = [r for r in calibrate.load(nets.ALEXNET_SOURCE)["runs"] if r["status"] == "ok"]
+        # a link whose time is its bytes moved: a strategy's "communication" is then its bytes
+        self.bytes_link = perf.Link({"ring": (0.0, 1.0, 0.0), "allgather": (0.0, 1.0, 0.0),
+                                     "reduce_scatter": (0.0, 1.0, 0.0), "p2p": (0.0, 1.0, 0.0)})
+
+    def test_sizes_from_the_recorded_model(self):
+        # README's Models table: 46,764,746 parameters, 187,058,984 B of gradient
+        self.assertEqual(self.net.gradient_bytes, 187058984)
+        self.assertEqual(len(self.net.layers), 14)
+        self.assertEqual(self.net.channel_split_max, 10)
+        macs = self.runs[0]["config"]["model"]["forward_macs_per_example"]
+        self.assertEqual(sum(self.net.layer_macs), macs)
+        # the runs' data_parallel: bucket_bytes 25 MiB gave "buckets": 5
+        dp = [r for r in self.runs if r["config"]["strategy"] == "data_parallel"][0]
+        b = perf.bucketize(dp["config"]["options"]["bucket_bytes"], self.net)
+        self.assertEqual(len(b), dp["config"]["options"]["buckets"])
+        self.assertEqual(sum(b), self.net.gradient_bytes)
+
+    def test_strategy_bytes_match_the_transport(self):
+        # data_parallel ring, channel_split (both pairings) and layer_split hand-offs: the model's
+        # bytes per device (communication with 1 ms per byte) against what each run sent.
+        zero = perf.Compute((0.0, 0.0), [(0.0, 1e-12)] * 14, 0.5)
+        seen = set()
+        for r in self.runs:
+            c = r["config"]
+            s, k, b = c["strategy"], c["devices"], c["global_batch"]
+            if s == "single":
+                continue
+            sent = r["timing"]["per_device"][0]["bytes_sent"]
+            if s == "data_parallel":
+                _, bd = perf.data_parallel(zero, self.bytes_link, k, b / k, "ring", net=self.net)
+                self.assertAlmostEqual(bd["communication"], sent, delta=8)
+            elif s == "channel_split":
+                _, bd = perf.channel_split(zero, self.bytes_link, k, b, c["options"]["pairing"], net=self.net)
+                self.assertAlmostEqual(bd["communication"], sent, delta=1)
+            elif s == "layer_split":
+                # one micro-batch of the whole batch: the two stages each count the hand-off pair
+                split = r["strategy_report"]["split"]
+                t, _ = perf.layer_split(zero, self.bytes_link, k, b, 1, split, [0.0] * 14, net=self.net)
+                self.assertAlmostEqual(t, r["timing"]["detail"]["bytes_expected"], delta=1)
+            seen.add(s + str(c["options"].get("pairing", "")))
+        self.assertEqual(len(seen), 4)
+
+    def test_cpu_fit_follows_its_profile(self):
+        prof = os.path.join(ROOT, "report", "data", "profile-cpu-alexnet.json")
+        if not os.path.exists(prof):
+            self.skipTest("report/data/profile-cpu-alexnet.json not measured (scripts/report.sh)")
+        comp = calibrate.cpu_compute(prof)
+        self.assertEqual(comp.names, self.net.layers)
+        for r in calibrate.load(prof)["runs"]:
+            if r["status"] == "ok" and r["config"]["strategy"] == "single":
+                b = r["config"]["global_batch"]
+                self.assertAlmostEqual(comp.step(b) / r["timing"]["median_iteration_ms"], 1.0, delta=0.25)
+        self.assertAlmostEqual(sum(comp.layer_ms(48)), comp.step(48), places=6)
+
+    def test_runs_are_held_out(self):
+        # A strategy run's prediction must not move when its own timing changes.
+        prof = os.path.join(ROOT, "report", "data", "profile-cpu-alexnet.json")
+        if not os.path.exists(prof):
+            self.skipTest("no AlexNet profile")
+        import copy
+        import tempfile
+        comp = calibrate.cpu_compute(prof)
+        link, _ = calibrate.cpu_link()
+        base = calibrate.validate_runs("cpu-alexnet", nets.ALEXNET_SOURCE, comp, link)
+        d = calibrate.load(nets.ALEXNET_SOURCE)
+        moved = copy.deepcopy(d)
+        for r in moved["runs"]:
+            if r["config"]["strategy"] != "single":
+                r["timing"]["median_iteration_ms"] *= 3
+        with tempfile.NamedTemporaryFile("w", suffix=".json", dir=calibrate.CPU_REF) as f:
+            json.dump(moved, f)
+            f.flush()
+            again = calibrate.validate_runs("cpu-alexnet", f.name, comp, link)
+        self.assertEqual([p["predicted_ms"] for p in base], [p["predicted_ms"] for p in again])
+        self.assertEqual(len(base), 20)
+
+    def test_assumed_gpu_compute_is_flop_over_throughput(self):
+        h = perf.Compute((0.5, 13.5e6 / 15e12 * 1e3), [(0.1, 1e-5)] * 4, 0.74)
+        self.assertAlmostEqual(presets.lenet_gpu_efficiency(h), 15 / 67, places=9)
+        c = presets.alexnet_gpu_compute(h, self.net, 0.5)
+        flop = self.runs[0]["config"]["model"]["training_flops_per_example"]
+        self.assertAlmostEqual(c.line[1], flop / (67e12 * 0.5) * 1e3, places=9)
+        self.assertAlmostEqual(sum(x[1] for x in c.layers), c.line[1], places=9)
+        self.assertAlmostEqual(c.line[0], 0.5 * 14 / 4 + 3 * 187058984 / 3.35e12 * 1e3, places=9)
+        # conv2 carries 415,334,400 of 938,146,176 multiply-adds
+        self.assertAlmostEqual(c.layers[3][1] / c.line[1], 415334400 / 938146176, places=9)
+
+    def test_batch_crossovers_list_where_channel_split_is_faster(self):
+        h = perf.Compute((0.5, 13.5e6 / 15e12 * 1e3), [(0.1, 1e-5)] * 4, 0.74)
+        comp = presets.alexnet_gpu_compute(h, self.net, 0.5)
+        _, link = presets.infiniband_ndr(comp)
+        x = report.batch_crossovers(comp, link, self.net, ks=(2,))
+        rows = x[2]["rows"]
+        self.assertEqual(x[2]["channel_split_beats_data_parallel_at_global_batch"],
+                         [g for g, r in rows.items() if r["channel_split_ms"] < r["data_parallel_ms"]])
+        # channel_split moves activations (grows with the batch), data_parallel the gradient (fixed):
+        # if channel_split wins anywhere, it wins at the smallest batch
+        if x[2]["channel_split_beats_data_parallel_at_global_batch"]:
+            self.assertIn(min(rows), x[2]["channel_split_beats_data_parallel_at_global_batch"])
+
+
 class CommittedReport(unittest.TestCase):
     """report/predictions.json, when committed: every point complete, the summary recomputable."""
 
@@ -290,6 +397,17 @@ class CommittedReport(unittest.TestCase):
         floor = noise.floor(self.report["points"])
         self.assertEqual(floor, self.report["noise_floor"])
         self.assertIn("cpu/training", floor)
+
+    def test_alexnet_validated_and_projected(self):
+        a = self.report.get("alexnet")
+        if not a:
+            self.skipTest("no AlexNet in the committed report")
+        self.assertIn("cpu-alexnet/training", self.report["summary"])
+        held = [p for p in self.report["points"] if p["kind"] == "cpu-alexnet" and p["held_out"]]
+        self.assertEqual(len(held), 16)  # 2 rounds x (data_parallel, 2 x channel_split, layer_split) x 2 batches
+        for name, proj in a["projections"].items():
+            self.assertIn("1024", proj["weak"])
+            self.assertIn("1024", proj["strong"])
 
     def test_projection_reaches_1024_devices(self):
         for name, proj in self.report["projections"].items():
