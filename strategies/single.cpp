@@ -275,9 +275,9 @@ std::unique_ptr<Strategy> make_single(const nlohmann::json& options, const std::
       graphs = value.get<bool>();
     } else if (key == "read_back") {
       const ReadBack all[] = {ReadBack::Auto, ReadBack::Step, ReadBack::Epoch};
-      const auto* found = std::find_if(std::begin(all), std::end(all), [&](ReadBack r) {
-        return value.is_string() && value.get<std::string>() == read_back_name(r);
-      });
+      const std::string name = value.is_string() ? value.get<std::string>() : "";
+      const auto* found = std::find_if(std::begin(all), std::end(all),
+                                       [&name](ReadBack r) { return name == read_back_name(r); });
       if (found == std::end(all))
         throw Error(path + "." + key + ": must be \"auto\", \"step\" or \"epoch\", got " +
                     value.dump());
