@@ -959,9 +959,10 @@ def alexnet_text(a, points):
     eff = a["cpu_compute"]["channel_split_width_efficiency"]
     d = list(a.get("channel_split_errors_at_width_efficiency_1", {}).values())
     diag = (" Diagnostic, not a prediction: with a width efficiency of 1 (no penalty for the narrower "
-            "kernels, not measured) channel_split's errors would be %+.1f to %+.1f %%: the miss lies in the "
-            "profile's width efficiency, measured on a busy machine where the profile's two channel_split "
-            "devices share cores." % (100 * min(d), 100 * max(d))) if d else ""
+            "kernels) channel_split's errors would be %+.1f to %+.1f %%; the width efficiency is measured by "
+            "the profile's 2-device channel_split run, whose devices share the cores when anything else runs "
+            "(a profile taken beside other jobs gave 1.73 and +62 to +72 %% errors), so profile on a quiet "
+            "machine." % (100 * min(d), 100 * max(d))) if d else ""
     cpu = next((v for n, v in a["batch_crossovers"].items() if "cpu" in n), {})
     cpu_cs = {k: v["channel_split_beats_data_parallel_at_global_batch"] for k, v in cpu.items()}
     cpu_line = ("the CPU preset (with that width efficiency) prefers channel_split nowhere in global batch 8 … 8,192 at k = 2, 4, 8"
