@@ -129,7 +129,7 @@ goal "compute-sanitizer racecheck (own kernels)" $? "$(grep -E 'ERROR SUMMARY|RA
 log "sanitizers took $(( $(date +%s) - t0 )) s"
 
 # Same seed => same bits: two 2-epoch runs per kernel set, every epoch's losses and accuracies
-# compared exactly (parameters: Single.CudaGraphReplayMatchesEagerStepsBitForBit above).
+# and the final parameters' digest compared exactly.
 work=$(mktemp -d)
 data_set=()
 [[ -n ${FASHION_MNIST_DIR:-} ]] && data_set=(--data-dir "$FASHION_MNIST_DIR")
@@ -143,10 +143,12 @@ same_epochs() {
 import json, sys
 def epochs(path):
     keep = ("epoch", "train_loss", "train_acc", "test_loss", "test_acc")
-    return [{k: e[k] for k in keep} for e in json.load(open(path))["runs"][0]["epochs"]]
-a, b = epochs(sys.argv[1]), epochs(sys.argv[2])
-print(f"{len(a)} epochs, final test acc {a[-1]['test_acc'] if a else None}")
-sys.exit(0 if a and a == b else 1)
+    run = json.load(open(path))["runs"][0]
+    return [{k: e[k] for k in keep} for e in run["epochs"]], run.get("parameters_digest")
+(a, da), (b, db) = epochs(sys.argv[1]), epochs(sys.argv[2])
+print(f"{len(a)} epochs, final test acc {a[-1]['test_acc'] if a else None}, "
+      f"parameters {da} / {db}")
+sys.exit(0 if a and a == b and da and da == db else 1)
 PY
 }
 for k in cudnn fused; do
