@@ -31,12 +31,9 @@ struct Plan {
   cudnnTensorDescriptor_t x = nullptr, y = nullptr, bias = nullptr;
   cudnnFilterDescriptor_t w = nullptr;
   cudnnConvolutionDescriptor_t conv = nullptr;
-  cudnnConvolutionFwdAlgo_t fwd_algo{};
-  cudnnConvolutionBwdDataAlgo_t data_algo{};
-  cudnnConvolutionBwdFilterAlgo_t filter_algo{};
-  // The math type each chosen algorithm was ranked with (see conv_relu_pool.cpp).
-  cudnnMathType_t fwd_math = CUDNN_FMA_MATH, data_math = CUDNN_FMA_MATH,
-                  filter_math = CUDNN_FMA_MATH;
+  // The algorithm per direction and the math type each was ranked with (the heuristics report
+  // it): FMA when TF32 is off; with it on, a direction's algorithm may need tensor-op math.
+  ConvAlgorithms algos;
   Tensor workspace;
 };
 
@@ -50,8 +47,8 @@ class CudaConv2d final : public Conv2d {
     Plan& p = plan(x, w);
     const float one = 1.0f, zero = 0.0f;
     cudnnHandle_t h = d_.cudnn();
-    PARALAB_CUDNN(cudnnSetConvolutionMathType(p.conv, p.fwd_math));
-    PARALAB_CUDNN(cudnnConvolutionForward(h, &one, p.x, x.raw(), p.w, w.raw(), p.conv, p.fwd_algo,
+    PARALAB_CUDNN(cudnnSetConvolutionMathType(p.conv, p.algos.fwd_math));
+    PARALAB_CUDNN(cudnnConvolutionForward(h, &one, p.x, x.raw(), p.w, w.raw(), p.conv, p.algos.fwd,
                                           p.workspace.raw(), p.workspace.bytes(), &zero, p.y,
                                           y.raw()));
     PARALAB_CUDNN(cudnnAddTensor(h, &one, p.bias, b.raw(), &one, p.y, y.raw()));
@@ -64,15 +61,15 @@ class CudaConv2d final : public Conv2d {
     const float one = 1.0f, zero = 0.0f;
     cudnnHandle_t h = d_.cudnn();
     PARALAB_CUDNN(cudnnConvolutionBackwardBias(h, &one, p.y, dy.raw(), &zero, p.bias, db.raw()));
-    PARALAB_CUDNN(cudnnSetConvolutionMathType(p.conv, p.filter_math));
+    PARALAB_CUDNN(cudnnSetConvolutionMathType(p.conv, p.algos.filter_math));
     PARALAB_CUDNN(cudnnConvolutionBackwardFilter(h, &one, p.x, x.raw(), p.y, dy.raw(), p.conv,
-                                                 p.filter_algo, p.workspace.raw(),
+                                                 p.algos.filter, p.workspace.raw(),
                                                  p.workspace.bytes(), &zero, p.w, dw.raw()));
     if (!dx) return;
     // beta = 0 overwrites dx everywhere, the rows and columns no window reads included.
-    PARALAB_CUDNN(cudnnSetConvolutionMathType(p.conv, p.data_math));
+    PARALAB_CUDNN(cudnnSetConvolutionMathType(p.conv, p.algos.data_math));
     PARALAB_CUDNN(cudnnConvolutionBackwardData(h, &one, p.w, w.raw(), p.y, dy.raw(), p.conv,
-                                               p.data_algo, p.workspace.raw(), p.workspace.bytes(),
+                                               p.algos.data, p.workspace.raw(), p.workspace.bytes(),
                                                &zero, p.x, dx->raw()));
   }
 
@@ -106,24 +103,12 @@ class CudaConv2d final : public Conv2d {
                                                        shape_string(Shape{on, oc, oh, ow}) +
                                                        " differs from " + shape_string(ys));
 
-    const ConvAlgorithms a =
-        choose_conv_algorithms(d_.cudnn(), p->x, p->w, p->conv, p->y, d_.tf32());
-    p->fwd_algo = a.fwd;
-    p->data_algo = a.data;
-    p->filter_algo = a.filter;
-    p->fwd_math = a.fwd_math;
-    p->data_math = a.data_math;
-    p->filter_math = a.filter_math;
-    const std::size_t ws = a.workspace_bytes;
+    p->algos = choose_conv_algorithms(d_.cudnn(), p->x, p->w, p->conv, p->y, d_.tf32());
+    const std::size_t ws = p->algos.workspace_bytes;
     log_.note("conv2d x " + shape_string(x.shape()) + " w " + shape_string(w.shape()) + " stride " +
                   std::to_string(q.stride_h) + "x" + std::to_string(q.stride_w) + " pad " +
                   std::to_string(q.pad_h) + "x" + std::to_string(q.pad_w),
-              {{"kernels", "cudnn"},
-               {"forward", algo_name(p->fwd_algo)},
-               {"backward_data", algo_name(p->data_algo)},
-               {"backward_filter", algo_name(p->filter_algo)},
-               {"math", d_.tf32() ? "tf32 allowed" : "fma"},
-               {"workspace_bytes", ws}});
+              describe(p->algos, d_.tf32()));
     p->workspace = Tensor::empty(d_, {static_cast<int64_t>((ws + 3) / 4)});
     return *plans_.emplace(key, std::move(p)).first->second;
   }

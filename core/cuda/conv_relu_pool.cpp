@@ -40,13 +40,9 @@ struct Plan {
   cudnnConvolutionDescriptor_t conv = nullptr;
   cudnnPoolingDescriptor_t pool = nullptr;
   cudnnActivationDescriptor_t relu = nullptr;
-  cudnnConvolutionFwdAlgo_t fwd_algo{};
-  cudnnConvolutionBwdDataAlgo_t data_algo{};
-  cudnnConvolutionBwdFilterAlgo_t filter_algo{};
-  // The math type each chosen algorithm was ranked with (the heuristics report it): FMA when
-  // TF32 is off; with it on, a direction's algorithm may need tensor-op math, another's not.
-  cudnnMathType_t fwd_math = CUDNN_FMA_MATH, data_math = CUDNN_FMA_MATH,
-                  filter_math = CUDNN_FMA_MATH;
+  // The algorithm per direction and the math type each was ranked with (the heuristics report
+  // it): FMA when TF32 is off; with it on, a direction's algorithm may need tensor-op math.
+  ConvAlgorithms algos;
   Tensor workspace, activation, d_activation;
   const void* last_y = nullptr;  // the pooled output of the last training forward
   bool has_forward = false;
@@ -62,8 +58,8 @@ class CudaConvReluPool final : public ConvReluPool {
     Plan& p = plan(x, w);
     const float one = 1.0f, zero = 0.0f;
     cudnnHandle_t h = d_.cudnn();
-    PARALAB_CUDNN(cudnnSetConvolutionMathType(p.conv, p.fwd_math));
-    PARALAB_CUDNN(cudnnConvolutionForward(h, &one, p.x, x.raw(), p.w, w.raw(), p.conv, p.fwd_algo,
+    PARALAB_CUDNN(cudnnSetConvolutionMathType(p.conv, p.algos.fwd_math));
+    PARALAB_CUDNN(cudnnConvolutionForward(h, &one, p.x, x.raw(), p.w, w.raw(), p.conv, p.algos.fwd,
                                           p.workspace.raw(), p.workspace.bytes(), &zero, p.act,
                                           p.activation.raw()));
     PARALAB_CUDNN(cudnnAddTensor(h, &one, p.bias, b.raw(), &one, p.act, p.activation.raw()));
@@ -93,14 +89,14 @@ class CudaConvReluPool final : public ConvReluPool {
     PARALAB_CUDNN(cudnnActivationBackward(h, p.relu, &one, p.act, act, p.act, dact, p.act, act,
                                           &zero, p.act, dact));
     PARALAB_CUDNN(cudnnConvolutionBackwardBias(h, &one, p.act, dact, &zero, p.bias, db.raw()));
-    PARALAB_CUDNN(cudnnSetConvolutionMathType(p.conv, p.filter_math));
+    PARALAB_CUDNN(cudnnSetConvolutionMathType(p.conv, p.algos.filter_math));
     PARALAB_CUDNN(cudnnConvolutionBackwardFilter(h, &one, p.x, x.raw(), p.act, dact, p.conv,
-                                                 p.filter_algo, p.workspace.raw(),
+                                                 p.algos.filter, p.workspace.raw(),
                                                  p.workspace.bytes(), &zero, p.w, dw.raw()));
     if (dx) {
-      PARALAB_CUDNN(cudnnSetConvolutionMathType(p.conv, p.data_math));
+      PARALAB_CUDNN(cudnnSetConvolutionMathType(p.conv, p.algos.data_math));
       PARALAB_CUDNN(cudnnConvolutionBackwardData(h, &one, p.w, w.raw(), p.act, dact, p.conv,
-                                                 p.data_algo, p.workspace.raw(),
+                                                 p.algos.data, p.workspace.raw(),
                                                  p.workspace.bytes(), &zero, p.x, dx->raw()));
     }
   }
@@ -135,21 +131,9 @@ class CudaConvReluPool final : public ConvReluPool {
     PARALAB_CUDNN(cudnnCreateActivationDescriptor(&p->relu));
     PARALAB_CUDNN(
         cudnnSetActivationDescriptor(p->relu, CUDNN_ACTIVATION_RELU, CUDNN_NOT_PROPAGATE_NAN, 0.0));
-    const ConvAlgorithms a =
-        choose_conv_algorithms(d_.cudnn(), p->x, p->w, p->conv, p->act, d_.tf32());
-    p->fwd_algo = a.fwd;
-    p->data_algo = a.data;
-    p->filter_algo = a.filter;
-    p->fwd_math = a.fwd_math;
-    p->data_math = a.data_math;
-    p->filter_math = a.filter_math;
-    const std::size_t ws = a.workspace_bytes;
-    log_.note(conv_key(x, w), {{"kernels", "cudnn"},
-                               {"forward", algo_name(p->fwd_algo)},
-                               {"backward_data", algo_name(p->data_algo)},
-                               {"backward_filter", algo_name(p->filter_algo)},
-                               {"math", d_.tf32() ? "tf32 allowed" : "fma"},
-                               {"workspace_bytes", ws}});
+    p->algos = choose_conv_algorithms(d_.cudnn(), p->x, p->w, p->conv, p->act, d_.tf32());
+    const std::size_t ws = p->algos.workspace_bytes;
+    log_.note(conv_key(x, w), describe(p->algos, d_.tf32()));
     p->workspace = Tensor::empty(d_, {static_cast<int64_t>((ws + 3) / 4)});
     p->activation = Tensor::empty(d_, {n, k, oh, ow});
     // Zeroed once: with floor-mode pooling no window covers conv2's last row and column, and

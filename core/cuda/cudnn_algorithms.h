@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <string>
 
 #include "core/cuda/check.h"
@@ -77,6 +78,17 @@ struct ConvAlgorithms {
                   filter_math = CUDNN_FMA_MATH;
   std::size_t workspace_bytes = 0;  // at least 4
 };
+
+// What the results record of a convolution's choice (device_list[].ops): the algorithm per
+// direction, the math and the workspace.
+inline nlohmann::json describe(const ConvAlgorithms& a, bool tf32) {
+  return {{"kernels", "cudnn"},
+          {"forward", algo_name(a.fwd)},
+          {"backward_data", algo_name(a.data)},
+          {"backward_filter", algo_name(a.filter)},
+          {"math", tf32 ? "tf32 allowed" : "fma"},
+          {"workspace_bytes", a.workspace_bytes}};
+}
 
 inline ConvAlgorithms choose_conv_algorithms(cudnnHandle_t h, cudnnTensorDescriptor_t x,
                                              cudnnFilterDescriptor_t w,
