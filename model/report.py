@@ -538,15 +538,7 @@ def write_readme(out_dir, report, figures):
         if f in figures:
             w("![%s](%s)" % (f[:-4], f))
             w("")
-    w("| preset | scaling | peak speedup (at k) | ring: comm > compute from k | layer_split beats data_parallel at k | channel_split beats data_parallel at k |")
-    w("|---|---|---|---|---|---|")
-    for name, c in report["strategy_crossovers"].items():
-        for scaling, r in c.items():
-            cs = sorted(set(r["channel_split/none beats data_parallel at k"]) | set(r["channel_split/megatron beats data_parallel at k"]))
-            w("| %s | %s | %.1f (k=%d) | %s | %s | %s |" % (
-                name, scaling, r["peak speedup"]["speedup"], r["peak speedup"]["k"],
-                r["data_parallel/ring: communication exceeds compute from k"] or "never (k ≤ 1,024)",
-                r["layer_split m8 beats data_parallel at k"] or "never", cs or "never"))
+    crossover_table(w, report["strategy_crossovers"])
     w("")
     w("Best strategy per k (weak scaling):")
     w("")
@@ -604,6 +596,27 @@ def write_readme(out_dir, report, figures):
       "directory; `--full` runs the accuracy sweep at 10 epochs, `--short` is CI's smoke test).")
     with open(os.path.join(out_dir, "README.md"), "w") as f:
         f.write("\n".join(L) + "\n")
+
+
+def crossover_table(w, crossovers, best_at=()):
+    """The strategy crossovers per preset and scaling (strategy_crossovers' output) as a table;
+    with best_at, a column naming the best strategy at those k."""
+    best_head = " best at k = %s |" % ", ".join("{:,}".format(k) for k in best_at) if best_at else ""
+    w("| preset | scaling | peak speedup (at k) | ring: comm > compute from k | layer_split beats "
+      "data_parallel at k | channel_split beats data_parallel at k |" + best_head)
+    w("|---|---|---|---|---|---|" + ("---|" if best_at else ""))
+    for name, c in crossovers.items():
+        for scaling, r in c.items():
+            cs = sorted(set(r["channel_split/none beats data_parallel at k"])
+                        | set(r["channel_split/megatron beats data_parallel at k"]))
+            row = "| %s | %s | %.1f (k=%d) | %s | %s | %s |" % (
+                name, scaling, r["peak speedup"]["speedup"], r["peak speedup"]["k"],
+                r["data_parallel/ring: communication exceeds compute from k"] or "never (k ≤ 1,024)",
+                r["layer_split m8 beats data_parallel at k"] or "never", cs or "never")
+            if best_at:
+                best = r["best strategy per k"]
+                row += " %s |" % ", ".join(str(best.get(k, best.get(str(k)))) for k in best_at)
+            w(row)
 
 
 def write_alexnet(w, a, report, figures):
@@ -666,17 +679,7 @@ def write_alexnet(w, a, report, figures):
             w("")
     w("Crossovers (%s; layer_split with 8 micro-batches up to 8 devices, channel_split up to 8):" % a["scaling_text"])
     w("")
-    w("| preset | scaling | peak speedup (at k) | ring: comm > compute from k | layer_split beats data_parallel at k | channel_split beats data_parallel at k | best at k = 2, 8, 64, 1,024 |")
-    w("|---|---|---|---|---|---|---|")
-    for name, cx in a["strategy_crossovers"].items():
-        for scaling, r in cx.items():
-            cs = sorted(set(r["channel_split/none beats data_parallel at k"]) | set(r["channel_split/megatron beats data_parallel at k"]))
-            best = r["best strategy per k"]
-            w("| %s | %s | %.1f (k=%d) | %s | %s | %s | %s |" % (
-                name, scaling, r["peak speedup"]["speedup"], r["peak speedup"]["k"],
-                r["data_parallel/ring: communication exceeds compute from k"] or "never (k ≤ 1,024)",
-                r["layer_split m8 beats data_parallel at k"] or "never", cs or "never",
-                ", ".join(str(best.get(k, best.get(str(k)))) for k in (2, 8, 64, 1024))))
+    crossover_table(w, a["strategy_crossovers"], best_at=(2, 8, 64, 1024))
     w("")
     w("Where the strategies cross in the global batch (k = 2, 4, 8; the fastest data_parallel of naive, "
       "ring, tree and ring with overlap in 25 MiB buckets against channel_split's better pairing and "
