@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <utility>
 
 #include "core/device.h"
 #include "core/fashion_mnist.h"
@@ -40,6 +41,13 @@ class Training : public ::testing::Test {
     Progress quiet(false);
     RunContext ctx{&d, &data_, &quiet, 0, 1, true};
     return run_training(d.runs[0], ctx);
+  }
+  // The run with its steps read after each ("step") and once per epoch ("epoch").
+  std::pair<json, json> run_both_read_backs(json doc) {
+    doc["runs"][0]["read_back"] = "step";
+    json step = run(doc);
+    doc["runs"][0]["read_back"] = "epoch";
+    return {std::move(step), run(doc)};
   }
   FashionMnist data_;
 };
@@ -87,10 +95,7 @@ TEST_F(Training, StepsReadOncePerEpochRecordTheSameRun) {
   doc["training"]["epochs"] = 2;
   doc["training"]["max_iterations_per_epoch"] = 12;
   doc["training"]["warmup_iterations"] = 3;
-  doc["runs"][0]["read_back"] = "step";
-  const json step = run(doc);
-  doc["runs"][0]["read_back"] = "epoch";
-  const json epoch = run(doc);
+  const auto [step, epoch] = run_both_read_backs(doc);
   ASSERT_EQ(step["status"], "ok") << step["reason"];
   ASSERT_EQ(epoch["status"], "ok") << epoch["reason"];
   EXPECT_EQ(epoch["config"]["options"]["read_back"], "epoch");
@@ -116,10 +121,7 @@ TEST_F(Training, AQueuedNonFiniteLossIsRecordedAsDivergedAtItsStep) {
   doc["training"]["lr"] = 1e30;
   doc["training"]["epochs"] = 1;
   doc["training"]["max_iterations_per_epoch"] = 20;
-  doc["runs"][0]["read_back"] = "step";
-  const json step = run(doc);
-  doc["runs"][0]["read_back"] = "epoch";
-  const json epoch = run(doc);
+  const auto [step, epoch] = run_both_read_backs(doc);
   ASSERT_EQ(step["status"], "diverged");
   EXPECT_EQ(epoch["status"], "diverged");
   EXPECT_EQ(epoch["diverged_at"], step["diverged_at"]);
