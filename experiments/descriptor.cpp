@@ -187,6 +187,7 @@ const json& defaults() {
       {"tf32", false},
       {"kernels", "cudnn"},
       {"green_contexts", true},
+      {"communication_split", "auto"},
       {"model", "lenet"},
       {"dataset", {{"dir", nullptr}, {"train_limit", nullptr}, {"test_limit", nullptr}}},
       {"training",
@@ -203,8 +204,8 @@ const json& defaults() {
 }
 
 const std::vector<std::string> kTopKeys = {
-    "name",           "description", "backend", "virtual_devices", "tf32", "kernels",
-    "green_contexts", "model",       "dataset", "training",        "runs"};
+    "name",           "description", "backend", "virtual_devices",     "tf32",     "kernels",
+    "green_contexts", "model",       "dataset", "communication_split", "training", "runs"};
 const std::vector<std::string> kDatasetKeys = {"dir", "train_limit", "test_limit"};
 const std::vector<std::string> kTrainingKeys = {"epochs",
                                                 "batch_size",
@@ -526,6 +527,10 @@ Descriptor parse_descriptor(json doc, const std::string& file) {
   d.virtual_devices = doc["virtual_devices"].get<bool>();
   d.tf32 = doc["tf32"].get<bool>();
   d.green_contexts = doc["green_contexts"].get<bool>();
+  if (const json& v = doc["communication_split"]; v.is_boolean())
+    d.communication_split = v.get<bool>();
+  else if (v != "auto")
+    r.fail("communication_split", "must be \"auto\", true or false, got " + v.dump());
   d.kernels = r.string(doc["kernels"], "kernels");
   if (d.kernels != "cudnn" && d.kernels != "fused")
     r.fail("kernels", "unknown kernels '" + d.kernels + "' (known: cudnn, fused)");

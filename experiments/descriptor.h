@@ -48,9 +48,14 @@ struct RunSpec {
 struct Descriptor {
   std::string name;
   std::string backend = "auto";
-  bool virtual_devices = true;    // CUDA: more devices than GPUs share them (false: skipped)
-  bool tf32 = false;              // CUDA: TF32 math (off: float32, comparable with the CPU)
-  bool green_contexts = true;     // CUDA: an equal SM share per virtual device where possible
+  bool virtual_devices = true;  // CUDA: more devices than GPUs share them (false: skipped)
+  bool tf32 = false;            // CUDA: TF32 math (off: float32, comparable with the CPU)
+  bool green_contexts = true;   // CUDA: an equal SM share per virtual device where possible
+  // Whether strategies split each device's communication into waiting and moving (three marks
+  // in the device's queue per receive); unset ("auto"): where the devices do their work when it
+  // is queued (the CPU, where a mark is a clock read), not where they queue it (GPUs, where each
+  // mark is an event recorded by the host in every step).
+  std::optional<bool> communication_split;
   std::string kernels = "cudnn";  // CUDA: the conv stages on "cudnn" or on "fused" own kernels
   std::optional<std::string> data_dir;
   std::optional<int64_t> train_limit, test_limit;

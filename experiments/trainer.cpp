@@ -359,6 +359,8 @@ json run_training(const RunSpec& run, const RunContext& ctx) {
       setup.eval_batch = tc.eval_batch_size;
       setup.train_batch = global;
       setup.mpi = ctx.mpi;
+      setup.communication_split = d.communication_split.value_or(
+          std::none_of(group.begin(), group.end(), [](Device* dev) { return dev->queues_work(); }));
       strategy->setup(setup);
       config["options"] = strategy->options();  // as setup() resolved them ("auto" chunks)
 

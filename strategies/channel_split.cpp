@@ -79,7 +79,7 @@ class ChannelSplit final : public Strategy {
       me.rank = r;
       me.dev = &dev;
       me.t = &group_->transport(r);
-      me.t->set_receive_timing(true);
+      me.t->set_receive_timing(s.communication_split);
       me.blocks = blocks(r);
       const std::vector<float> mine = extract(s.initial_parameters, me.blocks);
       me.params = Tensor::from_host(dev, {static_cast<int64_t>(mine.size())}, mine);

@@ -175,7 +175,7 @@ class DataParallel final : public Strategy {
       Rank& me = ranks_[r];
       Device& dev = group_->device(r);
       me.transport = &group_->transport(r);
-      me.transport->set_receive_timing(true);
+      me.transport->set_receive_timing(s.communication_split);
       me.model = std::make_unique<ModelReplica>(model_, dev);
       me.model->params().copy_from_host(s.initial_parameters);
       me.data = DeviceData(dev, *s.train, *s.test);

@@ -95,7 +95,7 @@ class LayerSplit final : public Strategy {
       Device& dev = group_->device(r);
       me.dev = &dev;
       me.t = &group_->transport(r);
-      me.t->set_receive_timing(true);
+      me.t->set_receive_timing(s.communication_split);
       me.first = bounds_[r];
       me.last = bounds_[r + 1];
       const std::vector<float> mine = layer_slice(model, s.initial_parameters, me.first, me.last);

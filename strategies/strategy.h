@@ -79,6 +79,9 @@ struct StrategySetup {
   // world's processes, and `devices` holds that rank's one device. Strategies that support it
   // (supports_mpi) build their group with make_group (strategies/spmd_group.h).
   bool mpi = false;
+  // Split each device's communication into waiting and moving (RankTimes::wait_ms, move_ms):
+  // the transport marks every receive three times (Transport::set_receive_timing).
+  bool communication_split = true;
 };
 
 class Strategy {

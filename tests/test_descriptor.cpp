@@ -110,6 +110,8 @@ TEST(Descriptor, RejectsBadInputWithFileAndPath) {
       {with("/green_contexts", "yes"),
        "d.json: green_contexts: must be true or false, got a string"},
       {with("/tf32", 1), "d.json: tf32: must be true or false, got an integer"},
+      {with("/communication_split", "yes"),
+       "d.json: communication_split: must be \"auto\", true or false, got \"yes\""},
       {with("/name", "a b"), "name: 'a b' must be 1-64 characters"},
       {with("/runs", json::array()), "runs: must hold at least one run"},
       {with("/runs", 3), "runs: must be a list, got an integer"},

@@ -130,6 +130,31 @@ TEST_F(Training, AQueuedNonFiniteLossIsRecordedAsDivergedAtItsStep) {
             step["warmup"].size() + step["iterations"].size());
 }
 
+// communication_split: on the CPU ("auto") each device's communication is split into waiting and
+// moving in the results; false leaves the split out (no receive marks).
+TEST_F(Training, CommunicationSplitIsRecordedUnlessTurnedOff) {
+  json doc = small_run();
+  doc["training"]["max_iterations_per_epoch"] = 4;
+  doc["training"]["warmup_iterations"] = 1;
+  doc["training"]["epochs"] = 1;
+  doc["runs"][0] = {{"strategy", "data_parallel"}, {"devices", 2}, {"allreduce", "ring"}};
+  const json on = run(doc);
+  doc["communication_split"] = false;
+  const json off = run(doc);
+  ASSERT_EQ(on["status"], "ok") << on["reason"];
+  ASSERT_EQ(off["status"], "ok") << off["reason"];
+  ASSERT_EQ(on["timing"]["per_device"].size(), 2u);
+  ASSERT_EQ(off["timing"]["per_device"].size(), 2u);
+  for (const json& d : on["timing"]["per_device"]) {
+    EXPECT_GT(d["receives"].get<double>(), 0.0);
+    EXPECT_TRUE(d.contains("communication_wait_ms") && d.contains("communication_move_ms"));
+  }
+  for (const json& d : off["timing"]["per_device"]) {
+    EXPECT_FALSE(d.contains("receives"));
+    EXPECT_FALSE(d.contains("communication_wait_ms"));
+  }
+}
+
 TEST_F(Training, ABackendTheMachineLacksIsSkippedWithTheReason) {
   const auto known = known_backends();
   if (std::find(known.begin(), known.end(), "cuda") == known.end())
