@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <cstddef>
+#include <functional>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -38,6 +39,33 @@ class CapturedWork {
  public:
   virtual ~CapturedWork() = default;
   virtual void launch() = 0;
+};
+
+// One capture spanning the queues of a group's devices: a single CUDA graph for a whole
+// multi-device step. Each rank's host thread queues its own device's work as it does eagerly;
+// that work, with the events that order it between devices (Device::record / wait, the
+// transport's hand-offs), becomes one captured unit that replays with one launch for the whole
+// group, with no host work per message. Separate per-device captures cannot hold those events
+// (one capture may not depend on another). Every member but describe() is collective: each
+// rank's thread calls it with its rank, in the same order, and `barrier` lines the ranks up
+// (the group transport's barrier, which fails when a peer has failed).
+using GroupBarrier = std::function<void()>;
+class GroupCapture {
+ public:
+  virtual ~GroupCapture() = default;
+  // From here on the work the calling rank queues on its device is captured, not run (its
+  // compute queue; nothing may allocate beyond the cache, synchronise or copy to the host).
+  virtual void begin(int rank, const GroupBarrier& barrier) = 0;
+  // Ends every rank's capture and makes the captured unit; an Error on every rank if it fails.
+  virtual void end(int rank, const GroupBarrier& barrier) = 0;
+  // Ends a capture that failed half-way on this rank, dropping what was recorded; no barrier
+  // (peers may be gone).
+  virtual void abort(int rank) noexcept = 0;
+  // Queues the captured unit after each rank's earlier work, and each rank's later work after
+  // all of it.
+  virtual void launch(int rank, const GroupBarrier& barrier) = 0;
+  // What the results record about the captured unit (e.g. its kernels per device context).
+  virtual nlohmann::json describe() const { return nullptr; }
 };
 
 enum class DeviceKind { Cpu, Cuda };
@@ -94,7 +122,9 @@ class Device {
 
   // Timing phases without stopping the device: mark() notes a point in the queue; after a
   // synchronize(), elapsed_ms(a, b) is the time the device took from a to b. The CPU's is the
-  // host clock between the marks (its work runs when queued).
+  // host clock between the marks (its work runs when queued). A mark taken while capturing is a
+  // point every replay records again: after a replay and a synchronize, elapsed_ms reads that
+  // replay's times (the marks must live as long as the captured work).
   virtual TimeMark mark() { return {std::chrono::steady_clock::now(), nullptr}; }
   virtual double elapsed_ms(const TimeMark& a, const TimeMark& b) {
     return std::chrono::duration<double, std::milli>(b.host - a.host).count();
@@ -108,6 +138,10 @@ class Device {
   virtual void begin_capture();
   virtual std::unique_ptr<CapturedWork> end_capture();
   virtual void abort_capture() noexcept {}
+  // A capture over `group` (this device first, as rank 0; devices of one process), or null with
+  // *why_not set when these devices cannot share one (other backends, other GPUs).
+  virtual std::unique_ptr<GroupCapture> capture_group(const std::vector<Device*>& group,
+                                                      std::string* why_not);
 
   virtual Ops& ops() = 0;
 };

@@ -110,6 +110,13 @@ std::unique_ptr<CapturedWork> Device::end_capture() {
   throw Error(name() + ": this device cannot capture work (CUDA Graphs are CUDA only)");
 }
 
+std::unique_ptr<GroupCapture> Device::capture_group(const std::vector<Device*>& group,
+                                                    std::string* why_not) {
+  (void)group;
+  if (why_not) *why_not = name() + " cannot capture work (CUDA Graphs are CUDA only)";
+  return nullptr;
+}
+
 void check_native_collectives(const std::string& library, const std::vector<Device*>& devices) {
   if (library != "nccl") throw Error("no collective library '" + library + "' (known: nccl)");
   PARALAB_REQUIRE(!devices.empty(), std::string("nccl: a group needs at least one device"));

@@ -15,6 +15,7 @@
 #include "strategies/collectives/transport.h"
 #include "strategies/device_data.h"
 #include "strategies/spmd_group.h"
+#include "strategies/step_graphs.h"
 #include "strategies/timing.h"
 
 namespace paralab {
@@ -148,6 +149,12 @@ class CommWorker {
   std::thread thread_;  // last: starts after everything it uses exists
 };
 
+// The marks between a rank's phases in one step.
+struct StepMarks {
+  TimeMark start, forward_end, backward_end, communication_end, end;
+  CommWorker::Drained overlapped;  // with overlap: the allreduces' own marks
+};
+
 class DataParallel final : public Strategy {
  public:
   explicit DataParallel(Options o)
@@ -166,7 +173,7 @@ class DataParallel final : public Strategy {
     ao.chunk_bytes = chunk_bytes_;
     allreduce_ = make_allreduce(o_.allreduce, ao);
     allreduce_->prepare(s.devices);
-    graphs_ = graphs_reason(s.devices);
+    graphs_ = plan_graphs(s.devices);
     ranks_.resize(static_cast<std::size_t>(k));
     eval_batch_ = s.eval_batch;
     test_bounds_ = equal_segments(s.test->count, k);
@@ -214,7 +221,7 @@ class DataParallel final : public Strategy {
     run([&](int r) {
       Rank& me = ranks_[r];
       if (graphs_.empty())
-        graph_step(me, offset + shard[r], shard[r + 1] - shard[r], count, lr);
+        graph_step(me, r, offset + shard[r], shard[r + 1] - shard[r], count, lr);
       else
         rank_step(me, me.order, offset + shard[r], shard[r + 1] - shard[r], count, lr,
                   offset + shard[r]);
@@ -252,8 +259,9 @@ class DataParallel final : public Strategy {
   EvalResult evaluate() override {
     run([&](int r) {
       Rank& me = ranks_[r];
-      // Evaluation resizes the activations: a captured step's pointers would be stale.
-      me.graph.reset();
+      // Evaluation resizes the activations: a captured step's pointers would be stale (a
+      // group's graph goes at its next capture).
+      me.drop_graph();
       me.sized_for = -1;
       double loss = 0, correct = 0;
       for (int64_t a = test_bounds_[r]; a < test_bounds_[r + 1]; a += eval_batch_) {
@@ -313,14 +321,22 @@ class DataParallel final : public Strategy {
   json report() const override {
     if (ranks_.empty() || !o_.cuda_graphs) return nullptr;
     if (!graphs_.empty()) return {{"cuda_graphs", "not used: " + graphs_}};
+    // Graphs made and launched: one per group capture (every rank's part is in it), one per
+    // device otherwise.
     int64_t captures = 0, replays = 0;
     for (int r : group_->local_ranks()) {
       captures += ranks_[r].captures;
       replays += ranks_[r].replays;
+      if (capture_) break;
     }
-    return {{"cuda_graphs", "used"},
-            {"cuda_graph_captures", captures},
-            {"cuda_graph_replays", replays}};
+    json out = {{"cuda_graphs", "used"},
+                {"cuda_graph_scope", capture_ ? "one graph over the group's " +
+                                                    std::to_string(ranks_.size()) + " devices"
+                                              : std::string("one graph per device")},
+                {"cuda_graph_captures", captures},
+                {"cuda_graph_replays", replays}};
+    if (capture_ && !capture_->describe().is_null()) out["cuda_graph"] = capture_->describe();
+    return out;
   }
 
  private:
@@ -336,10 +352,22 @@ class DataParallel final : public Strategy {
     // CUDA graphs: the captured step, the global batch it was captured for, the global batch
     // the activations were last sized for by an eager step, this step's indices, and the SGD
     // step the graph reads (set before each launch).
+    // With a group capture the graph is the group's (capture_), and `captured` says that this
+    // rank's part of it is current. The marks taken in the capture are timing points every
+    // replay records again; kept with the graph, with the bytes the capture sent.
     std::unique_ptr<CapturedWork> graph;
+    bool captured = false;
+    StepMarks graph_marks;
+    int64_t graph_bytes = 0;
     Tensor step_indices, step;
     int64_t graph_global = -1, sized_for = -1, captures = 0, replays = 0;
     bool replayed = false;  // the last step was a replay
+
+    void drop_graph() {
+      graph.reset();
+      captured = false;
+      graph_marks = {};
+    }
 
     Device& device() const { return model->device(); }
     Tensor& batch(int64_t n) {
@@ -362,95 +390,84 @@ class DataParallel final : public Strategy {
     allreduce_->run(*me.transport, view);
   }
 
-  // Empty when every rank's whole step can be captured as a CUDA graph; otherwise why not.
-  std::string graphs_reason(const std::vector<Device*>& devices) const {
+  // Empty when every rank's whole step is captured as CUDA graphs; otherwise why not. NCCL's
+  // allreduce is captured in each rank's own graph; the transport's algorithms make one rank's
+  // stream wait on another's events, which only one capture over the whole group can hold
+  // (capture_, where the devices can share one: virtual devices of one GPU, in one process).
+  std::string plan_graphs(const std::vector<Device*>& devices) {
+    capture_.reset();
     if (!o_.cuda_graphs) return "cuda_graphs is false";
     for (const Device* d : devices)
       if (!d->supports_capture()) return d->name() + " cannot capture work (CUDA only)";
-    if (o_.allreduce != "nccl")
-      return "the " + o_.allreduce +
-             " allreduce makes each rank's stream wait on its peers' events, which separate "
-             "per-rank captures cannot hold (nccl can be captured)";
-    if (o_.overlap) return "overlap runs the allreduce on a second host thread";
+    if (o_.overlap)
+      return "overlap queues the allreduces from a second host thread as backward produces the "
+             "gradients";
     if (model_->has_dropout()) return "the model's dropout masks change every step";
-    return "";
+    if (o_.allreduce == "nccl") return "";
+    return plan_group_graph("the " + o_.allreduce + " allreduce", *group_, devices, &capture_);
   }
 
-  // The step with its allreduces captured once per global batch, then replayed with the SGD
-  // step set before each launch (any lr): one launch and one synchronisation per step. Every
-  // rank decides alike (on the global batch), so that all of them capture, or replay, their
-  // NCCL calls together.
-  void graph_step(Rank& me, int64_t offset, int64_t count, int64_t global, float lr) {
+  // The step captured once per global batch, then replayed with its example indices and SGD
+  // step set before each launch (any lr): one launch and one synchronisation per step, and the
+  // phases timed by the marks the capture took, which every replay records again. Every rank
+  // decides alike (on the global batch), so that all of them capture, or replay, together.
+  void graph_step(Rank& me, int r, int64_t offset, int64_t count, int64_t global, float lr) {
     Device& dev = me.device();
+    Transport& t = *me.transport;
     if (!me.step_indices.defined() || me.step_indices.numel() != count)
       me.step_indices = Tensor::empty(dev, {count}, DType::I32);
     dev.copy_on_device(me.step_indices.raw(), me.order.i32() + offset,
                        static_cast<std::size_t>(count) * sizeof(int32_t));
-    if (!(me.graph && me.graph_global == global)) {
-      me.graph.reset();
+    if (!(me.captured && me.graph_global == global)) {
+      me.drop_graph();
       if (me.sized_for != global) {  // first step of this size: eager (allocations, cuDNN)
         me.sized_for = global;
         me.replayed = false;
         rank_step(me, me.step_indices, 0, count, global, lr, offset);
         return;
       }
-      dev.begin_capture();
-      try {
-        Tensor& x = me.batch(count);
-        dev.ops().gather(me.data.train_x, me.data.train_y, me.step_indices, 0, count, x, me.y);
-        me.model->forward(x, me.y, me.stats, /*training=*/true);
-        me.model->backward();
-        for (std::size_t b = 0; b < buckets_.size(); ++b) reduce_bucket(me, static_cast<int>(b));
-        dev.ops().sgd(me.model->params(), me.model->grads(), me.step);
-        me.graph = dev.end_capture();
-      } catch (...) {
-        dev.abort_capture();
-        throw;
-      }
+      t.barrier();
+      t.reset_bytes_sent();
+      t.reset_receive_times();
+      capture_step(capture_.get(), r, t, dev, &me.graph, [&] {
+        me.graph_marks = enqueue_step(me, me.step_indices, 0, count, 0.0f, &me.step, offset);
+      });
+      me.graph_bytes = t.bytes_sent();
       me.graph_global = global;
+      me.captured = true;
       ++me.captures;
     }
-    Transport& t = *me.transport;
     t.barrier();
     const auto t0 = Clock::now();
     dev.ops().set_scalar(me.step, lr / static_cast<float>(global));
-    me.graph->launch();
-    dev.synchronize();
-    const double ms = ms_between(t0, Clock::now());
+    launch_step(capture_.get(), r, t, me.graph.get());
     ++me.replays;
     me.replayed = true;
-    const auto st = me.stats.to_host_f32();
-    me.loss = st[0];
-    me.correct = static_cast<int64_t>(st[1]);
-    // One launch: the phases cannot be told apart. NCCL's traffic is not the transport's.
-    me.forward_ms = me.backward_ms = 0;
-    me.times = RankTimes{};
-    me.times.samples = count;
+    // The transport's receive marks are the capture's: each replay recorded them again.
+    finish_step(me, me.graph_marks, count);
+    me.times.bytes_sent = me.graph_bytes;
     t.barrier();
-    me.times.total_ms = ms;
+    me.times.total_ms = ms_between(t0, Clock::now());
   }
 
+  // The marks of one rank's step, between its phases; read once the device has finished it.
   // order[offset, offset+count) are this rank's examples, which start at example_offset in the
-  // epoch's order.
-  void rank_step(Rank& me, const Tensor& order, int64_t offset, int64_t count, int64_t global,
-                 float lr, int64_t example_offset) {
-    Transport& t = *me.transport;
+  // epoch's order. The SGD step is `step` (a device scalar, read when the work runs: what a
+  // graph replays) or else `lr_step`.
+  StepMarks enqueue_step(Rank& me, const Tensor& order, int64_t offset, int64_t count,
+                         float lr_step, const Tensor* step, int64_t example_offset) {
     Device& dev = me.device();
-    // The barrier lines the ranks up so that every rank's times describe the same interval.
-    t.barrier();
-    t.reset_bytes_sent();
-    t.reset_receive_times();
-    const auto t0 = Clock::now();
     // Phases are timed with marks in the device's queue and one synchronisation at the end, so
     // the device never stops between them. With overlap the allreduces run on the device's
     // communication queue (a second thread queues them), timed by marks there.
-    const TimeMark m0 = dev.mark();
+    StepMarks m;
+    m.start = dev.mark();
     Tensor& x = me.batch(count);
     dev.ops().gather(me.data.train_x, me.data.train_y, order, offset, count, x, me.y);
     // Dropout keys: this shard's global position in the epoch's order.
     me.model->forward(x, me.y, me.stats, /*training=*/true,
                       {dropout_seed(seed_, epoch_), example_offset});
-    const TimeMark m1 = dev.mark();
+    m.forward_end = dev.mark();
     std::size_t next = 0;  // buckets go out in backward order
     auto on_ready = [&](int tensor) {
       while (next < buckets_.size() && tensor == buckets_[next].first)
@@ -460,32 +477,55 @@ class DataParallel final : public Strategy {
       me.model->backward(on_ready);
     else
       me.model->backward();
-    const TimeMark m2 = dev.mark();
-    CommWorker::Drained overlapped;
+    m.backward_end = dev.mark();
     if (o_.overlap) {
-      overlapped = me.comm->drain();
-      dev.wait(overlapped.done);  // the update uses the reduced gradients
+      m.overlapped = me.comm->drain();
+      dev.wait(m.overlapped.done);  // the update uses the reduced gradients
     } else {
       for (std::size_t b = 0; b < buckets_.size(); ++b) reduce_bucket(me, static_cast<int>(b));
     }
-    const TimeMark m3 = dev.mark();
-    dev.ops().sgd(me.model->params(), me.model->grads(), lr / static_cast<float>(global));
-    const TimeMark m4 = dev.mark();
+    m.communication_end = dev.mark();
+    if (step)
+      dev.ops().sgd(me.model->params(), me.model->grads(), *step);
+    else
+      dev.ops().sgd(me.model->params(), me.model->grads(), lr_step);
+    m.end = dev.mark();
+    return m;
+  }
+
+  // Waits for the step's work and reads its figures and phase times into the rank.
+  void finish_step(Rank& me, const StepMarks& m, int64_t count) {
+    Device& dev = me.device();
     dev.synchronize();
     const auto st = me.stats.to_host_f32();
     me.loss = st[0];
     me.correct = static_cast<int64_t>(st[1]);
-    me.forward_ms = dev.elapsed_ms(m0, m1);
-    me.backward_ms = dev.elapsed_ms(m1, m2);
-    me.times.compute_ms = dev.elapsed_ms(m0, m2);
-    me.times.exposed_communication_ms = dev.elapsed_ms(m2, m3);
+    me.forward_ms = dev.elapsed_ms(m.start, m.forward_end);
+    me.backward_ms = dev.elapsed_ms(m.forward_end, m.backward_end);
+    me.times.compute_ms = dev.elapsed_ms(m.start, m.backward_end);
+    me.times.exposed_communication_ms = dev.elapsed_ms(m.backward_end, m.communication_end);
     double comm_ms = 0;
-    for (const auto& [a, b] : overlapped.marks) comm_ms += dev.elapsed_ms(a, b);
-    me.times.communication_ms = o_.overlap ? comm_ms : dev.elapsed_ms(m2, m3);
-    me.times.optimizer_ms = dev.elapsed_ms(m3, m4);
-    me.times.bytes_sent = t.bytes_sent();
+    for (const auto& [a, b] : m.overlapped.marks) comm_ms += dev.elapsed_ms(a, b);
+    me.times.communication_ms = o_.overlap ? comm_ms : me.times.exposed_communication_ms;
+    me.times.optimizer_ms = dev.elapsed_ms(m.communication_end, m.end);
+    me.times.bytes_sent = me.transport->bytes_sent();
     me.times.samples = count;
-    take_receive_times(t, dev, me.times);
+    take_receive_times(*me.transport, dev, me.times);
+  }
+
+  // One eager step: order[offset, offset+count) are this rank's examples, which start at
+  // example_offset in the epoch's order.
+  void rank_step(Rank& me, const Tensor& order, int64_t offset, int64_t count, int64_t global,
+                 float lr, int64_t example_offset) {
+    Transport& t = *me.transport;
+    // The barrier lines the ranks up so that every rank's times describe the same interval.
+    t.barrier();
+    t.reset_bytes_sent();
+    t.reset_receive_times();
+    const auto t0 = Clock::now();
+    const StepMarks m = enqueue_step(me, order, offset, count, lr / static_cast<float>(global),
+                                     nullptr, example_offset);
+    finish_step(me, m, count);
     t.barrier();
     me.times.total_ms = ms_between(t0, Clock::now());
   }
@@ -499,7 +539,8 @@ class DataParallel final : public Strategy {
   int64_t chunk_bytes_ = -1;              // resolved by setup()
   std::unique_ptr<SpmdGroup> group_;
   std::vector<Rank> ranks_;
-  std::string graphs_ = "not set up";  // empty: the step is captured (CUDA graphs)
+  std::string graphs_ = "not set up";      // empty: the step is captured (CUDA graphs)
+  std::unique_ptr<GroupCapture> capture_;  // one graph over the group (transport algorithms)
   std::vector<int64_t> test_bounds_;
   int64_t eval_batch_ = 1000;
 };

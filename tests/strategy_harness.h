@@ -66,8 +66,24 @@ class Session {
     owned_ = make_devices(backend, devices, device_options);
     std::vector<Device*> group;
     for (auto& d : owned_) group.push_back(d.get());
+    start(strategy, options, parameters, batch, std::move(model), group);
+  }
+  // On devices the caller owns (test devices that watch or record what a strategy queues).
+  Session(const std::string& strategy, const std::vector<Device*>& devices, const json& options,
+          const std::vector<float>& parameters, int64_t batch, bool communication_split = true) {
+    start(strategy, options, parameters, batch, nullptr, devices, communication_split);
+  }
+  ~Session() { strategy_.reset(); }  // before the devices it lives on
+  Session(const Session&) = delete;
+  Session& operator=(const Session&) = delete;
+
+ private:
+  void start(const std::string& strategy, const json& options, const std::vector<float>& parameters,
+             int64_t batch, std::shared_ptr<const Model> model, const std::vector<Device*>& group,
+             bool communication_split = true) {
     strategy_ = make_strategy(strategy, options, "runs.0");
     StrategySetup setup;
+    setup.communication_split = communication_split;
     setup.devices = group;
     setup.train = &sets().train;
     setup.test = &sets().test;
@@ -80,10 +96,8 @@ class Session {
     strategy_->begin_epoch(random_permutation(sets().train.count, shuffle));
     batch_ = batch;
   }
-  ~Session() { strategy_.reset(); }  // before the devices it lives on
-  Session(const Session&) = delete;
-  Session& operator=(const Session&) = delete;
 
+ public:
   // The i-th global batch (0-based) of the shuffled synthetic training set, its figures read at
   // once (a queued step is collected).
   StepResult step(int i, float lr) {

@@ -333,10 +333,18 @@ Event CudaDevice::record() {
   return event;
 }
 
+// In a capture a plain cudaEventRecord is only a dependency for other streams; a mark must be
+// an event record node, which every replay records again (cudaEventRecordExternal), so that
+// elapsed_ms after a replay reads that replay's times. The graph's holder keeps the marks (and
+// so their pooled events) as long as the graph.
 TimeMark CudaDevice::mark() {
   auto event = std::make_shared<CudaEvent>(timing_events_);
   const auto host = std::chrono::steady_clock::now();
-  PARALAB_CUDA(cudaEventRecord(event->get(), stream()));
+  const cudaStream_t s = stream();
+  if (capturing_.load(std::memory_order_relaxed) && s == stream_)
+    PARALAB_CUDA(cudaEventRecordWithFlags(event->get(), s, cudaEventRecordExternal));
+  else
+    PARALAB_CUDA(cudaEventRecord(event->get(), s));
   return {host, event};
 }
 
@@ -359,10 +367,32 @@ void CudaDevice::wait(const Event& event) {
 void CudaDevice::begin_capture() {
   PARALAB_CUDA(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
   allocator_->begin_capture();
+  capturing_ = true;
+}
+
+void CudaDevice::join_capture(cudaEvent_t fork) {
+  PARALAB_CUDA(cudaStreamWaitEvent(stream_, fork, 0));
+  allocator_->begin_capture();
+  capturing_ = true;
+}
+
+std::vector<CachingAllocator::Block> CudaDevice::finish_capture() {
+  capturing_ = false;
+  return allocator_->end_capture();
+}
+
+void CudaDevice::restore(std::vector<CachingAllocator::Block> blocks) noexcept {
+  allocator_->restore(std::move(blocks));
+}
+
+void CudaDevice::cancel_capture() noexcept {
+  capturing_ = false;
+  allocator_->abort_capture();
 }
 
 std::unique_ptr<CapturedWork> CudaDevice::end_capture() {
   cudaGraph_t graph = nullptr;
+  capturing_ = false;
   const cudaError_t ended = cudaStreamEndCapture(stream_, &graph);
   // A failed capture replays nothing: its blocks go back to the cache (abort_capture).
   if (ended != cudaSuccess) allocator_->abort_capture();
@@ -377,6 +407,7 @@ std::unique_ptr<CapturedWork> CudaDevice::end_capture() {
 }
 
 void CudaDevice::abort_capture() noexcept {
+  capturing_ = false;
   allocator_->abort_capture();
   cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
   if (cudaStreamIsCapturing(stream_, &status) != cudaSuccess ||

@@ -13,6 +13,7 @@
 #include <cuda_runtime.h>
 #include <cudnn.h>
 
+#include <atomic>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -66,6 +67,23 @@ class CudaDevice final : public Device {
   void begin_capture() override;
   std::unique_ptr<CapturedWork> end_capture() override;
   void abort_capture() noexcept override;
+  // A capture over virtual devices of this GPU (core/cuda/group_capture.cpp); null with the
+  // reason for devices of other GPUs or backends.
+  std::unique_ptr<GroupCapture> capture_group(const std::vector<Device*>& group,
+                                              std::string* why_not) override;
+
+  // The group capture's parts (group_capture.cpp), on the compute stream: join_capture() makes
+  // the stream wait on `fork`, recorded on rank 0's capturing stream, so that it joins that
+  // capture; finish_capture() ends this device's part (its allocator's capture bracket) and
+  // returns the blocks the captured work still uses; restore() takes them back once the graph
+  // is gone. cancel_capture() drops this device's part of a failed capture.
+  void join_capture(cudaEvent_t fork);
+  std::vector<CachingAllocator::Block> finish_capture();
+  void restore(std::vector<CachingAllocator::Block> blocks) noexcept;
+  void cancel_capture() noexcept;
+  cudaStream_t compute_stream() const { return stream_; }
+  // The device's SM share (empty without one).
+  const SmShare& sm_share() const { return share_; }
 
   // Set when another GPU of the group cannot read this one's memory directly, or this one
   // theirs (no peer access): add_inplace then copies a peer's data into a local buffer first
@@ -109,6 +127,9 @@ class CudaDevice final : public Device {
   cublasLtHandle_t cublas_lt_ = nullptr;
   void* cublas_workspace_ = nullptr;  // set explicitly, so that cuBLAS never allocates in a capture
   bool peer_reads_staged_ = false;
+  // The compute stream is capturing: marks become timing points the graph records on every
+  // replay (cudaEventRecordExternal) instead of capture-time dependencies.
+  std::atomic<bool> capturing_{false};
   // Declared before everything that holds its blocks (staging_, ops_): destroyed after them.
   std::unique_ptr<CachingAllocator> allocator_;
   std::shared_ptr<HandlePool<cudaEvent_t>> order_events_;   // record(): ordering only

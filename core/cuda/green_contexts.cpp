@@ -63,6 +63,30 @@ const GreenApi& api() {
   return a;
 }
 
+// What kernel_contexts() needs: older than green contexts, and kept apart from them so that a
+// driver without one still has the other.
+struct GraphApi {
+  PFN_cuGraphGetNodes_v10000 get_nodes = nullptr;
+  PFN_cuGraphNodeGetType_v10000 node_type = nullptr;
+  PFN_cuGraphKernelNodeGetParams_v12000 kernel_params = nullptr;
+  PFN_cuStreamGetCtx_v9020 stream_ctx = nullptr;
+  PFN_cuCtxFromGreenCtx_v12040 from_green = nullptr;
+  std::string missing;
+};
+
+const GraphApi& graph_api() {
+  static const GraphApi a = [] {
+    GraphApi g;
+    PARALAB_DRIVER(get_nodes, cuGraphGetNodes, 10000);
+    PARALAB_DRIVER(node_type, cuGraphNodeGetType, 10000);
+    PARALAB_DRIVER(kernel_params, cuGraphKernelNodeGetParams, 12000);
+    PARALAB_DRIVER(stream_ctx, cuStreamGetCtx, 9020);
+    PARALAB_DRIVER(from_green, cuCtxFromGreenCtx, 12040);
+    return g;
+  }();
+  return a;
+}
+
 #undef PARALAB_DRIVER
 
 std::string describe(CUresult r, const char* call) {
@@ -156,6 +180,55 @@ void release(SmShare& share) noexcept {
   if (share.stream) cudaStreamDestroy(share.stream);
   if (share.context && api().destroy) api().destroy(share.context);
   share = SmShare{};
+}
+
+CUcontext work_context(const SmShare& share, cudaStream_t stream, std::string* why) {
+  const GraphApi& g = graph_api();
+  if (!g.missing.empty()) {
+    *why = g.missing;
+    return nullptr;
+  }
+  CUcontext ctx = nullptr;
+  const CUresult r = share.context ? g.from_green(&ctx, share.context)
+                                   : g.stream_ctx(reinterpret_cast<CUstream>(stream), &ctx);
+  if (r != CUDA_SUCCESS) {
+    *why = describe(r, share.context ? "cuCtxFromGreenCtx" : "cuStreamGetCtx");
+    return nullptr;
+  }
+  return ctx;
+}
+
+std::vector<CUcontext> kernel_contexts(cudaGraph_t graph, std::string* why) {
+  const GraphApi& g = graph_api();
+  if (!g.missing.empty()) {
+    *why = g.missing;
+    return {};
+  }
+  const auto h = reinterpret_cast<CUgraph>(graph);
+  std::size_t n = 0;
+  CUresult r = g.get_nodes(h, nullptr, &n);
+  std::vector<CUgraphNode> nodes(n);
+  if (r == CUDA_SUCCESS && n) r = g.get_nodes(h, nodes.data(), &n);
+  if (r != CUDA_SUCCESS) {
+    *why = describe(r, "cuGraphGetNodes");
+    return {};
+  }
+  std::vector<CUcontext> out;
+  for (CUgraphNode node : nodes) {
+    CUgraphNodeType type{};
+    if ((r = g.node_type(node, &type)) != CUDA_SUCCESS) {
+      *why = describe(r, "cuGraphNodeGetType");
+      return {};
+    }
+    if (type != CU_GRAPH_NODE_TYPE_KERNEL) continue;
+    CUDA_KERNEL_NODE_PARAMS_v2 params{};
+    if ((r = g.kernel_params(node, &params)) != CUDA_SUCCESS) {
+      *why = describe(r, "cuGraphKernelNodeGetParams");
+      return {};
+    }
+    out.push_back(params.ctx);
+  }
+  return out;
 }
 
 }  // namespace paralab::cuda

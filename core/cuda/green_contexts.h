@@ -33,4 +33,13 @@ cudaStream_t share_stream(const SmShare& share, std::string* why);
 // Destroys a share's stream and context (for destructors: never throws).
 void release(SmShare& share) noexcept;
 
+// The context a device's kernels should run in: its share's green context as a CUcontext
+// (cuCtxFromGreenCtx), or `stream`'s context without a share. Null, with *why set, if the driver
+// cannot say.
+CUcontext work_context(const SmShare& share, cudaStream_t stream, std::string* why);
+// The context of each kernel node of `graph` (cuGraphKernelNodeGetParams): whether a graph
+// captured from several devices' streams keeps each device's kernels on its own SM share. Empty,
+// with *why set, if the driver cannot say.
+std::vector<CUcontext> kernel_contexts(cudaGraph_t graph, std::string* why);
+
 }  // namespace paralab::cuda

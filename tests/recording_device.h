@@ -1,0 +1,360 @@
+// A CPU device that captures its work as a CUDA device does, so that CUDA-graph paths run and are
+// checked without a GPU: between the start and the end of a capture (its own, or its part of a
+// group's) every op, copy, event record and wait, and time mark it is given is recorded instead
+// of run; a replay runs the recorded work. A group's replay runs every device's recorded work in
+// one pass and orders it only by the recorded events, scheduling adversarially (the last rank
+// first, each as far as its waits allow), so that a missing event turns into wrong data, not
+// into luck. What a CUDA capture forbids (a synchronisation, a copy to or from the host) is
+// counted as a violation, and the work queued directly, outside captures and replays, is
+// counted too: a replayed step must queue nothing but its inputs.
+#pragma once
+
+#include <atomic>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "core/device.h"
+#include "core/error.h"
+#include "core/ops.h"
+#include "tests/test_util.h"
+
+namespace paralab::testing {
+
+class RecordingDevice final : public ForwardingDevice {
+ public:
+  // A recorded event: ids are unique across devices (a group's events cross them).
+  struct RecordedEvent final : DeviceEvent {
+    explicit RecordedEvent(int i) : id(i) {}
+    int id;
+  };
+  // A time mark taken in a capture: the host clock when a replay reached it.
+  struct Timer final : DeviceEvent {
+    std::chrono::steady_clock::time_point at{};
+    bool reached = false;
+  };
+  struct Node {
+    enum Kind { Run, Record, Wait, Mark } kind = Run;
+    std::function<void()> run;
+    int event = 0;
+    std::shared_ptr<Timer> timer;
+  };
+
+  explicit RecordingDevice(Device& inner) : ForwardingDevice(inner), ops_(*this, inner.ops()) {}
+
+  bool queues_work() const override { return true; }
+  bool supports_capture() const override { return true; }
+  Ops& ops() override { return ops_; }
+
+  // Runs fn now, or records it while capturing.
+  void queue(std::function<void()> fn) {
+    if (capturing_) {
+      nodes_.push_back({Node::Run, std::move(fn), 0, nullptr});
+      return;
+    }
+    ++direct_ops;
+    fn();
+  }
+
+  void copy_on_device(void* d, const void* s, std::size_t n) override {
+    queue([this, d, s, n] { ForwardingDevice::copy_on_device(d, s, n); });
+  }
+  void fill_zero(void* d, std::size_t n) override {
+    queue([this, d, n] { ForwardingDevice::fill_zero(d, n); });
+  }
+  void copy_2d(void* d, std::size_t dp, const void* s, std::size_t sp, std::size_t w,
+               std::size_t rows) override {
+    queue([=, this] { ForwardingDevice::copy_2d(d, dp, s, sp, w, rows); });
+  }
+  void copy_to_host(void* d, const void* s, std::size_t n) override {
+    if (capturing_) violation("copy_to_host");
+    ForwardingDevice::copy_to_host(d, s, n);
+  }
+  void copy_from_host(void* d, const void* s, std::size_t n) override {
+    if (capturing_) violation("copy_from_host");
+    ForwardingDevice::copy_from_host(d, s, n);
+  }
+  void synchronize() override {
+    if (capturing_) violation("synchronize");
+  }
+
+  Event record() override {
+    if (!capturing_) return nullptr;  // eager work is done when queued, as on the CPU
+    auto e = std::make_shared<RecordedEvent>(++next_event());
+    nodes_.push_back({Node::Record, nullptr, e->id, nullptr});
+    return e;
+  }
+  void wait(const Event& event) override {
+    if (!event) return;
+    const auto* e = dynamic_cast<const RecordedEvent*>(event.get());
+    if (!e) throw Error(name() + ": wait on an event of another backend");
+    if (!capturing_) {
+      violation("wait outside the capture on a captured event");
+      return;
+    }
+    nodes_.push_back({Node::Wait, nullptr, e->id, nullptr});
+  }
+  TimeMark mark() override {
+    if (!capturing_) return Device::mark();
+    auto t = std::make_shared<Timer>();
+    nodes_.push_back({Node::Mark, nullptr, 0, t});
+    return {std::chrono::steady_clock::now(), t};
+  }
+  double elapsed_ms(const TimeMark& a, const TimeMark& b) override {
+    const auto* ta = dynamic_cast<const Timer*>(a.event.get());
+    const auto* tb = dynamic_cast<const Timer*>(b.event.get());
+    if (!ta && !tb) return Device::elapsed_ms(a, b);
+    if (!ta || !tb || !ta->reached || !tb->reached)
+      throw Error(name() + ": elapsed_ms between marks no replay has reached");
+    return std::chrono::duration<double, std::milli>(tb->at - ta->at).count();
+  }
+
+  // This device's own capture (one graph per device).
+  void begin_capture() override { start_capture(); }
+  std::unique_ptr<CapturedWork> end_capture() override {
+    auto lists = std::vector<std::vector<Node>>{stop_capture()};
+    std::vector<RecordingDevice*> devices{this};
+    return std::make_unique<Replay>(std::move(devices), std::move(lists));
+  }
+  void abort_capture() noexcept override { capturing_ = false, nodes_.clear(); }
+
+  std::unique_ptr<GroupCapture> capture_group(const std::vector<Device*>& group,
+                                              std::string* why_not) override;
+
+  void start_capture() {
+    PARALAB_REQUIRE(!capturing_, name() + ": a capture in a capture");
+    capturing_ = true;
+    nodes_.clear();
+  }
+  std::vector<Node> stop_capture() {
+    capturing_ = false;
+    return std::exchange(nodes_, {});
+  }
+
+  // Runs every device's recorded work, ordered only by its events (see the top of the file).
+  static void replay(const std::vector<RecordingDevice*>& devices,
+                     std::vector<std::vector<Node>>& lists) {
+    std::set<int> recorded;
+    std::vector<std::size_t> at(lists.size(), 0);
+    for (bool progress = true; progress;) {
+      progress = false;
+      for (std::size_t r = lists.size(); r-- > 0;) {
+        for (; at[r] < lists[r].size(); ++at[r], progress = true) {
+          Node& n = lists[r][at[r]];
+          if (n.kind == Node::Wait && !recorded.count(n.event)) break;
+          if (n.kind == Node::Run) n.run();
+          if (n.kind == Node::Record) recorded.insert(n.event);
+          if (n.kind == Node::Mark) n.timer->at = std::chrono::steady_clock::now();
+          if (n.kind == Node::Mark) n.timer->reached = true;
+        }
+      }
+    }
+    for (std::size_t r = 0; r < lists.size(); ++r)
+      if (at[r] < lists[r].size())
+        throw Error(devices[r]->name() + ": the replay waits on event e" +
+                    std::to_string(lists[r][at[r]].event) + ", which nothing records before it");
+  }
+
+  int direct_ops = 0;  // queued outside captures (a replay runs the recorded calls themselves)
+  std::vector<std::string> violations;  // what a CUDA capture would have refused
+
+ private:
+  class Replay final : public CapturedWork {
+   public:
+    Replay(std::vector<RecordingDevice*> devices, std::vector<std::vector<Node>> lists)
+        : devices_(std::move(devices)), lists_(std::move(lists)) {}
+    void launch() override { replay(devices_, lists_); }
+
+   private:
+    std::vector<RecordingDevice*> devices_;
+    std::vector<std::vector<Node>> lists_;
+  };
+
+  static std::atomic<int>& next_event() {
+    static std::atomic<int> n{0};
+    return n;
+  }
+  void violation(const std::string& what) {
+    std::lock_guard lock(mu_);
+    violations.push_back(what);
+  }
+
+  // The ops, each call queued through the device (recorded while capturing). Tensors are
+  // captured by value: a Tensor shares its storage, so the recorded call writes where the live
+  // one would, as a graph keeps its pointers.
+  class RecordingOps final : public Ops {
+   public:
+    RecordingOps(RecordingDevice& d, Ops& inner) : d_(d), inner_(inner) {}
+    nlohmann::json describe() const override { return inner_.describe(); }
+
+    std::unique_ptr<ConvReluPool> make_conv_relu_pool() override {
+      struct Op final : ConvReluPool {
+        Op(RecordingDevice& d, std::unique_ptr<ConvReluPool> i) : d(d), in(std::move(i)) {}
+        void forward(const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y,
+                     bool training) override {
+          d.queue(
+              [p = in.get(), x, w, b, y, training]() mutable { p->forward(x, w, b, y, training); });
+        }
+        void backward(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor* dx, Tensor& dw,
+                      Tensor& db) override {
+          std::optional<Tensor> dxc;
+          if (dx) dxc = *dx;
+          d.queue([p = in.get(), x, w, dy, dxc, dw, db]() mutable {
+            p->backward(x, w, dy, dxc ? &*dxc : nullptr, dw, db);
+          });
+        }
+        RecordingDevice& d;
+        std::unique_ptr<ConvReluPool> in;
+      };
+      return std::make_unique<Op>(d_, inner_.make_conv_relu_pool());
+    }
+    std::unique_ptr<Relu> make_relu() override {
+      struct Op final : Relu {
+        Op(RecordingDevice& d, std::unique_ptr<Relu> i) : d(d), in(std::move(i)) {}
+        void forward(const Tensor& x, Tensor& y) override {
+          d.queue([p = in.get(), x, y]() mutable { p->forward(x, y); });
+        }
+        void backward(const Tensor& y, const Tensor& dy, Tensor& dx) override {
+          d.queue([p = in.get(), y, dy, dx]() mutable { p->backward(y, dy, dx); });
+        }
+        RecordingDevice& d;
+        std::unique_ptr<Relu> in;
+      };
+      return std::make_unique<Op>(d_, inner_.make_relu());
+    }
+    std::unique_ptr<Linear> make_linear() override { return wrap(inner_.make_linear()); }
+    std::unique_ptr<Linear> make_linear_relu() override { return wrap(inner_.make_linear_relu()); }
+    std::unique_ptr<SoftmaxXent> make_softmax_xent() override {
+      struct Op final : SoftmaxXent {
+        Op(RecordingDevice& d, std::unique_ptr<SoftmaxXent> i) : d(d), in(std::move(i)) {}
+        void forward_backward(const Tensor& logits, const Tensor& labels, Tensor* dlogits,
+                              Tensor& stats) override {
+          std::optional<Tensor> dl;
+          if (dlogits) dl = *dlogits;
+          d.queue([p = in.get(), logits, labels, dl, stats]() mutable {
+            p->forward_backward(logits, labels, dl ? &*dl : nullptr, stats);
+          });
+        }
+        RecordingDevice& d;
+        std::unique_ptr<SoftmaxXent> in;
+      };
+      return std::make_unique<Op>(d_, inner_.make_softmax_xent());
+    }
+    // The model families LeNet does not use are not recorded: a capture of them is refused.
+    std::unique_ptr<Conv2d> make_conv2d(const Conv2dParams& p) override {
+      return refuse<Conv2d>("conv2d", p);
+    }
+    std::unique_ptr<Pool2d> make_pool2d(const Pool2dParams& p) override {
+      return refuse<Pool2d>("pool2d", p);
+    }
+    std::unique_ptr<Dropout> make_dropout() override { return refuse<Dropout>("dropout"); }
+    std::unique_ptr<Resize> make_resize(ResizeMode m) override {
+      return refuse<Resize>("resize", m);
+    }
+
+    void sgd(Tensor& params, const Tensor& grads, float step) override {
+      d_.queue([this, params, grads, step]() mutable { inner_.sgd(params, grads, step); });
+    }
+    void sgd(Tensor& params, const Tensor& grads, const Tensor& step) override {
+      d_.queue([this, params, grads, step]() mutable { inner_.sgd(params, grads, step); });
+    }
+    void set_scalar(Tensor& t, float value) override {
+      d_.queue([this, t, value]() mutable { inner_.set_scalar(t, value); });
+    }
+    void add_inplace(Tensor& dst, const Tensor& src) override {
+      d_.queue([this, dst, src]() mutable { inner_.add_inplace(dst, src); });
+    }
+    void gather(const Tensor& images, const Tensor& labels, const Tensor& indices, int64_t offset,
+                int64_t count, Tensor& x, Tensor& y) override {
+      d_.queue([this, images, labels, indices, offset, count, x, y]() mutable {
+        inner_.gather(images, labels, indices, offset, count, x, y);
+      });
+    }
+
+   private:
+    std::unique_ptr<Linear> wrap(std::unique_ptr<Linear> inner) {
+      struct Op final : Linear {
+        Op(RecordingDevice& d, std::unique_ptr<Linear> i) : d(d), in(std::move(i)) {}
+        void forward(const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y) override {
+          d.queue([p = in.get(), x, w, b, y]() mutable { p->forward(x, w, b, y); });
+        }
+        void backward(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor* dx, Tensor& dw,
+                      Tensor& db) override {
+          std::optional<Tensor> dxc;
+          if (dx) dxc = *dx;
+          d.queue([p = in.get(), x, w, dy, dxc, dw, db]() mutable {
+            p->backward(x, w, dy, dxc ? &*dxc : nullptr, dw, db);
+          });
+        }
+        RecordingDevice& d;
+        std::unique_ptr<Linear> in;
+      };
+      return std::make_unique<Op>(d_, std::move(inner));
+    }
+    template <typename T, typename... Args>
+    std::unique_ptr<T> refuse(const char* what, Args&&...) {
+      throw Error(std::string("RecordingDevice: ") + what + " is not recorded (LeNet's ops only)");
+    }
+
+    RecordingDevice& d_;
+    Ops& inner_;
+  };
+
+  RecordingOps ops_;
+  bool capturing_ = false;
+  std::vector<Node> nodes_;
+  std::mutex mu_;
+};
+
+// A group's capture over RecordingDevices: each rank records its own list; rank 0's thread
+// replays them all at launch, between two barriers (the CPU runs the work when it is launched).
+class RecordingGroupCapture final : public GroupCapture {
+ public:
+  explicit RecordingGroupCapture(std::vector<RecordingDevice*> devices)
+      : devices_(std::move(devices)), lists_(devices_.size()) {}
+  void begin(int rank, const GroupBarrier& barrier) override {
+    barrier();
+    devices_[static_cast<std::size_t>(rank)]->start_capture();
+  }
+  void end(int rank, const GroupBarrier& barrier) override {
+    lists_[static_cast<std::size_t>(rank)] =
+        devices_[static_cast<std::size_t>(rank)]->stop_capture();
+    barrier();
+    ++captures;
+  }
+  void abort(int rank) noexcept override {
+    devices_[static_cast<std::size_t>(rank)]->abort_capture();
+  }
+  void launch(int rank, const GroupBarrier& barrier) override {
+    barrier();
+    if (rank == 0) RecordingDevice::replay(devices_, lists_);
+    barrier();
+  }
+  nlohmann::json describe() const override { return {{"recorded", true}}; }
+  std::atomic<int> captures{0};  // per rank: k per group capture
+
+ private:
+  std::vector<RecordingDevice*> devices_;
+  std::vector<std::vector<RecordingDevice::Node>> lists_;
+};
+
+inline std::unique_ptr<GroupCapture> RecordingDevice::capture_group(
+    const std::vector<Device*>& group, std::string* why_not) {
+  std::vector<RecordingDevice*> devices;
+  for (Device* d : group) {
+    auto* r = dynamic_cast<RecordingDevice*>(d);
+    if (!r) {
+      if (why_not) *why_not = d->name() + " does not record";
+      return nullptr;
+    }
+    devices.push_back(r);
+  }
+  return std::make_unique<RecordingGroupCapture>(std::move(devices));
+}
+
+}  // namespace paralab::testing
