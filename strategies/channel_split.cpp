@@ -8,6 +8,7 @@
 #include "strategies/collectives/collectives.h"
 #include "strategies/device_data.h"
 #include "strategies/spmd_group.h"
+#include "strategies/step_graphs.h"
 #include "strategies/timing.h"
 
 namespace paralab {
@@ -19,6 +20,7 @@ using nlohmann::json;
 struct Options {
   std::string pairing = "none";
   std::string allreduce = "ring";
+  bool cuda_graphs = true;
 };
 
 // The part of a parameter tensor, viewed as a (rows, cols) matrix, that one device holds.
@@ -54,6 +56,13 @@ Shape shard_shape(const Shape& full, const Block& b) {
   return {b.r1 - b.r0};
 }
 
+// The marks between a rank's phases in one step, and around each of its communication steps.
+struct StepMarks {
+  TimeMark start, forward_end, backward_end, end;
+  std::vector<std::pair<TimeMark, TimeMark>> comm;
+  std::size_t forward_steps = 0;  // comm's first entries, the forward pass's
+};
+
 class ChannelSplit final : public Strategy {
  public:
   explicit ChannelSplit(Options o)
@@ -73,6 +82,7 @@ class ChannelSplit final : public Strategy {
     test_count_ = s.test->count;
     const Model& model = *model_;
     const auto T = model.tensors().size();
+    graphs_ = plan_graphs(s.devices);
     run([&](int r) {
       Rank& me = ranks_[r];
       Device& dev = group_->device(r);
@@ -134,6 +144,7 @@ class ChannelSplit final : public Strategy {
       me.xent = ops.make_softmax_xent();
       me.data = DeviceData(dev, *s.train, *s.test);
       me.stats = Tensor::zeros(dev, {2});
+      me.step = Tensor::zeros(dev, {1});
     });
   }
 
@@ -153,7 +164,12 @@ class ChannelSplit final : public Strategy {
     check_batch(count);
     const auto t0 = Clock::now();
     key_ = {dropout_seed(seed_, epoch_), offset};
-    run([&](int r) { rank_step(ranks_[r], offset, count, lr); });
+    run([&](int r) {
+      if (graphs_.empty())
+        graph_step(ranks_[r], offset, count, lr);
+      else
+        rank_step(ranks_[r], ranks_[r].order, offset, count, lr);
+    });
     StepResult out;
     out.times.total_ms = ms_between(t0, Clock::now());
     out.samples = count;
@@ -183,12 +199,17 @@ class ChannelSplit final : public Strategy {
     out.times.optimizer_ms = r0.times.optimizer_ms;
     out.detail = {{"bytes_sent", bytes},
                   {"bytes_expected", plan_.bytes(count, static_cast<int>(ranks_.size()))}};
+    if (graphs_.empty()) out.detail["cuda_graph_replay"] = ranks_[mine()].replayed ? 1 : 0;
     return out;
   }
 
   EvalResult evaluate() override {
     run([&](int r) {
       Rank& me = ranks_[r];
+      // Evaluation resizes the buffers: a captured step's pointers would be stale (the group's
+      // graph goes at its next capture).
+      me.drop_graph();
+      me.sized_for = -1;
       me.loss = 0;
       me.correct = 0;
       for (int64_t a = 0; a < test_count_; a += eval_batch_) {
@@ -210,7 +231,9 @@ class ChannelSplit final : public Strategy {
   std::vector<float> parameters() override { return assemble(&Rank::params); }
   std::vector<float> gradients() override { return assemble(&Rank::grads); }
 
-  json options() const override { return {{"pairing", o_.pairing}, {"allreduce", o_.allreduce}}; }
+  json options() const override {
+    return {{"pairing", o_.pairing}, {"allreduce", o_.allreduce}, {"cuda_graphs", o_.cuda_graphs}};
+  }
 
   json report() const override {
     if (ranks_.empty()) return nullptr;
@@ -239,14 +262,26 @@ class ChannelSplit final : public Strategy {
       for (const Block& b : blocks(r)) n += (b.r1 - b.r0) * (b.c1 - b.c0);
       params.push_back(n);
     }
-    return {{"pairing", o_.pairing},
-            {"layer_split_modes", modes},
-            {"output_channels", channels},
-            {"parameters_per_device", params},
-            {"allgather", list(plan_.allgather)},
-            {"reduce_scatter", list(plan_.reduce_scatter)},
-            {"allreduce", list(plan_.allreduce)},
-            {"bytes_per_example", plan_.bytes(1, k)}};
+    json out = {{"pairing", o_.pairing},
+                {"layer_split_modes", modes},
+                {"output_channels", channels},
+                {"parameters_per_device", params},
+                {"allgather", list(plan_.allgather)},
+                {"reduce_scatter", list(plan_.reduce_scatter)},
+                {"allreduce", list(plan_.allreduce)},
+                {"bytes_per_example", plan_.bytes(1, k)}};
+    if (!o_.cuda_graphs) return out;
+    if (!graphs_.empty()) {
+      out["cuda_graphs"] = "not used: " + graphs_;
+      return out;
+    }
+    const Rank& me = ranks_[mine()];
+    out["cuda_graphs"] = "used";
+    out["cuda_graph_scope"] = "one graph over the group's " + std::to_string(k) + " devices";
+    out["cuda_graph_captures"] = me.captures;
+    out["cuda_graph_replays"] = me.replays;
+    if (capture_ && !capture_->describe().is_null()) out["cuda_graph"] = capture_->describe();
+    return out;
   }
 
  private:
@@ -282,10 +317,35 @@ class ChannelSplit final : public Strategy {
     std::vector<std::pair<TimeMark, TimeMark>> comm_marks;  // this step's communication
     int64_t correct = 0;
     RankTimes times;
+    // CUDA graphs (one over the group): whether this rank's part is current, the batch it was
+    // captured for, the batch the buffers were last sized for by an eager step, this step's
+    // example indices and SGD step (set before each launch), and the capture's marks and bytes,
+    // which every replay records again.
+    bool captured = false, replayed = false;
+    int64_t graph_count = -1, sized_for = -1, captures = 0, replays = 0, graph_bytes = 0;
+    Tensor step_indices, step;
+    StepMarks graph_marks;
+
+    void drop_graph() {
+      captured = false;
+      graph_marks = {};
+    }
   };
 
   void run(const std::function<void(int)>& fn) {
     group_->run([&](int r, Transport&) { fn(r); });
+  }
+  std::size_t mine() const { return static_cast<std::size_t>(group_->local_ranks().front()); }
+
+  // Empty when the step is one CUDA graph over the group; otherwise why not.
+  std::string plan_graphs(const std::vector<Device*>& devices) {
+    capture_.reset();
+    if (!o_.cuda_graphs) return "cuda_graphs is false";
+    for (const Device* d : devices)
+      if (!d->supports_capture()) return d->name() + " cannot capture work (CUDA only)";
+    if (model_->has_dropout()) return "the model's dropout masks change every step";
+    return plan_group_graph("the all-gathers and reduce-scatters between the devices", *group_,
+                            devices, &capture_);
   }
 
   // Channel shard bounds and elements per channel of activation b (sharded boundaries only).
@@ -525,11 +585,12 @@ class ChannelSplit final : public Strategy {
     me.comm_marks.emplace_back(a, me.dev->mark());
   }
 
-  // Time in the communication steps [from, to) of comm_marks (after a synchronisation).
-  double comm_ms(Rank& me, std::size_t from, std::size_t to) {
+  // Time in the communication steps [from, to) of `marks` (after a synchronisation).
+  double comm_ms(Rank& me, const std::vector<std::pair<TimeMark, TimeMark>>& marks,
+                 std::size_t from, std::size_t to) {
     double ms = 0;
     for (std::size_t i = from; i < to; ++i)
-      ms += me.dev->elapsed_ms(me.comm_marks[i].first, me.comm_marks[i].second);
+      ms += me.dev->elapsed_ms(marks[i].first, marks[i].second);
     return ms;
   }
 
@@ -678,39 +739,100 @@ class ChannelSplit final : public Strategy {
     }
   }
 
-  void rank_step(Rank& me, int64_t offset, int64_t count, float lr) {
+  // The step captured once per batch size (after an eager step of that size has sized the
+  // buffers), then launched with its example indices and SGD step set before each launch.
+  void graph_step(Rank& me, int64_t offset, int64_t count, float lr) {
     Transport& t = *me.t;
     Device& dev = *me.dev;
+    if (!me.step_indices.defined() || me.step_indices.numel() != count)
+      me.step_indices = Tensor::empty(dev, {count}, DType::I32);
+    dev.copy_on_device(me.step_indices.raw(), me.order.i32() + offset,
+                       static_cast<std::size_t>(count) * sizeof(int32_t));
+    if (!(me.captured && me.graph_count == count)) {
+      me.drop_graph();
+      if (me.sized_for != count) {  // first step of this size: eager (allocations)
+        me.sized_for = count;
+        me.replayed = false;
+        rank_step(me, me.step_indices, 0, count, lr);
+        return;
+      }
+      t.barrier();
+      t.reset_bytes_sent();
+      t.reset_receive_times();
+      me.comm_marks.clear();
+      capture_step(capture_.get(), me.rank, t, dev, nullptr, [&] {
+        me.graph_marks = enqueue_step(me, me.step_indices, 0, count, 0.0f, &me.step);
+      });
+      me.graph_bytes = t.bytes_sent();
+      me.graph_count = count;
+      me.captured = true;
+      ++me.captures;
+    }
+    t.barrier();
+    const auto t0 = Clock::now();
+    dev.ops().set_scalar(me.step, lr / static_cast<float>(count));
+    launch_step(capture_.get(), me.rank, t, nullptr);
+    ++me.replays;
+    me.replayed = true;
+    finish_step(me, me.graph_marks, count);
+    me.times.bytes_sent = me.graph_bytes;
+    t.barrier();
+    me.times.total_ms = ms_between(t0, Clock::now());
+  }
+
+  // Queues one step (order[offset, offset+count) are the batch's examples) and returns its
+  // marks; the SGD step is `step` (a device scalar: what a graph replays) or else `lr_step`.
+  StepMarks enqueue_step(Rank& me, const Tensor& order, int64_t offset, int64_t count,
+                         float lr_step, const Tensor* step) {
+    Device& dev = *me.dev;
+    StepMarks m;
+    m.start = dev.mark();
+    dev.ops().gather(me.data.train_x, me.data.train_y, order, offset, count, me.x, me.y);
+    forward(me, count, /*training=*/true);
+    m.forward_end = dev.mark();
+    m.forward_steps = me.comm_marks.size();
+    backward(me, count);
+    m.backward_end = dev.mark();
+    if (step)
+      dev.ops().sgd(me.params, me.grads, *step);
+    else
+      dev.ops().sgd(me.params, me.grads, lr_step);
+    m.end = dev.mark();
+    m.comm = me.comm_marks;
+    return m;
+  }
+
+  // Waits for the step's work and reads its figures and times into the rank.
+  void finish_step(Rank& me, const StepMarks& m, int64_t count) {
+    Device& dev = *me.dev;
+    dev.synchronize();
+    const auto st = me.stats.to_host_f32();
+    me.loss = st[0];
+    me.correct = static_cast<int64_t>(st[1]);
+    const double forward_comm = comm_ms(me, m.comm, 0, m.forward_steps);
+    const double all_comm = comm_ms(me, m.comm, 0, m.comm.size());
+    me.forward_ms = dev.elapsed_ms(m.start, m.forward_end) - forward_comm;
+    me.backward_ms = dev.elapsed_ms(m.forward_end, m.backward_end) - (all_comm - forward_comm);
+    me.times.compute_ms = dev.elapsed_ms(m.start, m.backward_end) - all_comm;
+    me.times.communication_ms = all_comm;
+    me.times.exposed_communication_ms = all_comm;
+    me.times.optimizer_ms = dev.elapsed_ms(m.backward_end, m.end);
+    me.times.bytes_sent = me.t->bytes_sent();
+    me.times.samples = count;
+    take_receive_times(*me.t, dev, me.times);
+  }
+
+  void rank_step(Rank& me, const Tensor& order, int64_t offset, int64_t count, float lr) {
+    Transport& t = *me.t;
     t.barrier();
     t.reset_bytes_sent();
     t.reset_receive_times();
     me.comm_marks.clear();
     const auto t0 = Clock::now();
     ensure_batch(me, count);
-    const TimeMark m0 = dev.mark();
-    dev.ops().gather(me.data.train_x, me.data.train_y, me.order, offset, count, me.x, me.y);
-    forward(me, count, /*training=*/true);
-    const TimeMark m1 = dev.mark();
-    const std::size_t forward_steps = me.comm_marks.size();
-    backward(me, count);
-    const TimeMark m2 = dev.mark();
-    dev.ops().sgd(me.params, me.grads, lr / static_cast<float>(count));
-    const TimeMark m3 = dev.mark();
-    dev.synchronize();
-    const auto st = me.stats.to_host_f32();
-    me.loss = st[0];
-    me.correct = static_cast<int64_t>(st[1]);
-    const double forward_comm = comm_ms(me, 0, forward_steps);
-    const double all_comm = comm_ms(me, 0, me.comm_marks.size());
-    me.forward_ms = dev.elapsed_ms(m0, m1) - forward_comm;
-    me.backward_ms = dev.elapsed_ms(m1, m2) - (all_comm - forward_comm);
-    me.times.compute_ms = dev.elapsed_ms(m0, m2) - all_comm;
-    me.times.communication_ms = all_comm;
-    me.times.exposed_communication_ms = all_comm;
-    me.times.optimizer_ms = dev.elapsed_ms(m2, m3);
-    me.times.bytes_sent = t.bytes_sent();
-    me.times.samples = count;
-    take_receive_times(t, dev, me.times);
+    const StepMarks m =
+        enqueue_step(me, order, offset, count, lr / static_cast<float>(count), nullptr);
+    finish_step(me, m, count);
     t.barrier();
     me.times.total_ms = ms_between(t0, Clock::now());
   }
@@ -733,6 +855,8 @@ class ChannelSplit final : public Strategy {
   std::unique_ptr<Allreduce> allreduce_;
   std::unique_ptr<SpmdGroup> group_;
   std::vector<Rank> ranks_;
+  std::string graphs_ = "not set up";      // empty: the step is one CUDA graph over the group
+  std::unique_ptr<GroupCapture> capture_;  // declared after ranks_: goes before them
   int64_t eval_batch_ = 1000, test_count_ = 0;
 };
 
@@ -745,8 +869,12 @@ Options parse_options(const json& options, const std::string& path) {
     if (key == "pairing" || key == "allreduce") {
       if (!v.is_string()) fail(key, "must be a string");
       (key == "pairing" ? o.pairing : o.allreduce) = v.get<std::string>();
+    } else if (key == "cuda_graphs") {
+      if (!v.is_boolean()) fail(key, "must be true or false");
+      o.cuda_graphs = v.get<bool>();
     } else {
-      fail(key, "unknown option for strategy 'channel_split' (known: pairing, allreduce)");
+      fail(key,
+           "unknown option for strategy 'channel_split' (known: pairing, allreduce, cuda_graphs)");
     }
   }
   if (o.pairing != "none" && o.pairing != "megatron")

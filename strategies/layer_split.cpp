@@ -11,6 +11,7 @@
 #include "strategies/device_data.h"
 #include "strategies/pipeline.h"
 #include "strategies/spmd_group.h"
+#include "strategies/step_graphs.h"
 #include "strategies/timing.h"
 
 namespace paralab {
@@ -42,7 +43,14 @@ struct Options {
   json split = "auto";
   int microbatches = 1;
   std::string schedule = "gpipe";
+  bool cuda_graphs = true;
   std::string path;
+};
+
+// The marks of a stage's step: its pipeline's and around its update.
+struct StepMarks {
+  PipelineMarks pipeline;
+  TimeMark update_start, update_end;
 };
 
 class LayerSplit final : public Strategy {
@@ -90,6 +98,7 @@ class LayerSplit final : public Strategy {
     eval_batch_ = s.eval_batch;
     test_count_ = s.test->count;
     train_ = s.train;
+    graphs_ = plan_graphs(s.devices);
     run([&](int r) {
       Rank& me = ranks_[r];
       Device& dev = group_->device(r);
@@ -104,6 +113,7 @@ class LayerSplit final : public Strategy {
       me.grad_tmp = Tensor::zeros(dev, me.params.shape());
       me.layers = std::make_unique<ModelStages>(model, dev, me.first, me.last, me.params, m);
       me.slots.resize(static_cast<std::size_t>(m));
+      me.step = Tensor::zeros(dev, {1});
       // The data: images for stage 0, labels for the last.
       // The data: stage 0 gathers its images (and, alone, its labels); a last stage k > 1
       // needs labels only, which it gets in epoch order (begin_epoch) and test order.
@@ -141,7 +151,13 @@ class LayerSplit final : public Strategy {
     check_batch(count);
     const int64_t mb = count / o_.microbatches;
     const auto t0 = Clock::now();
-    run([&](int r) { rank_step(ranks_[r], r, offset, count, mb, lr, t0); });
+    run([&](int r) {
+      if (graphs_.empty())
+        graph_step(ranks_[r], r, offset, count, mb, lr, t0);
+      else
+        rank_step(ranks_[r], r, {&ranks_[r].order, &ranks_[r].epoch_labels, offset}, count, mb, lr,
+                  t0, offset);
+    });
     StepResult out;
     out.times.total_ms = ms_between(t0, Clock::now());
     out.samples = count;
@@ -173,6 +189,9 @@ class LayerSplit final : public Strategy {
     out.detail = {{"bubble_fraction", bubble},
                   {"bytes_sent", bytes},
                   {"bytes_expected", expected_bytes(count)}};
+    if (graphs_.empty())
+      out.detail["cuda_graph_replay"] =
+          ranks_[static_cast<std::size_t>(group_->local_ranks().front())].replayed ? 1 : 0;
     last_events_ = std::move(events);
     return out;
   }
@@ -184,6 +203,10 @@ class LayerSplit final : public Strategy {
       Rank& me = ranks_[r];
       Device& dev = *me.dev;
       const bool first = r == 0, last = r == k - 1;
+      // Evaluation resizes the slots: a captured step's pointers would be stale (the group's
+      // graph goes at its next capture).
+      me.drop_graph();
+      me.sized_for = -1;
       me.loss = 0;
       me.correct = 0;
       auto rows = [&](int j) { return std::min(eval_batch_, test_count_ - j * eval_batch_); };
@@ -225,7 +248,10 @@ class LayerSplit final : public Strategy {
   std::vector<float> gradients() override { return assemble(&Rank::grads); }
 
   json options() const override {
-    return {{"split", o_.split}, {"microbatches", o_.microbatches}, {"schedule", o_.schedule}};
+    return {{"split", o_.split},
+            {"microbatches", o_.microbatches},
+            {"schedule", o_.schedule},
+            {"cuda_graphs", o_.cuda_graphs}};
   }
 
   json report() const override {
@@ -259,6 +285,17 @@ class LayerSplit final : public Strategy {
                 {"bytes_per_example", expected_bytes(1)},
                 {"last_iteration_timeline", timeline}};
     if (!layer_ms_.empty()) rep["profiled_layer_ms"] = layer_ms_;
+    if (!o_.cuda_graphs) return rep;
+    if (!graphs_.empty()) {
+      rep["cuda_graphs"] = "not used: " + graphs_;
+      return rep;
+    }
+    const Rank& me = ranks_[static_cast<std::size_t>(group_->local_ranks().front())];
+    rep["cuda_graphs"] = "used";
+    rep["cuda_graph_scope"] = "one graph over the group's " + std::to_string(k) + " devices";
+    rep["cuda_graph_captures"] = me.captures;
+    rep["cuda_graph_replays"] = me.replays;
+    if (capture_ && !capture_->describe().is_null()) rep["cuda_graph"] = capture_->describe();
     return rep;
   }
 
@@ -288,6 +325,19 @@ class LayerSplit final : public Strategy {
     RankTimes times;
     double loss = 0;
     int64_t correct = 0;
+    // CUDA graphs (one over the group): whether this stage's part is current, the global batch
+    // it was captured for and the one the slots were last sized for by an eager step; the
+    // step's example indices (stage 0) and labels (a last stage), and SGD step, set before each
+    // launch; the capture's marks and bytes, which every replay records again.
+    bool captured = false, replayed = false;
+    int64_t graph_count = -1, sized_for = -1, captures = 0, replays = 0, graph_bytes = 0;
+    Tensor step_order, step_labels, step;
+    StepMarks graph_marks;
+
+    void drop_graph() {
+      captured = false;
+      graph_marks = {};
+    }
   };
 
   static Slot& slot(Rank& me, int mb) {
@@ -296,6 +346,16 @@ class LayerSplit final : public Strategy {
 
   void run(const std::function<void(int)>& fn) {
     group_->run([&](int r, Transport&) { fn(r); });
+  }
+
+  // Empty when the step is one CUDA graph over the group; otherwise why not.
+  std::string plan_graphs(const std::vector<Device*>& devices) {
+    capture_.reset();
+    if (!o_.cuda_graphs) return "cuda_graphs is false";
+    for (const Device* d : devices)
+      if (!d->supports_capture()) return d->name() + " cannot capture work (CUDA only)";
+    if (model_->has_dropout()) return "the model's dropout masks change every step";
+    return plan_group_graph("the pipeline's sends between stages", *group_, devices, &capture_);
   }
 
   // Activations forward and their gradients back across every stage boundary.
@@ -318,17 +378,71 @@ class LayerSplit final : public Strategy {
     return flat;
   }
 
-  void rank_step(Rank& me, int r, int64_t offset, int64_t count, int64_t mb, float lr,
-                 Clock::time_point t0) {
+  // Where a step's inputs come from: stage 0 gathers examples order[offset + j*mb, ...) for
+  // micro-batch j; a last stage k > 1 reads labels[offset + j*mb, ...).
+  struct StepInputs {
+    const Tensor* order = nullptr;
+    const Tensor* labels = nullptr;
+    int64_t offset = 0;
+  };
+
+  // The step captured once per global batch (after an eager step of that size has sized the
+  // slots), then launched with its example indices, labels and SGD step set before each launch.
+  void graph_step(Rank& me, int r, int64_t offset, int64_t count, int64_t mb, float lr,
+                  Clock::time_point t0) {
     const int k = static_cast<int>(ranks_.size());
     Transport& t = *me.t;
     Device& dev = *me.dev;
+    // This step's inputs to fixed buffers: a graph replays fixed pointers.
+    const auto copy_in = [&](Tensor& to, const Tensor& from) {
+      if (!to.defined() || to.numel() != count) to = Tensor::empty(dev, {count}, DType::I32);
+      dev.copy_on_device(to.raw(), from.i32() + offset,
+                         static_cast<std::size_t>(count) * sizeof(int32_t));
+    };
+    if (r == 0) copy_in(me.step_order, me.order);
+    if (r == k - 1 && r > 0) copy_in(me.step_labels, me.epoch_labels);
+    const StepInputs inputs{&me.step_order, &me.step_labels, 0};
+    if (!(me.captured && me.graph_count == count)) {
+      me.drop_graph();
+      if (me.sized_for != count) {  // first step of this size: eager (allocations)
+        me.sized_for = count;
+        me.replayed = false;
+        rank_step(me, r, inputs, count, mb, lr, t0, offset);
+        return;
+      }
+      t.barrier();
+      t.reset_bytes_sent();
+      t.reset_receive_times();
+      capture_step(capture_.get(), r, t, dev, nullptr, [&] {
+        me.graph_marks = enqueue_step(me, r, inputs, mb, 0.0f, &me.step, offset);
+      });
+      me.graph_bytes = t.bytes_sent();
+      me.graph_count = count;
+      me.captured = true;
+      ++me.captures;
+    }
+    t.barrier();
+    const auto a = Clock::now();
+    dev.ops().set_scalar(me.step, lr / static_cast<float>(count));
+    launch_step(capture_.get(), r, t, nullptr);
+    ++me.replays;
+    me.replayed = true;
+    // Every stage's part starts at the launch: the timeline's origin, for all stages alike.
+    finish_step(me, r, me.graph_marks, count, ms_between(t0, a));
+    me.times.bytes_sent = me.graph_bytes;
+    t.barrier();
+    me.times.total_ms = ms_between(a, Clock::now());
+  }
+
+  // Queues one step's pipeline and update; returns its marks. The SGD step is `step` (a device
+  // scalar: what a graph replays) or else `lr_step`. key_offset: the step's first example in
+  // the epoch's order (dropout keys).
+  StepMarks enqueue_step(Rank& me, int r, const StepInputs& in, int64_t mb, float lr_step,
+                         const Tensor* step, int64_t key_offset) {
+    const int k = static_cast<int>(ranks_.size());
+    Device& dev = *me.dev;
     Ops& ops = dev.ops();
     const bool first = r == 0, last = r == k - 1;
-    t.barrier();
-    t.reset_bytes_sent();
-    t.reset_receive_times();
-    const auto a = Clock::now();
     me.backwards = 0;
     PipelineStage st;
     st.slots = static_cast<int>(me.slots.size());
@@ -343,14 +457,14 @@ class LayerSplit final : public Strategy {
       if (first) {
         ensure(sl.x, dev, model_->activation_shape(0, mb));
         ensure(sl.y, dev, {mb}, DType::I32);
-        ops.gather(me.data.train_x, me.data.train_y, me.order, offset + j * mb, mb, sl.x, sl.y);
+        ops.gather(me.data.train_x, me.data.train_y, *in.order, in.offset + j * mb, mb, sl.x, sl.y);
       }
       // Dropout keys: the micro-batch's global position in the epoch's order.
-      const PassKey key{dropout_seed(seed_, me.epoch), offset + j * mb};
+      const PassKey key{dropout_seed(seed_, me.epoch), key_offset + j * mb};
       const Tensor& out = me.layers->forward(j % st.slots, first ? sl.x : sl.in, true, key);
       if (last) {
         ensure(sl.stats, dev, {2});
-        me.layers->loss(j % st.slots, first ? sl.y : me.epoch_labels.view(offset + j * mb, {mb}),
+        me.layers->loss(j % st.slots, first ? sl.y : in.labels->view(in.offset + j * mb, {mb}),
                         sl.stats, true);
       }
       return out;
@@ -362,12 +476,24 @@ class LayerSplit final : public Strategy {
       if (me.backwards++ > 0) ops.add_inplace(me.grads, me.grad_tmp);
       return dx;
     };
-    me.pipeline = run_pipeline(t, dev, passes_[static_cast<std::size_t>(r)], st, t0);
-    const auto b = Clock::now();
-    ops.sgd(me.params, me.grads, lr / static_cast<float>(count));
+    StepMarks m;
+    m.pipeline = queue_pipeline(*me.t, dev, passes_[static_cast<std::size_t>(r)], st);
+    m.update_start = dev.mark();
+    if (step)
+      ops.sgd(me.params, me.grads, *step);
+    else
+      ops.sgd(me.params, me.grads, lr_step);
+    m.update_end = dev.mark();
+    return m;
+  }
+
+  // Waits for the step's work and reads its figures and times into the stage; the pipeline's
+  // origin lies origin_ms after the iteration's start.
+  void finish_step(Rank& me, int r, const StepMarks& m, int64_t count, double origin_ms) {
+    const int k = static_cast<int>(ranks_.size());
+    Device& dev = *me.dev;
     dev.synchronize();
-    const auto c = Clock::now();
-    if (last) {
+    if (r == k - 1) {
       me.loss = 0;
       me.correct = 0;
       for (std::size_t j = 0; j < me.slots.size(); ++j) {
@@ -376,13 +502,30 @@ class LayerSplit final : public Strategy {
         me.correct += static_cast<int64_t>(v[1]);
       }
     }
+    me.pipeline = read_pipeline(dev, m.pipeline, origin_ms);
     me.times.compute_ms = me.pipeline.busy_ms;
     me.times.communication_ms = me.pipeline.transfer_ms;
     me.times.exposed_communication_ms = me.pipeline.transfer_ms;
-    me.times.optimizer_ms = ms_between(b, c);
-    me.times.bytes_sent = t.bytes_sent();
+    me.times.optimizer_ms = dev.elapsed_ms(m.update_start, m.update_end);
+    me.times.bytes_sent = me.t->bytes_sent();
     me.times.samples = count;
-    take_receive_times(t, dev, me.times);
+    take_receive_times(*me.t, dev, me.times);
+  }
+
+  // One eager step; key_offset: the step's first example in the epoch's order.
+  void rank_step(Rank& me, int r, const StepInputs& in, int64_t count, int64_t mb, float lr,
+                 Clock::time_point t0, int64_t key_offset) {
+    Transport& t = *me.t;
+    Device& dev = *me.dev;
+    t.barrier();
+    t.reset_bytes_sent();
+    t.reset_receive_times();
+    const auto a = Clock::now();
+    // The origin is marked with the device idle, so that its host time is the device's too.
+    dev.synchronize();
+    const StepMarks m =
+        enqueue_step(me, r, in, mb, lr / static_cast<float>(count), nullptr, key_offset);
+    finish_step(me, r, m, count, ms_between(t0, m.pipeline.origin.host));
     t.barrier();
     me.times.total_ms = ms_between(a, Clock::now());
   }
@@ -395,6 +538,8 @@ class LayerSplit final : public Strategy {
   std::vector<std::vector<PipelinePass>> passes_;
   std::unique_ptr<SpmdGroup> group_;
   std::vector<Rank> ranks_;
+  std::string graphs_ = "not set up";      // empty: the step is one CUDA graph over the group
+  std::unique_ptr<GroupCapture> capture_;  // declared after ranks_: goes before them
   std::vector<std::vector<PipelineEvent>> last_events_;
   int64_t eval_batch_ = 1000, test_count_ = 0;
   const Dataset* train_ = nullptr;  // the caller's, for the last stage's labels each epoch
@@ -435,8 +580,13 @@ Options parse_options(const json& options, const std::string& path) {
         fail(key, e.what());
       }
       if (o.schedule == "forward") fail(key, "'forward' is evaluation only (known: 1f1b, gpipe)");
+    } else if (key == "cuda_graphs") {
+      if (!v.is_boolean()) fail(key, "must be true or false");
+      o.cuda_graphs = v.get<bool>();
     } else {
-      fail(key, "unknown option for strategy 'layer_split' (known: split, microbatches, schedule)");
+      fail(key,
+           "unknown option for strategy 'layer_split' (known: split, microbatches, schedule, "
+           "cuda_graphs)");
     }
   }
   return o;

@@ -55,31 +55,20 @@ double measured_bubble_fraction(const std::vector<std::vector<PipelineEvent>>& e
   return 1.0 - busy / (static_cast<double>(events.size()) * span);
 }
 
-PipelineTimes run_pipeline(Transport& t, Device& device, const std::vector<PipelinePass>& passes,
-                           const PipelineStage& stage, Clock::time_point t0) {
+PipelineMarks queue_pipeline(Transport& t, Device& device, const std::vector<PipelinePass>& passes,
+                             const PipelineStage& stage) {
   const int s = t.rank(), k = t.size();
   PARALAB_REQUIRE(stage.slots >= 1, std::string("pipeline: a stage needs at least one slot"));
-  PipelineTimes times;
-  // Passes and transfers are timed with marks in the device's queue, read once the pipeline is
-  // done: the device never stops between passes (on the CPU a mark is the host clock). The
-  // origin is marked with the device idle, so that its host time is the device's time too.
-  device.synchronize();
-  const TimeMark origin = device.mark();
-  const double origin_ms = ms_between(t0, origin.host);
-  struct Marked {
-    PipelinePass pass;
-    TimeMark start, end;
-  };
-  std::vector<Marked> marks;
+  PipelineMarks marks;
+  marks.origin = device.mark();
   // In-flight sends by (direction, slot): a slot's buffer must not change until its send is done.
   std::map<std::pair<bool, int>, Transport::Handle> pending;
   // What the device spends receiving and on sends' completions (on a GPU: waiting for the
   // peer's event and copying, not the host's queueing).
-  std::vector<std::pair<TimeMark, TimeMark>> transfers;
   auto timed = [&](auto&& fn) {
     const TimeMark a = device.mark();
     fn();
-    transfers.push_back({a, device.mark()});
+    marks.transfers.push_back({a, device.mark()});
   };
   // reuse: the slot is about to take another micro-batch, whose shape may differ (evaluation's
   // short last chunk), and the stage may then free the buffer the peer is copying from. The
@@ -98,21 +87,36 @@ PipelineTimes run_pipeline(Transport& t, Device& device, const std::vector<Pipel
     if (!p.forward && s < k - 1) timed([&] { t.recv(s + 1, stage.output_grad(p.microbatch)); });
     const TimeMark a = device.mark();
     const Tensor& out = p.forward ? stage.forward(p.microbatch) : stage.backward(p.microbatch);
-    marks.push_back({p, a, device.mark()});
+    marks.passes.push_back({p, a, device.mark()});
     const int peer = p.forward ? s + 1 : s - 1;
     if (peer >= 0 && peer < k) timed([&] { pending[{p.forward, slot}] = t.isend(peer, out); });
   }
   // Not a structured binding: clang 14 (the fuzz build) cannot capture one in a lambda.
   for (auto& entry : pending) timed([&] { t.wait(entry.second); });
-  device.synchronize();
-  for (const auto& [a, b] : transfers) times.transfer_ms += device.elapsed_ms(a, b);
-  for (const Marked& m : marks) {
-    const double a = origin_ms + device.elapsed_ms(origin, m.start);
-    const double b = origin_ms + device.elapsed_ms(origin, m.end);
+  return marks;
+}
+
+PipelineTimes read_pipeline(Device& device, const PipelineMarks& marks, double origin_ms) {
+  PipelineTimes times;
+  for (const auto& [a, b] : marks.transfers) times.transfer_ms += device.elapsed_ms(a, b);
+  for (const PipelineMarks::Pass& m : marks.passes) {
+    const double a = origin_ms + device.elapsed_ms(marks.origin, m.start);
+    const double b = origin_ms + device.elapsed_ms(marks.origin, m.end);
     times.events.push_back({m.pass, a, b});
     times.busy_ms += b - a;
   }
   return times;
+}
+
+PipelineTimes run_pipeline(Transport& t, Device& device, const std::vector<PipelinePass>& passes,
+                           const PipelineStage& stage, Clock::time_point t0) {
+  // Passes and transfers are timed with marks in the device's queue, read once the pipeline is
+  // done: the device never stops between passes (on the CPU a mark is the host clock). The
+  // origin is marked with the device idle, so that its host time is the device's time too.
+  device.synchronize();
+  const PipelineMarks marks = queue_pipeline(t, device, passes, stage);
+  device.synchronize();
+  return read_pipeline(device, marks, ms_between(t0, marks.origin.host));
 }
 
 }  // namespace paralab

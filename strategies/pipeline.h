@@ -11,6 +11,7 @@
 #include <chrono>
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/device.h"
@@ -72,6 +73,25 @@ struct PipelineTimes {
   double transfer_ms = 0;
 };
 
+// The marks of a stage's queued pipeline: its origin (the stage's start), each pass's compute,
+// and each transfer.
+struct PipelineMarks {
+  struct Pass {
+    PipelinePass pass;
+    TimeMark start, end;
+  };
+  TimeMark origin;
+  std::vector<Pass> passes;
+  std::vector<std::pair<TimeMark, TimeMark>> transfers;
+};
+// Queues `passes` as stage t.rank() of t.size() without waiting for the device (what a CUDA
+// graph captures), as long as no slot takes a second micro-batch (slots >= micro-batches):
+// the marks, to read once the device has done the work.
+PipelineMarks queue_pipeline(Transport& t, Device& device, const std::vector<PipelinePass>& passes,
+                             const PipelineStage& stage);
+// The times of a queued pipeline after the device has done it, with its origin `origin_ms`
+// after the iteration's start.
+PipelineTimes read_pipeline(Device& device, const PipelineMarks& marks, double origin_ms);
 // Runs `passes` as stage t.rank() of t.size(). Each pass's compute and each transfer is timed
 // with marks in the device's queue (Device::mark), so the device never stops between passes;
 // the intervals are read after one synchronisation at the end. Waits for its own sends before

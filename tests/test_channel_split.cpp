@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "core/error.h"
+#include "tests/graph_harness.h"
 #include "tests/strategy_harness.h"
 
 namespace paralab {
@@ -93,7 +94,17 @@ TEST(ChannelSplit, ErrorsNameTheProblem) {
             "runs.3.allreduce: unknown allreduce 'star' (known: naive, nccl, ring, tree)");
   EXPECT_EQ(option({{"microbatches", 2}}),
             "runs.3.microbatches: unknown option for strategy 'channel_split' (known: pairing, "
-            "allreduce)");
+            "allreduce, cuda_graphs)");
+  EXPECT_EQ(option({{"cuda_graphs", "yes"}}), "runs.3.cuda_graphs: must be true or false");
+}
+
+// The all-gathers, reduce-scatters and (Megatron pairing) allreduces between the devices make
+// one graph over the group: its replays compute the eager steps to the bit.
+TEST(ChannelSplit, OneGraphOverTheGroupReplaysTheEagerStepsBitForBit) {
+  for (const char* pairing : {"none", "megatron"})
+    for (int k : {2, 3})
+      EXPECT_TRUE(graph_replays_match_eager("channel_split", k, {{"pairing", pairing}}))
+          << pairing << " k=" << k;
 }
 
 }  // namespace

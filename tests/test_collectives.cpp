@@ -361,7 +361,7 @@ TEST(Transport, ReceiveTimesSplitWaitingForThePeerFromMoving) {
   EXPECT_EQ(times[0].receives, 1);
   EXPECT_GE(times[0].wait_ms, 40.0);
   EXPECT_GT(times[0].move_ms, 0.0);  // the add itself (its length depends on the build: no bound)
-  EXPECT_EQ(times[1].receives, 0);  // timing off; and it only sent
+  EXPECT_EQ(times[1].receives, 0);   // timing off; and it only sent
   // A ring allreduce: 2 (k-1) receives per rank, each timed; a reset starts anew.
   g.run([&](int r, Transport& t) {
     Tensor buf = Tensor::zeros(*g.ptrs[r], {1000});

@@ -11,7 +11,7 @@
 #include "core/rng.h"
 #include "strategies/collectives/collectives.h"
 #include "strategies/strategy.h"
-#include "tests/recording_device.h"
+#include "tests/graph_harness.h"
 #include "tests/strategy_harness.h"
 
 namespace paralab {
@@ -200,67 +200,12 @@ TEST(DataParallel, OverlapOrdersTheCommunicationQueueByEvents) {
 }
 
 // With the transport's algorithms every rank's step is captured in one graph over the group
-// (GroupCapture; on a GPU, virtual devices of one GPU): here on RecordingDevices, whose group
-// replay runs every rank's recorded work ordered only by the recorded events, the last rank
-// first. The replays must compute exactly the eager steps (the same losses and parameters to
-// the bit, with a learning rate that changes every step, across an evaluation, which forces a
-// new capture), queue nothing on the host but each step's inputs, and still time their phases
-// and their receives from the marks the capture took.
+// (GroupCapture; on a GPU, virtual devices of one GPU). See graph_replays_match_eager.
 TEST(DataParallel, OneGraphOverTheGroupReplaysTheEagerStepsBitForBit) {
-  const auto lr = [](int step) { return 0.02f * static_cast<float>(1 + step % 4); };
-  for (const char* algorithm : {"naive", "ring", "tree"}) {
-    for (int k : {2, 3}) {
-      const std::string what = std::string(algorithm) + " k=" + std::to_string(k);
-      auto cpu = make_devices("cpu", k, {});
-      std::vector<std::unique_ptr<testing::RecordingDevice>> recording;
-      std::vector<Device*> group;
-      for (auto& d : cpu) {
-        recording.push_back(std::make_unique<testing::RecordingDevice>(*d));
-        group.push_back(recording.back().get());
-      }
-      Session graphed("data_parallel", group, {{"allreduce", algorithm}, {"cuda_graphs", true}},
-                      test_initial_parameters(), 24);
-      Session eager("data_parallel", k, {{"allreduce", algorithm}}, test_initial_parameters(), 24,
-                    "cpu");
-      const json report = graphed->report();
-      ASSERT_EQ(report.value("cuda_graphs", ""), "used") << what << ": " << report.dump();
-      int step = 0;
-      // 6 steps (eager, then a capture and 5 launches), an evaluation, 4 more (eager, then a
-      // capture and 3 launches).
-      for (const auto& [steps, evaluate_after] : {std::pair{6, true}, std::pair{4, false}}) {
-        for (int i = 0; i < steps; ++i, ++step) {
-          for (auto& d : recording) d->direct_ops = 0;
-          const StepResult g = graphed.step(step, lr(step));
-          const StepResult e = eager.step(step, lr(step));
-          ASSERT_EQ(g.loss_sum, e.loss_sum) << what << " step " << step;
-          ASSERT_EQ(g.correct, e.correct) << what << " step " << step;
-          if (g.detail.value("cuda_graph_replay", 0) != 1) continue;
-          for (std::size_t r = 0; r < recording.size(); ++r) {
-            EXPECT_EQ(recording[r]->direct_ops, 2)
-                << what << " rank " << r << ": a replay queues its indices and SGD step only";
-            const RankTimes& t = g.ranks[r];
-            EXPECT_GT(t.compute_ms, 0) << what << ": phases timed from the captured marks";
-            EXPECT_GT(t.bytes_sent, 0) << what;
-          }
-          EXPECT_TRUE(communication_is_split(g)) << what << " step " << step;
-        }
-        if (evaluate_after) {
-          const EvalResult ge = graphed->evaluate(), ee = eager->evaluate();
-          EXPECT_EQ(ge.loss_sum, ee.loss_sum) << what;
-          EXPECT_EQ(ge.correct, ee.correct) << what;
-        }
-      }
-      EXPECT_EQ(graphed->parameters(), eager->parameters()) << what;
-      EXPECT_EQ(graphed->replica_parameters(), eager->replica_parameters()) << what;
-      const json after = graphed->report();
-      EXPECT_EQ(after.value("cuda_graph_captures", -1), 2) << what << ": " << after.dump();
-      EXPECT_EQ(after.value("cuda_graph_replays", -1), 8) << what << ": " << after.dump();
-      EXPECT_EQ(after.value("cuda_graph_scope", ""),
-                "one graph over the group's " + std::to_string(k) + " devices")
-          << what;
-      for (auto& d : recording) EXPECT_EQ(d->violations, std::vector<std::string>{}) << what;
-    }
-  }
+  for (const char* algorithm : {"naive", "ring", "tree"})
+    for (int k : {2, 3})
+      EXPECT_TRUE(graph_replays_match_eager("data_parallel", k, {{"allreduce", algorithm}}))
+          << algorithm << " k=" << k;
 }
 
 // Where no graph can hold the step, the report says exactly why.

@@ -9,6 +9,7 @@
 #include "strategies/layer_split.h"
 #include "strategies/pipeline.h"
 #include "strategies/spmd_group.h"
+#include "tests/graph_harness.h"
 #include "tests/strategy_harness.h"
 
 namespace paralab {
@@ -222,11 +223,22 @@ TEST(LayerSplit, ErrorsNameTheProblem) {
             }),
             "runs.0.split: boundaries must be increasing integers in 1..3, got [4]");
   EXPECT_EQ(option({{"microbatches", 0}}), "runs.1.microbatches: must be an integer in 1..4096");
+  EXPECT_EQ(option({{"cuda_graphs", 1}}), "runs.1.cuda_graphs: must be true or false");
   EXPECT_EQ(option({{"schedule", "zigzag"}}),
             "runs.1.schedule: pipeline: unknown schedule 'zigzag' (known: 1f1b, gpipe)");
   EXPECT_NE(
       option({{"stages", 2}}).find("runs.1.stages: unknown option for strategy 'layer_split'"),
       std::string::npos);
+}
+
+// The pipeline's sends between stages make one graph over the group: its replays compute the
+// eager steps to the bit, under both schedules.
+TEST(LayerSplit, OneGraphOverTheGroupReplaysTheEagerStepsBitForBit) {
+  for (const char* schedule : {"gpipe", "1f1b"})
+    for (int k : {2, 3})
+      EXPECT_TRUE(graph_replays_match_eager("layer_split", k,
+                                            {{"microbatches", 4}, {"schedule", schedule}}))
+          << schedule << " k=" << k;
 }
 
 }  // namespace

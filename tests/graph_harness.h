@@ -1,0 +1,95 @@
+// The CUDA-graph bar of the multi-device strategies, checked without a GPU: a strategy trained
+// on RecordingDevices (tests/recording_device.h), which capture and replay their work as a CUDA
+// device does, against the same strategy trained eagerly on CPU devices.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "tests/recording_device.h"
+#include "tests/strategy_harness.h"
+
+namespace paralab {
+namespace {
+
+// `strategy` with `options` (cuda_graphs on) on k RecordingDevices: its step must be one graph
+// over the group, and the replays must compute exactly the eager steps: the same losses and
+// correct counts at every step and the same parameters at the end, to the bit, with a learning
+// rate that changes every step, across an evaluation (which forces a new capture). A replayed
+// step must queue nothing on the host but its inputs (its SGD step, and the example indices or
+// labels of this step, where the rank reads any), and
+// still time its phases and its receives from the marks the capture took. The group replay runs
+// every rank's recorded work ordered only by the recorded events, the last rank first, so a
+// hand-off that misses its event computes wrong numbers.
+inline ::testing::AssertionResult graph_replays_match_eager(const std::string& strategy, int k,
+                                                            json options, int64_t batch = 24) {
+  const auto lr = [](int step) { return 0.02f * static_cast<float>(1 + step % 4); };
+  auto cpu = make_devices("cpu", k, {});
+  std::vector<std::unique_ptr<testing::RecordingDevice>> recording;
+  std::vector<Device*> group;
+  for (auto& d : cpu) {
+    recording.push_back(std::make_unique<testing::RecordingDevice>(*d));
+    group.push_back(recording.back().get());
+  }
+  Session eager(strategy, k, options, test_initial_parameters(), batch, "cpu");
+  options["cuda_graphs"] = true;
+  Session graphed(strategy, group, options, test_initial_parameters(), batch);
+  if (graphed->report().value("cuda_graphs", "") != "used")
+    return ::testing::AssertionFailure() << "graphs not used: " << graphed->report().dump();
+  int step = 0, launches = 0;
+  // 6 steps (eager, then a capture and 5 launches), an evaluation, 4 more (eager, then a
+  // capture and 3 launches).
+  for (const auto& [steps, evaluate_after] : {std::pair{6, true}, std::pair{4, false}}) {
+    for (int i = 0; i < steps; ++i, ++step) {
+      for (auto& d : recording) d->direct_ops = 0;
+      const StepResult g = graphed.step(step, lr(step));
+      const StepResult e = eager.step(step, lr(step));
+      const std::string at = " at step " + std::to_string(step);
+      if (g.loss_sum != e.loss_sum || g.correct != e.correct)
+        return ::testing::AssertionFailure()
+               << "loss " << g.loss_sum << " vs eager " << e.loss_sum << ", correct " << g.correct
+               << " vs " << e.correct << at;
+      if (g.detail.value("cuda_graph_replay", 0) != 1) continue;
+      ++launches;
+      for (std::size_t r = 0; r < recording.size(); ++r) {
+        if (recording[r]->direct_ops > 2 || recording[r]->direct_ops < 1)
+          return ::testing::AssertionFailure()
+                 << "rank " << r << " queued " << recording[r]->direct_ops
+                 << " ops beside the launch (its SGD step, and its examples or labels if it "
+                    "reads any)"
+                 << at;
+        if (!(g.ranks[r].compute_ms > 0) || g.ranks[r].bytes_sent <= 0)
+          return ::testing::AssertionFailure()
+                 << "rank " << r << ": compute " << g.ranks[r].compute_ms << " ms, "
+                 << g.ranks[r].bytes_sent << " bytes sent" << at;
+      }
+      if (auto split = communication_is_split(g); !split) return split << at;
+    }
+    if (evaluate_after) {
+      const EvalResult ge = graphed->evaluate(), ee = eager->evaluate();
+      if (ge.loss_sum != ee.loss_sum || ge.correct != ee.correct)
+        return ::testing::AssertionFailure() << "evaluation differs after step " << step;
+    }
+  }
+  if (graphed->parameters() != eager->parameters())
+    return ::testing::AssertionFailure() << "the final parameters differ";
+  const json report = graphed->report();
+  if (report.value("cuda_graph_captures", -1) != 2 || report.value("cuda_graph_replays", -1) != 8 ||
+      launches != 8 ||
+      report.value("cuda_graph_scope", "") !=
+          "one graph over the group's " + std::to_string(k) + " devices")
+    return ::testing::AssertionFailure() << launches << " launches, report " << report.dump();
+  for (std::size_t r = 0; r < recording.size(); ++r)
+    if (!recording[r]->violations.empty())
+      return ::testing::AssertionFailure()
+             << "rank " << r
+             << " did in a capture what CUDA refuses: " << recording[r]->violations.front();
+  return ::testing::AssertionSuccess();
+}
+
+}  // namespace
+}  // namespace paralab
