@@ -434,6 +434,18 @@ for strategy in ("data_parallel", "layer_split", "channel_split"):
     why = {(r.get("strategy_report") or {}).get("cuda_graphs", "not reported") for r in rs} - {"used"}
     print(("PASS" if rs and len(used) == len(rs) else "FAIL") +
           f": {strategy} replays CUDA graphs ({len(used)}/{len(rs)} runs; {'; '.join(sorted(why)) or 'all'})")
+    # One graph over virtual devices must keep each device's kernels on its own SM share (the
+    # context each kernel node was captured in): none outside the devices' contexts, and some in
+    # every device's that has a green context of its own.
+    ctx = [(r.get("strategy_report") or {}).get("cuda_graph") for r in used]
+    ctx = [c for c in ctx if isinstance(c, dict) and "kernels_per_device_context" in c]
+    if ctx:
+        bad = [c for c in ctx if c["kernels_in_no_device_context"] > 0 or
+               any(d["kernels"] == 0 for d in c["kernels_per_device_context"])]
+        print(("PASS" if not bad else "FAIL") +
+              f": {strategy} graphs keep each virtual device's kernels on its SM share "
+              f"({len(ctx) - len(bad)}/{len(ctx)} graphs" +
+              (f"; e.g. {json.dumps(bad[0])}" if bad else "") + ")")
 PY
 )
 }
