@@ -2,6 +2,7 @@
 //
 //   build/allreduce_bench [--backend=cpu|cuda] [--devices=2,4,8] [--oversubscribe]
 //                         [--sizes=lenet|sweep|all] [--chunk-bytes=auto|N[,N...]]
+//                         [--graphs=auto|on|off]
 //                         [Google Benchmark flags, e.g. --benchmark_out=results/bench.json]
 //
 // --backend=cuda runs the same collectives between CUDA devices (virtual ones, labeled so, when
@@ -20,6 +21,13 @@
 //   algbw = bytes / time                       (GB/s, 1e9)
 //   busbw = algbw * 2(k-1)/k  for allreduce;   algbw * (k-1)/k for allgather and reduce-scatter
 // "memcpy" copies the same bytes from one device's buffer to another's: what one link can move.
+//
+// --graphs (default auto: where the group can share one CUDA graph, i.e. virtual devices of one
+// GPU in one process): each benchmark's collective, memcpy included, is captured once as one
+// graph over the group and every timed collective is a launch of it, timed between marks the
+// capture took around each rank's part. The host's work per message (launches, event records,
+// hand-offs between rank threads) then leaves the timing, as it leaves the strategies' graphed
+// steps; the label says "graph". The replay is checked for the exact sum too, before timing.
 #include "experiments/allreduce_bench.h"
 
 #include <benchmark/benchmark.h>
@@ -43,11 +51,14 @@
 #include "strategies/collectives/mpi_transport.h"
 #include "strategies/collectives/transport.h"
 #include "strategies/spmd_group.h"
+#include "strategies/step_graphs.h"
 
 namespace paralab {
 namespace {
 
 std::string g_backend = "cpu";  // --backend
+std::string g_graphs = "auto";  // --graphs: auto, on, off
+DeviceWrapper g_wrap;           // a test's decorator of every device (allreduce_bench_main)
 
 DeviceOptions bench_device_options() {
   DeviceOptions o;
@@ -70,8 +81,15 @@ struct BenchGroup {
     if (g_mpi && g_backend == "cuda") options.gpus = {MpiWorld::get().local_rank()};
 #endif
     devices = make_devices(g_backend, g_mpi ? 1 : k, options);
+    if (g_wrap)
+      for (auto& d : devices) d = g_wrap(std::move(d));
     for (auto& d : devices) ptrs.push_back(d.get());
     spmd = make_group(ptrs, g_mpi);
+    if (g_graphs != "off" && !ptrs.front()->supports_capture())
+      why_no_graph = ptrs.front()->name() + " cannot capture work (CUDA Graphs are CUDA only)";
+    else if (g_graphs != "off")
+      why_no_graph = plan_group_graph("timing collectives as graphs", *spmd, ptrs, &graph);
+    if (g_graphs == "on" && !graph) throw Error("--graphs=on: " + why_no_graph);
   }
   // fn(rank, transport) on every rank: each thread of the group, or this process's rank.
   void run(const std::function<void(int, Transport&)>& fn) { spmd->run(fn); }
@@ -81,6 +99,9 @@ struct BenchGroup {
   std::vector<std::unique_ptr<Device>> devices;
   std::vector<Device*> ptrs;  // the local ones
   std::unique_ptr<SpmdGroup> spmd;
+  // --graphs: the group's capture, null when collectives run eagerly (and why, unless off).
+  std::unique_ptr<GroupCapture> graph;
+  std::string why_no_graph;
 };
 
 // The largest of every rank's `value`: the slowest rank's time (in one process the caller has
@@ -144,6 +165,40 @@ std::vector<float> exact_input(int64_t n, int r) {
   return v;
 }
 
+// Rank r's result of `op` over exact_input on k ranks: "" when right, else the first wrong
+// element.
+std::string verify(Op op, int k, int r, const std::vector<float>& got) {
+  const auto n = static_cast<int64_t>(got.size());
+  const auto bounds = equal_segments(n, k);
+  for (int64_t i = 0; i < n; ++i) {
+    const bool mine = i >= bounds[r] && i < bounds[r + 1];
+    float want;
+    if (op == Op::Allgather) {
+      int owner = 0;
+      while (i >= bounds[owner + 1]) ++owner;
+      want = static_cast<float>((owner + 1) * (i % 7 + 1));
+    } else if (op == Op::ReduceScatter && !mine) {
+      continue;  // partial sums outside this rank's segment are unspecified
+    } else {
+      want = static_cast<float>(k * (k + 1) / 2 * (i % 7 + 1));
+    }
+    if (got[i] != want)
+      return "rank " + std::to_string(r) + " element " + std::to_string(i) + ": got " +
+             std::to_string(got[i]) + ", want " + std::to_string(want);
+  }
+  return "";
+}
+
+// The first of every rank's errors. Every rank must skip, or none: under MPI, ranks learn of
+// each other's errors here.
+std::string first_error(const std::vector<std::string>& errors) {
+  std::string error;
+  for (const auto& e : errors)
+    if (!e.empty() && error.empty()) error = e;
+  if (any_rank(!error.empty()) && error.empty()) error = "another rank got a wrong result";
+  return error;
+}
+
 // Runs `op` once on every rank over fresh exact data and checks every rank's result.
 std::string check(Op op, Allreduce* ar, BenchGroup& g, int64_t n) {
   const int k = g.size;
@@ -154,33 +209,22 @@ std::string check(Op op, Allreduce* ar, BenchGroup& g, int64_t n) {
     if (op == Op::Allreduce) ar->run(t, buf);
     if (op == Op::ReduceScatter) reduce_scatter_ring(t, buf, bounds);
     if (op == Op::Allgather) allgather_ring(t, buf, bounds);
-    const auto got = buf.to_host_f32();
-    for (int64_t i = 0; i < n; ++i) {
-      const bool mine = i >= bounds[r] && i < bounds[r + 1];
-      float want;
-      if (op == Op::Allgather) {
-        int owner = 0;
-        while (i >= bounds[owner + 1]) ++owner;
-        want = static_cast<float>((owner + 1) * (i % 7 + 1));
-      } else if (op == Op::ReduceScatter && !mine) {
-        continue;  // partial sums outside this rank's segment are unspecified
-      } else {
-        want = static_cast<float>(k * (k + 1) / 2 * (i % 7 + 1));
-      }
-      if (got[i] != want) {
-        errors[r] = "rank " + std::to_string(r) + " element " + std::to_string(i) + ": got " +
-                    std::to_string(got[i]) + ", want " + std::to_string(want);
-        return;
-      }
-    }
+    errors[r] = verify(op, k, r, buf.to_host_f32());
   });
-  std::string error;
-  for (const auto& e : errors)
-    if (!e.empty() && error.empty()) error = e;
-  // Every rank must skip, or none: under MPI, ranks learn of each other's errors here.
-  if (any_rank(!error.empty()) && error.empty()) error = "another rank got a wrong result";
-  return error;
+  return first_error(errors);
 }
+
+// Skips the benchmark, marking the run failed, when `error` is not empty.
+bool failed(benchmark::State& state, const std::string& error) {
+  if (error.empty()) return false;
+  g_failed = true;
+  state.SkipWithError(("wrong result before timing: " + error).c_str());
+  return true;
+}
+
+// A rank's way to run the benchmark's captured collective once (GroupCapture::launch), for a
+// check of the replay.
+using Replay = std::function<void(int, Transport&)>;
 
 // Times body(rank, transport) on every rank, after prepare(rank) (untimed) and a barrier with
 // every device idle; one collective's time is the slowest rank's. Each rank's time is its
@@ -189,25 +233,51 @@ std::string check(Op op, Allreduce* ar, BenchGroup& g, int64_t n) {
 // done when queued), read after a synchronisation. After one untimed warm-up collective it times
 // as many as kMinTime / kMaxWall allow, like nccl-tests' iterations, and reports their mean as
 // the benchmark's one iteration (registered with Iterations(1)); "ops" counts them.
+//
+// With the group's graph (--graphs), body and its two marks are captured once after the eager
+// warm-up (which fills the allocators' caches), and every collective after that is a launch;
+// check_replay(replay) then runs before timing, and an error it returns skips the benchmark.
 template <typename Prepare, typename Body>
-void time_ranks(benchmark::State& state, BenchGroup& g, Prepare prepare, Body body) {
+void time_ranks(benchmark::State& state, BenchGroup& g, Prepare prepare, Body body,
+                const std::function<std::string(const Replay&)>& check_replay = nullptr) {
   std::vector<double> seconds(static_cast<std::size_t>(g.size));
+  std::vector<TimeMark> starts(seconds.size()), ends(seconds.size());
+  GroupCapture* graph = nullptr;
   auto one = [&](bool timed) {
     g.run([&](int r, Transport& t) {
       Device& dev = g.device(r);
       prepare(r);
       dev.synchronize();
       t.barrier();
-      const TimeMark start = dev.mark();
-      body(r, t);
-      const TimeMark end = dev.mark();
+      if (graph) {
+        launch_step(graph, r, t, nullptr);
+      } else {
+        starts[r] = dev.mark();
+        body(r, t);
+        ends[r] = dev.mark();
+      }
       dev.synchronize();
       t.barrier();
-      if (timed) seconds[r] = dev.elapsed_ms(start, end) / 1e3;
+      if (timed) seconds[r] = dev.elapsed_ms(starts[r], ends[r]) / 1e3;
     });
     return slowest(*std::max_element(seconds.begin(), seconds.end()));
   };
   one(false);  // warm-up: first touches, lazy module loading, cold caches
+  if (g.graph) {
+    g.run([&](int r, Transport& t) {
+      Device& dev = g.device(r);
+      dev.synchronize();
+      capture_step(g.graph.get(), r, t, dev, nullptr, [&] {
+        starts[r] = dev.mark();
+        body(r, t);
+        ends[r] = dev.mark();
+      });
+    });
+    graph = g.graph.get();
+    const Replay replay = [graph](int r, Transport& t) { launch_step(graph, r, t, nullptr); };
+    if (check_replay && failed(state, check_replay(replay))) return;
+    one(false);  // the graph's first timed-like launch, untimed
+  }
   for (auto _ : state) {
     double measured = 0;
     int64_t ops = 0;
@@ -223,6 +293,7 @@ void time_ranks(benchmark::State& state, BenchGroup& g, Prepare prepare, Body bo
     state.SetIterationTime(measured / static_cast<double>(ops));
     state.counters["ops"] = static_cast<double>(ops);
   }
+  state.counters["graph"] = graph ? 1 : 0;
 }
 
 void set_counters(benchmark::State& state, int k, double bytes, double bus, std::string label) {
@@ -232,6 +303,7 @@ void set_counters(benchmark::State& state, int k, double bytes, double bus, std:
     if (d.value("virtual", false)) label += " virtual";
   }
   if (g_mpi) label += " mpi (" + std::to_string(k) + " processes)";
+  if (group(k).graph) label += " graph";
   if (const int cores = host_cores(); g_backend == "cpu" && k > cores)
     label +=
         " time-shared (" + std::to_string(k) + " ranks on " + std::to_string(cores) + " cores)";
@@ -256,21 +328,29 @@ void run_collective(benchmark::State& state, Op op, const std::string& algorithm
     ar = make_timed_allreduce(algorithm, chunk, g.ptrs);
     ar->prepare(g.ptrs);
   }
-  if (const std::string err = check(op, ar.get(), g, n); !err.empty()) {
-    g_failed = true;
-    state.SkipWithError(("wrong result before timing: " + err).c_str());
-    return;
-  }
+  if (failed(state, check(op, ar.get(), g, n))) return;
   std::vector<Tensor> bufs(k);
   const auto bounds = equal_segments(n, k);
   g.run([&](int r, Transport&) { bufs[r] = Tensor::zeros(g.device(r), {n}); });
+  // The captured collective on exact data, checked like the eager one; then zeros again.
+  auto check_replay = [&](const Replay& replay) {
+    std::vector<std::string> errors(k);
+    g.run([&](int r, Transport& t) {
+      bufs[r].copy_from_host(exact_input(n, r));
+      replay(r, t);
+      errors[r] = verify(op, k, r, bufs[r].to_host_f32());
+      g.device(r).fill_zero(bufs[r].raw(), bufs[r].bytes());
+    });
+    return first_error(errors);
+  };
   time_ranks(
       state, g, [](int) {},
       [&](int r, Transport& t) {
         if (op == Op::Allreduce) ar->run(t, bufs[r]);
         if (op == Op::ReduceScatter) reduce_scatter_ring(t, bufs[r], bounds);
         if (op == Op::Allgather) allgather_ring(t, bufs[r], bounds);
-      });
+      },
+      check_replay);
   set_counters(state, k, static_cast<double>(n * 4), bus_factor(op, k),
                op == Op::Allreduce   ? algorithm
                : op == Op::Allgather ? "allgather"
@@ -392,6 +472,8 @@ void print_help() {
       "  --chunk-bytes=auto|N[,N...]  ring/tree piece sizes (default auto: whole messages\n"
       "                            between virtual devices on one GPU, 262144 otherwise; 0:\n"
       "                            whole messages); several values time each\n"
+      "  --graphs=auto|on|off      time each collective as one CUDA graph over the group\n"
+      "                            (auto: where it can be, virtual devices of one GPU)\n"
       "  --help                    this text\n"
       "A --benchmark_out file must not exist (results are never overwritten); a\n"
       "--benchmark_filter that selects nothing, or is not a valid regex, is an error.\n"
@@ -402,7 +484,8 @@ void print_help() {
 }  // namespace
 
 int allreduce_bench_main(int argc, char** argv,
-                         const std::map<std::string, AllreduceFactory>& extra) {
+                         const std::map<std::string, AllreduceFactory>& extra, DeviceWrapper wrap) {
+  g_wrap = std::move(wrap);
   for (const auto& name : known_allreduces())
     g_algorithms[name] = [name] { return make_allreduce(name, {}); };
   for (const auto& [name, factory] : extra) g_algorithms[name] = factory;
@@ -448,7 +531,11 @@ int allreduce_bench_main(int argc, char** argv,
       sizes = a.substr(8);
     else if (a.rfind("--chunk-bytes=", 0) == 0)
       g_chunks = parse_chunks(a.substr(14));
-    else
+    else if (a.rfind("--graphs=", 0) == 0) {
+      g_graphs = a.substr(9);
+      if (g_graphs != "auto" && g_graphs != "on" && g_graphs != "off")
+        throw Error("--graphs: '" + g_graphs.substr(0, 20) + "' (known: auto, on, off)");
+    } else
       rest.push_back(argv[i]);
   }
   if (sizes != "lenet" && sizes != "sweep" && sizes != "all")
@@ -466,6 +553,7 @@ int allreduce_bench_main(int argc, char** argv,
   }
   benchmark::AddCustomContext("paralab_backend", g_backend);
   benchmark::AddCustomContext("paralab_launcher", g_mpi ? "mpi" : "threads");
+  benchmark::AddCustomContext("paralab_graphs", g_graphs);
 #if PARALAB_HAVE_MPI
   if (g_mpi) {
     benchmark::AddCustomContext("mpi_world_size", std::to_string(world));

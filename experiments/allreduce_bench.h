@@ -7,15 +7,20 @@
 #include <memory>
 #include <string>
 
+#include "core/device.h"
 #include "strategies/collectives/collectives.h"
 
 namespace paralab {
 
 using AllreduceFactory = std::function<std::unique_ptr<Allreduce>()>;
+// Takes each device the benchmark makes and returns the one it runs on (a test's decorator,
+// e.g. a device that records and replays its work as a CUDA device captures it).
+using DeviceWrapper = std::function<std::unique_ptr<Device>(std::unique_ptr<Device>)>;
 
 // argv as the program's (own flags, then Google Benchmark's). Returns the exit status: 0, 1 on
 // bad arguments, 2 when a collective failed its correctness check.
 int allreduce_bench_main(int argc, char** argv,
-                         const std::map<std::string, AllreduceFactory>& extra = {});
+                         const std::map<std::string, AllreduceFactory>& extra = {},
+                         DeviceWrapper wrap = nullptr);
 
 }  // namespace paralab

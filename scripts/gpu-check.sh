@@ -383,6 +383,34 @@ for k in (2, 4, 8):
           f": per-message cost x{k} <= 5 us (fitted {slope:.2f} us over {n} chunk sizes)")
 PY
 )
+  # The same ring rows without graphs (--graphs=off: every message's host work in the timing),
+  # beside the graphed ones above: what one graph per collective saves. Figures, not goals.
+  t0=$(date +%s)
+  timeout 60 build-gpu/allreduce_bench --backend=cuda --devices=2,4,8 --sizes=sweep --graphs=off \
+    --benchmark_filter='^allreduce/ring/devices:[248]/bytes:(516272|16777216)/' \
+    --benchmark_out="$OUT/allreduce-cuda-eager.json" --benchmark_out_format=json \
+    > "$OUT/allreduce_bench-eager.log" 2>&1
+  log "allreduce_bench (cuda, --graphs=off) exit $? in $(( $(date +%s) - t0 )) s"
+  python3 - "$OUT/allreduce-cuda.json" "$OUT/allreduce-cuda-eager.json" <<'PY' | while IFS= read -r l; do log "$l"; done
+import json, re, sys
+def rows(path):
+    # (algorithm, devices, bytes) -> microseconds, at the automatic piece size.
+    out = {}
+    try:
+        for r in json.load(open(path))["benchmarks"]:
+            f = dict(re.findall(r"(devices|bytes|chunk):(-?\d+)", r["name"]))
+            if r.get("error_occurred") or "real_time" not in r or f.get("chunk", "-1") != "-1":
+                continue
+            out[(r["name"].split("/")[1], int(f["devices"]), int(f["bytes"]))] = r["real_time"]
+    except (OSError, ValueError, KeyError):
+        pass
+    return out
+graphed, eager = rows(sys.argv[1]), rows(sys.argv[2])
+for (algo, k, b), e in sorted(eager.items()):
+    g = graphed.get((algo, k, b))
+    if g:
+        print(f"{algo} x{k} {b} B: {e:.1f} us eager, {g:.1f} us as one graph ({e / g:.1f}x)")
+PY
 }
 
 # ---- The main command on a one-GPU machine (issue 14, item 5) ---------------------------------

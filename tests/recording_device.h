@@ -97,7 +97,7 @@ class RecordingDevice final : public ForwardingDevice {
       violation("wait outside the capture on a captured event");
       return;
     }
-    nodes_.push_back({Node::Wait, nullptr, e->id, nullptr});
+    if (!ignore_waits) nodes_.push_back({Node::Wait, nullptr, e->id, nullptr});
   }
   TimeMark mark() override {
     if (!capturing_) return Device::mark();
@@ -161,6 +161,8 @@ class RecordingDevice final : public ForwardingDevice {
   }
 
   int direct_ops = 0;  // queued outside captures (a replay runs the recorded calls themselves)
+  // Records no waits: a graph without the edges between devices (to show that a test catches it).
+  bool ignore_waits = false;
   std::vector<std::string> violations;  // what a CUDA capture would have refused
 
  private:
