@@ -91,5 +91,31 @@ inline ::testing::AssertionResult graph_replays_match_eager(const std::string& s
   return ::testing::AssertionSuccess();
 }
 
+// On CUDA virtual devices (GPU tests; they skip without a GPU): `strategy` trained with its
+// step as one graph over the group against the same strategy eager ("cuda_graphs": false), the
+// learning rate changing every step: the same losses at every step and the same parameters at
+// the end, to the bit, and the report says the graph was used.
+inline ::testing::AssertionResult cuda_graphs_match_eager(const std::string& strategy, int k,
+                                                          json options, int steps = 12) {
+  const auto lr = [](int step) { return 0.02f * static_cast<float>(1 + step % 4); };
+  options["cuda_graphs"] = false;
+  Session eager(strategy, k, options, test_initial_parameters(), 24, "cuda");
+  options["cuda_graphs"] = true;
+  Session graphed(strategy, k, options, test_initial_parameters(), 24, "cuda");
+  for (int step = 0; step < steps; ++step) {
+    const StepResult g = graphed.step(step, lr(step)), e = eager.step(step, lr(step));
+    if (g.loss_sum != e.loss_sum || g.correct != e.correct)
+      return ::testing::AssertionFailure()
+             << "loss " << g.loss_sum << " vs eager " << e.loss_sum << " at step " << step;
+  }
+  if (graphed->parameters() != eager->parameters())
+    return ::testing::AssertionFailure() << "the final parameters differ";
+  const json report = graphed->report();
+  if (report.value("cuda_graphs", "") != "used" ||
+      report.value("cuda_graph_replays", 0) != steps - 1)
+    return ::testing::AssertionFailure() << "report " << report.dump();
+  return ::testing::AssertionSuccess() << report.value("cuda_graph", json()).dump();
+}
+
 }  // namespace
 }  // namespace paralab

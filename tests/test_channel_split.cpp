@@ -107,5 +107,13 @@ TEST(ChannelSplit, OneGraphOverTheGroupReplaysTheEagerStepsBitForBit) {
           << pairing << " k=" << k;
 }
 
+// On a GPU: one graph over 2 (or 4) virtual devices computes the eager steps to the bit.
+TEST(ChannelSplit, CudaGroupGraphMatchesEagerStepsBitForBit) {
+  if (const std::string why = backend_unavailable("cuda"); !why.empty())
+    GTEST_SKIP() << "cuda: " << why;
+  for (const char* pairing : {"none", "megatron"})
+    EXPECT_TRUE(cuda_graphs_match_eager("channel_split", 2, {{"pairing", pairing}})) << pairing;
+}
+
 }  // namespace
 }  // namespace paralab

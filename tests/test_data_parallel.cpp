@@ -264,5 +264,15 @@ TEST(DataParallel, BadOptionsNameTheirPath) {
             std::string::npos);
 }
 
+// On a GPU: one graph over 2 (or 4) virtual devices computes the eager steps to the bit.
+TEST(DataParallel, CudaGroupGraphMatchesEagerStepsBitForBit) {
+  if (const std::string why = backend_unavailable("cuda"); !why.empty())
+    GTEST_SKIP() << "cuda: " << why;
+  for (const char* algorithm : {"naive", "ring", "tree"})
+    for (int k : {2, 4})
+      EXPECT_TRUE(cuda_graphs_match_eager("data_parallel", k, {{"allreduce", algorithm}}))
+          << algorithm << " k=" << k;
+}
+
 }  // namespace
 }  // namespace paralab

@@ -241,5 +241,15 @@ TEST(LayerSplit, OneGraphOverTheGroupReplaysTheEagerStepsBitForBit) {
           << schedule << " k=" << k;
 }
 
+// On a GPU: one graph over 2 (or 4) virtual devices computes the eager steps to the bit.
+TEST(LayerSplit, CudaGroupGraphMatchesEagerStepsBitForBit) {
+  if (const std::string why = backend_unavailable("cuda"); !why.empty())
+    GTEST_SKIP() << "cuda: " << why;
+  for (const char* schedule : {"gpipe", "1f1b"})
+    EXPECT_TRUE(
+        cuda_graphs_match_eager("layer_split", 2, {{"microbatches", 4}, {"schedule", schedule}}))
+        << schedule;
+}
+
 }  // namespace
 }  // namespace paralab
