@@ -15,18 +15,26 @@
 // (an event each); every rank's stream then waits for the launch's end, so that its later work
 // (reading the step's figures, evaluation) follows the graph.
 //
+// Before a strategy relies on it, probe() captures, launches and checks a small graph of the
+// same shape from a thread per device; where that fails the strategies run eagerly and say why.
+//
 // Each kernel node keeps the context it was captured in; describe() reports how many of the
 // graph's kernels run in each device's own context (its green context, i.e. its SM share), the
 // check that a graph over virtual devices still models k smaller GPUs.
 #include <cuda_runtime.h>
 
+#include <condition_variable>
+#include <exception>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "core/cuda/check.h"
 #include "core/cuda/cuda_device.h"
 #include "core/error.h"
+#include "core/ops.h"
+#include "core/tensor.h"
 
 namespace paralab::cuda {
 
@@ -37,6 +45,38 @@ cudaEvent_t make_event() {
   PARALAB_CUDA(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
   return e;
 }
+
+// A barrier for probe()'s threads that a failing thread opens for good (an Error in the others),
+// so that none waits forever for it.
+class ProbeBarrier {
+ public:
+  explicit ProbeBarrier(int parties) : parties_(parties) {}
+  void arrive_and_wait() {
+    std::unique_lock lock(mu_);
+    if (failed_) throw Error("another device failed");
+    const uint64_t gen = gen_;
+    if (++count_ == parties_) {
+      count_ = 0;
+      ++gen_;
+      cv_.notify_all();
+      return;
+    }
+    cv_.wait(lock, [&] { return gen_ != gen || failed_; });
+    if (gen_ == gen) throw Error("another device failed");
+  }
+  void fail() {
+    std::lock_guard lock(mu_);
+    failed_ = true;
+    cv_.notify_all();
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  int parties_, count_ = 0;
+  uint64_t gen_ = 0;
+  bool failed_ = false;
+};
 
 class CudaGroupCapture final : public GroupCapture {
  public:
@@ -115,6 +155,70 @@ class CudaGroupCapture final : public GroupCapture {
   }
 
   nlohmann::json describe() const override { return described_; }
+
+  // A trial capture over the group before any strategy relies on one: a thread per device, each
+  // adding its buffer and then its neighbour's into a result (the neighbour's read ordered by an
+  // event, as the transport's hand-offs are), captured, launched once and checked. "" when it
+  // works; otherwise what failed, so that the caller runs eagerly and says why instead of
+  // failing every multi-device run on a driver or GPU that cannot hold such a graph.
+  std::string probe() {
+    const int k = static_cast<int>(devices_.size());
+    const int64_t n = 256;
+    std::vector<Tensor> in(devices_.size()), out(devices_.size());
+    std::vector<Event> ready(devices_.size());
+    std::vector<std::string> errors(devices_.size());
+    ProbeBarrier gate(k);
+    try {
+      for (int r = 0; r < k; ++r) {
+        CudaDevice& d = *devices_[static_cast<std::size_t>(r)];
+        d.bind_thread();
+        in[r] = Tensor::from_host(d, {n}, std::vector<float>(n, static_cast<float>(r + 1)));
+        out[r] = Tensor::zeros(d, {n});
+        d.ops().add_inplace(out[r], in[r]);  // the kernels loaded, the cache warm
+        d.synchronize();
+        d.fill_zero(out[r].raw(), out[r].bytes());
+      }
+    } catch (const std::exception& e) {
+      return std::string("setting it up: ") + e.what();
+    }
+    std::vector<std::thread> threads;
+    for (int r = 0; r < k; ++r)
+      threads.emplace_back([&, r] {
+        const auto at = static_cast<std::size_t>(r);
+        CudaDevice& d = *devices_[at];
+        const GroupBarrier barrier = [&gate] { gate.arrive_and_wait(); };
+        try {
+          d.bind_thread();
+          begin(r, barrier);
+          try {
+            d.ops().add_inplace(out[r], in[r]);
+            ready[at] = d.record();
+            barrier();  // every rank's event recorded before any waits on one
+            d.wait(ready[static_cast<std::size_t>((r + 1) % k)]);
+            d.ops().add_inplace(out[r], in[(r + 1) % k]);
+            end(r, barrier);
+          } catch (...) {
+            abort(r);
+            throw;
+          }
+          launch(r, barrier);
+          d.synchronize();
+          const float want = static_cast<float>(r + 1 + (r + 1) % k + 1);
+          for (float v : out[r].to_host_f32())
+            if (v != want)
+              throw Error(d.name() + " computed " + std::to_string(v) + ", not " +
+                          std::to_string(want));
+        } catch (const std::exception& e) {
+          errors[at] = e.what();
+          gate.fail();
+        }
+      });
+    for (auto& t : threads) t.join();
+    drop_graph();
+    for (const std::string& e : errors)
+      if (!e.empty()) return e;
+    return "";
+  }
 
  private:
   CudaDevice& device(int rank) const {
@@ -226,7 +330,12 @@ std::unique_ptr<GroupCapture> CudaDevice::capture_group(const std::vector<Device
   }
   PARALAB_REQUIRE(!devices.empty() && devices[0] == this,
                   name() + ": capture_group() of a group it does not lead");
-  return std::make_unique<CudaGroupCapture>(std::move(devices));
+  auto capture = std::make_unique<CudaGroupCapture>(std::move(devices));
+  if (const std::string why = capture->probe(); !why.empty()) {
+    if (why_not) *why_not = "a trial graph over the group failed (" + why + ")";
+    return nullptr;
+  }
+  return capture;
 }
 
 }  // namespace paralab::cuda
