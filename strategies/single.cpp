@@ -133,7 +133,9 @@ class Single final : public Strategy {
     if (!device_ || !graphs_ || !device_->supports_capture()) return nullptr;
     if (model_->model().has_dropout())
       return {{"cuda_graphs", "not used: the model's dropout masks change every step"}};
-    return {{"cuda_graph_captures", captures_}, {"cuda_graph_replays", replays_}};
+    return {{"cuda_graphs", "used"},
+            {"cuda_graph_captures", captures_},
+            {"cuda_graph_replays", replays_}};
   }
 
  private:

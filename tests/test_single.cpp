@@ -124,7 +124,8 @@ TEST(Single, CapturesOncePerBatchSizeAndReplaysAnyLr) {
   s->evaluate();
   EXPECT_EQ(replayed(0, 8, 0.2f), 0);
   EXPECT_EQ(replayed(8, 8, 0.2f), 1);
-  EXPECT_EQ(s->report(), (json{{"cuda_graph_captures", 3}, {"cuda_graph_replays", 6}}));
+  EXPECT_EQ(s->report(),
+            (json{{"cuda_graphs", "used"}, {"cuda_graph_captures", 3}, {"cuda_graph_replays", 6}}));
   s.reset();
 }
 
