@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "core/device.h"
+#include "core/error.h"
 #include "strategies/collectives/transport.h"
 #include "strategies/spmd_group.h"
 
@@ -37,6 +38,8 @@ template <typename Fn>
 void capture_step(GroupCapture* group, int r, Transport& t, Device& dev,
                   std::unique_ptr<CapturedWork>* own, Fn&& enqueue) {
   const GroupBarrier barrier = [&t] { t.barrier(); };
+  PARALAB_REQUIRE(group || own,
+                  std::string("capture_step: neither a group's graph nor a device's"));
   if (group)
     group->begin(r, barrier);
   else
@@ -61,8 +64,10 @@ void capture_step(GroupCapture* group, int r, Transport& t, Device& dev,
 inline void launch_step(GroupCapture* group, int r, Transport& t, CapturedWork* own) {
   if (group)
     group->launch(r, [&t] { t.barrier(); });
-  else
+  else if (own)
     own->launch();
+  else
+    throw Error("launch_step: no captured step to launch");
 }
 
 }  // namespace paralab
