@@ -9,7 +9,9 @@
 // counted too: a replayed step must queue nothing but its inputs.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
+#include <condition_variable>
 #include <functional>
 #include <map>
 #include <memory>
@@ -318,7 +320,7 @@ class RecordingDevice final : public ForwardingDevice {
 class RecordingGroupCapture final : public GroupCapture {
  public:
   explicit RecordingGroupCapture(std::vector<RecordingDevice*> devices)
-      : devices_(std::move(devices)), lists_(devices_.size()) {}
+      : devices_(std::move(devices)), lists_(devices_.size()), done_(devices_.size()) {}
   void begin(int rank, const GroupBarrier& barrier) override {
     barrier();
     devices_[static_cast<std::size_t>(rank)]->start_capture();
@@ -332,17 +334,81 @@ class RecordingGroupCapture final : public GroupCapture {
   void abort(int rank) noexcept override {
     devices_[static_cast<std::size_t>(rank)]->abort_capture();
   }
+  // Every rank replays its own recorded work on its own thread (a CPU backend's op objects
+  // belong to the thread that drives the device: oneDNN keeps scratch memory per thread), one
+  // rank at a time: the rank holding the baton runs until its next wait on an event nobody has
+  // recorded yet, or its end, then hands it to the next rank down (the last rank starts). A
+  // wait that can never be met is an Error on every rank.
   void launch(int rank, const GroupBarrier& barrier) override {
     barrier();
-    if (rank == 0) RecordingDevice::replay(devices_, lists_);
+    if (rank == 0) {
+      recorded_.clear();
+      done_.assign(devices_.size(), false);
+      turn_ = static_cast<int>(devices_.size()) - 1;
+      idle_ = 0;
+      stuck_.clear();
+    }
+    barrier();
+    replay_part(rank);
     barrier();
   }
   nlohmann::json describe() const override { return {{"recorded", true}}; }
   std::atomic<int> captures{0};  // per rank: k per group capture
 
  private:
+  void replay_part(int rank) {
+    const int k = static_cast<int>(devices_.size());
+    auto& list = lists_[static_cast<std::size_t>(rank)];
+    std::size_t at = 0;
+    std::unique_lock lock(mu_);
+    for (;;) {
+      cv_.wait(lock, [&] { return turn_ == rank || !stuck_.empty(); });
+      if (!stuck_.empty()) throw Error(stuck_);
+      bool progressed = false;
+      for (; at < list.size(); ++at, progressed = true) {
+        RecordingDevice::Node& n = list[at];
+        if (n.kind == RecordingDevice::Node::Wait && !recorded_.count(n.event)) break;
+        if (n.kind == RecordingDevice::Node::Record) recorded_.insert(n.event);
+        if (n.kind == RecordingDevice::Node::Mark) {
+          n.timer->at = std::chrono::steady_clock::now();
+          n.timer->reached = true;
+        }
+        if (n.kind == RecordingDevice::Node::Run) {
+          lock.unlock();
+          n.run();
+          lock.lock();
+        }
+      }
+      done_[static_cast<std::size_t>(rank)] = at == list.size();
+      idle_ = progressed ? 0 : idle_ + 1;
+      if (std::all_of(done_.begin(), done_.end(), [](bool d) { return d; })) {
+        cv_.notify_all();
+        return;
+      }
+      if (idle_ > k) {
+        stuck_ = devices_[static_cast<std::size_t>(rank)]->name() +
+                 ": the replay waits on event e" + std::to_string(list[at].event) +
+                 ", which nothing records before it";
+        cv_.notify_all();
+        throw Error(stuck_);
+      }
+      int next = rank;
+      do next = (next - 1 + k) % k;
+      while (done_[static_cast<std::size_t>(next)]);
+      turn_ = next;
+      cv_.notify_all();
+      if (done_[static_cast<std::size_t>(rank)]) return;
+    }
+  }
+
   std::vector<RecordingDevice*> devices_;
   std::vector<std::vector<RecordingDevice::Node>> lists_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::set<int> recorded_;
+  std::vector<bool> done_;
+  int turn_ = 0, idle_ = 0;
+  std::string stuck_;
 };
 
 inline std::unique_ptr<GroupCapture> RecordingDevice::capture_group(
