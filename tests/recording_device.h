@@ -198,7 +198,8 @@ class RecordingDevice final : public ForwardingDevice {
 
     std::unique_ptr<ConvReluPool> make_conv_relu_pool() override {
       struct Op final : ConvReluPool {
-        Op(RecordingDevice& d, std::unique_ptr<ConvReluPool> i) : d(d), in(std::move(i)) {}
+        Op(RecordingDevice& dev, std::unique_ptr<ConvReluPool> inner)
+            : d(dev), in(std::move(inner)) {}
         void forward(const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y,
                      bool training) override {
           d.queue(
@@ -219,7 +220,7 @@ class RecordingDevice final : public ForwardingDevice {
     }
     std::unique_ptr<Relu> make_relu() override {
       struct Op final : Relu {
-        Op(RecordingDevice& d, std::unique_ptr<Relu> i) : d(d), in(std::move(i)) {}
+        Op(RecordingDevice& dev, std::unique_ptr<Relu> inner) : d(dev), in(std::move(inner)) {}
         void forward(const Tensor& x, Tensor& y) override {
           d.queue([p = in.get(), x, y]() mutable { p->forward(x, y); });
         }
@@ -235,7 +236,8 @@ class RecordingDevice final : public ForwardingDevice {
     std::unique_ptr<Linear> make_linear_relu() override { return wrap(inner_.make_linear_relu()); }
     std::unique_ptr<SoftmaxXent> make_softmax_xent() override {
       struct Op final : SoftmaxXent {
-        Op(RecordingDevice& d, std::unique_ptr<SoftmaxXent> i) : d(d), in(std::move(i)) {}
+        Op(RecordingDevice& dev, std::unique_ptr<SoftmaxXent> inner)
+            : d(dev), in(std::move(inner)) {}
         void forward_backward(const Tensor& logits, const Tensor& labels, Tensor* dlogits,
                               Tensor& stats) override {
           std::optional<Tensor> dl;
@@ -283,7 +285,7 @@ class RecordingDevice final : public ForwardingDevice {
    private:
     std::unique_ptr<Linear> wrap(std::unique_ptr<Linear> inner) {
       struct Op final : Linear {
-        Op(RecordingDevice& d, std::unique_ptr<Linear> i) : d(d), in(std::move(i)) {}
+        Op(RecordingDevice& dev, std::unique_ptr<Linear> inner) : d(dev), in(std::move(inner)) {}
         void forward(const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y) override {
           d.queue([p = in.get(), x, w, b, y]() mutable { p->forward(x, w, b, y); });
         }
