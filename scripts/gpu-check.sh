@@ -322,6 +322,15 @@ PY
 # the host's cost per message (goal <= 5 us for every k).
 part_collectives() {
   local t0
+  # One graph over the group under compute-sanitizer memcheck: every rank's step, the
+  # transport's hand-offs included, replayed (data_parallel and layer_split on 2 virtual devices).
+  t0=$(date +%s)
+  timeout 150 compute-sanitizer --tool memcheck --error-exitcode 9 build-gpu/tests/test_data_parallel \
+    --gtest_filter='DataParallel.CudaGroupGraphMatchesEagerStepsBitForBit' \
+    > "$OUT/sanitizer-group-graph.log" 2>&1
+  goal "compute-sanitizer memcheck (one graph over the group: data_parallel naive/ring/tree)" $? \
+    "$(grep -E 'ERROR SUMMARY' "$OUT/sanitizer-group-graph.log" | tail -1)"
+  log "group-graph memcheck took $(( $(date +%s) - t0 )) s"
   t0=$(date +%s)
   timeout 240 build-gpu/allreduce_bench --backend=cuda --devices=2,4,8 --sizes=sweep \
     --chunk-bytes=auto,0,1048576,262144,65536 \
