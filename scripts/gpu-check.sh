@@ -323,7 +323,7 @@ PY
 part_collectives() {
   local t0
   # One graph over the group under compute-sanitizer memcheck: every rank's step, the
-  # transport's hand-offs included, replayed (data_parallel and layer_split on 2 virtual devices).
+  # transport's hand-offs included, replayed (data_parallel on 2 and 4 virtual devices).
   t0=$(date +%s)
   timeout 150 compute-sanitizer --tool memcheck --error-exitcode 9 build-gpu/tests/test_data_parallel \
     --gtest_filter='DataParallel.CudaGroupGraphMatchesEagerStepsBitForBit' \
