@@ -313,6 +313,31 @@ for k in (2, 4):
           f"({100 * m:.0f} % of it hidden, median; communication stream: {'; '.join(sorted(streams))})")
 PY
 )
+# What one graph over the group buys each strategy: the median step with cuda_graphs on (the
+# default) against the same configuration eager. Figures, not goals.
+python3 - "$OUT/gpu-check.json" <<'PY' | while IFS= read -r l; do log "$l"; done
+import json, statistics, sys
+try:
+    runs = json.load(open(sys.argv[1]))["runs"]
+except (OSError, ValueError, KeyError):
+    sys.exit()
+def key(r):
+    o = dict(r["config"].get("options") or {})
+    o.pop("cuda_graphs", None)
+    return (r["config"].get("strategy"), r["config"]["devices"], json.dumps(o, sort_keys=True))
+def step(r):
+    ts = [i["total_ms"] for i in r["iterations"]]
+    return statistics.median(ts) if ts else None
+graphed = {key(r): r for r in runs if r["status"] == "ok"
+           and (r.get("strategy_report") or {}).get("cuda_graphs") == "used"}
+for r in runs:
+    if r["status"] != "ok" or (r["config"].get("options") or {}).get("cuda_graphs", True):
+        continue
+    g = graphed.get(key(r))
+    if g and step(g) and step(r):
+        print(f"{r['config'].get('strategy')} x{r['config']['devices']}: step {step(r):.3f} ms "
+              f"eager, {step(g):.3f} ms as one graph over the group ({step(r) / step(g):.2f}x)")
+PY
 }
 
 # ---- Collectives between virtual devices on one GPU (issue 14) -----------------------------
