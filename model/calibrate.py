@@ -55,7 +55,9 @@ def bench_rows(path, include_timeshared=False):
 
 def bench_samples(path, include_timeshared=False):
     """{(op, bytes, devices): [ms per repetition]}. A file written with --benchmark_report_aggregates_only
-    holds no repetitions, only aggregates: its median row stands for them (one sample)."""
+    holds no repetitions, only aggregates: its median row stands for them (one sample). Rows timed
+    as CUDA graphs (allreduce_bench --graphs, counter graph = 1) are left out: the collective
+    model fits the eager path, whose host cost per message such rows do not pay."""
     d = load(path)
     groups = {}
     has_iterations = any(b.get("run_type") != "aggregate" and not b.get("error_occurred") for b in d["benchmarks"]
@@ -67,6 +69,8 @@ def bench_samples(path, include_timeshared=False):
             continue
         label = b.get("label", "")
         if "time-shared" in label and not include_timeshared:
+            continue
+        if b.get("graph") == 1:
             continue
         family = b["name"].split("/devices")[0]
         op = {"allreduce/naive": "naive", "allreduce/ring": "ring", "allreduce/tree": "tree",

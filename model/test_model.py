@@ -178,6 +178,18 @@ class Fits(unittest.TestCase):
         self.assertAlmostEqual(fit.beta_at(2 * 4 ** 9) / mid, 1.0, delta=1e-3)
         self.assertAlmostEqual(fit.beta_at(4 ** 16) / beta[4 ** 14], 1.0, delta=1e-3)
 
+    def test_bench_rows_timed_as_graphs_are_left_out(self):
+        # allreduce_bench --graphs rows (counter graph = 1) do not pay the eager path's host cost
+        # per message that the collective model fits: a file holding both gives the eager row.
+        row = {"name": "allreduce/ring/devices:2/bytes:1024/iterations:1/manual_time", "run_type": "iteration",
+               "bytes": 1024, "devices": 2, "time_unit": "us", "label": "ring cuda virtual"}
+        graphed = dict(row, real_time=5.0, graph=1, label="ring cuda virtual graph")
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "bench.json")
+            with open(path, "w") as f:
+                json.dump({"benchmarks": [dict(row, real_time=50.0, graph=0), graphed]}, f)
+            self.assertEqual(calibrate.bench_rows(path), [("ring", 1024, 2, 0.05)])
+
     def test_cpu_bench_row_is_held_out_of_its_fit(self):
         # The prediction of an allreduce_bench row must not move when that row's own timing, or
         # any row of the same algorithm, size and k, changes in the fitted data.
