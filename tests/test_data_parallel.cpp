@@ -206,6 +206,12 @@ TEST(DataParallel, OneGraphOverTheGroupReplaysTheEagerStepsBitForBit) {
     for (int k : {2, 3})
       EXPECT_TRUE(graph_replays_match_eager("data_parallel", k, {{"allreduce", algorithm}}))
           << algorithm << " k=" << k;
+  // Many messages in one graph: the ring and the tree in 4 KiB pieces, per-tensor buckets.
+  for (const char* algorithm : {"ring", "tree"})
+    EXPECT_TRUE(graph_replays_match_eager(
+        "data_parallel", 3,
+        {{"allreduce", algorithm}, {"chunk_bytes", 4096}, {"grouping", "per_tensor"}}))
+        << algorithm << " in 4 KiB pieces";
 }
 
 // Where no graph can hold the step, the report says exactly why.
