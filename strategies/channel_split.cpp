@@ -199,7 +199,7 @@ class ChannelSplit final : public Strategy {
     out.times.optimizer_ms = r0.times.optimizer_ms;
     out.detail = {{"bytes_sent", bytes},
                   {"bytes_expected", plan_.bytes(count, static_cast<int>(ranks_.size()))}};
-    if (graphs_.empty()) out.detail["cuda_graph_replay"] = ranks_[mine()].replayed ? 1 : 0;
+    if (graphs_.empty()) out.detail["cuda_graph_replay"] = ranks_[mine()].graph.replayed() ? 1 : 0;
     return out;
   }
 
@@ -208,8 +208,7 @@ class ChannelSplit final : public Strategy {
       Rank& me = ranks_[r];
       // Evaluation resizes the buffers: a captured step's pointers would be stale (the group's
       // graph goes at its next capture).
-      me.drop_graph();
-      me.sized_for = -1;
+      me.graph.forget();
       me.loss = 0;
       me.correct = 0;
       for (int64_t a = 0; a < test_count_; a += eval_batch_) {
@@ -270,17 +269,9 @@ class ChannelSplit final : public Strategy {
                 {"reduce_scatter", list(plan_.reduce_scatter)},
                 {"allreduce", list(plan_.allreduce)},
                 {"bytes_per_example", plan_.bytes(1, k)}};
-    if (!o_.cuda_graphs) return out;
-    if (!graphs_.empty()) {
-      out["cuda_graphs"] = "not used: " + graphs_;
-      return out;
-    }
-    const Rank& me = ranks_[mine()];
-    out["cuda_graphs"] = "used";
-    out["cuda_graph_scope"] = "one graph over the group's " + std::to_string(k) + " devices";
-    out["cuda_graph_captures"] = me.captures;
-    out["cuda_graph_replays"] = me.replays;
-    if (capture_ && !capture_->describe().is_null()) out["cuda_graph"] = capture_->describe();
+    if (o_.cuda_graphs)
+      report_graphs(out, graphs_, capture_.get(), k, ranks_[mine()].graph.captures(),
+                    ranks_[mine()].graph.replays());
     return out;
   }
 
@@ -317,19 +308,10 @@ class ChannelSplit final : public Strategy {
     std::vector<std::pair<TimeMark, TimeMark>> comm_marks;  // this step's communication
     int64_t correct = 0;
     RankTimes times;
-    // CUDA graphs (one over the group): whether this rank's part is current, the batch it was
-    // captured for, the batch the buffers were last sized for by an eager step, this step's
-    // example indices and SGD step (set before each launch), and the capture's marks and bytes,
-    // which every replay records again.
-    bool captured = false, replayed = false;
-    int64_t graph_count = -1, sized_for = -1, captures = 0, replays = 0, graph_bytes = 0;
+    // CUDA graphs (one over the group): this rank's part (StepGraph; keyed by the batch), and
+    // the step's example indices and SGD step, set before each launch.
+    StepGraph<StepMarks> graph;
     Tensor step_indices, step;
-    StepMarks graph_marks;
-
-    void drop_graph() {
-      captured = false;
-      graph_marks = {};
-    }
   };
 
   void run(const std::function<void(int)>& fn) {
@@ -744,38 +726,21 @@ class ChannelSplit final : public Strategy {
   void graph_step(Rank& me, int64_t offset, int64_t count, float lr) {
     Transport& t = *me.t;
     Device& dev = *me.dev;
-    if (!me.step_indices.defined() || me.step_indices.numel() != count)
-      me.step_indices = Tensor::empty(dev, {count}, DType::I32);
-    dev.copy_on_device(me.step_indices.raw(), me.order.i32() + offset,
-                       static_cast<std::size_t>(count) * sizeof(int32_t));
-    if (!(me.captured && me.graph_count == count)) {
-      me.drop_graph();
-      if (me.sized_for != count) {  // first step of this size: eager (allocations)
-        me.sized_for = count;
-        me.replayed = false;
-        rank_step(me, me.step_indices, 0, count, lr);
-        return;
-      }
-      t.barrier();
-      t.reset_bytes_sent();
-      t.reset_receive_times();
-      me.comm_marks.clear();
-      capture_step(capture_.get(), me.rank, t, dev, nullptr, [&] {
-        me.graph_marks = enqueue_step(me, me.step_indices, 0, count, 0.0f, &me.step);
-      });
-      me.graph_bytes = t.bytes_sent();
-      me.graph_count = count;
-      me.captured = true;
-      ++me.captures;
+    copy_step_input(dev, me.step_indices, me.order, offset, count);
+    const auto next = me.graph.next(count);
+    if (next == StepGraph<StepMarks>::Next::Eager) {  // allocations
+      rank_step(me, me.step_indices, 0, count, lr);
+      return;
     }
-    t.barrier();
-    const auto t0 = Clock::now();
-    dev.ops().set_scalar(me.step, lr / static_cast<float>(count));
-    launch_step(capture_.get(), me.rank, t, nullptr);
-    ++me.replays;
-    me.replayed = true;
-    finish_step(me, me.graph_marks, count);
-    me.times.bytes_sent = me.graph_bytes;
+    if (next == StepGraph<StepMarks>::Next::Capture)
+      me.graph.capture(capture_.get(), me.rank, t, dev, count, [&] {
+        me.comm_marks.clear();
+        return enqueue_step(me, me.step_indices, 0, count, 0.0f, &me.step);
+      });
+    const auto t0 =
+        me.graph.launch(capture_.get(), me.rank, t, dev, me.step, lr / static_cast<float>(count));
+    finish_step(me, me.graph.marks(), count);
+    me.times.bytes_sent = me.graph.bytes();
     t.barrier();
     me.times.total_ms = ms_between(t0, Clock::now());
   }

@@ -239,7 +239,7 @@ class DataParallel final : public Strategy {
     std::vector<Figures> all(static_cast<std::size_t>(k));
     for (int r : group_->local_ranks()) {
       const Rank& me = ranks_[r];
-      all[r] = {me.loss, me.forward_ms, me.backward_ms, me.correct, me.times, me.replayed};
+      all[r] = {me.loss, me.forward_ms, me.backward_ms, me.correct, me.times, me.graph.replayed()};
     }
     group_->share(all);
     for (const Figures& f : all) {
@@ -261,8 +261,7 @@ class DataParallel final : public Strategy {
       Rank& me = ranks_[r];
       // Evaluation resizes the activations: a captured step's pointers would be stale (a
       // group's graph goes at its next capture).
-      me.drop_graph();
-      me.sized_for = -1;
+      me.graph.forget();
       double loss = 0, correct = 0;
       for (int64_t a = test_bounds_[r]; a < test_bounds_[r + 1]; a += eval_batch_) {
         const int64_t n = std::min(eval_batch_, test_bounds_[r + 1] - a);
@@ -320,22 +319,16 @@ class DataParallel final : public Strategy {
 
   json report() const override {
     if (ranks_.empty() || !o_.cuda_graphs) return nullptr;
-    if (!graphs_.empty()) return {{"cuda_graphs", "not used: " + graphs_}};
     // Graphs made and launched: one per group capture (every rank's part is in it), one per
     // device otherwise.
     int64_t captures = 0, replays = 0;
     for (int r : group_->local_ranks()) {
-      captures += ranks_[r].captures;
-      replays += ranks_[r].replays;
+      captures += ranks_[r].graph.captures();
+      replays += ranks_[r].graph.replays();
       if (capture_) break;
     }
-    json out = {{"cuda_graphs", "used"},
-                {"cuda_graph_scope", capture_ ? "one graph over the group's " +
-                                                    std::to_string(ranks_.size()) + " devices"
-                                              : std::string("one graph per device")},
-                {"cuda_graph_captures", captures},
-                {"cuda_graph_replays", replays}};
-    if (capture_ && !capture_->describe().is_null()) out["cuda_graph"] = capture_->describe();
+    json out = json::object();
+    report_graphs(out, graphs_, capture_.get(), static_cast<int>(ranks_.size()), captures, replays);
     return out;
   }
 
@@ -349,25 +342,10 @@ class DataParallel final : public Strategy {
     double loss = 0, forward_ms = 0, backward_ms = 0;
     int64_t correct = 0;
     RankTimes times;
-    // CUDA graphs: the captured step, the global batch it was captured for, the global batch
-    // the activations were last sized for by an eager step, this step's indices, and the SGD
-    // step the graph reads (set before each launch).
-    // With a group capture the graph is the group's (capture_), and `captured` says that this
-    // rank's part of it is current. The marks taken in the capture are timing points every
-    // replay records again; kept with the graph, with the bytes the capture sent.
-    std::unique_ptr<CapturedWork> graph;
-    bool captured = false;
-    StepMarks graph_marks;
-    int64_t graph_bytes = 0;
+    // CUDA graphs: this rank's captured step (StepGraph; keyed by the global batch), and the
+    // step's example indices and SGD step, set before each launch.
+    StepGraph<StepMarks> graph;
     Tensor step_indices, step;
-    int64_t graph_global = -1, sized_for = -1, captures = 0, replays = 0;
-    bool replayed = false;  // the last step was a replay
-
-    void drop_graph() {
-      graph.reset();
-      captured = false;
-      graph_marks = {};
-    }
 
     Device& device() const { return model->device(); }
     Tensor& batch(int64_t n) {
@@ -414,38 +392,21 @@ class DataParallel final : public Strategy {
   void graph_step(Rank& me, int r, int64_t offset, int64_t count, int64_t global, float lr) {
     Device& dev = me.device();
     Transport& t = *me.transport;
-    if (!me.step_indices.defined() || me.step_indices.numel() != count)
-      me.step_indices = Tensor::empty(dev, {count}, DType::I32);
-    dev.copy_on_device(me.step_indices.raw(), me.order.i32() + offset,
-                       static_cast<std::size_t>(count) * sizeof(int32_t));
-    if (!(me.captured && me.graph_global == global)) {
-      me.drop_graph();
-      if (me.sized_for != global) {  // first step of this size: eager (allocations, cuDNN)
-        me.sized_for = global;
-        me.replayed = false;
-        rank_step(me, me.step_indices, 0, count, global, lr, offset);
-        return;
-      }
-      t.barrier();
-      t.reset_bytes_sent();
-      t.reset_receive_times();
-      capture_step(capture_.get(), r, t, dev, &me.graph, [&] {
-        me.graph_marks = enqueue_step(me, me.step_indices, 0, count, 0.0f, &me.step, offset);
-      });
-      me.graph_bytes = t.bytes_sent();
-      me.graph_global = global;
-      me.captured = true;
-      ++me.captures;
+    copy_step_input(dev, me.step_indices, me.order, offset, count);
+    const auto next = me.graph.next(global);
+    if (next == StepGraph<StepMarks>::Next::Eager) {  // allocations, cuDNN's choices
+      rank_step(me, me.step_indices, 0, count, global, lr, offset);
+      return;
     }
-    t.barrier();
-    const auto t0 = Clock::now();
-    dev.ops().set_scalar(me.step, lr / static_cast<float>(global));
-    launch_step(capture_.get(), r, t, me.graph.get());
-    ++me.replays;
-    me.replayed = true;
-    // The transport's receive marks are the capture's: each replay recorded them again.
-    finish_step(me, me.graph_marks, count);
-    me.times.bytes_sent = me.graph_bytes;
+    if (next == StepGraph<StepMarks>::Next::Capture)
+      me.graph.capture(capture_.get(), r, t, dev, global, [&] {
+        return enqueue_step(me, me.step_indices, 0, count, 0.0f, &me.step, offset);
+      });
+    const auto t0 =
+        me.graph.launch(capture_.get(), r, t, dev, me.step, lr / static_cast<float>(global));
+    // The transport's receive marks are the capture's: each launch recorded them again.
+    finish_step(me, me.graph.marks(), count);
+    me.times.bytes_sent = me.graph.bytes();
     t.barrier();
     me.times.total_ms = ms_between(t0, Clock::now());
   }

@@ -191,7 +191,7 @@ class LayerSplit final : public Strategy {
                   {"bytes_expected", expected_bytes(count)}};
     if (graphs_.empty())
       out.detail["cuda_graph_replay"] =
-          ranks_[static_cast<std::size_t>(group_->local_ranks().front())].replayed ? 1 : 0;
+          ranks_[static_cast<std::size_t>(group_->local_ranks().front())].graph.replayed() ? 1 : 0;
     last_events_ = std::move(events);
     return out;
   }
@@ -205,8 +205,7 @@ class LayerSplit final : public Strategy {
       const bool first = r == 0, last = r == k - 1;
       // Evaluation resizes the slots: a captured step's pointers would be stale (the group's
       // graph goes at its next capture).
-      me.drop_graph();
-      me.sized_for = -1;
+      me.graph.forget();
       me.loss = 0;
       me.correct = 0;
       auto rows = [&](int j) { return std::min(eval_batch_, test_count_ - j * eval_batch_); };
@@ -285,17 +284,10 @@ class LayerSplit final : public Strategy {
                 {"bytes_per_example", expected_bytes(1)},
                 {"last_iteration_timeline", timeline}};
     if (!layer_ms_.empty()) rep["profiled_layer_ms"] = layer_ms_;
-    if (!o_.cuda_graphs) return rep;
-    if (!graphs_.empty()) {
-      rep["cuda_graphs"] = "not used: " + graphs_;
-      return rep;
+    if (o_.cuda_graphs) {
+      const Rank& me = ranks_[static_cast<std::size_t>(group_->local_ranks().front())];
+      report_graphs(rep, graphs_, capture_.get(), k, me.graph.captures(), me.graph.replays());
     }
-    const Rank& me = ranks_[static_cast<std::size_t>(group_->local_ranks().front())];
-    rep["cuda_graphs"] = "used";
-    rep["cuda_graph_scope"] = "one graph over the group's " + std::to_string(k) + " devices";
-    rep["cuda_graph_captures"] = me.captures;
-    rep["cuda_graph_replays"] = me.replays;
-    if (capture_ && !capture_->describe().is_null()) rep["cuda_graph"] = capture_->describe();
     return rep;
   }
 
@@ -325,19 +317,11 @@ class LayerSplit final : public Strategy {
     RankTimes times;
     double loss = 0;
     int64_t correct = 0;
-    // CUDA graphs (one over the group): whether this stage's part is current, the global batch
-    // it was captured for and the one the slots were last sized for by an eager step; the
-    // step's example indices (stage 0) and labels (a last stage), and SGD step, set before each
-    // launch; the capture's marks and bytes, which every replay records again.
-    bool captured = false, replayed = false;
-    int64_t graph_count = -1, sized_for = -1, captures = 0, replays = 0, graph_bytes = 0;
+    // CUDA graphs (one over the group): this stage's part (StepGraph; keyed by the global
+    // batch), and the step's example indices (stage 0), labels (a last stage) and SGD step, set
+    // before each launch.
+    StepGraph<StepMarks> graph;
     Tensor step_order, step_labels, step;
-    StepMarks graph_marks;
-
-    void drop_graph() {
-      captured = false;
-      graph_marks = {};
-    }
   };
 
   static Slot& slot(Rank& me, int mb) {
@@ -393,43 +377,22 @@ class LayerSplit final : public Strategy {
     const int k = static_cast<int>(ranks_.size());
     Transport& t = *me.t;
     Device& dev = *me.dev;
-    // This step's inputs to fixed buffers: a graph replays fixed pointers.
-    const auto copy_in = [&](Tensor& to, const Tensor& from) {
-      if (!to.defined() || to.numel() != count) to = Tensor::empty(dev, {count}, DType::I32);
-      dev.copy_on_device(to.raw(), from.i32() + offset,
-                         static_cast<std::size_t>(count) * sizeof(int32_t));
-    };
-    if (r == 0) copy_in(me.step_order, me.order);
-    if (r == k - 1 && r > 0) copy_in(me.step_labels, me.epoch_labels);
+    if (r == 0) copy_step_input(dev, me.step_order, me.order, offset, count);
+    if (r == k - 1 && r > 0) copy_step_input(dev, me.step_labels, me.epoch_labels, offset, count);
     const StepInputs inputs{&me.step_order, &me.step_labels, 0};
-    if (!(me.captured && me.graph_count == count)) {
-      me.drop_graph();
-      if (me.sized_for != count) {  // first step of this size: eager (allocations)
-        me.sized_for = count;
-        me.replayed = false;
-        rank_step(me, r, inputs, count, mb, lr, t0, offset);
-        return;
-      }
-      t.barrier();
-      t.reset_bytes_sent();
-      t.reset_receive_times();
-      capture_step(capture_.get(), r, t, dev, nullptr, [&] {
-        me.graph_marks = enqueue_step(me, r, inputs, mb, 0.0f, &me.step, offset);
-      });
-      me.graph_bytes = t.bytes_sent();
-      me.graph_count = count;
-      me.captured = true;
-      ++me.captures;
+    const auto next = me.graph.next(count);
+    if (next == StepGraph<StepMarks>::Next::Eager) {  // allocations
+      rank_step(me, r, inputs, count, mb, lr, t0, offset);
+      return;
     }
-    t.barrier();
-    const auto a = Clock::now();
-    dev.ops().set_scalar(me.step, lr / static_cast<float>(count));
-    launch_step(capture_.get(), r, t, nullptr);
-    ++me.replays;
-    me.replayed = true;
+    if (next == StepGraph<StepMarks>::Next::Capture)
+      me.graph.capture(capture_.get(), r, t, dev, count,
+                       [&] { return enqueue_step(me, r, inputs, mb, 0.0f, &me.step, offset); });
+    const auto a =
+        me.graph.launch(capture_.get(), r, t, dev, me.step, lr / static_cast<float>(count));
     // Every stage's part starts at the launch: the timeline's origin, for all stages alike.
-    finish_step(me, r, me.graph_marks, count, ms_between(t0, a));
-    me.times.bytes_sent = me.graph_bytes;
+    finish_step(me, r, me.graph.marks(), count, ms_between(t0, a));
+    me.times.bytes_sent = me.graph.bytes();
     t.barrier();
     me.times.total_ms = ms_between(a, Clock::now());
   }

@@ -7,14 +7,19 @@
 // (NCCL), each device captures its own graph.
 #pragma once
 
+#include <cstdint>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
 #include "core/device.h"
 #include "core/error.h"
+#include "core/ops.h"
+#include "core/tensor.h"
 #include "strategies/collectives/transport.h"
 #include "strategies/spmd_group.h"
+#include "strategies/timing.h"
 
 namespace paralab {
 
@@ -68,6 +73,105 @@ inline void launch_step(GroupCapture* group, int r, Transport& t, CapturedWork* 
     own->launch();
   else
     throw Error("launch_step: no captured step to launch");
+}
+
+// from[offset, offset+count) into `to` (int32, made or remade for `count`): a step's example
+// indices or labels in a buffer of their own, since a graph replays fixed pointers.
+inline void copy_step_input(Device& dev, Tensor& to, const Tensor& from, int64_t offset,
+                            int64_t count) {
+  if (!to.defined() || to.numel() != count) to = Tensor::empty(dev, {count}, DType::I32);
+  dev.copy_on_device(to.raw(), from.i32() + offset,
+                     static_cast<std::size_t>(count) * sizeof(int32_t));
+}
+
+// A rank's captured step, kept the same way by every strategy: captured once per batch (`key`:
+// the global batch), after an eager step of that batch has allocated and sized what the step
+// uses (which a capture must not do), then launched for every step of that batch. Marks: the
+// strategy's time marks of a step, taken in the capture and recorded again by every launch.
+// Every rank sees the same keys in the same order, so all of them capture, or launch, together.
+template <typename Marks>
+class StepGraph {
+ public:
+  enum class Next { Eager, Capture, Launch };
+  // What the step of batch `key` does: Eager (the first of its batch), Capture (and then a
+  // launch) or Launch.
+  Next next(int64_t key) {
+    if (captured_ && key_ == key) return Next::Launch;
+    drop();
+    if (sized_for_ == key) return Next::Capture;
+    sized_for_ = key;
+    replayed_ = false;
+    return Next::Eager;
+  }
+  // Captures enqueue(), which queues rank r's step and returns its marks, into `group`'s graph
+  // (null: the device's own), after lining the ranks up and resetting the transport's counts:
+  // the bytes sent and the receives timed are the capture's, the same in every launch.
+  template <typename Enqueue>
+  void capture(GroupCapture* group, int r, Transport& t, Device& dev, int64_t key,
+               Enqueue&& enqueue) {
+    t.barrier();
+    t.reset_bytes_sent();
+    t.reset_receive_times();
+    capture_step(group, r, t, dev, &own_, [&] { marks_ = enqueue(); });
+    bytes_ = t.bytes_sent();
+    key_ = key;
+    captured_ = true;
+    ++captures_;
+  }
+  // Lines the ranks up, sets the step's scalar input (the SGD step, read by the graph when it
+  // runs) and launches; returns when the launch began (host clock).
+  Clock::time_point launch(GroupCapture* group, int r, Transport& t, Device& dev, Tensor& step,
+                           float value) {
+    t.barrier();
+    const auto t0 = Clock::now();
+    dev.ops().set_scalar(step, value);
+    launch_step(group, r, t, own_.get());
+    ++replays_;
+    replayed_ = true;
+    return t0;
+  }
+  // Drops the graph and what sized its buffers (an evaluation resizes them): the next step is
+  // eager.
+  void forget() {
+    drop();
+    sized_for_ = -1;
+  }
+
+  const Marks& marks() const { return marks_; }
+  int64_t bytes() const { return bytes_; }     // what the captured step sends, per launch
+  bool replayed() const { return replayed_; }  // the last step was a launch
+  int64_t captures() const { return captures_; }
+  int64_t replays() const { return replays_; }
+
+ private:
+  void drop() {
+    own_.reset();
+    captured_ = false;
+    marks_ = {};
+  }
+
+  std::unique_ptr<CapturedWork> own_;  // the device's own graph; unused with a group's
+  Marks marks_{};
+  int64_t key_ = -1, sized_for_ = -1, bytes_ = 0, captures_ = 0, replays_ = 0;
+  bool captured_ = false, replayed_ = false;
+};
+
+// The strategy_report's CUDA-graph fields (results/README): why_not is empty when the steps are
+// graphs; group is the group's capture (null: one graph per device).
+inline void report_graphs(nlohmann::json& report, const std::string& why_not,
+                          const GroupCapture* group, int devices, int64_t captures,
+                          int64_t replays) {
+  if (!why_not.empty()) {
+    report["cuda_graphs"] = "not used: " + why_not;
+    return;
+  }
+  report["cuda_graphs"] = "used";
+  report["cuda_graph_scope"] =
+      group ? "one graph over the group's " + std::to_string(devices) + " devices"
+            : std::string("one graph per device");
+  report["cuda_graph_captures"] = captures;
+  report["cuda_graph_replays"] = replays;
+  if (group && !group->describe().is_null()) report["cuda_graph"] = group->describe();
 }
 
 }  // namespace paralab
