@@ -194,6 +194,17 @@ class RecordingDevice final : public ForwardingDevice {
   class RecordingOps final : public Ops {
    public:
     RecordingOps(RecordingDevice& d, Ops& inner) : d_(d), inner_(inner) {}
+
+    // Queues op->backward(x, w, dy, dx, dw, db): ConvReluPool's and Linear's backward.
+    template <typename Op>
+    static void queue_backward(RecordingDevice& d, Op* op, const Tensor& x, const Tensor& w,
+                               const Tensor& dy, Tensor* dx, Tensor& dw, Tensor& db) {
+      std::optional<Tensor> dxc;
+      if (dx) dxc = *dx;
+      d.queue([op, x, w, dy, dxc, dw, db]() mutable {
+        op->backward(x, w, dy, dxc ? &*dxc : nullptr, dw, db);
+      });
+    }
     nlohmann::json describe() const override { return inner_.describe(); }
 
     std::unique_ptr<ConvReluPool> make_conv_relu_pool() override {
@@ -207,11 +218,7 @@ class RecordingDevice final : public ForwardingDevice {
         }
         void backward(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor* dx, Tensor& dw,
                       Tensor& db) override {
-          std::optional<Tensor> dxc;
-          if (dx) dxc = *dx;
-          d.queue([p = in.get(), x, w, dy, dxc, dw, db]() mutable {
-            p->backward(x, w, dy, dxc ? &*dxc : nullptr, dw, db);
-          });
+          queue_backward(d, in.get(), x, w, dy, dx, dw, db);
         }
         RecordingDevice& d;
         std::unique_ptr<ConvReluPool> in;
@@ -291,11 +298,7 @@ class RecordingDevice final : public ForwardingDevice {
         }
         void backward(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor* dx, Tensor& dw,
                       Tensor& db) override {
-          std::optional<Tensor> dxc;
-          if (dx) dxc = *dx;
-          d.queue([p = in.get(), x, w, dy, dxc, dw, db]() mutable {
-            p->backward(x, w, dy, dxc ? &*dxc : nullptr, dw, db);
-          });
+          queue_backward(d, in.get(), x, w, dy, dx, dw, db);
         }
         RecordingDevice& d;
         std::unique_ptr<Linear> in;
