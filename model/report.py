@@ -457,6 +457,8 @@ def write_readme(out_dir, report, figures):
         w("")
     if report.get("session"):
         write_session(w, report["session"], s)
+    for other in report.get("other_machine_sessions") or []:
+        write_other_session(w, other)
     w("### Against the medians of repeated measurements, beside the measurements' own noise")
     w("")
     w(NOISE_TEXT)
@@ -776,6 +778,48 @@ def write_session(w, sess, all_files):
         w("")
 
 
+def write_other_session(w, sess):
+    """Another CPU's session (scripts/model-session.sh): the same validation, shorter."""
+    w("### The same session on another CPU: `%s`" % sess["directory"])
+    w("")
+    w("Measured with `scripts/model-session.sh` (the session's README.md has the machine, the load and "
+      "the commands) and validated exactly as the session above: the model fitted on this machine's "
+      "own profiles and allreduce_bench rows, every strategy run of its %d round(s) predicted. "
+      "`python3 -m model.session %s` prints the same." % (sess["rounds"]["strategies"], sess["directory"]))
+    w("")
+    w("| device kind / points | points | median abs error | max abs error | within 15 % | goal | noise floor: median | max |")
+    w("|---|---|---|---|---|---|---|---|")
+    for k, v in sess["summary"].items():
+        f = sess["noise_floor"].get(k)
+        w("| %s | %d | %.1f %% | %.1f %% | %d | %s | %s |" % (
+            k, v["points"], 100 * v["median_abs_error"], 100 * v["max_abs_error"], v["within_15_percent"],
+            "met" if v["meets_goal"] else "**not met**",
+            "%.1f %% | %.1f %%" % (100 * f["median_abs_deviation"], 100 * f["max_abs_deviation"]) if f else "— | —"))
+    for k, v in sess["summary_per_config"].items():
+        w("| %s, medians of the rounds | %d configs | %.1f %% | %.1f %% | %d | %s | | |" % (
+            k, v["configs"], 100 * v["median_abs_error"], 100 * v["max_abs_error"], v["within_15_percent"],
+            "met" if v["meets_goal"] else "**not met**"))
+    w("")
+    w("| training configuration | rounds | measured median ms | spread | predicted ms | error |")
+    w("|---|---|---|---|---|---|")
+    for c in sess["configs"]:
+        if c["group"] == "training":
+            w("| %s | %d | %.2f | %+.0f %% .. %+.0f %% | %.2f | %s |" % (
+                c["label"], c["samples"], c["measured_median_ms"], 100 * c["spread_low"],
+                100 * c["spread_high"], c["predicted_ms"], pct(c["relative_error"])))
+    w("")
+    worst = sorted((c for c in sess["configs"] if c["group"] == "allreduce_bench"),
+                   key=lambda c: -abs(c["relative_error"]))[:8]
+    if worst:
+        w("Worst allreduce_bench rows (medians of the rounds): " + "; ".join(
+            "%s %s (rounds %+.0f..%+.0f %%)" % (c["label"], pct(c["relative_error"]), 100 * c["spread_low"],
+                                              100 * c["spread_high"]) for c in worst) + ".")
+        w("")
+    if sess.get("text"):
+        w(sess["text"])
+        w("")
+
+
 def _bytes(n):
     if n is None:
         return "never (≤ 4 GiB)"
@@ -854,6 +898,12 @@ def main(argv=None):
     if sess_dir:
         report["session"] = session.validate(sess_dir)
         report["session"]["text"] = SESSION_TEXT
+    others = [session.validate(d) for d in session.other_machines()]
+    for o in others:
+        o["text"] = OTHER_SESSION_TEXT.get(os.path.basename(os.path.dirname(o["directory"])), "")
+        o.pop("points")  # its configs (medians of the rounds) stay; the samples are in its files
+    if others:
+        report["other_machine_sessions"] = others
     figures = [] if args.no_plots else plots(args.out, points, projections, acc, ar_x,
                                              {n: l for n, (c, l) in pres.items()})
     if alex and not args.no_plots:
@@ -878,6 +928,11 @@ def main(argv=None):
             "(goal met)" if v["meets_goal"] else "(goal NOT met)",
             "noise floor median %.1f %%, max %.1f %%" % (100 * f["median_abs_deviation"],
                                                        100 * f["max_abs_deviation"]) if f else "no repeats"))
+    for o in report.get("other_machine_sessions") or []:
+        for k, v in o["summary"].items():
+            print("report: %s %-14s %3d held-out points, median |error| %5.1f %%, max %6.1f %% %s" % (
+                os.path.basename(os.path.dirname(o["directory"])), k, v["points"], 100 * v["median_abs_error"],
+                100 * v["max_abs_error"], "(goal met)" if v["meets_goal"] else "(goal NOT met)"))
     print("report: wrote %s/README.md and predictions.json (%d figures)" % (os.path.relpath(args.out), len(figures)))
     return 0
 
@@ -947,6 +1002,11 @@ SESSION_TEXT = (
     "they cannot borrow it (tried, below), and their rounds agree (list above): a miss of the model, "
     "not noise. A second per-byte coefficient for messages above a cache size (1, 4, 16 or 32 MiB) "
     "was tried on this session, leave-one-out: median 12.2 -> 10.7-11.2 %, max 61 -> 61-92 %; not kept.")
+
+# What another machine's session shows, by its directory under results/reference/ (written once
+# the session is measured; the tables above it come from the data).
+OTHER_SESSION_TEXT = {}
+
 
 def alexnet_text(a, points):
     """The AlexNet part's reading, its numbers from the validation points and the crossovers."""

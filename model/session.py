@@ -14,9 +14,11 @@ predicted from those fits: no run of the strategies files sets a level or enters
 floor is the session's own: each repeated configuration's samples (one per round) against the
 median of its other samples (model/noise.py).
 """
+import argparse
 import glob
 import os
 import statistics
+import sys
 
 from . import calibrate, noise
 
@@ -37,6 +39,8 @@ def validate(directory):
             samples.setdefault(key, []).extend(ms)
     fit_rows = [(op, n, k, statistics.median(v)) for (op, n, k), v in sorted(samples.items())]
     rel = os.path.relpath(directory, calibrate.ROOT)
+    if rel.startswith(".."):
+        rel = os.path.abspath(directory)
     link = calibrate.cpu_link_fit(fit_rows, note="fitted on %s/allreduce-*.json (%d rounds)" % (rel, len(benches)))
     points = []
     for f in strategies:
@@ -53,7 +57,70 @@ def validate(directory):
             "parameters": {"cpu_compute": comp.to_json(), "cpu_link": link.to_json()}}
 
 
+def check(directory):
+    """None when directory holds a session's three kinds of files, else one line saying what lacks."""
+    if not os.path.isdir(directory):
+        return "%s: no such directory" % directory
+    missing = [stem + "-<i>.json" for stem in ("profile", "allreduce", "strategies") if not files(directory, stem)]
+    return "%s: no %s" % (directory, ", no ".join(missing)) if missing else None
+
+
 def latest(root=calibrate.CPU_REF):
     """The newest session directory, or None."""
-    dirs = sorted(d for d in glob.glob(os.path.join(root, "session-*")) if files(d, "strategies"))
+    dirs = sorted(d for d in glob.glob(os.path.join(root, "session-*")) if not check(d))
     return dirs[-1] if dirs else None
+
+
+def other_machines(reference=os.path.dirname(calibrate.CPU_REF), skip=calibrate.CPU_REF):
+    """The newest session of every other CPU machine under results/reference/ (scripts/model-session.sh
+    writes them to results/reference/<machine>/session-<date>/), in name order."""
+    out = []
+    for machine in sorted(glob.glob(os.path.join(reference, "cpu-*"))):
+        if os.path.abspath(machine) != os.path.abspath(skip):
+            d = latest(machine)
+            if d:
+                out.append(d)
+    return out
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description="Validate the performance model on one measuring session alone "
+                                             "(scripts/model-session.sh writes one).")
+    ap.add_argument("directory", help="a session directory: profile-<i>.json, allreduce-<i>.json, strategies-<i>.json")
+    ap.add_argument("--json", help="also write the whole validation (points, fits) to this file")
+    args = ap.parse_args(argv)
+    problem = check(args.directory)
+    if problem:
+        print("model.session: " + problem, file=sys.stderr)
+        return 1
+    try:
+        s = validate(args.directory)
+    except (KeyError, ValueError, TypeError, IndexError) as e:
+        print("model.session: %s: not a usable session (%s: %s)" % (args.directory, type(e).__name__, e),
+              file=sys.stderr)
+        return 1
+    print("model.session: %s, %d round(s)" % (s["directory"], s["rounds"]["strategies"]))
+    for k, v in s["summary"].items():
+        f = s["noise_floor"].get(k)
+        print("  %-20s %3d held-out samples, median |error| %5.1f %%, max %5.1f %%, %s%s" % (
+            k, v["points"], 100 * v["median_abs_error"], 100 * v["max_abs_error"],
+            "goal met" if v["meets_goal"] else "goal NOT met (median <= 8 %, max <= 15 %)",
+            "; rounds' own spread median %.1f %%, max %.1f %%" % (
+                100 * f["median_abs_deviation"], 100 * f["max_abs_deviation"]) if f else ""))
+    for k, v in s["summary_per_config"].items():
+        print("  %-20s %3d configurations (medians of the rounds), median |error| %5.1f %%, max %5.1f %%" % (
+            k, v["configs"], 100 * v["median_abs_error"], 100 * v["max_abs_error"]))
+    worst = sorted(s["configs"], key=lambda c: -abs(c["relative_error"]))[:5]
+    print("  worst configurations: " + "; ".join("%s %+.0f %%" % (c["label"], 100 * c["relative_error"])
+                                                 for c in worst))
+    if args.json:
+        import json
+        tmp = args.json + ".tmp"
+        with open(tmp, "w") as f:
+            json.dump(s, f, indent=1, default=float)
+        os.replace(tmp, args.json)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

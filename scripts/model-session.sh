@@ -1,0 +1,145 @@
+#!/usr/bin/env bash
+# Measure one self-consistent session for the performance model on this machine, then validate the
+# model on it alone: compute fitted on the session's profiles, collectives on its allreduce_bench
+# rows, every strategy run predicted (model/session.py). The way to check the model on a CPU other
+# than the ones under results/reference/.
+#
+#   scripts/model-session.sh [--rounds N] [--label NAME] [--out DIR] [--short]
+#
+#   --rounds N   interleaved rounds (default 4; about 2 minutes each on 2 cores): each runs
+#                experiments/model-profile.json, allreduce_bench on 2 devices at 4 B..256 MiB, and
+#                experiments/model-session.json, in that order, so that fit data and predicted runs
+#                see the same machine state
+#   --label NAME the machine's directory under results/reference/ (default cpu-<cores>core-<cpu>,
+#                e.g. cpu-2core-epyc)
+#   --out DIR    where the session goes (default results/reference/<label>/session-<UTC date>);
+#                it must not exist: nothing is overwritten
+#   --short      CI's smoke test: one round, tiny profiles and strategy runs, a few sizes
+#                (about a minute); into a temporary directory unless --out is given
+#
+# Measure on an otherwise idle machine: the session's README.md records the load average before
+# and after, and the report's noise floor is the rounds' own spread. Files are written to a
+# temporary directory beside DIR and moved into place at the end, so an interrupted session leaves
+# nothing behind. Needs build/bench_runner and build/allreduce_bench (built if missing) and python3
+# with numpy.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+rounds=4
+label=""
+out=""
+short=0
+die() { echo "model-session.sh: $*" >&2; exit 1; }
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --rounds) [ $# -ge 2 ] || die "--rounds needs a number"; rounds="$2"; shift ;;
+    --label) [ $# -ge 2 ] || die "--label needs a name"; label="$2"; shift ;;
+    --out) [ $# -ge 2 ] || die "--out needs a directory"; out="$2"; shift ;;
+    --short) short=1 ;;
+    -h|--help) sed -n '2,24p' "$0"; exit 0 ;;
+    *) die "unknown argument '$1' (see --help)" ;;
+  esac
+  shift
+done
+[[ $rounds =~ ^[1-9][0-9]*$ ]] || die "--rounds: '$rounds' is not a positive whole number"
+[ -z "$label" ] || [[ $label =~ ^[A-Za-z0-9._-]+$ ]] || die "--label: '$label' (letters, digits, . _ - only)"
+
+cpu=$(sed -n 's/^model name[[:space:]]*:[[:space:]]*//p' /proc/cpuinfo | head -1)
+cores=$(nproc)
+if [ -z "$label" ]; then
+  case "$cpu" in
+    *EPYC*) family=epyc ;;
+    *Xeon*) family=xeon ;;
+    *) family=$(echo "${cpu:-unknown}" | tr -c 'A-Za-z0-9\n' ' ' | awk '{print tolower($1)}') ;;
+  esac
+  label="cpu-${cores}core-${family:-unknown}"
+fi
+if [ "$short" = 1 ]; then
+  rounds=1
+  if [ -z "$out" ]; then
+    tmp_parent=$(mktemp -d /tmp/paralab-model-session.XXXXXX)
+    trap 'rm -rf "$tmp_parent"' EXIT  # a smoke test's session is not kept
+    out="$tmp_parent/session"
+  fi
+fi
+[ -n "$out" ] || out="results/reference/$label/session-$(date -u +%F)"
+[ -e "$out" ] && die "$out exists; give another --out (nothing is overwritten)"
+
+build=${BUILD_DIR:-build}
+runner=${BENCH_RUNNER:-$build/bench_runner}
+bench=${ALLREDUCE_BENCH:-$build/allreduce_bench}
+python=${PARALAB_PYTHON:-/usr/bin/python3}
+[ -x "$python" ] || python=python3
+"$python" -c 'import numpy' 2>/dev/null || die "$python has no numpy (scripts/install-deps.sh installs python3-numpy)"
+for t in "$runner" "$bench"; do
+  if [ ! -x "$t" ]; then
+    echo "model-session.sh: building $(basename "$t")"
+    cmake --build "$build" --target "$(basename "$t")" >/dev/null
+  fi
+done
+
+mkdir -p "$(dirname "$out")"
+work=$(mktemp -d "$(dirname "$out")/.session.XXXXXX")
+cleanup_work() { rm -rf "$work"; }
+trap 'cleanup_work; [ -n "${tmp_parent:-}" ] && rm -rf "$tmp_parent"; true' EXIT
+
+profile_args=(--quiet)
+session_args=(--quiet)
+bench_args=(--devices=2 --sizes=sweep --benchmark_repetitions=2)
+filter='^(allreduce/(naive|ring|tree)|allgather/ring|reduce_scatter/ring|memcpy)/devices:2'
+if [ "$short" = 1 ]; then
+  profile_args+=(--set training.max_iterations_per_epoch=3 --set training.warmup_iterations=1
+    --set dataset.test_limit=200)
+  session_args+=(--set training.max_iterations_per_epoch=3 --set training.warmup_iterations=1
+    --set dataset.test_limit=200)
+  filter="$filter/bytes:(4|1024|4096|65536|516272|1048576)/"
+  bench_args+=(--benchmark_min_time=0.001)
+fi
+
+load_before=$(cut -d' ' -f1-3 /proc/loadavg)
+awk -v l="${load_before%% *}" -v c="$cores" 'BEGIN { exit !(l > 0.5 * c) }' &&
+  echo "model-session.sh: warning: load average $load_before on $cores cores: another job is running, and the session will measure it too" >&2
+start=$(date +%s)
+started=$(date -u '+%F %H:%M')
+for i in $(seq 1 "$rounds"); do
+  echo "model-session.sh: round $i of $rounds"
+  "$runner" experiments/model-profile.json "${profile_args[@]}" --out "$work/profile-$i.json"
+  # Google Benchmark's table and context go to a log, shown only if the run fails.
+  "$bench" "${bench_args[@]}" --benchmark_filter="$filter" \
+    --benchmark_out="$work/allreduce-$i.json" --benchmark_out_format=json >"$work/bench.log" 2>&1 ||
+    { cat "$work/bench.log" >&2; die "allreduce_bench failed in round $i (above)"; }
+  rm -f "$work/bench.log"
+  "$runner" experiments/model-session.json "${session_args[@]}" --out "$work/strategies-$i.json"
+done
+seconds=$(($(date +%s) - start))
+load_after=$(cut -d' ' -f1-3 /proc/loadavg)
+commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
+dirty=$(git status --porcelain 2>/dev/null | grep -qv '^??' && echo " (with uncommitted changes)" || true)
+isa=$(grep -m1 -o -w -E 'avx512f' /proc/cpuinfo || grep -m1 -o -w 'avx2' /proc/cpuinfo || echo "no AVX2")
+
+{
+  echo "# Session $(date -u +%F) on $label: one self-consistent CPU data set for the performance model"
+  echo
+  echo "Measured $started UTC with scripts/model-session.sh$([ "$short" = 1 ] && echo " --short") on"
+  echo "\"${cpu:-unknown CPU}\" ($cores cores, $isa), from binaries built at $commit$dirty,"
+  echo "$rounds round(s) back to back in $((seconds / 60)) min $((seconds % 60)) s. Load average (1, 5, 15 min):"
+  echo "$load_before before, $load_after after."
+  echo
+  echo "Each round, in this order:"
+  echo
+  echo '```'
+  echo "bench_runner experiments/model-profile.json ${profile_args[*]} --out profile-<i>.json"
+  echo "allreduce_bench ${bench_args[*]} \\"
+  echo "  --benchmark_filter='$filter' \\"
+  echo "  --benchmark_out=allreduce-<i>.json --benchmark_out_format=json"
+  echo "bench_runner experiments/model-session.json ${session_args[*]} --out strategies-<i>.json"
+  echo '```'
+  echo
+  echo "The model validates on this directory alone: \`python3 -m model.session $out\`"
+  echo "(compute fitted on the profiles, collectives on the allreduce_bench rows, every strategy run"
+  echo "predicted; see model/session.py)."
+} >"$work/README.md"
+
+mv "$work" "$out"
+trap '[ -n "${tmp_parent:-}" ] && rm -rf "$tmp_parent"; true' EXIT
+echo "model-session.sh: $rounds round(s) in $seconds s -> $out"
+"$python" -m model.session "$out"

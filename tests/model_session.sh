@@ -1,0 +1,47 @@
+#!/bin/sh
+# scripts/model-session.sh and python3 -m model.session: a short session measured and validated,
+# and each bad input refused with one line, a non-zero exit and nothing written.
+#   usage: model_session.sh BENCH_RUNNER ALLREDUCE_BENCH
+root=$(cd "$(dirname "$0")/.." && pwd)
+export BENCH_RUNNER="$1" ALLREDUCE_BENCH="$2" PARALAB_PYTHON=/usr/bin/python3
+tmp=$(mktemp -d /tmp/paralab-model-session-test.XXXXXX)
+trap 'rm -rf "$tmp"' EXIT
+fail() { echo "FAIL: $*"; exit 1; }
+
+# Bad arguments: one line naming the argument, exit 1.
+refused() {  # refused PATTERN ARGS...: the script must exit 1 and say PATTERN in one line
+  pattern="$1"; shift
+  out=$("$root/scripts/model-session.sh" "$@" 2>&1) && fail "model-session.sh $* exited 0"
+  echo "$out" | grep -q -- "$pattern" || fail "model-session.sh $*: '$out' does not say '$pattern'"
+  [ "$(echo "$out" | wc -l)" -eq 1 ] || fail "model-session.sh $*: more than one line: $out"
+}
+refused "unknown argument '--bogus'" --bogus
+refused "--rounds: '0'" --rounds 0
+refused "--rounds: 'two'" --rounds two
+refused "--label: 'a/b'" --label a/b
+mkdir "$tmp/exists" && touch "$tmp/exists/keep"
+refused "$tmp/exists exists" --out "$tmp/exists"
+[ -f "$tmp/exists/keep" ] || fail "an existing --out was touched"
+
+# model.session on what is not a session.
+out=$(cd "$root" && /usr/bin/python3 -m model.session "$tmp/none" 2>&1) && fail "model.session on a missing directory exited 0"
+echo "$out" | grep -q "$tmp/none: no such directory" || fail "model.session, missing directory: $out"
+out=$(cd "$root" && /usr/bin/python3 -m model.session "$tmp/exists" 2>&1) && fail "model.session on an empty directory exited 0"
+echo "$out" | grep -q "no profile-<i>.json, no allreduce-<i>.json, no strategies-<i>.json" ||
+  fail "model.session, empty directory: $out"
+
+# A short session: measured, moved into place whole, validated.
+out=$("$root/scripts/model-session.sh" --short --out "$tmp/s" 2>&1) || { echo "$out"; fail "model-session.sh --short exited non-zero"; }
+echo "$out"
+for f in README.md profile-1.json allreduce-1.json strategies-1.json; do
+  [ -s "$tmp/s/$f" ] || fail "the session lacks $f"
+done
+ls -a "$tmp" | grep -q '^\.session\.' && fail "a temporary .session.* directory was left behind"
+echo "$out" | grep -Eq "cpu/training +[0-9]+ held-out samples, median \|error\| +[0-9.]+ %" ||
+  fail "no training validation line"
+echo "$out" | grep -Eq "cpu/allreduce_bench +[0-9]+ held-out samples" || fail "no allreduce_bench validation line"
+grep -q "scripts/model-session.sh --short" "$tmp/s/README.md" || fail "the README does not say how it was measured"
+(cd "$root" && /usr/bin/python3 -m model.session "$tmp/s" --json "$tmp/s.json" >/dev/null) || fail "model.session --json exited non-zero"
+/usr/bin/python3 -c "import json, sys; d = json.load(open(sys.argv[1])); assert d['points'] and d['summary']" "$tmp/s.json" ||
+  fail "model.session --json wrote no points"
+echo PASS
