@@ -544,5 +544,37 @@ class Session(unittest.TestCase):
         self.assertIn("cpu/training", self.s["noise_floor"])
 
 
+class OtherMachineSessions(unittest.TestCase):
+    """Sessions of other CPUs (scripts/model-session.sh): found per machine, newest first, and
+    validated with nothing from the Xeon's files."""
+
+    def test_newest_session_per_other_machine(self):
+        with tempfile.TemporaryDirectory() as ref:
+            def make(d, stems=("profile", "allreduce", "strategies")):
+                os.makedirs(d)
+                for stem in stems:
+                    open(os.path.join(d, stem + "-1.json"), "w").close()
+            make(os.path.join(ref, "cpu-2core-xeon", "session-2026-01-01"))
+            make(os.path.join(ref, "cpu-4core-epyc", "session-2026-01-01"))
+            make(os.path.join(ref, "cpu-4core-epyc", "session-2026-02-01"))
+            make(os.path.join(ref, "cpu-4core-epyc", "session-2026-03-01"), stems=("profile", "allreduce"))
+            make(os.path.join(ref, "h200-2026-01-01", "session-2026-01-01"))
+            got = session.other_machines(ref, skip=os.path.join(ref, "cpu-2core-xeon"))
+            self.assertEqual(got, [os.path.join(ref, "cpu-4core-epyc", "session-2026-02-01")])
+            self.assertIn("no strategies-<i>.json",
+                          session.check(os.path.join(ref, "cpu-4core-epyc", "session-2026-03-01")))
+            self.assertIsNone(session.check(got[0]))
+
+    def test_committed_epyc_session_validates_on_its_own_files(self):
+        dirs = [d for d in session.other_machines() if "cpu-2core-epyc" in d]
+        if not dirs:
+            self.skipTest("no results/reference/cpu-2core-epyc/session-*/")
+        s = session.validate(dirs[0])
+        self.assertTrue(all("cpu-2core-epyc" in p["source"] for p in s["points"]))
+        self.assertIn("cpu-2core-epyc", s["parameters"]["cpu_link"]["note"])
+        self.assertEqual(s["rounds"], {"profile": 4, "allreduce_bench": 4, "strategies": 4})
+        self.assertEqual(len([c for c in s["configs"] if c["group"] == "training"]), 12)
+
+
 if __name__ == "__main__":
     unittest.main(verbosity=1)
