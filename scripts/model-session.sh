@@ -15,7 +15,7 @@
 #   --out DIR    where the session goes (default results/reference/<label>/session-<UTC date>);
 #                it must not exist: nothing is overwritten
 #   --short      CI's smoke test: one round, tiny profiles and strategy runs, a few sizes
-#                (about a minute); into a temporary directory unless --out is given
+#                (about 20 s); into a temporary directory unless --out is given
 #
 # Measure on an otherwise idle machine: the session's README.md records the load average before
 # and after, and the report's noise floor is the rounds' own spread. Files are written to a
@@ -87,12 +87,13 @@ session_args=(--quiet)
 bench_args=(--devices=2 --sizes=sweep --benchmark_repetitions=2)
 filter='^(allreduce/(naive|ring|tree)|allgather/ring|reduce_scatter/ring|memcpy)/devices:2'
 if [ "$short" = 1 ]; then
-  profile_args+=(--set training.max_iterations_per_epoch=3 --set training.warmup_iterations=1
-    --set dataset.test_limit=200)
-  session_args+=(--set training.max_iterations_per_epoch=3 --set training.warmup_iterations=1
-    --set dataset.test_limit=200)
-  filter="$filter/bytes:(4|1024|4096|65536|516272|1048576)/"
-  bench_args+=(--benchmark_min_time=0.001)
+  tiny=(--set training.max_iterations_per_epoch=2 --set training.warmup_iterations=1
+    --set dataset.train_limit=2048 --set dataset.test_limit=100)
+  profile_args+=("${tiny[@]}")
+  session_args+=("${tiny[@]}")
+  # The fit's least: latency rows (<= 4 KiB) and two sizes for the per-byte cost.
+  filter="$filter/bytes:(4|4096|65536|1048576)/"
+  bench_args=(--devices=2 --sizes=sweep --benchmark_repetitions=1)
 fi
 
 load_before=$(cut -d' ' -f1-3 /proc/loadavg)
