@@ -12,8 +12,8 @@
 #                see the same machine state
 #   --label NAME the machine's directory under results/reference/ (default cpu-<cores>core-<cpu>,
 #                e.g. cpu-2core-epyc)
-#   --out DIR    where the session goes (default results/reference/<label>/session-<UTC date>);
-#                it must not exist: nothing is overwritten
+#   --out DIR    where the session goes (default results/reference/<label>/session-<UTC date>,
+#                -<HHMM> added when that exists); it must not exist: nothing is overwritten
 #   --short      CI's smoke test: one round, tiny profiles and strategy runs, a few sizes
 #                (about 20 s); into a temporary directory unless --out is given
 #
@@ -61,7 +61,10 @@ if [ "$short" = 1 ]; then
     out="$tmp_parent/session"
   fi
 fi
-[ -n "$out" ] || out="results/reference/$label/session-$(date -u +%F)"
+if [ -z "$out" ]; then  # a second session on the same day gets the time too (names sort by time)
+  out="results/reference/$label/session-$(date -u +%F)"
+  [ -e "$out" ] && out="$out-$(date -u +%H%M)"
+fi
 [ -e "$out" ] && die "$out exists; give another --out (nothing is overwritten)"
 
 build=${BUILD_DIR:-build}
