@@ -161,7 +161,8 @@ def h200_compute(gpu_check_path=None):
 
 
 # The CPU's collectives: naive, ring and tree share a size-dependent per-byte cost (perf's module
-# doc); memcpy, all-gather and reduce-scatter keep alpha + beta*bytes + gamma*reduced each.
+# doc); all-gather and reduce-scatter are priced by each other (perf.PAIR); memcpy keeps alpha +
+# beta*bytes + gamma*reduced.
 cpu_link_fit = perf.Link.fit_size_dependent
 
 

@@ -178,6 +178,36 @@ class Fits(unittest.TestCase):
         self.assertAlmostEqual(fit.beta_at(2 * 4 ** 9) / mid, 1.0, delta=1e-3)
         self.assertAlmostEqual(fit.beta_at(4 ** 16) / beta[4 ** 14], 1.0, delta=1e-3)
 
+    def test_allgather_and_reduce_scatter_priced_by_each_other(self):
+        # A machine whose all-gather costs per byte depend on n (caches) and whose reduce-scatter is
+        # that plus its adds, a + gamma * reduced: each held-out (algorithm, n) comes back exactly
+        # from the other at n, the adds fitted on the other sizes; an alpha-beta-gamma fit of its
+        # own cannot follow the cache steps.
+        per_byte = {4 ** i: (1.0e-7 if i < 10 else 0.8e-7 if i < 13 else 1.6e-7) for i in range(1, 15)}
+        a, gamma = 0.004, 2e-8
+        ag = {n: 0.01 + per_byte[n] * n / 2 for n in per_byte}
+        rows = [("allgather", n, 2, t) for n, t in ag.items()]
+        rows += [("reduce_scatter", n, 2, t + a + gamma * n / 2) for n, t in ag.items()]
+        rows += [(op, n, 2, 0.01 + 2 * per_byte[n] * n) for op in ("naive", "ring", "tree") for n in per_byte]
+        own = []
+        for op, n, k, ms in rows:
+            if op in perf.PAIR:
+                fit = perf.Link.fit_size_dependent([r for r in rows if r[:3] != (op, n, k)])
+                self.assertAlmostEqual(fit.time(op, n, k) / ms, 1.0, places=6, msg="%s %d" % (op, n))
+                own.append(abs(perf.Link.fit([r for r in rows if r[0] == op and r[1] != n]).time(op, n, k) / ms - 1))
+        self.assertGreater(max(own), 0.2)
+        # Between measured sizes the partner is interpolated log-log; above them, its time per byte.
+        fit = perf.Link.fit_size_dependent(rows)
+        self.assertAlmostEqual(fit.pair["adds"][2][0], a, places=9)
+        self.assertAlmostEqual(fit.pair["adds"][2][1], gamma, places=15)
+        n = 2 * 4 ** 9
+        mid = math.sqrt(ag[4 ** 9] * ag[4 ** 10])
+        self.assertAlmostEqual(fit.time("reduce_scatter", n, 2), mid + a + gamma * n / 2, places=9)
+        rs_top = ag[4 ** 14] + a + gamma * 4 ** 14 / 2
+        self.assertAlmostEqual(fit.time("allgather", 4 ** 15, 2), rs_top * 4 - (a + gamma * 4 ** 15 / 2), places=9)
+        # Without the partner at k (here: k = 4), the algorithm's own fit.
+        self.assertEqual(fit.time("allgather", 4 ** 12, 4), perf.Link(fit.params).time("allgather", 4 ** 12, 4))
+
     def test_bench_rows_timed_as_graphs_are_left_out(self):
         # allreduce_bench --graphs rows (counter graph = 1) do not pay the eager path's host cost
         # per message that the collective model fits: a file holding both gives the eager row.
