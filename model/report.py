@@ -1034,7 +1034,7 @@ OTHER_SESSION_TEXT = {
         "threads became cheaper, as it does when the two vCPUs come to share a cache. Where the "
         "hypervisor places a 2-core guest's vCPUs is not visible to it, so such a round is noise "
         "here; it is why the worst per-sample errors reach 214 %, and the per-configuration medians "
-        "(median 8.7 %, max 50.4 %) are the fairer measure of the model on this machine."),
+        "(median 7.2 %, max 40.6 %) are the fairer measure of the model on this machine."),
 }
 
 
