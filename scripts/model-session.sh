@@ -124,7 +124,7 @@ isa=$(grep -m1 -o -w -E 'avx512f' /proc/cpuinfo || grep -m1 -o -w 'avx2' /proc/c
   echo "# Session $(date -u +%F) on $label: one self-consistent CPU data set for the performance model"
   echo
   echo "Measured $started UTC with scripts/model-session.sh$([ "$short" = 1 ] && echo " --short") on"
-  echo "\"${cpu:-unknown CPU}\" ($cores cores, $isa), from binaries built at $commit$dirty,"
+  echo "\"${cpu:-unknown CPU}\" ($cores cores, $isa), the source tree at $commit$dirty (binaries: $runner, $bench),"
   echo "$rounds round(s) back to back in $((seconds / 60)) min $((seconds % 60)) s. Load average (1, 5, 15 min):"
   echo "$load_before before, $load_after after."
   echo
