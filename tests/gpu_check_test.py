@@ -1,0 +1,120 @@
+#!/usr/bin/python3
+"""scripts/gpu-check.sh without a GPU: its plan, its time budget and what it leaves behind.
+
+A device lease gives one call of a few minutes and brings back at most 8 files, so the check must
+end within its budget, report every part it could not start, and leave exactly two files in $OUT
+(summary.txt and the packed gpu-check-files.tar.gz). Bad arguments are one line and exit 2 with
+nothing written. Run on any build that has bench_runner (a CPU-only one is enough: the GPU runs
+then fail, and the test only asks that each goal is reported).
+
+    tests/gpu_check_test.py --build-dir BUILD --source-dir SRC
+"""
+import argparse
+import os
+import subprocess
+import sys
+import tarfile
+import tempfile
+import unittest
+
+SCRIPT = BUILD = None
+
+
+def lines_of(path):
+    with open(path) as f:
+        return f.read().splitlines()
+
+
+def gpu_check(args, out, files=None, build=None, timeout=600):
+    env = dict(os.environ, OUT=out)
+    env.pop("GPU_CHECK_BUDGET_S", None)
+    env["GPU_CHECK_BUILD_DIR"] = build or BUILD
+    if files:
+        env["GPU_CHECK_FILES"] = files
+    return subprocess.run([SCRIPT, *args], env=env, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+class Plan(unittest.TestCase):
+    def test_list_prints_the_parts_in_order_without_running(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            out = os.path.join(tmp, "out")
+            proc = gpu_check(["--list"], out)
+            self.assertEqual(proc.returncode, 0, proc.stderr)
+            parts = [line.split(":")[0].strip() for line in proc.stdout.splitlines()[1:]]
+            self.assertEqual(parts, ["determinism", "pytorch", "collectives", "main", "bench",
+                                     "seeds", "speed", "sanitizers", "ncu"])
+            self.assertFalse(os.path.exists(out))
+            core = gpu_check(["--list", "core"], out)
+            self.assertEqual([line.split(":")[0].strip() for line in core.stdout.splitlines()[1:]],
+                             ["determinism", "seeds", "speed", "sanitizers", "ncu"])
+
+    def test_bad_arguments_are_one_line_exit_2_and_write_nothing(self):
+        cases = [(["bogus"], "'bogus'"), (["--wat"], "'--wat'"), (["--budget", "0"], "'0'"),
+                 (["--budget", "x"], "'x'"), (["--budget"], "--budget")]
+        with tempfile.TemporaryDirectory() as tmp:
+            out = os.path.join(tmp, "out")
+            for args, names in cases:
+                with self.subTest(args=args):
+                    proc = gpu_check(args, out)
+                    lines = proc.stderr.splitlines()
+                    self.assertEqual(proc.returncode, 2, proc.stderr)
+                    self.assertEqual(len(lines), 1, proc.stderr)
+                    self.assertTrue(lines[0].startswith("gpu-check.sh: ") and names in lines[0],
+                                    lines[0])
+            proc = gpu_check([], out, build=os.path.join(tmp, "no-build"))
+            self.assertEqual(proc.returncode, 2)
+            self.assertIn("GPU_CHECK_BUILD_DIR", proc.stderr)
+            self.assertEqual(os.listdir(tmp), [])
+
+
+class Budget(unittest.TestCase):
+    def test_a_spent_budget_reports_every_part_not_run_and_packs_two_files(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            out, files = os.path.join(tmp, "out"), os.path.join(tmp, "files")
+            proc = gpu_check(["--budget", "3", "main", "seeds"], out, files)
+            self.assertEqual(proc.returncode, 1, proc.stdout + proc.stderr)
+            self.assertEqual(sorted(os.listdir(out)), ["gpu-check-files.tar.gz", "summary.txt"])
+            summary = lines_of(os.path.join(out, "summary.txt"))
+            not_run = [line for line in summary if line.startswith("gpu-check: NOT RUN: ")]
+            self.assertEqual([line.split()[3] for line in not_run], ["main", "seeds"], summary)
+            self.assertFalse(any(" PASS: " in line for line in summary), summary)
+            self.assertTrue(summary[-1].startswith("gpu-check: FAIL after "), summary[-1])
+            with tarfile.open(os.path.join(out, "gpu-check-files.tar.gz")) as tar:
+                names = {os.path.normpath(n) for n in tar.getnames()}
+                packed = tar.extractfile("./summary.txt").read().decode().splitlines()
+            self.assertTrue({"summary.txt", "gpu.csv", "test_backends.log"} <= names, names)
+            self.assertEqual(packed, summary)
+
+    def test_a_part_that_runs_reports_each_of_its_goals_and_its_time(self):
+        # Without a GPU the runs fail, so the goals are FAIL lines; on a GPU they may pass.
+        with tempfile.TemporaryDirectory() as tmp:
+            out, files = os.path.join(tmp, "out"), os.path.join(tmp, "files")
+            proc = gpu_check(["--budget", "200", "determinism"], out, files)
+            summary = lines_of(os.path.join(out, "summary.txt"))
+            goals = [line.split(": ", 2)[1:] for line in summary
+                     if line.startswith(("gpu-check: PASS: ", "gpu-check: FAIL: "))]
+            self.assertEqual([g[1].split(" (")[0] for g in goals],
+                             ["same seed, same bits", "same seed, same bits",
+                              "steps read once per epoch: same bits as per step, not slower"],
+                             summary)
+            self.assertTrue(any(line.startswith("gpu-check: determinism took ")
+                                for line in summary), summary)
+            self.assertEqual(proc.returncode, 0 if all(g[0] == "PASS" for g in goals) else 1)
+            self.assertEqual(sorted(os.listdir(out)), ["gpu-check-files.tar.gz", "summary.txt"])
+            self.assertTrue(os.path.isfile(os.path.join(files, "core-runs.log")))
+
+
+def main():
+    global SCRIPT, BUILD
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--build-dir", required=True)
+    ap.add_argument("--source-dir", required=True)
+    args, rest = ap.parse_known_args()
+    SCRIPT = os.path.join(args.source_dir, "scripts", "gpu-check.sh")
+    BUILD = os.path.abspath(args.build_dir)
+    unittest.main(argv=[sys.argv[0], *rest], verbosity=2)
+
+
+if __name__ == "__main__":
+    main()
