@@ -25,18 +25,20 @@
 # The build and the GPU tests run first in every case.
 #
 # Time budget: the whole call, build included, ends within --budget seconds (default
-# $GPU_CHECK_BUDGET_S or 480, the device lease's one-call size): every command runs under a
-# timeout that stops at the budget, and a part that the time left cannot hold is not started;
+# $GPU_CHECK_BUDGET_S or 480: one call on a GPU host lent for minutes): every command runs under
+# a timeout that stops at the budget, and a part that the time left cannot hold is not started;
 # it is reported as "NOT RUN: <part> ..." and fails the check like a FAIL. Each part logs the
 # seconds it took, so the next run can be planned; the parts not reached run in a second call
 # (scripts/gpu-check.sh seeds speed ...). --list prints the plan and exits.
 #
 # What comes back: $OUT holds two files, summary.txt and gpu-check-files.tar.gz (every log,
-# results file and plot), packed again after each part, so that a call stopped at its limit
-# still brings back what finished (a device lease returns at most 8 files). The loose files are
-# in $GPU_CHECK_FILES (default: a new temporary folder, named in summary.txt). On the device:
-#   scripts/make-gpu-bundle.sh && scripts/stamp-source.sh          # here, once
-#   run: OUT=$OUT scripts/gpu-check.sh    carry: gpu-bundle, .paralab-source-commit    timeout 560
+# results file and plot), packed again after each part, so that a run on a remote host that
+# returns only a few files, or stops the call at its time limit, still brings back everything
+# that finished. The loose files are in $GPU_CHECK_FILES (default: a new temporary folder, named
+# in summary.txt). For a remote GPU host that gets a copy of the tree without .git:
+#   scripts/make-gpu-bundle.sh && scripts/stamp-source.sh     # where the packages are
+#   OUT=DIR scripts/gpu-check.sh                              # there, with gpu-bundle/ and
+#                                                             # .paralab-source-commit copied too
 #
 # On a host with ParaLab's packages it builds normally. On an offline GPU host it builds a
 # CUDA-only ParaLab from gpu-bundle/ (scripts/make-gpu-bundle.sh, run where the packages are),

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """scripts/gpu-check.sh without a GPU: its plan, its time budget and what it leaves behind.
 
-A device lease gives one call of a few minutes and brings back at most 8 files, so the check must
+A GPU host lent for minutes gives one call that may bring back only a few files, so the check must
 end within its budget, report every part it could not start, and leave exactly two files in $OUT
 (summary.txt and the packed gpu-check-files.tar.gz). Bad arguments are one line and exit 2 with
 nothing written. Run on any build that has bench_runner (a CPU-only one is enough: the GPU runs
