@@ -17,9 +17,9 @@ using dnnl::memory;
 using Key = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t>;
 
 struct Conv2dPlan {
-  dnnl::convolution_forward fwd;
-  dnnl::convolution_backward_data bwd_data;
-  dnnl::convolution_backward_weights bwd_weights;
+  Primitive fwd;
+  Primitive bwd_data;
+  Primitive bwd_weights;
   memory bias, d_bias;
   Staged f_src, f_w, f_y;    // forward: x, w in; y out
   Staged w_src, w_dy, w_dw;  // backward weights: x, dy in; dw out
@@ -90,18 +90,18 @@ class CpuConv2d final : public Conv2d {
       const dnnl::convolution_forward::primitive_desc fwd_pd(
           dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training, alg, any(src),
                                           any(wei), plain_desc(bias), any(dst), strides, pad, pad),
-          eng);
+          own_scratchpad(), eng);
       const dnnl::convolution_backward_weights::primitive_desc bwd_w_pd(
           dnnl::convolution_backward_weights::desc(alg, any(src), any(wei), plain_desc(bias),
                                                    any(dst), strides, pad, pad),
-          eng, fwd_pd);
+          own_scratchpad(), eng, fwd_pd);
       const dnnl::convolution_backward_data::primitive_desc bwd_d_pd(
           dnnl::convolution_backward_data::desc(alg, any(src), any(wei), any(dst), strides, pad,
                                                 pad),
-          eng, fwd_pd);
-      p.fwd = dnnl::convolution_forward(fwd_pd);
-      p.bwd_weights = dnnl::convolution_backward_weights(bwd_w_pd);
-      p.bwd_data = dnnl::convolution_backward_data(bwd_d_pd);
+          own_scratchpad(), eng, fwd_pd);
+      p.fwd = Primitive(fwd_pd);
+      p.bwd_weights = Primitive(bwd_w_pd);
+      p.bwd_data = Primitive(bwd_d_pd);
       p.bias = memory(plain_desc(bias), eng, DNNL_MEMORY_NONE);
       p.d_bias = memory(plain_desc(bias), eng, DNNL_MEMORY_NONE);
       p.f_src = Staged(device_, plain_desc(src), fwd_pd.src_desc());

@@ -21,11 +21,11 @@ using dnnl::memory;
 using Key = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t>;
 
 struct StagePlan {
-  dnnl::convolution_forward conv;
-  dnnl::pooling_forward pool;
-  dnnl::pooling_backward pool_bwd;
-  dnnl::convolution_backward_data conv_bwd_data;
-  dnnl::convolution_backward_weights conv_bwd_weights;
+  Primitive conv;
+  Primitive pool;
+  Primitive pool_bwd;
+  Primitive conv_bwd_data;
+  Primitive conv_bwd_weights;
   memory act;     // relu(conv(x)+b), blocked (N,K,OH,OW), kept for backward
   memory d_act;   // its gradient, same layout
   memory pooled;  // pool output in the pool's layout (staged to y)
@@ -169,37 +169,37 @@ class CpuConvReluPool final : public ConvReluPool {
       const auto conv_desc = dnnl::convolution_forward::desc(
           dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct, act_md(src),
           any(wei), plain_desc(bias), act_md(act), strides, pad, pad);
-      const dnnl::convolution_forward::primitive_desc conv_pd(conv_desc, attr, eng);
+      const dnnl::convolution_forward::primitive_desc conv_pd(conv_desc, own_scratchpad(attr), eng);
       // The hint for backward is the same convolution without the post-op.
       const dnnl::convolution_forward::primitive_desc hint_pd(conv_desc, eng);
       const auto alg = dnnl::algorithm::pooling_avg_exclude_padding;
       const dnnl::pooling_forward::primitive_desc pool_pd(
           dnnl::pooling_forward::desc(dnnl::prop_kind::forward_training, alg, conv_pd.dst_desc(),
                                       act_md(pooled), pool_strides, kernel, pad, pool_pad_r),
-          eng);
+          own_scratchpad(), eng);
       const dnnl::pooling_backward::primitive_desc pool_bwd_pd(
           dnnl::pooling_backward::desc(alg, conv_pd.dst_desc(), pool_pd.dst_desc(), pool_strides,
                                        kernel, pad, pool_pad_r),
-          eng, pool_pd);
+          own_scratchpad(), eng, pool_pd);
       const dnnl::convolution_backward_weights::primitive_desc bwd_w_pd(
           dnnl::convolution_backward_weights::desc(dnnl::algorithm::convolution_direct, act_md(src),
                                                    any(wei), plain_desc(bias), conv_pd.dst_desc(),
                                                    strides, pad, pad),
-          eng, hint_pd);
+          own_scratchpad(), eng, hint_pd);
       const dnnl::convolution_backward_data::primitive_desc bwd_d_pd(
           dnnl::convolution_backward_data::desc(dnnl::algorithm::convolution_direct, act_md(src),
                                                 any(wei), conv_pd.dst_desc(), strides, pad, pad),
-          eng, hint_pd);
+          own_scratchpad(), eng, hint_pd);
       PARALAB_REQUIRE(pool_bwd_pd.diff_src_desc() == conv_pd.dst_desc() &&
                           bwd_w_pd.diff_dst_desc() == conv_pd.dst_desc() &&
                           bwd_d_pd.diff_dst_desc() == conv_pd.dst_desc(),
                       "conv_relu_pool: oneDNN chose different layouts for the activation and "
                       "its gradient");
-      p.conv = dnnl::convolution_forward(conv_pd);
-      p.pool = dnnl::pooling_forward(pool_pd);
-      p.pool_bwd = dnnl::pooling_backward(pool_bwd_pd);
-      p.conv_bwd_weights = dnnl::convolution_backward_weights(bwd_w_pd);
-      p.conv_bwd_data = dnnl::convolution_backward_data(bwd_d_pd);
+      p.conv = Primitive(conv_pd);
+      p.pool = Primitive(pool_pd);
+      p.pool_bwd = Primitive(pool_bwd_pd);
+      p.conv_bwd_weights = Primitive(bwd_w_pd);
+      p.conv_bwd_data = Primitive(bwd_d_pd);
       p.nhwc = nhwc &&
                conv_pd.dst_desc() ==
                    memory::desc(act, memory::data_type::f32, memory::format_tag::acdb) &&

@@ -16,12 +16,12 @@ using tag = memory::format_tag;
 using Key = std::tuple<int64_t, int64_t, int64_t>;
 
 struct LinearPlan {
-  dnnl::matmul fwd;       // y(N,out) = x(N,in) W(in,out) + b(1,out)
-  dnnl::matmul bwd_data;  // dx(N,in) = dy(N,out) W^T(out,in)
-  dnnl::matmul bwd_w;     // dW(in,out) = x^T(in,N) dy(N,out)
-  memory x, w, b, y;      // forward operands
-  memory dy, wt, dx;      // backward-data operands (wt: W seen as (out,in), tag ba)
-  memory xt, dy2, dw;     // backward-weights operands (xt: x seen as (in,N), tag ba)
+  Primitive fwd;       // matmul y(N,out) = x(N,in) W(in,out) + b(1,out)
+  Primitive bwd_data;  // matmul dx(N,in) = dy(N,out) W^T(out,in)
+  Primitive bwd_w;     // matmul dW(in,out) = x^T(in,N) dy(N,out)
+  memory x, w, b, y;   // forward operands
+  memory dy, wt, dx;   // backward-data operands (wt: W seen as (out,in), tag ba)
+  memory xt, dy2, dw;  // backward-weights operands (xt: x seen as (in,N), tag ba)
 };
 
 memory::desc f32(const memory::dims& d, tag t) { return {d, memory::data_type::f32, t}; }
@@ -93,7 +93,7 @@ class CpuLinear final : public Linear {
       auto make = [&](const memory::desc& a, const memory::desc& bm, const memory::desc* bias,
                       const memory::desc& c) {
         auto d = bias ? dnnl::matmul::desc(a, bm, *bias, c) : dnnl::matmul::desc(a, bm, c);
-        return dnnl::matmul(dnnl::matmul::primitive_desc(d, eng));
+        return Primitive(dnnl::matmul::primitive_desc(d, own_scratchpad(), eng));
       };
       auto mem = [&](const memory::desc& d) { return memory(d, eng, DNNL_MEMORY_NONE); };
       const auto xd = f32({n, in}, tag::ab), wd = f32({in, out}, tag::ab),

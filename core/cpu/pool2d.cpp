@@ -24,8 +24,8 @@ using dnnl::memory;
 using Key = std::tuple<int64_t, int64_t, int64_t, int64_t>;
 
 struct PoolPlan {
-  dnnl::pooling_forward fwd;
-  dnnl::pooling_backward bwd;
+  Primitive fwd;
+  Primitive bwd;
   memory x, y, dy, dx;       // plain NCHW views of the caller's tensors
   memory workspace;          // max: where the last training forward found each maximum
   memory scratch_workspace;  // max: what a forward that is not for training writes instead
@@ -84,13 +84,13 @@ class CpuPool2d final : public Pool2d {
       const dnnl::pooling_forward::primitive_desc fwd_pd(
           dnnl::pooling_forward::desc(dnnl::prop_kind::forward_training, alg, plain_desc(src),
                                       plain_desc(dst), strides, kernel, pad, pad),
-          eng);
+          own_scratchpad(), eng);
       const dnnl::pooling_backward::primitive_desc bwd_pd(
           dnnl::pooling_backward::desc(alg, plain_desc(src), plain_desc(dst), strides, kernel, pad,
                                        pad),
-          eng, fwd_pd);
-      p.fwd = dnnl::pooling_forward(fwd_pd);
-      p.bwd = dnnl::pooling_backward(bwd_pd);
+          own_scratchpad(), eng, fwd_pd);
+      p.fwd = Primitive(fwd_pd);
+      p.bwd = Primitive(bwd_pd);
       for (memory* m : {&p.x, &p.dx}) *m = memory(plain_desc(src), eng, DNNL_MEMORY_NONE);
       for (memory* m : {&p.y, &p.dy}) *m = memory(plain_desc(dst), eng, DNNL_MEMORY_NONE);
       if (q.mode == PoolMode::Max) {
