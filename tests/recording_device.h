@@ -339,9 +339,10 @@ class RecordingGroupCapture final : public GroupCapture {
   void abort(int rank) noexcept override {
     devices_[static_cast<std::size_t>(rank)]->abort_capture();
   }
-  // Every rank replays its own recorded work on its own thread (a CPU backend's op objects
-  // belong to the thread that drives the device: oneDNN keeps scratch memory per thread), one
-  // rank at a time: the rank holding the baton runs until its next wait on an event nobody has
+  // Every rank replays its own recorded work on its own thread, as its eager step runs it (when
+  // the CPU ops borrowed oneDNN's scratch memory per thread, replaying rank r's convolutions on
+  // rank 0's thread overflowed it; they keep their own now, core/cpu/cpu_ops.h), one rank at a
+  // time: the rank holding the baton runs until its next wait on an event nobody has
   // recorded yet, or its end, then hands it to the next rank down (the last rank starts). A
   // wait that can never be met is an Error on every rank.
   void launch(int rank, const GroupBarrier& barrier) override {
