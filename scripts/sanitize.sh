@@ -7,7 +7,8 @@
 #      strategy), with one OpenMP thread per device, and the own CUDA kernels under the CPU
 #      emulator (one thread per CUDA thread: a missing __syncthreads() is a race TSan reports).
 # Any report fails its test. Suppressions, each with why it is a false positive, are in
-# tests/sanitizers/. Part of .ci/run; 14 minutes on 2 cores from scratch (measured 2026-11-30).
+# tests/sanitizers/. Part of .ci/run; on 2 cores from scratch, 19 minutes (asan 12.9, tsan 6.0)
+# on an AMD EPYC VM, 2026-12-01.
 #   scripts/sanitize.sh [asan|tsan]...   (default: both)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -15,11 +16,15 @@ kinds=("$@")
 ((${#kinds[@]})) || kinds=(asan tsan)
 scripts/install-deps.sh
 supp=$PWD/tests/sanitizers
+# -O1, as the sanitizers' documentation advises, and line tables only (-g1: what a report's stack
+# needs): on 2 cores that halves the compile time of -O2 -g (experiments/descriptor.cpp under
+# ASan: 95 s -> 49 s, measured 2026-12-01 on an AMD EPYC VM).
+flags=(-DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG")
 for kind in "${kinds[@]}"; do
   case "$kind" in
     asan)
       BUILD_DIR=build-asan scripts/build.sh -DPARALAB_WITH_CUDA=OFF -DPARALAB_WITH_MPI=OFF \
-        -DPARALAB_SANITIZE=address,undefined -DCMAKE_BUILD_TYPE=RelWithDebInfo
+        -DPARALAB_SANITIZE=address,undefined -DCMAKE_BUILD_TYPE=RelWithDebInfo "${flags[@]}"
       echo "sanitize.sh: every test under ASan + UBSan"
       (cd build-asan &&
         ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:strict_string_checks=1 \
@@ -28,13 +33,15 @@ for kind in "${kinds[@]}"; do
         ctest --output-on-failure --timeout 900 -j "$(nproc)")
       ;;
     tsan)
+      # Only the binaries that hold the suites run below (the rest of the build is not used).
+      BUILD_TARGETS="test_collectives test_data_parallel test_layer_split test_channel_split test_fused_kernels" \
       BUILD_DIR=build-tsan scripts/build.sh -DPARALAB_WITH_CUDA=OFF -DPARALAB_WITH_MPI=OFF \
-        -DPARALAB_SANITIZE=thread -DCMAKE_BUILD_TYPE=RelWithDebInfo
+        -DPARALAB_SANITIZE=thread -DCMAKE_BUILD_TYPE=RelWithDebInfo "${flags[@]}"
       echo "sanitize.sh: the multi-threaded tests under TSan"
       (cd build-tsan &&
         TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:suppressions=$supp/tsan.supp \
         OMP_NUM_THREADS=1 \
-        ctest --output-on-failure --timeout 900 -j "$(nproc)" \
+        ctest --output-on-failure --timeout 900 -j "$(nproc)" --no-tests=error \
           -R '^(Transport|Allreduce|ReduceScatterAllgather|DataParallel|LayerSplit|Pipeline|ChannelSplit)\.|^FusedKernels\.(GemmForward|DirectBackward|ColumnSums)')
       ;;
     *) echo "sanitize.sh: unknown kind '$kind' (known: asan, tsan)" >&2; exit 2 ;;
