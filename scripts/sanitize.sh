@@ -2,7 +2,7 @@
 # The test suite under sanitizers, CPU backend only, without MPI (CUDA's runtime is not
 # instrumented; Open MPI's start-up allocations are not leak-clean and its shared-memory
 # transport is invisible to TSan):
-#   1. AddressSanitizer + UndefinedBehaviorSanitizer (build-asan/): every test;
+#   1. AddressSanitizer + UndefinedBehaviorSanitizer (build-asan/): every test that runs C++;
 #   2. ThreadSanitizer (build-tsan/): the multi-threaded tests (transport, collectives, every
 #      strategy), with one OpenMP thread per device, and the own CUDA kernels under the CPU
 #      emulator (one thread per CUDA thread: a missing __syncthreads() is a race TSan reports).
@@ -30,7 +30,8 @@ for kind in "${kinds[@]}"; do
         ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:strict_string_checks=1 \
         LSAN_OPTIONS=suppressions=$supp/lsan.supp \
         UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
-        ctest --output-on-failure --timeout 900 -j "$(nproc)")
+        ctest --output-on-failure --timeout 900 -j "$(nproc)" \
+          -E '^(plotting_test|model_test|baselines_test)$')  # Python alone: no C++ to check
       ;;
     tsan)
       # Only the binaries that hold the suites run below (the rest of the build is not used).
