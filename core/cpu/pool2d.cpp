@@ -11,6 +11,7 @@
 #include <map>
 #include <tuple>
 #include <unordered_map>
+#include <utility>
 
 #include "core/cpu/cpu_device.h"
 #include "core/cpu/cpu_ops.h"
@@ -45,7 +46,7 @@ class CpuPool2d final : public Pool2d {
       p.y.set_data_handle(y.raw());
       std::unordered_map<int, memory> args{{DNNL_ARG_SRC, p.x}, {DNNL_ARG_DST, p.y}};
       if (max) args[DNNL_ARG_WORKSPACE] = training ? p.workspace : p.scratch_workspace;
-      p.fwd.execute(device_.stream(), args);
+      p.fwd.execute(device_.stream(), std::move(args));
     });
     p.has_forward = p.has_forward || training;
   }
@@ -61,7 +62,7 @@ class CpuPool2d final : public Pool2d {
       p.dx.set_data_handle(dx.raw());
       std::unordered_map<int, memory> args{{DNNL_ARG_DIFF_DST, p.dy}, {DNNL_ARG_DIFF_SRC, p.dx}};
       if (max) args[DNNL_ARG_WORKSPACE] = p.workspace;
-      p.bwd.execute(device_.stream(), args);
+      p.bwd.execute(device_.stream(), std::move(args));
     });
   }
 
