@@ -4,7 +4,8 @@
 # corpus (tests/fuzz/corpus/<target>). Prints each target's executions and exits non-zero on any
 # crash, leak, timeout or out-of-memory (the reproducer is saved in build-fuzz/findings/).
 #   scripts/fuzz.sh [--seconds N] [--runs N] [--grow-corpus] [target ...]
-#   --seconds N     run each target N seconds (default 60; CI uses this)
+#   --seconds N     run each target N seconds (default 60; CI uses this); as many targets run
+#                   at once as there are cores
 #   --runs N        stop each target after N executions instead (e.g. 1000000)
 #   --grow-corpus   merge the new inputs that add coverage into the committed corpus
 # Installs clang and its runtimes with apt-get when missing (like scripts/install-deps.sh).
@@ -41,28 +42,40 @@ CC=clang CXX=clang++ BUILD_DIR=build-fuzz BUILD_TARGETS="${targets[*]}" scripts/
   -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG"
 
 mkdir -p build-fuzz/findings
-status=0
-for t in "${targets[@]}"; do
-  corpus=tests/fuzz/corpus/${t#fuzz_}
+# One libFuzzer process per target, as many at once as there are cores (each is single-threaded):
+# on 2 cores the three targets take two slots of N seconds instead of three, each still fuzzed
+# for the full N seconds.
+fuzz_one() {
+  local t=$1 corpus=tests/fuzz/corpus/${1#fuzz_} work limit log=build-fuzz/findings/$1.log
   work=$(mktemp -d)
   limit=(-max_total_time="$seconds")
   [[ -z $runs ]] || limit=(-runs="$runs")
-  log=build-fuzz/findings/$t.log
   # New inputs go to a scratch directory first; the committed corpus only grows on request.
   if ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
      "build-fuzz/$t" "$work" "$corpus" "${limit[@]}" -timeout=10 -rss_limit_mb=2048 \
        -max_len=65536 -artifact_prefix="build-fuzz/findings/$t-" -print_final_stats=1 \
        > "$log" 2>&1; then
-    verdict=ok
+    echo ok > "build-fuzz/findings/$t.verdict"
   else
-    verdict="FAILED (see $log and build-fuzz/findings/)"
-    status=1
+    echo "FAILED (see $log and build-fuzz/findings/)" > "build-fuzz/findings/$t.verdict"
   fi
-  execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
-  echo "fuzz.sh: $t: ${execs:-?} executions, $verdict"
   if ((grow)); then
     "build-fuzz/$t" -merge=1 "$corpus" "$work" > /dev/null 2>&1
   fi
   rm -rf "$work"
+}
+slots=$(nproc)
+for t in "${targets[@]}"; do
+  rm -f "build-fuzz/findings/$t.verdict"
+  while (($(jobs -rp | wc -l) >= slots)); do wait -n || true; done
+  fuzz_one "$t" &
+done
+wait
+status=0
+for t in "${targets[@]}"; do
+  verdict=$(cat "build-fuzz/findings/$t.verdict" 2>/dev/null || echo "FAILED (no verdict: see build-fuzz/findings/$t.log)")
+  [[ $verdict == ok ]] || status=1
+  execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "build-fuzz/findings/$t.log" | tail -1)
+  echo "fuzz.sh: $t: ${execs:-?} executions, $verdict"
 done
 exit $status
