@@ -1,5 +1,6 @@
 #include "experiments/descriptor.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
@@ -7,7 +8,6 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
-#include <regex>
 #include <sstream>
 
 #include "core/device.h"
@@ -18,6 +18,16 @@
 namespace paralab {
 
 namespace {
+
+// 1 to max_length characters, each a digit or (with name_chars) a letter, '.', '_' or '-'.
+bool made_of(const std::string& s, std::size_t max_length, bool name_chars) {
+  if (s.empty() || s.size() > max_length) return false;
+  return std::all_of(s.begin(), s.end(), [&](char c) {
+    if (c >= '0' && c <= '9') return true;
+    return name_chars &&
+           ((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || c == '.' || c == '_' || c == '-');
+  });
+}
 
 using nlohmann::json;
 
@@ -478,7 +488,7 @@ void apply_override(json& doc, const std::string& assignment) {
     if (key.empty()) throw Error("--set " + path + ": empty key in path");
     const bool last = i + 1 == parts.size();
     if (node->is_array()) {
-      if (!std::regex_match(key, std::regex("[0-9]{1,9}")))
+      if (!made_of(key, 9, false))
         throw Error("--set " + path + ": " + (walked.empty() ? "the descriptor" : walked) +
                     " is a list; '" + key + "' is not an index");
       const std::size_t idx = std::stoul(key);
@@ -511,7 +521,7 @@ Descriptor parse_descriptor(json doc, const std::string& file) {
   Descriptor d;
   if (!doc.contains("name")) r.fail("name", "missing (a short name used in the results file name)");
   d.name = r.string(doc["name"], "name");
-  if (!std::regex_match(d.name, std::regex("[A-Za-z0-9._-]{1,64}")))
+  if (!made_of(d.name, 64, true))
     r.fail("name", "'" + d.name + "' must be 1-64 characters of A-Z a-z 0-9 . _ -");
   if (doc.contains("description")) r.string(doc["description"], "description");
 

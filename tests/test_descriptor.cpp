@@ -39,6 +39,15 @@ TEST(Descriptor, FillsDefaults) {
   EXPECT_EQ(d.resolved["training"]["batch_size"], 256);  // defaults are part of what is recorded
 }
 
+TEST(Descriptor, NamesOfEveryAllowedCharacterUpTo64AreAccepted) {
+  for (const std::string& name :
+       {std::string("A-Z_a.z-0_9"), std::string(64, 'x'), std::string("0"), std::string("..")}) {
+    json doc = minimal();
+    doc["name"] = name;
+    EXPECT_EQ(parse_error(doc), "") << name;
+  }
+}
+
 TEST(Descriptor, RunTrainingOverridesMergeOverTheTopLevel) {
   json doc = minimal();
   doc["training"] = {{"epochs", 3}, {"lr", 0.1}};
@@ -113,6 +122,10 @@ TEST(Descriptor, RejectsBadInputWithFileAndPath) {
       {with("/communication_split", "yes"),
        "d.json: communication_split: must be \"auto\", true or false, got \"yes\""},
       {with("/name", "a b"), "name: 'a b' must be 1-64 characters"},
+      {with("/name", ""), "name: '' must be 1-64 characters"},
+      {with("/name", std::string(65, 'a')), "must be 1-64 characters of A-Z a-z 0-9 . _ -"},
+      {with("/name", "run/1"), "name: 'run/1' must be 1-64 characters"},
+      {with("/name", "caf\xc3\xa9"), "must be 1-64 characters"},
       {with("/runs", json::array()), "runs: must hold at least one run"},
       {with("/runs", 3), "runs: must be a list, got an integer"},
       {with("/runs/0/strategy", "pipeline"),
@@ -176,6 +189,11 @@ TEST(Override, RejectsBadPaths) {
   EXPECT_NE(error("runs.5.devices=1").find("index 5 out of range (runs has 1 elements)"),
             std::string::npos);
   EXPECT_NE(error("runs.x.devices=1").find("is a list; 'x' is not an index"), std::string::npos);
+  EXPECT_NE(error("runs.-1.devices=1").find("'-1' is not an index"), std::string::npos);
+  EXPECT_NE(error("runs.1234567890.devices=1").find("'1234567890' is not an index"),
+            std::string::npos);
+  EXPECT_NE(error("runs.123456789.devices=1").find("index 123456789 out of range"),
+            std::string::npos);
   EXPECT_NE(error("name.sub=1").find("name is a string, not an object or list"), std::string::npos);
   EXPECT_NE(error("training..lr=1").find("empty key"), std::string::npos);
 }
