@@ -32,6 +32,12 @@ Plain numpy, no fitting framework. Times are milliseconds; sizes are bytes.
               algorithms at n of (t - alpha * steps) / bytes, interpolated in log n.
               All-gather and reduce-scatter (the CPU): each at the other's time at n (log-log
               between measured sizes), less or plus the adds, a + gamma * reduced bytes (PAIR).
+              One-thread copies (the CPU, "p2p": allreduce_bench's memcpy rows, layer_split's
+              hand-offs): the copy's own measured time at n, log-log between its measured sizes
+              (_loglog). Its per-byte cost follows the cache the buffers fit in (one AMD EPYC VM:
+              0.026 ns/B up to 1 MiB, 0.052 at 4 MiB, 0.075 from 16 MiB), which one alpha + beta
+              fitted to relative error over every size cannot: the many in-cache sizes set beta,
+              and every copy out of cache came out 63 % short.
 """
 import math
 
@@ -288,7 +294,7 @@ class Link:
     """
 
     def __init__(self, params, contention=None, chunk=CHUNK_BYTES, note="", host_bound=False,
-                 size_beta=None, step_alpha=None, pair=None):
+                 size_beta=None, step_alpha=None, pair=None, copy=None):
         self.params = {op: ({int(k): tuple(x) for k, x in v.items()} if isinstance(v, dict) else {0: tuple(v)})
                        for op, v in params.items()}
         self.contention = list(contention) if contention else None
@@ -304,6 +310,8 @@ class Link:
         # {"times": {(op, k): {n: ms}}, "adds": {k: (a, gamma)}}, reduce_scatter - allgather = a +
         # gamma * reduced bytes.
         self.pair = pair
+        # copy: {k: {n: ms}} of the one-thread copy (p2p) per device count (fit_size_dependent).
+        self.copy = {int(k): {int(n): float(t) for n, t in v.items()} for k, v in (copy or {}).items()}
 
     def _p(self, op, k):
         if op not in self.params:
@@ -345,6 +353,8 @@ class Link:
         m, nb, r = collective_features(op, n, k, self.chunk)
         if op in self.step_alpha and self.size_beta:
             return self.step_alpha[op] * latency_steps(op, k) + self.beta_at(n) * nb
+        if op == "p2p" and len(self.copy.get(k, {})) >= 2:
+            return _loglog(self.copy[k], n)
         if self.pair and op in PAIR and (PAIR[op], k) in self.pair["times"] and k in self.pair["adds"]:
             a, gamma = self.pair["adds"][k]
             adds = a + gamma * collective_features("reduce_scatter", n, k)[2]
@@ -371,6 +381,8 @@ class Link:
                             "the other's measured time at n (log-log between measured sizes)",
                     "a_ms_gamma_ms_per_byte_per_k": {"k=%d" % k: list(v) for k, v in sorted(self.pair["adds"].items())},
                     "sizes_per_algorithm": {"%s k=%d" % ok: len(v) for ok, v in sorted(self.pair["times"].items())}},
+                "copy_ms_at_bytes": None if not self.copy else {
+                    "k=%d" % k: {str(n): t for n, t in sorted(v.items())} for k, v in sorted(self.copy.items())},
                 "size_dependent": None if not self.size_beta else {
                     "algorithms_ms_per_latency_step": self.step_alpha,
                     "beta_ms_per_byte_at_bytes": {str(n): b for n, b in sorted(self.size_beta.items())}},
@@ -405,7 +417,8 @@ class Link:
         tenth of the time) of t / steps, and share beta(n): at each measured n above `small`, the
         median over the group's rows at n of (t - latency) / bytes. The other algorithms
         (memcpy, all-gather, reduce-scatter alone: their sources are not rewritten between
-        repetitions, or are written by the producer outside the timed part) keep their own fit."""
+        repetitions, or are written by the producer outside the timed part) keep their own fit;
+        memcpy ("p2p") also its measured time per size, which time() interpolates (module doc)."""
         base = Link.fit(rows, note=note)
         alpha = {}
         for op in group:
@@ -420,7 +433,12 @@ class Link:
                 beta[n] = max(float(np.median(v)), 1e-15)
         if not beta:
             return base
-        return Link(base.params, note=note, size_beta=beta, step_alpha=alpha, pair=fit_pair(rows))
+        copy = {}
+        for o, n, k, t in rows:
+            if o == "p2p":
+                copy.setdefault(k, {})[n] = t
+        return Link(base.params, note=note, size_beta=beta, step_alpha=alpha, pair=fit_pair(rows),
+                    copy=copy)
 
     @staticmethod
     def fit_host_bound(rows, contention=None, note=""):

@@ -72,14 +72,14 @@ def latest(root=calibrate.CPU_REF):
 
 
 def other_machines(reference=os.path.dirname(calibrate.CPU_REF), skip=calibrate.CPU_REF):
-    """The newest session of every other CPU machine under results/reference/ (scripts/model-session.sh
-    writes them to results/reference/<machine>/session-<date>/), in name order."""
+    """Every complete session of every other CPU machine under results/reference/
+    (scripts/model-session.sh writes them to results/reference/<machine>/session-<date>/), machines
+    in name order, each machine's sessions oldest first: a machine measured on several days shows
+    each day's state."""
     out = []
     for machine in sorted(glob.glob(os.path.join(reference, "cpu-*"))):
         if os.path.abspath(machine) != os.path.abspath(skip):
-            d = latest(machine)
-            if d:
-                out.append(d)
+            out += sorted(d for d in glob.glob(os.path.join(machine, "session-*")) if not check(d))
     return out
 
 
