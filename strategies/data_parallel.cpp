@@ -65,8 +65,14 @@ class CommWorker {
  public:
   CommWorker(Device& device, std::function<void(int)> reduce_bucket)
       : device_(device), reduce_(std::move(reduce_bucket)), thread_([this] {
-          device_.bind_comm_thread();
-          loop();
+          // A failed bind fails every bucket (drain() rethrows it), as in RankGroup.
+          std::exception_ptr unbound;
+          try {
+            device_.bind_comm_thread();
+          } catch (...) {
+            unbound = std::current_exception();
+          }
+          loop(unbound);
         }) {}
   ~CommWorker() {
     {
@@ -101,7 +107,7 @@ class CommWorker {
   }
 
  private:
-  void loop() {
+  void loop(const std::exception_ptr& unbound) {
     for (;;) {
       std::pair<int, Event> job;
       {
@@ -111,10 +117,11 @@ class CommWorker {
         job = std::move(queue_.front());
         queue_.pop_front();
       }
-      std::exception_ptr err;
+      std::exception_ptr err = unbound;
       std::pair<TimeMark, TimeMark> marks;
       Event done;
       try {
+        if (err) std::rethrow_exception(err);
         device_.wait(job.second);
         marks.first = device_.mark();
         reduce_(job.first);

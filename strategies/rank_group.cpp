@@ -28,7 +28,14 @@ void RankGroup::run(const std::function<void(int)>& fn) {
 }
 
 void RankGroup::loop(int rank) {
-  device(rank).bind_thread();
+  // A device that cannot be bound (a CUDA device that is gone) fails every task run on it, as
+  // an error run() rethrows, instead of ending the process from a thread with nobody to catch.
+  std::exception_ptr unbound;
+  try {
+    device(rank).bind_thread();
+  } catch (...) {
+    unbound = std::current_exception();
+  }
   uint64_t seen = 0;
   for (;;) {
     const std::function<void(int)>* task;
@@ -39,9 +46,9 @@ void RankGroup::loop(int rank) {
       seen = generation_;
       task = task_;
     }
-    std::exception_ptr err;
+    std::exception_ptr err = unbound;
     try {
-      (*task)(rank);
+      if (!err) (*task)(rank);
     } catch (...) {
       err = std::current_exception();
     }

@@ -589,6 +589,33 @@ TEST(PointToPoint, GroupedSendsRunEveryCollectiveWithTheSameBits) {
   }
 }
 
+// A device whose thread cannot be bound (as a CUDA device that is gone): each task the group
+// runs fails with that error, rethrown by run(), instead of ending the process from the thread.
+class UnbindableDevice final : public testing::ForwardingDevice {
+ public:
+  using ForwardingDevice::ForwardingDevice;
+  void bind_thread() override { throw Error("device 1 lost"); }
+};
+
+TEST(RankGroup, AThreadThatCannotBindFailsEveryRunWithItsError) {
+  auto devices = make_devices("cpu", 2, {});
+  UnbindableDevice lost(*devices[1]);
+  RankGroup group({devices[0].get(), &lost});
+  std::atomic<int> ran{0};
+  for (int i = 0; i < 2; ++i) {
+    try {
+      group.run([&](int rank) {
+        EXPECT_EQ(rank, 0);
+        ++ran;
+      });
+      ADD_FAILURE() << "run() did not throw";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("device 1 lost"), std::string::npos) << e.what();
+    }
+  }
+  EXPECT_EQ(ran.load(), 2);  // the bound rank ran each task
+}
+
 // A CPU device that says it is a CUDA device: what nccl's prepare() accepts, without a GPU.
 class CudaKindDevice final : public testing::ForwardingDevice {
  public:

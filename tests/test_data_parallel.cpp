@@ -149,6 +149,36 @@ class QueueLoggingDevice final : public testing::ForwardingDevice {
   std::vector<Event> kept_;  // the log points at them
 };
 
+// A device whose communication thread cannot be bound (no stream for it): with overlap the step
+// fails with that error instead of ending the process from the communication thread.
+class CommUnbindableDevice final : public testing::ForwardingDevice {
+ public:
+  using ForwardingDevice::ForwardingDevice;
+  void bind_comm_thread() override { throw Error("no communication stream"); }
+};
+
+TEST(DataParallel, OverlapFailsTheStepWhenTheCommunicationThreadCannotBind) {
+  auto cpu = make_devices("cpu", 2, {});
+  CommUnbindableDevice d0(*cpu[0]), d1(*cpu[1]);
+  auto s = make_strategy("data_parallel", {{"allreduce", "ring"}, {"overlap", true}}, "runs.0");
+  static const Dataset data = synthetic(64, 5);
+  StrategySetup setup;
+  setup.devices = {&d0, &d1};
+  setup.train = setup.test = &data;
+  setup.initial_parameters = lenet_initial_parameters(3, 0.1);
+  std::string error;
+  try {
+    s->setup(setup);
+    Rng shuffle(1);
+    s->begin_epoch(random_permutation(data.count, shuffle));
+    s->train_step(0, 16, 0.1f);
+  } catch (const Error& e) {
+    error = e.what();
+  }
+  EXPECT_NE(error.find("no communication stream"), std::string::npos) << error;
+  s.reset();  // the workers and rank threads still end
+}
+
 // With overlap each bucket's allreduce is queued on the communication queue after a wait for
 // the event that its gradients are done (recorded on the compute queue), and the compute queue
 // waits for the communication queue's last event before the update: ordered by events, with one
