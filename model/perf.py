@@ -37,7 +37,7 @@ Plain numpy, no fitting framework. Times are milliseconds; sizes are bytes.
               (_loglog). Its per-byte cost follows the cache the buffers fit in (one AMD EPYC VM:
               0.026 ns/B up to 1 MiB, 0.052 at 4 MiB, 0.075 from 16 MiB), which one alpha + beta
               fitted to relative error over every size cannot: the many in-cache sizes set beta,
-              and every copy out of cache came out 63 % short.
+              and every copy out of cache came out 47-64 % short (that VM, from 4 MiB up).
 """
 import math
 
