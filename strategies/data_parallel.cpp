@@ -121,12 +121,13 @@ class CommWorker {
       std::pair<TimeMark, TimeMark> marks;
       Event done;
       try {
-        if (err) std::rethrow_exception(err);
-        device_.wait(job.second);
-        marks.first = device_.mark();
-        reduce_(job.first);
-        marks.second = device_.mark();
-        done = device_.record();
+        if (!err) {
+          device_.wait(job.second);
+          marks.first = device_.mark();
+          reduce_(job.first);
+          marks.second = device_.mark();
+          done = device_.record();
+        }
       } catch (...) {
         err = std::current_exception();
       }
