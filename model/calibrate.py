@@ -88,9 +88,46 @@ def bench_samples(path, include_timeshared=False):
 # compute
 
 
-def cpu_compute(profile_paths):
+def _single_steps(path):
+    """{per-device batch: median step ms} of a results file's ok single runs."""
+    out = {}
+    for r in load(path)["runs"]:
+        if r["status"] == "ok" and r["config"]["strategy"] == "single" and r["timing"]["median_iteration_ms"]:
+            out.setdefault(r["config"]["per_device_batch"], []).append(r["timing"]["median_iteration_ms"])
+    return {b: median(v) for b, v in out.items()}
+
+
+def concurrent_factor(profile_paths, concurrent_paths, devices=2):
+    """The per-device slowdown of `devices` devices computing at once: each concurrent file
+    (experiments/model-profile-concurrent.json, timed beside a second process computing the same
+    step) against the solo single steps of the profile measured in the same round (the files
+    paired in order when there are as many of each, else against all profiles' medians), the
+    median of those ratios over rounds and batches. (factor, {batch: [ratio per round]})."""
+    solo_each = [_single_steps(p) for p in profile_paths]
+    pooled = {}
+    for s in solo_each:
+        for b, ms in s.items():
+            pooled.setdefault(b, []).append(ms)
+    pooled = {b: median(v) for b, v in pooled.items()}
+    paired = len(solo_each) == len(concurrent_paths)
+    ratios = {}
+    for i, path in enumerate(concurrent_paths):
+        solo = solo_each[i] if paired else pooled
+        for b, ms in sorted(_single_steps(path).items()):
+            if b in solo:
+                ratios.setdefault(b, []).append(ms / solo[b])
+    if not ratios:
+        raise ValueError("no concurrent single step at a batch the profiles measure (%s)" %
+                         ", ".join(os.path.relpath(p, ROOT) for p in concurrent_paths))
+    return median([x for v in ratios.values() for x in v]), ratios
+
+
+def cpu_compute(profile_paths, concurrent_paths=()):
     """Fit on one profile file or several (repeats of experiments/model-profile.json: every
-    single step and layer profile is a point; channel_split's width efficiency is their median)."""
+    single step and layer profile is a point; channel_split's width efficiency is their median).
+    concurrent_paths: experiments/model-profile-concurrent.json results measured beside a second
+    process (model-session.sh), for the per-device slowdown of two devices computing at once;
+    without them that factor is 1."""
     if isinstance(profile_paths, str):
         profile_paths = [profile_paths]
     runs = [r for p in profile_paths for r in load(p)["runs"]]
@@ -121,6 +158,12 @@ def cpu_compute(profile_paths):
             model = sum(comp.layer_ms(c["global_batch"], 1.0 / c["devices"]))
             eff.setdefault(c["devices"], []).append(per_dev / model)
     comp.width_efficiency = {k: median(v) for k, v in eff.items()}
+    if concurrent_paths:
+        factor, ratios = concurrent_factor(profile_paths, list(concurrent_paths))
+        comp.concurrency = {2: factor}
+        comp.note += "; two devices at once x%.3f (%s: %s)" % (
+            factor, ", ".join(os.path.relpath(p, ROOT) for p in concurrent_paths),
+            ", ".join("b%d %s" % (b, "/".join("%.3f" % x for x in v)) for b, v in sorted(ratios.items())))
     return comp
 
 

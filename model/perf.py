@@ -132,7 +132,7 @@ class Compute:
     """
 
     def __init__(self, line, layers, backward_fraction, note="", host=None, width_efficiency=None,
-                 graph_factor=1.0, group_overhead=0.0, names=None):
+                 graph_factor=1.0, group_overhead=0.0, names=None, concurrency=None):
         self.names = tuple(names) if names else LAYERS[:len(layers)] if len(layers) == len(LAYERS) else \
             tuple("layer%d" % i for i in range(len(layers)))
         # width_efficiency: {k: measured channel_split compute / the layer model's at 1/k of the
@@ -141,6 +141,11 @@ class Compute:
         # group_overhead: ms a strategy's step adds over the single step when it runs as a
         # group (barriers that open and close the step, waking one host thread per rank).
         self.group_overhead = group_overhead
+        # concurrency: {k: a device's compute time when k devices compute at once / alone}, from
+        # a profile timed beside other processes computing (CPU cores share caches and memory
+        # bandwidth, and a hypervisor may place two vCPUs on one physical core). Interpolated in
+        # k, the largest measured k's factor beyond it; 1 where nothing was measured.
+        self.concurrency = dict(concurrency or {})
         self.width_efficiency = dict(width_efficiency or {})
         self.graph_factor = graph_factor
         self.line = tuple(line)
@@ -155,13 +160,20 @@ class Compute:
     def scaled(self, level):
         return Compute((self.line[0] * level, self.line[1] * level), self.layers,
                        self.backward_fraction, self.note, self.host, self.width_efficiency,
-                       self.graph_factor, self.group_overhead, self.names)
+                       self.graph_factor, self.group_overhead, self.names, self.concurrency)
 
     def width_factor(self, k):
         if not self.width_efficiency or k <= 1:
             return 1.0
         ks = sorted(self.width_efficiency)
         return float(np.interp(k, ks, [self.width_efficiency[x] for x in ks]))
+
+    def sharing(self, k):
+        """A device's compute time when k devices compute at once, relative to alone."""
+        if not self.concurrency or k <= 1:
+            return 1.0
+        ks = [1] + sorted(self.concurrency)
+        return float(np.interp(k, ks, [1.0] + [self.concurrency[x] for x in ks[1:]]))
 
     def contention(self, ranks):
         """Launch cost with `ranks` host threads relative to one thread (1 without a host term)."""
@@ -172,8 +184,9 @@ class Compute:
         return float(np.interp(ranks, threads, costs)) / costs[0]
 
     def step(self, b, ranks=1):
-        """A step at per-device batch b when `ranks` devices run at once (host contention)."""
-        t = self.line[0] + self.line[1] * b
+        """A step at per-device batch b when `ranks` devices run at once (host contention, or the
+        devices' shared resources)."""
+        t = (self.line[0] + self.line[1] * b) * self.sharing(ranks)
         if self.host:
             t = max(t, self.host[0] * self.contention(ranks))
         return t
@@ -191,6 +204,7 @@ class Compute:
                 "layers": {n: {"fixed": a, "per_example": c} for n, (a, c) in zip(self.names, self.layers)},
                 "channel_split_width_efficiency": self.width_efficiency, "cuda_graph_factor": self.graph_factor,
                 "group_step_overhead_ms": self.group_overhead,
+                "concurrent_step_factor": self.concurrency,
                 "backward_fraction": self.backward_fraction, "note": self.note}
 
     @staticmethod
@@ -502,6 +516,10 @@ def data_parallel(comp, link, k, per_device_batch, allreduce="ring", grouping="b
 def layer_split(comp, link, k, batch, microbatches=1, split=None, layer_ms=None, net=LENET):
     """GPipe fill/drain over k stages: sum of the stage times + (m-1) x the slowest stage.
 
+    In the (m-1) steady-state slots every stage computes at once, so they run at the devices'
+    concurrent speed (Compute.sharing); the fill and drain, one stage at a time, at the solo
+    speed of the profile.
+
     A stage's time per micro-batch is its layers' forward+backward at the micro-batch size plus
     the hand-offs it receives (activation forward, gradient back) as point-to-point copies.
     split: the stages' first layers after the first, as in the descriptor; default: the split
@@ -525,7 +543,7 @@ def layer_split(comp, link, k, batch, microbatches=1, split=None, layer_ms=None,
         if j < k - 1:
             hand += link.time("p2p", 4 * net.activation_floats[bounds[j + 1] - 1] * mb, 2, ranks=k)
         stages.append(work + hand)
-    total = sum(stages) + (m - 1) * max(stages)
+    total = sum(stages) + (m - 1) * max(stages) * comp.sharing(k)
     busy = sum(sum(lay[bounds[j]:bounds[j + 1]]) for j in range(k)) * m
     return total, {"compute": busy / k, "stage_ms": stages, "split": list(split),
                    "bubble_fraction": 1 - busy / (k * total)}
@@ -555,7 +573,8 @@ def channel_split(comp, link, k, batch, pairing="none", allreduce="ring", net=LE
     """Every device: every layer at 1/k of its channels on the whole batch, plus the collectives
     the strategy_report lists (net.channel_split_ops; LeNet: all-gather of each output,
     reduce-scatter of input gradients; with megatron, conv2 | fc1 paired by two allreduces of fc1's
-    128 units)."""
+    128 units). The width efficiency is measured on k devices computing at once, so it holds their
+    sharing (Compute.sharing) too: it is not applied again."""
     t = sum(comp.layer_ms(batch, 1.0 / k)) * comp.width_factor(k) if k > 1 else comp.step(batch)
     if comp.host:
         t = max(t, comp.host[0] * comp.contention(k))

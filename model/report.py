@@ -787,6 +787,17 @@ def write_other_session(w, sess):
       "own profiles and allreduce_bench rows, every strategy run of its %d round(s) predicted. "
       "`python3 -m model.session %s` prints the same." % (sess["rounds"]["strategies"], sess["directory"]))
     w("")
+    both = sess["parameters"]["cpu_compute"].get("concurrent_step_factor", {}).get(2)
+    if both:
+        w("Two devices computing at once: each %.1f %% slower than alone, from the session's %d "
+          "concurrent-<i>.json (experiments/model-profile-concurrent.json timed beside a second process "
+          "computing the same step; ratios per batch and round in the fit's note), applied to "
+          "data_parallel's compute and layer_split's steady-state slots." % (
+              100 * (both - 1), sess["rounds"].get("concurrent", 0)))
+    else:
+        w("Two devices computing at once: not measured in this session (it predates "
+          "experiments/model-profile-concurrent.json), so the model takes each as fast as alone.")
+    w("")
     w("| device kind / points | points | median abs error | max abs error | within 15 % | goal | noise floor: median | max |")
     w("|---|---|---|---|---|---|---|---|")
     for k, v in sess["summary"].items():

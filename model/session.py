@@ -4,6 +4,8 @@ A session directory (results/reference/cpu-2core-xeon/session-*/) holds rounds m
 back on a quiet machine, interleaved so that every round sees the same conditions:
 
     profile-<i>.json     bench_runner experiments/model-profile.json       (compute fit)
+    concurrent-<i>.json  bench_runner experiments/model-profile-concurrent.json, beside a second
+                         process computing (two devices at once; absent in older sessions)
     allreduce-<i>.json   allreduce_bench --devices=2, the fitted sizes     (communication fit)
     strategies-<i>.json  bench_runner experiments/model-session.json       (predicted)
 
@@ -32,7 +34,8 @@ def validate(directory):
     profiles = files(directory, "profile")
     benches = files(directory, "allreduce")
     strategies = files(directory, "strategies")
-    comp = calibrate.cpu_compute(profiles)
+    concurrent = files(directory, "concurrent")  # sessions from before they were measured have none
+    comp = calibrate.cpu_compute(profiles, concurrent)
     samples = {}
     for f in benches:
         for key, ms in calibrate.bench_samples(f).items():
@@ -50,7 +53,7 @@ def validate(directory):
                                            os.path.relpath(f, calibrate.ROOT), fit=calibrate.cpu_link_fit)
     configs = noise.per_config(points)
     return {"directory": rel, "rounds": {"profile": len(profiles), "allreduce_bench": len(benches),
-                                         "strategies": len(strategies)},
+                                         "strategies": len(strategies), "concurrent": len(concurrent)},
             "summary": calibrate.summarize(points), "summary_per_config": noise.summarize_configs(configs),
             "noise_floor": noise.floor(points), "misses": noise.misses(points, configs),
             "configs": configs, "points": points,
@@ -100,6 +103,9 @@ def main(argv=None):
               file=sys.stderr)
         return 1
     print("model.session: %s, %d round(s)" % (s["directory"], s["rounds"]["strategies"]))
+    both = s["parameters"]["cpu_compute"]["concurrent_step_factor"].get(2)
+    print("  two devices computing at once: " + ("x%.3f per device (from %d concurrent-<i>.json)" % (
+        both, s["rounds"]["concurrent"]) if both else "not measured (no concurrent-<i>.json): x1"))
     for k, v in s["summary"].items():
         f = s["noise_floor"].get(k)
         print("  %-20s %3d held-out samples, median |error| %5.1f %%, max %5.1f %%, %s%s" % (

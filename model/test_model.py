@@ -327,6 +327,78 @@ class Strategies(unittest.TestCase):
             self.assertLessEqual(over, plain)
 
 
+class Concurrency(unittest.TestCase):
+    """Two devices computing at once, each slower than alone (experiments/model-profile-concurrent.json
+    beside a load process, scripts/model-session.sh): the factor and where it applies."""
+
+    @staticmethod
+    def write(directory, name, steps):
+        runs = [{"status": "ok", "label": "single b%d" % b,
+                 "config": {"strategy": "single", "per_device_batch": b, "global_batch": b},
+                 "timing": {"median_iteration_ms": ms}} for b, ms in steps]
+        path = os.path.join(directory, name)
+        with open(path, "w") as f:
+            json.dump({"runs": runs}, f)
+        return path
+
+    def test_factor_pairs_each_round_with_its_own_profile(self):
+        with tempfile.TemporaryDirectory() as d:
+            # round 2 runs 20 % slower throughout: paired, each round's ratio is 1.1
+            prof = [self.write(d, "p1.json", [(128, 20.0), (256, 40.0)]),
+                    self.write(d, "p2.json", [(128, 24.0), (256, 48.0)])]
+            conc = [self.write(d, "c1.json", [(128, 22.0), (256, 44.0), (64, 99.0)]),
+                    self.write(d, "c2.json", [(128, 26.4), (256, 52.8)])]
+            factor, ratios = calibrate.concurrent_factor(prof, conc)
+            self.assertAlmostEqual(factor, 1.1)
+            self.assertEqual(sorted(ratios), [128, 256])  # b64: no solo step to compare with
+            # unpaired (one concurrent file): against the profiles' medians (22, 44)
+            factor, _ = calibrate.concurrent_factor(prof, conc[:1])
+            self.assertAlmostEqual(factor, 1.0)
+            with self.assertRaisesRegex(ValueError, "no concurrent single step"):
+                calibrate.concurrent_factor(prof, [self.write(d, "c3.json", [(64, 1.0)])])
+
+    def test_it_slows_what_runs_at_once_and_nothing_else(self):
+        alone = perf.Compute((0.0, 0.1), [(0.0, 1.0)] * 4, 0.7)
+        both = perf.Compute((0.0, 0.1), [(0.0, 1.0)] * 4, 0.7, concurrency={2: 1.2})
+        self.assertEqual(both.scaled(1.5).concurrency, {2: 1.2})
+        self.assertEqual((both.sharing(1), both.sharing(2), both.sharing(8)), (1.0, 1.2, 1.2))
+        self.assertEqual(both.step(128), alone.step(128))  # a single device
+        free = perf.Link({op: (0.0, 0.0, 0.0) for op in ("ring", "allgather", "reduce_scatter")})
+        t, bd = perf.data_parallel(both, free, 2, 128)
+        self.assertAlmostEqual(t, 1.2 * alone.step(128))
+        self.assertAlmostEqual(bd["compute"], 1.2 * alone.step(128))
+        # layer_split: one micro-batch never has both stages busy; with m, the m-1 steady slots do
+        m1_alone, _ = perf.layer_split(alone, free, 2, 256, 1)
+        self.assertAlmostEqual(perf.layer_split(both, free, 2, 256, 1)[0], m1_alone)
+        m8_alone, bd8 = perf.layer_split(alone, free, 2, 256, 8)
+        self.assertAlmostEqual(perf.layer_split(both, free, 2, 256, 8)[0],
+                               m8_alone + 7 * max(bd8["stage_ms"]) * 0.2)
+        # channel_split: its width efficiency is measured on 2 devices at once already
+        self.assertEqual(perf.channel_split(both, free, 2, 256)[0], perf.channel_split(alone, free, 2, 256)[0])
+
+    def test_a_session_with_concurrent_files_uses_them(self):
+        src = [d for d in session.other_machines() + [session.latest()] if d]
+        if not src:
+            self.skipTest("no committed session")
+        with tempfile.TemporaryDirectory() as d:
+            for f in os.listdir(src[0]):
+                if f.endswith(".json"):
+                    with open(os.path.join(src[0], f)) as a, open(os.path.join(d, f), "w") as b:
+                        b.write(a.read())
+            plain = session.validate(d)
+            self.assertEqual(plain["parameters"]["cpu_compute"]["concurrent_step_factor"], {})
+            for i in range(1, plain["rounds"]["profile"] + 1):  # each round's solo steps, 10 % slower
+                steps = calibrate._single_steps(os.path.join(d, "profile-%d.json" % i))
+                self.write(d, "concurrent-%d.json" % i, [(b, 1.1 * ms) for b, ms in steps.items()])
+            s = session.validate(d)
+            self.assertAlmostEqual(s["parameters"]["cpu_compute"]["concurrent_step_factor"][2], 1.1)
+            self.assertEqual(s["rounds"]["concurrent"], plain["rounds"]["profile"])
+            got = {p["label"]: p["predicted_ms"] for p in s["points"] if p["group"] == "training"}
+            was = {p["label"]: p["predicted_ms"] for p in plain["points"] if p["group"] == "training"}
+            self.assertAlmostEqual(got["single x1"], was["single x1"])
+            self.assertGreater(got["data_parallel/ring x2"], 1.05 * was["data_parallel/ring x2"])
+
+
 class AlexNet(unittest.TestCase):
     """AlexNet's net as read from its results, against the bytes its runs counted, and its fits."""
 
@@ -635,7 +707,8 @@ class OtherMachineSessions(unittest.TestCase):
             s = session.validate(d)
             self.assertTrue(all(os.path.basename(d) in p["source"] for p in s["points"]), d)
             self.assertIn("cpu-2core-epyc", s["parameters"]["cpu_link"]["note"])
-            self.assertEqual(s["rounds"], {"profile": 4, "allreduce_bench": 4, "strategies": 4})
+            self.assertEqual({k: s["rounds"][k] for k in ("profile", "allreduce_bench", "strategies")},
+                             {"profile": 4, "allreduce_bench": 4, "strategies": 4})
             self.assertEqual(len([c for c in s["configs"] if c["group"] == "training"]), 12)
 
 

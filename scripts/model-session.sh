@@ -7,7 +7,9 @@
 #   scripts/model-session.sh [--rounds N] [--label NAME] [--out DIR] [--short]
 #
 #   --rounds N   interleaved rounds (default 4; about 2 minutes each on 2 cores): each runs
-#                experiments/model-profile.json, allreduce_bench on 2 devices at 4 B..256 MiB, and
+#                experiments/model-profile.json, experiments/model-profile-concurrent.json beside a
+#                second process computing the same step (the per-device slowdown of devices that
+#                compute at once), allreduce_bench on 2 devices at 4 B..256 MiB, and
 #                experiments/model-session.json, in that order, so that fit data and predicted runs
 #                see the same machine state
 #   --label NAME the machine's directory under results/reference/ (default cpu-<cores>core-<cpu>,
@@ -35,7 +37,7 @@ while [ $# -gt 0 ]; do
     --label) [ $# -ge 2 ] || die "--label needs a name"; label="$2"; shift ;;
     --out) [ $# -ge 2 ] || die "--out needs a directory"; out="$2"; shift ;;
     --short) short=1 ;;
-    -h|--help) sed -n '2,24p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,26p' "$0"; exit 0 ;;
     *) die "unknown argument '$1' (see --help)" ;;
   esac
   shift
@@ -82,10 +84,15 @@ done
 
 mkdir -p "$(dirname "$out")"
 work=$(mktemp -d "$(dirname "$out")/.session.XXXXXX")
-cleanup_work() { rm -rf "$work"; }
+load_pid=""
+cleanup_work() {
+  [ -z "$load_pid" ] || { kill -TERM "$load_pid" 2>/dev/null; wait "$load_pid" 2>/dev/null; }
+  rm -rf "$work"
+}
 trap 'cleanup_work; [ -n "${tmp_parent:-}" ] && rm -rf "$tmp_parent"; true' EXIT
 
 profile_args=(--quiet)
+concurrent_args=(--quiet)
 session_args=(--quiet)
 bench_args=(--devices=2 --sizes=sweep --benchmark_repetitions=2)
 filter='^(allreduce/(naive|ring|tree)|allgather/ring|reduce_scatter/ring|memcpy)/devices:2'
@@ -93,11 +100,32 @@ if [ "$short" = 1 ]; then
   tiny=(--set training.max_iterations_per_epoch=2 --set training.warmup_iterations=1
     --set dataset.train_limit=2048 --set dataset.test_limit=100)
   profile_args+=("${tiny[@]}")
+  concurrent_args+=("${tiny[@]}")
   session_args+=("${tiny[@]}")
   # The fit's least: latency rows (<= 4 KiB) and two sizes for the per-byte cost.
   filter="$filter/bytes:(4|4096|65536|1048576)/"
   bench_args=(--devices=2 --sizes=sweep --benchmark_repetitions=1)
 fi
+
+# The step timed while a second bench_runner process computes on the other core: that load is the
+# same descriptor's batch-256 step over whole epochs (20: minutes, far longer than the profile),
+# started a second before (its dataset loaded and computing) and stopped with SIGTERM after; its
+# results are dropped.
+load_runs='runs=[{"strategy":"single","label":"load","training":{"batch_size":256}}]'
+load_sets=(--set "$load_runs" --set training.epochs=20 --set training.max_iterations_per_epoch=null)
+concurrent() {  # concurrent OUT
+  "$runner" experiments/model-profile-concurrent.json --quiet --out "$work/load.json" "${load_sets[@]}" \
+    >"$work/load.log" 2>&1 &
+  load_pid=$!
+  sleep 1
+  kill -0 "$load_pid" 2>/dev/null || { cat "$work/load.log" >&2; die "the load process beside the concurrent profile ended early (above)"; }
+  "$runner" experiments/model-profile-concurrent.json "${concurrent_args[@]}" --out "$1"
+  kill -0 "$load_pid" 2>/dev/null || die "the load process ended before the concurrent profile did"
+  kill -TERM "$load_pid"
+  wait "$load_pid" 2>/dev/null || true
+  load_pid=""
+  rm -f "$work/load.json" "$work/load.log"
+}
 
 load_before=$(cut -d' ' -f1-3 /proc/loadavg)
 awk -v l="${load_before%% *}" -v c="$cores" 'BEGIN { exit !(l > 0.5 * c) }' &&
@@ -107,6 +135,7 @@ started=$(date -u '+%F %H:%M')
 for i in $(seq 1 "$rounds"); do
   echo "model-session.sh: round $i of $rounds"
   "$runner" experiments/model-profile.json "${profile_args[@]}" --out "$work/profile-$i.json"
+  concurrent "$work/concurrent-$i.json"
   # Google Benchmark's table and context go to a log, shown only if the run fails.
   "$bench" "${bench_args[@]}" --benchmark_filter="$filter" \
     --benchmark_out="$work/allreduce-$i.json" --benchmark_out_format=json >"$work/bench.log" 2>&1 ||
@@ -132,6 +161,9 @@ isa=$(grep -m1 -o -w -E 'avx512f' /proc/cpuinfo || grep -m1 -o -w 'avx2' /proc/c
   echo
   echo '```'
   echo "bench_runner experiments/model-profile.json ${profile_args[*]} --out profile-<i>.json"
+  echo "bench_runner experiments/model-profile-concurrent.json --set '$load_runs' \\"
+  echo "  --set training.epochs=20 --set training.max_iterations_per_epoch=null &  # the load, stopped after"
+  echo "bench_runner experiments/model-profile-concurrent.json ${concurrent_args[*]} --out concurrent-<i>.json"
   echo "allreduce_bench ${bench_args[*]} \\"
   echo "  --benchmark_filter='$filter' \\"
   echo "  --benchmark_out=allreduce-<i>.json --benchmark_out_format=json"

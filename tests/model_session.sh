@@ -33,9 +33,18 @@ echo "$out" | grep -q "no profile-<i>.json, no allreduce-<i>.json, no strategies
 # A short session: measured, moved into place whole, validated.
 out=$("$root/scripts/model-session.sh" --short --out "$tmp/s" 2>&1) || { echo "$out"; fail "model-session.sh --short exited non-zero"; }
 echo "$out"
-for f in README.md profile-1.json allreduce-1.json strategies-1.json; do
+for f in README.md profile-1.json concurrent-1.json allreduce-1.json strategies-1.json; do
   [ -s "$tmp/s/$f" ] || fail "the session lacks $f"
 done
+[ -e "$tmp/s/load.json" ] && fail "the concurrent profile's load left its results in the session"
+for c in /proc/[0-9]*/cmdline; do  # the load bench_runner, if it were left running
+  case "$(tr '\0' ' ' <"$c" 2>/dev/null)" in
+    "$BENCH_RUNNER experiments/model-profile-concurrent.json --quiet --out $tmp/"*)
+      fail "the concurrent profile's load process is still running ($c)" ;;
+  esac
+done
+echo "$out" | grep -Eq "two devices computing at once: x[0-9.]+ per device \(from 1 concurrent" ||
+  fail "the validation does not use the concurrent profile"
 ls -a "$tmp" | grep -q '^\.session\.' && fail "a temporary .session.* directory was left behind"
 echo "$out" | grep -Eq "cpu/training +[0-9]+ held-out samples, median \|error\| +[0-9.]+ %" ||
   fail "no training validation line"
