@@ -1067,6 +1067,26 @@ OTHER_SESSION_TEXT = {
         "layer_split m8 x2 at 0.74; a day before 0.51, 0.60, 0.77), not on the memcpy curve (0.026 "
         "ns/B to 1 MiB and 0.075 from 16 MiB; a day before 0.047-0.054 and 0.067-0.072), and both say that a 2-core guest of this kind does not "
         "hold still enough for a 15 % bound per sample."),
+    "cpu-2core-epyc-avx2/session-2026-12-02": (
+        "What the AVX2 AMD EPYC session shows (2026-12-02, 4 rounds in 11.1 minutes on a 2-core AMD EPYC VM "
+        "without AVX-512, about 2.4 times slower per step than the AVX-512 EPYC: the single step at batch "
+        "256 takes 110.6 ms; the first session measured with the concurrent profile). Two devices "
+        "computing at once: x1.096 per device, the median of 12 ratios (3 batches x 4 rounds) that range "
+        "from 0.85 to 1.76, because this VM's speed is bimodal: a batch-128 step takes 44-48 or 56-61 ms, "
+        "and it switches between the two within a run (round 3's concurrent run: 57-63 ms, then 44-50). "
+        "Applied, it moves data_parallel's configurations from -13.8..-25.3 % to -5.5..-18.1 % and the training "
+        "configurations' medians from median 11.1 %, max 25.3 % to median 8.0 %, max 18.1 %; it raises "
+        "layer_split m8's from +8.4 to +17.2 % (its stage times come from its own one-iteration profiling "
+        "pass, and round 3's pass predicted 142.5 ms for a run that took 80.1). data_parallel's own "
+        "per-device compute in the strategy runs is 1.17 times the same round's solo step at batch 128 "
+        "(median of 0.90-1.31), more than the concurrent profile's 1.04 at that batch: the two ranks of a "
+        "data_parallel step start each phase together, where the load process runs out of step with the "
+        "profile, which would make them compete harder for the shared cache and memory; with this VM's "
+        "noise that is not established. Samples: 8.8 % median, 77.9 % max, against the rounds' own "
+        "spread of 7.0 % median and 35.8 % max. allreduce_bench: rounds' own spread median 14.8 %, max "
+        "342 %; the configurations' medians are predicted within median 13.5 %, max 89.9 %. The "
+        "strategies' relative costs: data_parallel x2 ring at 0.55 of the single step, channel_split x2 "
+        "at 0.59, layer_split m8 x2 at 0.79 (the AVX-512 EPYC: 0.52, 0.61, 0.74)."),
 }
 
 
