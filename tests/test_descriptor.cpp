@@ -1,6 +1,9 @@
 // Descriptor validation, defaults and --set overrides (experiments/descriptor.cpp).
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+#include <filesystem>
+
 #include "core/error.h"
 #include "experiments/descriptor.h"
 
@@ -202,6 +205,38 @@ TEST(Override, UnknownKeysAreCaughtByValidation) {
   json doc = minimal();
   apply_override(doc, "training.bach_size=64");
   EXPECT_NE(parse_error(doc).find("training.bach_size: unknown key"), std::string::npos);
+}
+
+// The message of the Error that loading `file` with `overrides` throws ("" if it does not throw).
+std::string load_error(const std::string& file, const std::vector<std::string>& overrides = {}) {
+  try {
+    load_descriptor(file, overrides, std::nullopt);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// Every descriptor committed under experiments/ loads: a wrong key or value in one fails here,
+// not in the run of whoever uses it.
+TEST(Descriptor, EveryCommittedDescriptorLoads) {
+  const char* src = std::getenv("PARALAB_SOURCE_DIR");
+  if (!src) GTEST_SKIP() << "PARALAB_SOURCE_DIR is not set (ctest sets it)";
+  const std::filesystem::path dir = std::filesystem::path(src) / "experiments";
+  int loaded = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    const std::filesystem::path& p = entry.path();
+    if (p.extension() != ".json" || p.filename() == "descriptor.schema.json") continue;
+    EXPECT_EQ(load_error(p.string()), "") << p;
+    ++loaded;
+  }
+  EXPECT_GE(loaded, 10);  // the directory was found and read
+  // scripts/model-session.sh's load beside the concurrent profile, with its overrides.
+  EXPECT_EQ(
+      load_error((dir / "model-profile-concurrent.json").string(),
+                 {R"(runs=[{"strategy":"single","label":"load","training":{"batch_size":256}}])",
+                  "training.epochs=20", "training.max_iterations_per_epoch=null"}),
+      "");
 }
 
 }  // namespace
