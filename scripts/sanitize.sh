@@ -2,7 +2,10 @@
 # The test suite under sanitizers, CPU backend only, without MPI (CUDA's runtime is not
 # instrumented; Open MPI's start-up allocations are not leak-clean and its shared-memory
 # transport is invisible to TSan):
-#   1. AddressSanitizer + UndefinedBehaviorSanitizer (build-asan/): every test that runs C++;
+#   1. AddressSanitizer + UndefinedBehaviorSanitizer (build-asan/): every test that runs C++,
+#      but the report's and the model session's smoke tests (Python chains whose bench_runner
+#      and allreduce_bench runs cli_test, fault_test and the strategy suites cover: 84 s under
+#      ASan on 2 cores);
 #   2. ThreadSanitizer (build-tsan/): the multi-threaded tests (transport, collectives, every
 #      strategy), with one OpenMP thread per device, and the own CUDA kernels under the CPU
 #      emulator (one thread per CUDA thread: a missing __syncthreads() is a race TSan reports).
@@ -31,7 +34,7 @@ for kind in "${kinds[@]}"; do
         LSAN_OPTIONS=suppressions=$supp/lsan.supp \
         UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
         ctest --output-on-failure --timeout 900 -j "$(nproc)" \
-          -E '^(plotting_test|model_test|baselines_test)$')  # Python alone: no C++ to check
+          -E '^(plotting_test|model_test|baselines_test|report_short|model_session_short)$')
       ;;
     tsan)
       # Only the binaries that hold the suites run below (the rest of the build is not used).
