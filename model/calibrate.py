@@ -97,8 +97,8 @@ def _single_steps(path):
     return {b: median(v) for b, v in out.items()}
 
 
-def concurrent_factor(profile_paths, concurrent_paths, devices=2):
-    """The per-device slowdown of `devices` devices computing at once: each concurrent file
+def concurrent_factor(profile_paths, concurrent_paths):
+    """The per-device slowdown of two devices computing at once: each concurrent file
     (experiments/model-profile-concurrent.json, timed beside a second process computing the same
     step) against the solo single steps of the profile measured in the same round (the files
     paired in order when there are as many of each, else against all profiles' medians), the
