@@ -227,7 +227,14 @@ TEST(Descriptor, EveryCommittedDescriptorLoads) {
   for (const auto& entry : std::filesystem::directory_iterator(dir)) {
     const std::filesystem::path& p = entry.path();
     if (p.extension() != ".json" || p.filename() == "descriptor.schema.json") continue;
-    EXPECT_EQ(load_error(p.string()), "") << p;
+    std::vector<std::string> overrides;
+#if !PARALAB_HAVE_CUDA
+    // A build without CUDA refuses the GPU descriptors' backend (the message says so); the rest
+    // of such a descriptor is still checked.
+    if (load_error(p.string()).find("unknown backend 'cuda'") != std::string::npos)
+      overrides.push_back("backend=auto");
+#endif
+    EXPECT_EQ(load_error(p.string(), overrides), "") << p;
     ++loaded;
   }
   EXPECT_GE(loaded, 10);  // the directory was found and read
