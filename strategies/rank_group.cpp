@@ -1,18 +1,37 @@
 #include "strategies/rank_group.h"
 
+#include <string>
+#include <system_error>
+
+#include "core/error.h"
+
 namespace paralab {
 
 RankGroup::RankGroup(std::vector<Device*> devices) : devices_(std::move(devices)) {
-  for (int r = 0; r < size(); ++r) threads_.emplace_back([this, r] { loop(r); });
+  // A thread the system refuses (out of threads or of memory for its stack) fails the group
+  // with an Error; the ranks already started are stopped and joined first, since a joinable
+  // std::thread destroyed by the unwinding would end the process.
+  for (int r = 0; r < size(); ++r) {
+    try {
+      threads_.emplace_back([this, r] { loop(r); });
+    } catch (const std::system_error& e) {
+      stop();
+      throw Error("rank group: could not start the thread of rank " + std::to_string(r) + " of " +
+                  std::to_string(size()) + " (" + device(r).name() + "): " + e.what());
+    }
+  }
 }
 
-RankGroup::~RankGroup() {
+RankGroup::~RankGroup() { stop(); }
+
+void RankGroup::stop() {
   {
     std::lock_guard lock(mu_);
     stop_ = true;
   }
   cv_.notify_all();
   for (auto& t : threads_) t.join();
+  threads_.clear();
 }
 
 void RankGroup::run(const std::function<void(int)>& fn) {

@@ -1,6 +1,7 @@
 // RankGroup: one persistent host thread per device of a group (SPMD ranks in one process).
 // run(fn) executes fn(rank) on every rank's thread at once and returns when all are done,
 // rethrowing the first error; each thread called bind_thread() on its device when it started.
+// The constructor throws Error when the system cannot start a rank's thread.
 #pragma once
 
 #include <condition_variable>
@@ -27,6 +28,7 @@ class RankGroup {
 
  private:
   void loop(int rank);
+  void stop();  // ends and joins every started thread
 
   std::vector<Device*> devices_;
   std::vector<std::thread> threads_;

@@ -1,13 +1,18 @@
 // Collectives (naive, ring, tree allreduce; ring reduce-scatter and all-gather) over the
 // in-process transport, on k CPU devices driven by k threads, against a double-precision sum.
 #include <gtest/gtest.h>
+#include <pthread.h>
+#include <sys/resource.h>
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cmath>
 #include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
 #include <deque>
+#include <fstream>
 #include <map>
 #include <mutex>
 #include <thread>
@@ -614,6 +619,54 @@ TEST(RankGroup, AThreadThatCannotBindFailsEveryRunWithItsError) {
     }
   }
   EXPECT_EQ(ran.load(), 2);  // the bound rank ran each task
+}
+
+// The process's address space in bytes (VmSize in /proc/self/status), 0 when unreadable.
+std::size_t address_space_bytes() {
+  std::ifstream status("/proc/self/status");
+  for (std::string line; std::getline(status, line);)
+    if (line.rfind("VmSize:", 0) == 0) return std::stoull(line.substr(7)) * 1024;
+  return 0;
+}
+
+// Limits this process's address space to room for one more thread stack and not for two, then
+// starts a group of devices.size() ranks: exits 0 after printing the Error the constructor threw,
+// 3 when every thread started, 4-6 when the limit could not be set up.
+[[noreturn]] void start_group_with_room_for_one_thread(const std::vector<Device*>& devices) {
+  pthread_attr_t attr;
+  std::size_t stack = 0;
+  if (pthread_getattr_default_np(&attr) != 0 || pthread_attr_getstacksize(&attr, &stack) != 0 ||
+      stack == 0)
+    std::_Exit(4);
+  const std::size_t used = address_space_bytes();
+  if (used == 0) std::_Exit(5);
+  rlimit limit{};
+  limit.rlim_cur = limit.rlim_max = used + stack + stack / 2;
+  if (setrlimit(RLIMIT_AS, &limit) != 0) std::_Exit(6);
+  try {
+    RankGroup group(devices);
+    std::fputs("every thread started\n", stderr);
+    std::_Exit(3);
+  } catch (const Error& e) {
+    std::fprintf(stderr, "%s\n", e.what());
+    std::_Exit(0);
+  }
+}
+
+// A rank whose thread the system refuses fails the group's construction with an Error naming the
+// rank; the ranks already started are stopped and joined first, where a joinable std::thread
+// left to the unwinding would abort the process.
+TEST(RankGroup, AThreadTheSystemRefusesFailsTheGroupWithAnError) {
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  GTEST_SKIP() << "the sanitizers' shadow memory does not fit an address-space limit";
+#else
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  auto devices = make_devices("cpu", 4, {});
+  std::vector<Device*> ptrs;
+  for (auto& d : devices) ptrs.push_back(d.get());
+  EXPECT_EXIT(start_group_with_room_for_one_thread(ptrs), ::testing::ExitedWithCode(0),
+              "rank group: could not start the thread of rank [1-3] of 4");
+#endif
 }
 
 // A CPU device that says it is a CUDA device: what nccl's prepare() accepts, without a GPU.

@@ -27,6 +27,7 @@
 #include <exception>
 #include <mutex>
 #include <string>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -181,40 +182,49 @@ class CudaGroupCapture final : public GroupCapture {
     } catch (const std::exception& e) {
       return std::string("setting it up: ") + e.what();
     }
-    std::vector<std::thread> threads;
-    for (int r = 0; r < k; ++r)
-      threads.emplace_back([&, r] {
-        const auto at = static_cast<std::size_t>(r);
-        CudaDevice& d = *devices_[at];
-        const GroupBarrier barrier = [&gate] { gate.arrive_and_wait(); };
+    const auto run_rank = [&](int r) {
+      const auto at = static_cast<std::size_t>(r);
+      CudaDevice& d = *devices_[at];
+      const GroupBarrier barrier = [&gate] { gate.arrive_and_wait(); };
+      try {
+        d.bind_thread();
+        begin(r, barrier);
         try {
-          d.bind_thread();
-          begin(r, barrier);
-          try {
-            d.ops().add_inplace(out[r], in[r]);
-            ready[at] = d.record();
-            barrier();  // every rank's event recorded before any waits on one
-            d.wait(ready[static_cast<std::size_t>((r + 1) % k)]);
-            d.ops().add_inplace(out[r], in[(r + 1) % k]);
-            end(r, barrier);
-          } catch (...) {
-            abort(r);
-            throw;
-          }
-          launch(r, barrier);
-          d.synchronize();
-          const float want = static_cast<float>(r + 1 + (r + 1) % k + 1);
-          for (float v : out[r].to_host_f32())
-            if (v != want)
-              throw Error(d.name() + " computed " + std::to_string(v) + ", not " +
-                          std::to_string(want));
-        } catch (const std::exception& e) {
-          errors[at] = e.what();
-          gate.fail();
+          d.ops().add_inplace(out[r], in[r]);
+          ready[at] = d.record();
+          barrier();  // every rank's event recorded before any waits on one
+          d.wait(ready[static_cast<std::size_t>((r + 1) % k)]);
+          d.ops().add_inplace(out[r], in[(r + 1) % k]);
+          end(r, barrier);
+        } catch (...) {
+          abort(r);
+          throw;
         }
-      });
+        launch(r, barrier);
+        d.synchronize();
+        const float want = static_cast<float>(r + 1 + (r + 1) % k + 1);
+        for (float v : out[r].to_host_f32())
+          if (v != want)
+            throw Error(d.name() + " computed " + std::to_string(v) + ", not " +
+                        std::to_string(want));
+      } catch (const std::exception& e) {
+        errors[at] = e.what();
+        gate.fail();
+      }
+    };
+    std::vector<std::thread> threads;
+    std::string unstarted;  // a rank whose thread the system refused; the started ones are released
+    for (int r = 0; r < k && unstarted.empty(); ++r) {
+      try {
+        threads.emplace_back(run_rank, r);
+      } catch (const std::system_error& e) {
+        unstarted = "could not start the thread of rank " + std::to_string(r) + ": " + e.what();
+        gate.fail();
+      }
+    }
     for (auto& t : threads) t.join();
     drop_graph();
+    if (!unstarted.empty()) return unstarted;
     for (const std::string& e : errors)
       if (!e.empty()) return e;
     return "";
