@@ -457,7 +457,7 @@ def write_readme(out_dir, report, figures):
         w("")
     if report.get("session"):
         write_session(w, report["session"], s)
-    for other in report.get("other_machine_sessions") or []:
+    for other in report.get("other_sessions") or []:
         write_other_session(w, other)
     w("### Against the medians of repeated measurements, beside the measurements' own noise")
     w("")
@@ -779,12 +779,16 @@ def write_session(w, sess, all_files):
 
 
 def write_other_session(w, sess):
-    """Another CPU's session (scripts/model-session.sh): the same validation, shorter."""
-    w("### The same session on another CPU: `%s`" % sess["directory"])
+    """Another session (scripts/model-session.sh), of another CPU or of the clean session's
+    machine kind on another day: the same validation, shorter."""
+    same = os.path.abspath(os.path.dirname(os.path.join(ROOT, sess["directory"]))) == os.path.abspath(calibrate.CPU_REF)
+    w("### The same session %s: `%s`" % ("again on the clean session's machine kind" if same else "on another CPU",
+                                         sess["directory"]))
     w("")
     w("Measured with `scripts/model-session.sh` (the session's README.md has the machine, the load and "
-      "the commands) and validated exactly as the session above: the model fitted on this machine's "
-      "own profiles and allreduce_bench rows, every strategy run of its %d round(s) predicted. "
+      "the commands) and validated exactly as the session above: the model fitted on this session's "
+      "own profiles and allreduce_bench rows, nothing from any other session or file, every strategy run "
+      "of its %d round(s) predicted. "
       "`python3 -m model.session %s` prints the same." % (sess["rounds"]["strategies"], sess["directory"]))
     w("")
     both = sess["parameters"]["cpu_compute"].get("concurrent_step_factor", {}).get(2)
@@ -905,17 +909,17 @@ def main(argv=None):
         "book": {"model": book, "explanation": BOOK_TEXT},
         "why_errors": WHY_ERRORS,
     }
-    sess_dir = session.latest()
+    sess_dir = session.first()
     if sess_dir:
         report["session"] = session.validate(sess_dir)
         report["session"]["text"] = SESSION_TEXT
-    others = [session.validate(d) for d in session.other_machines()]
+    others = [session.validate(d) for d in session.others()]
     for o in others:
         o["text"] = OTHER_SESSION_TEXT.get(
             os.path.relpath(os.path.join(ROOT, o["directory"]), os.path.dirname(calibrate.CPU_REF)), "")
         o.pop("points")  # its configs (medians of the rounds) stay; the samples are in its files
     if others:
-        report["other_machine_sessions"] = others
+        report["other_sessions"] = others
     figures = [] if args.no_plots else plots(args.out, points, projections, acc, ar_x,
                                              {n: l for n, (c, l) in pres.items()})
     if alex and not args.no_plots:
@@ -940,7 +944,7 @@ def main(argv=None):
             "(goal met)" if v["meets_goal"] else "(goal NOT met)",
             "noise floor median %.1f %%, max %.1f %%" % (100 * f["median_abs_deviation"],
                                                        100 * f["max_abs_deviation"]) if f else "no repeats"))
-    for o in report.get("other_machine_sessions") or []:
+    for o in report.get("other_sessions") or []:
         for k, v in o["summary"].items():
             print("report: %s %-14s %3d held-out points, median |error| %5.1f %%, max %6.1f %% %s" % (
                 os.path.relpath(os.path.join(ROOT, o["directory"]), os.path.dirname(calibrate.CPU_REF)),
@@ -1087,6 +1091,29 @@ OTHER_SESSION_TEXT = {
         "342 %; the configurations' medians are predicted within median 13.5 %, max 89.9 %. The "
         "strategies' relative costs: data_parallel x2 ring at 0.55 of the single step, channel_split x2 "
         "at 0.59, layer_split m8 x2 at 0.79 (the AVX-512 EPYC: 0.52, 0.61, 0.74)."),
+    "cpu-2core-xeon/session-2026-12-02": (
+        "What the second Xeon session shows (2026-12-02, the clean session's VM kind a day later, "
+        "4 rounds in 9.1 minutes with the concurrent profile, nothing else running; the load average "
+        "of 1.9 before is the tail of the build and tests that made the binaries). This day's VM did "
+        "not hold still: the single step at batch 256 took 54.7, 52.3, 54.0 and 83.1 ms in the four "
+        "profiles and 52.3, 54.9, 68.7 and 77.2 ms in the strategy runs minutes later (the clean "
+        "session: 50.5 ms within 2 %), and in round 1 the second device computed the ring "
+        "data_parallel step in 35.1 ms against the first's 26.4 (0.5 ms apart on 2026-12-01), so the "
+        "rounds' own spread on training is median 22.7 %, max 66.8 %, three times the clean "
+        "session's. Two devices computing at once: x1.053 per device, the median of 12 ratios from "
+        "0.89 to 1.74 (at batch 128 1.32 and 1.38 in rounds 1-2, 0.99 and 1.08 in rounds 3-4). "
+        "Applied, the training configurations' medians go from median 14.7 %, max 28.1 % to median "
+        "10.6 %, max 24.3 %; the samples from 23.5 / 54.0 % to 19.9 / 60.9 %, against the noise floor "
+        "above. data_parallel's configurations are still 11-24 % short: its per-device compute is "
+        "1.18 times the same round's solo step at batch 128 (0.85-1.44 over the rounds), as "
+        "on the AVX2 EPYC (1.17), while the concurrent profile says 1.05; on the clean day it was "
+        "0.90-1.07 (median 0.98). Relative to the single step: data_parallel x2 ring 0.61 (the clean "
+        "session: 0.50), channel_split x2 0.60 (0.57), layer_split m8 x2 0.77 (0.80): data_parallel "
+        "moved and channel_split, whose two ranks also compute at once (each half the channels of "
+        "the whole batch), did not, which the in-step competition guessed for the AVX2 EPYC does not "
+        "explain either. allreduce_bench: samples median 9.8 %, max 82.2 %, "
+        "configurations' medians 6.5 / 75.8 % (memcpy 256 MiB +76 %, as +60 % in the clean session), "
+        "against the rounds' own spread of median 8.7 %, max 203 %."),
 }
 
 

@@ -68,21 +68,23 @@ def check(directory):
     return "%s: no %s" % (directory, ", no ".join(missing)) if missing else None
 
 
-def latest(root=calibrate.CPU_REF):
-    """The newest session directory, or None."""
+def first(root=calibrate.CPU_REF):
+    """The clean session the report describes in full: the oldest complete session directory
+    under root (its written reading is about that one), or None."""
     dirs = sorted(d for d in glob.glob(os.path.join(root, "session-*")) if not check(d))
-    return dirs[-1] if dirs else None
+    return dirs[0] if dirs else None
 
 
-def other_machines(reference=os.path.dirname(calibrate.CPU_REF), skip=calibrate.CPU_REF):
-    """Every complete session of every other CPU machine under results/reference/
-    (scripts/model-session.sh writes them to results/reference/<machine>/session-<date>/), machines
+def others(reference=os.path.dirname(calibrate.CPU_REF), skip=None):
+    """Every complete session under results/reference/ but skip (default: first()):
+    scripts/model-session.sh writes them to results/reference/<machine>/session-<date>/. Machines
     in name order, each machine's sessions oldest first: a machine measured on several days shows
-    each day's state."""
+    each day's state, the clean session's machine included."""
+    skip = first() if skip is None else skip
     out = []
     for machine in sorted(glob.glob(os.path.join(reference, "cpu-*"))):
-        if os.path.abspath(machine) != os.path.abspath(skip):
-            out += sorted(d for d in glob.glob(os.path.join(machine, "session-*")) if not check(d))
+        out += sorted(d for d in glob.glob(os.path.join(machine, "session-*"))
+                      if not check(d) and (not skip or os.path.abspath(d) != os.path.abspath(skip)))
     return out
 
 

@@ -377,7 +377,7 @@ class Concurrency(unittest.TestCase):
         self.assertEqual(perf.channel_split(both, free, 2, 256)[0], perf.channel_split(alone, free, 2, 256)[0])
 
     def test_a_session_with_concurrent_files_uses_them(self):
-        src = [d for d in session.other_machines() + [session.latest()] if d]
+        src = [d for d in session.others() + [session.first()] if d]
         if not src:
             self.skipTest("no committed session")
         with tempfile.TemporaryDirectory() as d:
@@ -657,10 +657,10 @@ class Accuracy(unittest.TestCase):
 
 
 class Session(unittest.TestCase):
-    """The newest clean session (model/session.py): fitted and predicted on its own files only."""
+    """The clean session (the oldest under cpu-2core-xeon, model/session.py): fitted and predicted on its own files only."""
 
     def setUp(self):
-        self.dir = session.latest()
+        self.dir = session.first()
         if not self.dir:
             self.skipTest("no results/reference/cpu-2core-xeon/session-*/")
         self.s = session.validate(self.dir)
@@ -677,11 +677,12 @@ class Session(unittest.TestCase):
         self.assertIn("cpu/training", self.s["noise_floor"])
 
 
-class OtherMachineSessions(unittest.TestCase):
-    """Sessions of other CPUs (scripts/model-session.sh): every complete one per machine, and
-    validated with nothing from the Xeon's files nor from the machine's other sessions."""
+class OtherSessions(unittest.TestCase):
+    """The sessions beside the clean one (scripts/model-session.sh): every complete one per machine,
+    the clean session's machine included, each validated with nothing from the Xeon's files nor
+    from any other session."""
 
-    def test_every_complete_session_per_other_machine(self):
+    def test_every_complete_session_but_the_clean_one(self):
         with tempfile.TemporaryDirectory() as ref:
             def make(d, stems=("profile", "allreduce", "strategies")):
                 os.makedirs(d)
@@ -692,15 +693,19 @@ class OtherMachineSessions(unittest.TestCase):
             make(os.path.join(ref, "cpu-4core-epyc", "session-2026-02-01"))
             make(os.path.join(ref, "cpu-4core-epyc", "session-2026-03-01"), stems=("profile", "allreduce"))
             make(os.path.join(ref, "h200-2026-01-01", "session-2026-01-01"))
-            got = session.other_machines(ref, skip=os.path.join(ref, "cpu-2core-xeon"))
-            self.assertEqual(got, [os.path.join(ref, "cpu-4core-epyc", "session-2026-01-01"),
+            make(os.path.join(ref, "cpu-2core-xeon", "session-2026-02-01"))
+            clean = os.path.join(ref, "cpu-2core-xeon", "session-2026-01-01")
+            self.assertEqual(session.first(os.path.join(ref, "cpu-2core-xeon")), clean)
+            got = session.others(ref, skip=clean)
+            self.assertEqual(got, [os.path.join(ref, "cpu-2core-xeon", "session-2026-02-01"),
+                                   os.path.join(ref, "cpu-4core-epyc", "session-2026-01-01"),
                                    os.path.join(ref, "cpu-4core-epyc", "session-2026-02-01")])
             self.assertIn("no strategies-<i>.json",
                           session.check(os.path.join(ref, "cpu-4core-epyc", "session-2026-03-01")))
             self.assertIsNone(session.check(got[0]))
 
     def test_committed_epyc_session_validates_on_its_own_files(self):
-        dirs = [d for d in session.other_machines() if "cpu-2core-epyc" in d]
+        dirs = [d for d in session.others() if "cpu-2core-epyc" in d]
         if not dirs:
             self.skipTest("no results/reference/cpu-2core-epyc/session-*/")
         for d in dirs:
