@@ -22,8 +22,9 @@
 # Measure on an otherwise idle machine: the session's README.md records the load average before
 # and after, and the report's noise floor is the rounds' own spread. Files are written to a
 # temporary directory beside DIR and moved into place at the end, so an interrupted session leaves
-# nothing behind. Needs build/bench_runner and build/allreduce_bench (built if missing) and python3
-# with numpy.
+# nothing behind: SIGINT, SIGTERM or SIGHUP stops the running measurement too, removes the
+# unfinished session and exits 128 + the signal's number. Needs build/bench_runner and
+# build/allreduce_bench (built if missing) and python3 with numpy.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rounds=4
@@ -37,7 +38,7 @@ while [ $# -gt 0 ]; do
     --label) [ $# -ge 2 ] || die "--label needs a name"; label="$2"; shift ;;
     --out) [ $# -ge 2 ] || die "--out needs a directory"; out="$2"; shift ;;
     --short) short=1 ;;
-    -h|--help) sed -n '2,26p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,27p' "$0"; exit 0 ;;
     *) die "unknown argument '$1' (see --help)" ;;
   esac
   shift
@@ -86,10 +87,35 @@ mkdir -p "$(dirname "$out")"
 work=$(mktemp -d "$(dirname "$out")/.session.XXXXXX")
 load_pid=""
 cleanup_work() {
-  [ -z "$load_pid" ] || { kill -TERM "$load_pid" 2>/dev/null; wait "$load_pid" 2>/dev/null; }
+  [ -z "$load_pid" ] || { kill -TERM "$load_pid" 2>/dev/null; wait "$load_pid" 2>/dev/null || true; }
   rm -rf "$work"
 }
 trap 'cleanup_work; [ -n "${tmp_parent:-}" ] && rm -rf "$tmp_parent"; true' EXIT
+# Each measurement runs as a child the script waits for, so that a signal to the script (Ctrl-C,
+# a timeout's SIGTERM) stops the measurement too instead of leaving it running, orphaned, into a
+# directory that is gone; the EXIT trap then removes the unfinished session.
+child_pid=""
+exec 3>&2  # the script's own stderr, for the interruption's line (a child's may go to a log)
+in_child() {  # in_child CMD...: CMD's exit status
+  "$@" &
+  child_pid=$!
+  local rc=0
+  wait "$child_pid" || rc=$?
+  child_pid=""
+  return "$rc"
+}
+on_signal() {  # on_signal NAME NUMBER
+  trap '' INT TERM HUP
+  if [ -n "$child_pid" ]; then
+    kill -TERM "$child_pid" 2>/dev/null || true
+    wait "$child_pid" 2>/dev/null || true
+  fi
+  echo "model-session.sh: interrupted by SIG$1: nothing kept ($out not written)" >&3
+  exit $((128 + $2))
+}
+trap 'on_signal INT 2' INT
+trap 'on_signal TERM 15' TERM
+trap 'on_signal HUP 1' HUP
 
 profile_args=(--quiet)
 concurrent_args=(--quiet)
@@ -119,7 +145,7 @@ concurrent() {  # concurrent OUT
   load_pid=$!
   sleep 1
   kill -0 "$load_pid" 2>/dev/null || { cat "$work/load.log" >&2; die "the load process beside the concurrent profile ended early (above)"; }
-  "$runner" experiments/model-profile-concurrent.json "${concurrent_args[@]}" --out "$1"
+  in_child "$runner" experiments/model-profile-concurrent.json "${concurrent_args[@]}" --out "$1"
   kill -0 "$load_pid" 2>/dev/null || die "the load process ended before the concurrent profile did"
   kill -TERM "$load_pid"
   wait "$load_pid" 2>/dev/null || true
@@ -134,14 +160,14 @@ start=$(date +%s)
 started=$(date -u '+%F %H:%M')
 for i in $(seq 1 "$rounds"); do
   echo "model-session.sh: round $i of $rounds"
-  "$runner" experiments/model-profile.json "${profile_args[@]}" --out "$work/profile-$i.json"
+  in_child "$runner" experiments/model-profile.json "${profile_args[@]}" --out "$work/profile-$i.json"
   concurrent "$work/concurrent-$i.json"
   # Google Benchmark's table and context go to a log, shown only if the run fails.
-  "$bench" "${bench_args[@]}" --benchmark_filter="$filter" \
+  in_child "$bench" "${bench_args[@]}" --benchmark_filter="$filter" \
     --benchmark_out="$work/allreduce-$i.json" --benchmark_out_format=json >"$work/bench.log" 2>&1 ||
     { cat "$work/bench.log" >&2; die "allreduce_bench failed in round $i (above)"; }
   rm -f "$work/bench.log"
-  "$runner" experiments/model-session.json "${session_args[@]}" --out "$work/strategies-$i.json"
+  in_child "$runner" experiments/model-session.json "${session_args[@]}" --out "$work/strategies-$i.json"
 done
 seconds=$(($(date +%s) - start))
 load_after=$(cut -d' ' -f1-3 /proc/loadavg)

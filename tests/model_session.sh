@@ -30,6 +30,30 @@ out=$(cd "$root" && /usr/bin/python3 -m model.session "$tmp/exists" 2>&1) && fai
 echo "$out" | grep -q "no profile-<i>.json, no allreduce-<i>.json, no strategies-<i>.json" ||
   fail "model.session, empty directory: $out"
 
+# Interrupted (a timeout's SIGTERM) while the concurrent profile and its load run: exit 143 with
+# one line, no session, no temporary directory, and no measurement left running.
+running() {  # running PATTERN: some process's command line matches PATTERN
+  for c in /proc/[0-9]*/cmdline; do tr '\0' ' ' <"$c" 2>/dev/null; echo; done | grep -q -- "$1"
+}
+"$root/scripts/model-session.sh" --short --out "$tmp/cut" >"$tmp/cut.log" 2>&1 &
+pid=$!
+n=0
+until running "--out $tmp/\.session\.[A-Za-z0-9]*/load\.json"; do
+  n=$((n + 1))
+  [ "$n" -le 600 ] || { kill "$pid"; cat "$tmp/cut.log"; fail "the concurrent profile's load never started"; }
+  sleep 0.1
+done
+kill -TERM "$pid"
+rc=0
+wait "$pid" || rc=$?
+[ "$rc" -eq 143 ] || { cat "$tmp/cut.log"; fail "model-session.sh on SIGTERM exited $rc, not 143"; }
+[ "$(tail -n 1 "$tmp/cut.log")" = "model-session.sh: interrupted by SIGTERM: nothing kept ($tmp/cut not written)" ] ||
+  fail "on SIGTERM, not the interruption's line: $(tail -n 1 "$tmp/cut.log")"
+[ -e "$tmp/cut" ] && fail "an interrupted session was kept"
+ls -a "$tmp" | grep -q '^\.session\.' && fail "an interrupted session left its temporary directory"
+running "$tmp/\.session" && fail "an interrupted session left a measurement running"
+rm -f "$tmp/cut.log"
+
 # A short session: measured, moved into place whole, validated.
 out=$("$root/scripts/model-session.sh" --short --out "$tmp/s" 2>&1) || { echo "$out"; fail "model-session.sh --short exited non-zero"; }
 echo "$out"
