@@ -305,26 +305,36 @@ int run(int argc, char** argv) {
 #if PARALAB_HAVE_MPI
   if (mpi) base.local_rank = paralab::MpiWorld::get().local_rank();
 #endif
-  for (std::size_t i = 0; i < d.runs.size() && paralab::stop_signal(base) == 0; ++i) {
-    paralab::RunContext ctx = base;
-    ctx.index = static_cast<int>(i);
+  // --resume: run i's ok run in the earlier file, moved into this one; false when it has none.
+  const auto keep = [&](std::size_t i) {
     const auto kept = std::find_if(reusable.begin(), reusable.end(), [&](const json& r) {
       return r["run_spec"] == d.runs[i].expanded;
     });
-    if (kept != reusable.end()) {
-      progress.line("[run " + std::to_string(i + 1) + "/" + std::to_string(d.runs.size()) + "] " +
-                    d.runs[i].label + ": ok in " + resume + ", kept");
-      doc["runs"].push_back(std::move(*kept));
-      reusable.erase(kept);
-      doc["resumed_from"]["runs_kept"] = doc["resumed_from"]["runs_kept"].get<int>() + 1;
-    } else {
-      doc["runs"].push_back(paralab::run_training(d.runs[i], ctx));
-    }
+    if (kept == reusable.end()) return false;
+    progress.line("[run " + std::to_string(i + 1) + "/" + std::to_string(d.runs.size()) + "] " +
+                  d.runs[i].label + ": ok in " + resume + ", kept");
+    doc["runs"].push_back(std::move(*kept));
+    reusable.erase(kept);
+    doc["resumed_from"]["runs_kept"] = doc["resumed_from"]["runs_kept"].get<int>() + 1;
+    return true;
+  };
+  std::size_t next = 0;
+  for (; next < d.runs.size() && paralab::stop_signal(base) == 0; ++next) {
+    paralab::RunContext ctx = base;
+    ctx.index = static_cast<int>(next);
+    if (!keep(next)) doc["runs"].push_back(paralab::run_training(d.runs[next], ctx));
     add_scaling(doc["runs"]);
     doc["environment"]["gpu_model"] = paralab::used_gpu_models(doc["runs"]);
-    if (file && i + 1 < d.runs.size()) file->update(doc);
+    if (file && next + 1 < d.runs.size()) file->update(doc);
   }
   const int stop = paralab::stop_signal(base);
+  // Stopped by a signal: the later runs that the earlier file holds ok are finished runs too, so
+  // the file keeps them, and a resume of this file loses nothing that one of that file would not.
+  if (stop) {
+    bool any = false;
+    for (; next < d.runs.size(); ++next) any = keep(next) || any;
+    if (any) add_scaling(doc["runs"]);
+  }
   doc["state"] = stop ? "interrupted" : "complete";
   if (!file) return stop ? 128 + stop : 0;  // another rank than 0 under mpirun: rank 0 reports
   file->update(doc);

@@ -222,6 +222,40 @@ class Interruption(Case):
         self.assert_bad_input([name, "--resume", "first.json", "--set", "training.epochs=2"],
                               "--resume first.json", "another descriptor", "/training/epochs")
 
+    def test_an_interrupted_resume_keeps_the_later_runs_of_the_earlier_file(self):
+        # Run 2 of 6 is missing from the earlier file; the resume is stopped while it reruns. Its
+        # file must hold runs 3-6 too (ok in the earlier file), so that resuming it in turn
+        # finishes the sweep with nothing run twice and nothing lost.
+        doc = descriptor(iterations=2, train=60000)
+        doc["runs"] = [{"strategy": "single", "training": {"seed": k}} for k in range(6)]
+        doc["runs"][1]["training"]["max_iterations_per_epoch"] = 600
+        name = self.write(doc)
+        code, _, err = self.run_cmd(name, "--out", "full.json", "--quiet")
+        self.assertEqual(code, 0, err)
+        earlier = json.loads((self.tmp / "full.json").read_text())
+        earlier["runs"][1]["status"] = "interrupted"
+        (self.tmp / "first.json").write_text(json.dumps(earlier))
+        p = self.start(name, "--resume", "first.json", "--out", "second.json", "--quiet")
+        self.wait_for_runs(self.tmp / "second.json", 1, p)
+        time.sleep(0.3)
+        p.send_signal(signal.SIGINT)
+        _, err = p.communicate(timeout=60)
+        self.assertEqual(p.returncode, 130, err)
+        second = self.load_valid(self.tmp / "second.json")
+        self.assertEqual(second["state"], "interrupted")
+        self.assertEqual([r["status"] for r in second["runs"]], ["ok", "interrupted"] + ["ok"] * 4)
+        self.assertEqual(second["resumed_from"]["runs_kept"], 5)
+        for i in (0, 2, 3, 4, 5):
+            self.assertIn(earlier["runs"][i], second["runs"])
+        code, _, err = self.run_cmd(name, "--resume", "second.json", "--out", "third.json", "--quiet")
+        self.assertEqual(code, 0, err)
+        third = self.load_valid(self.tmp / "third.json")
+        self.assertEqual(third["state"], "complete")
+        self.assertEqual(third["resumed_from"], {"path": "second.json", "runs_kept": 5})
+        self.assertEqual([r["run_spec"] for r in third["runs"]], [r["run_spec"] for r in earlier["runs"]])
+        self.assertTrue(all(r["status"] == "ok" for r in third["runs"]))
+        self.no_temporaries(self.tmp)
+
 
 class Output(Case):
     def test_unwritable_places_fail_before_training(self):
