@@ -15,18 +15,20 @@
 #                                AlexNet from the committed profile, not measured
 #   --out DIR                    where the report goes (default report/)
 #
-# Measured inputs go to DIR/data/ and are kept: a second run only fits and writes (seconds).
+# Measured inputs go to DIR/data/ and are kept: a second run only fits and writes (seconds). A
+# measurement that is interrupted (Ctrl-C, SIGTERM: exit 128 + the signal) or fails keeps its
+# finished runs in DIR/data/FILE.partial, which the next run resumes.
 # Needs build/bench_runner (built here if missing) and python3 with numpy (matplotlib for figures).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mode=default
-out=report
+out=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --full) mode=full ;;
-    --short) mode=short; out="" ;;
-    --out) out="$2"; shift ;;
-    -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
+    --short) mode=short ;;
+    --out) [ $# -ge 2 ] || { echo "report.sh: --out needs a directory" >&2; exit 1; }; out="$2"; shift ;;
+    -h|--help) sed -n '2,21p' "$0"; exit 0 ;;
     *) echo "report.sh: unknown argument '$1' (see --help)" >&2; exit 1 ;;
   esac
   shift
@@ -35,6 +37,7 @@ if [ "$mode" = short ] && [ -z "$out" ]; then
   out=$(mktemp -d /tmp/paralab-report-short.XXXXXX)
   trap 'rm -rf "$out"' EXIT  # a smoke test's report is not kept
 fi
+out=${out:-report}
 python=${PARALAB_PYTHON:-/usr/bin/python3}
 [ -x "$python" ] || python=python3
 runner=${BENCH_RUNNER:-build/bench_runner}
@@ -46,6 +49,62 @@ data="$out/data"
 mkdir -p "$data"
 start=$(date +%s)
 
+# Each measurement goes to FILE.partial and becomes FILE only when bench_runner has ended every
+# run (exit 0), so that an interrupted or failed one is never taken for a finished one; the next
+# report.sh resumes FILE.partial (bench_runner --resume keeps its ok runs). bench_runner runs as a
+# child the script waits for: a signal to the script (Ctrl-C, a timeout's SIGTERM) stops it too,
+# keeps what it finished in FILE.partial and exits 128 + the signal's number.
+exec 3>&2  # the script's own stderr, for the lines below (a child's may be filtered)
+child_pid=""
+measuring=""
+keep_partial() {  # what the run being measured wrote, if bench_runner ended it in order
+  if [ -s "$measuring.next" ] && "$python" -c 'import json, sys
+sys.exit(json.load(open(sys.argv[1])).get("state") not in ("complete", "interrupted"))' "$measuring.next" 2>/dev/null; then
+    mv -f "$measuring.next" "$measuring.partial"
+  else
+    rm -f "$measuring.next"  # stopped at once (a second signal): the earlier .partial stands
+  fi
+}
+on_signal() {  # on_signal NAME NUMBER
+  trap '' INT TERM HUP
+  if [ -n "$child_pid" ]; then
+    kill -TERM "$child_pid" 2>/dev/null || true
+    wait "$child_pid" 2>/dev/null || true
+  fi
+  local kept=""
+  if [ -n "$measuring" ]; then
+    keep_partial
+    [ -f "$measuring.partial" ] && kept="; the finished runs are in $measuring.partial, which the next scripts/report.sh resumes"
+  fi
+  echo "report.sh: interrupted by SIG$1$kept" >&3
+  exit $((128 + $2))
+}
+trap 'on_signal INT 2' INT
+trap 'on_signal TERM 15' TERM
+trap 'on_signal HUP 1' HUP
+measure() {  # measure FILE BENCH_RUNNER_ARGS...
+  measuring=$1
+  shift
+  local resume=() rc=0
+  if [ -f "$measuring.partial" ]; then
+    resume=(--resume "$measuring.partial")
+    echo "report.sh: resuming $measuring.partial (its finished runs are kept)"
+  fi
+  rm -f "$measuring.next"
+  "$runner" "$@" --out "$measuring.next" "${resume[@]}" &
+  child_pid=$!
+  wait "$child_pid" || rc=$?
+  child_pid=""
+  keep_partial
+  if [ "$rc" -ne 0 ]; then
+    echo "report.sh: bench_runner exited $rc measuring $measuring$([ -f "$measuring.partial" ] &&
+      echo "; its finished runs are in $measuring.partial, which the next scripts/report.sh resumes (delete it to measure afresh)")" >&3
+    exit "$rc"
+  fi
+  mv -f "$measuring.partial" "$measuring"
+  measuring=""
+}
+
 # 1. Short profiles: the single step at batch 32..512 and each layer's forward+backward.
 profile="$data/profile-cpu.json"
 if [ ! -f "$profile" ]; then
@@ -54,7 +113,7 @@ if [ ! -f "$profile" ]; then
     extra=(--set training.max_iterations_per_epoch=4 --set training.warmup_iterations=1 --set dataset.test_limit=200)
   fi
   echo "report.sh: profiling (experiments/model-profile.json) -> $profile"
-  "$runner" experiments/model-profile.json --quiet --out "$profile" "${extra[@]}"
+  measure "$profile" experiments/model-profile.json --quiet "${extra[@]}"
 fi
 
 # 1b. AlexNet's short profile (experiments/model-profile-alexnet.json, ~2.5 minutes on 2 cores).
@@ -65,7 +124,7 @@ if [ "$mode" = short ]; then
   alex_profile=report/data/profile-cpu-alexnet.json
 elif [ ! -f "$alex_profile" ]; then
   echo "report.sh: profiling AlexNet (experiments/model-profile-alexnet.json) -> $alex_profile"
-  "$runner" experiments/model-profile-alexnet.json --quiet --out "$alex_profile"
+  measure "$alex_profile" experiments/model-profile-alexnet.json --quiet
 fi
 
 # 2. Accuracy versus global batch: results files, each "descriptor|--set ...|file", one seed each.
@@ -102,7 +161,7 @@ for s in "${sweep[@]}"; do
   [ -n "$sets" ] && read -ra set_args <<<"$sets"
   [ "$mode" = short ] && set_args+=(--set "$tiny_runs")
   echo "report.sh: accuracy sweep ($desc ${set_args[*]:0:20}) -> $file"
-  "$runner" "$desc" --quiet --out "$file" "${set_args[@]}" 2> >(grep -v "oversubscri" >&2)
+  measure "$file" "$desc" --quiet "${set_args[@]}" 2> >(grep -v "oversubscri" >&2)
 done
 
 # 3. Fit, validate, project, write.
