@@ -7,6 +7,7 @@ export BENCH_RUNNER="$1" ALLREDUCE_BENCH="$2" PARALAB_PYTHON=/usr/bin/python3
 tmp=$(mktemp -d /tmp/paralab-model-session-test.XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
 fail() { echo "FAIL: $*"; exit 1; }
+. "$root/tests/interrupt.sh"
 
 # Bad arguments: one line naming the argument, exit 1.
 refused() {  # refused PATTERN ARGS...: the script must exit 1 and say PATTERN in one line
@@ -36,16 +37,9 @@ running() {  # running PATTERN: some process's command line matches PATTERN
   for c in /proc/[0-9]*/cmdline; do tr '\0' ' ' <"$c" 2>/dev/null; echo; done | grep -q -- "$1"
 }
 "$root/scripts/model-session.sh" --short --out "$tmp/cut" >"$tmp/cut.log" 2>&1 &
-pid=$!
-n=0
-until running "--out $tmp/\.session\.[A-Za-z0-9]*/load\.json"; do
-  n=$((n + 1))
-  [ "$n" -le 600 ] || { kill "$pid"; cat "$tmp/cut.log"; fail "the concurrent profile's load never started"; }
-  sleep 0.1
-done
-kill -TERM "$pid"
-rc=0
-wait "$pid" || rc=$?
+interrupt_when $! "$tmp/cut.log" "the concurrent profile's load starting" \
+  running "--out $tmp/\.session\.[A-Za-z0-9]*/load\.json"
+rc=$interrupted_rc
 [ "$rc" -eq 143 ] || { cat "$tmp/cut.log"; fail "model-session.sh on SIGTERM exited $rc, not 143"; }
 [ "$(tail -n 1 "$tmp/cut.log")" = "model-session.sh: interrupted by SIGTERM: nothing kept ($tmp/cut not written)" ] ||
   fail "on SIGTERM, not the interruption's line: $(tail -n 1 "$tmp/cut.log")"

@@ -9,6 +9,7 @@ export BENCH_RUNNER="$1" PARALAB_PYTHON=/usr/bin/python3
 tmp=$(mktemp -d /tmp/paralab-report-interrupt-test.XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
 fail() { echo "FAIL: $*"; exit 1; }
+. "$root/tests/interrupt.sh"
 profile="$tmp/r/data/profile-cpu.json"
 runs() {  # runs FILE [STATUS]: how many runs FILE holds (with that status); 0 when unreadable
   /usr/bin/python3 -c 'import json, sys
@@ -33,18 +34,10 @@ done
 [ -z "$(ls -A "$tmp")" ] || fail "report.sh with bad arguments wrote $(ls -A "$tmp")"
 
 # --out before --short stays where it was put (--short used to choose a temporary directory).
+profiled_two() { [ "$(runs "$profile.next" ok)" -ge 2 ]; }  # the profile has finished two runs
 "$root/scripts/report.sh" --out "$tmp/r" --short >"$tmp/first.log" 2>&1 &
-pid=$!
-n=0
-until [ "$(runs "$profile.next" ok)" -ge 2 ]; do  # the profile has finished two of its runs
-  n=$((n + 1))
-  [ "$n" -le 600 ] || { kill "$pid"; cat "$tmp/first.log"; fail "the profile never finished two runs"; }
-  kill -0 "$pid" 2>/dev/null || { cat "$tmp/first.log"; fail "report.sh ended before it was interrupted"; }
-  sleep 0.1
-done
-kill -TERM "$pid"
-rc=0
-wait "$pid" || rc=$?
+interrupt_when $! "$tmp/first.log" "the profile finishing two runs" profiled_two
+rc=$interrupted_rc
 [ "$rc" -eq 143 ] || { cat "$tmp/first.log"; fail "report.sh on SIGTERM exited $rc, not 143"; }
 last=$(tail -n 1 "$tmp/first.log")
 [ "$last" = "report.sh: interrupted by SIGTERM; the finished runs are in $profile.partial, which the next scripts/report.sh resumes" ] ||
