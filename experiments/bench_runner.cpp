@@ -331,9 +331,9 @@ int run(int argc, char** argv) {
   // Stopped by a signal: the later runs that the earlier file holds ok are finished runs too, so
   // the file keeps them, and a resume of this file loses nothing that one of that file would not.
   if (stop) {
-    bool any = false;
-    for (; next < d.runs.size(); ++next) any = keep(next) || any;
-    if (any) add_scaling(doc["runs"]);
+    for (; next < d.runs.size(); ++next) keep(next);
+    add_scaling(doc["runs"]);
+    doc["environment"]["gpu_model"] = paralab::used_gpu_models(doc["runs"]);
   }
   doc["state"] = stop ? "interrupted" : "complete";
   if (!file) return stop ? 128 + stop : 0;  // another rank than 0 under mpirun: rank 0 reports

@@ -91,25 +91,13 @@ cleanup_work() {
   rm -rf "$work"
 }
 trap 'cleanup_work; [ -n "${tmp_parent:-}" ] && rm -rf "$tmp_parent"; true' EXIT
-# Each measurement runs as a child the script waits for, so that a signal to the script (Ctrl-C,
-# a timeout's SIGTERM) stops the measurement too instead of leaving it running, orphaned, into a
-# directory that is gone; the EXIT trap then removes the unfinished session.
-child_pid=""
+# Each measurement runs with in_child (scripts/child.sh): a signal stops it too, and the EXIT trap
+# then removes the unfinished session.
+. scripts/child.sh
 exec 3>&2  # the script's own stderr, for the interruption's line (a child's may go to a log)
-in_child() {  # in_child CMD...: CMD's exit status
-  "$@" &
-  child_pid=$!
-  local rc=0
-  wait "$child_pid" || rc=$?
-  child_pid=""
-  return "$rc"
-}
 on_signal() {  # on_signal NAME NUMBER
   trap '' INT TERM HUP
-  if [ -n "$child_pid" ]; then
-    kill -TERM "$child_pid" 2>/dev/null || true
-    wait "$child_pid" 2>/dev/null || true
-  fi
+  stop_child
   echo "model-session.sh: interrupted by SIG$1: nothing kept ($out not written)" >&3
   exit $((128 + $2))
 }

@@ -51,11 +51,11 @@ start=$(date +%s)
 
 # Each measurement goes to FILE.partial and becomes FILE only when bench_runner has ended every
 # run (exit 0), so that an interrupted or failed one is never taken for a finished one; the next
-# report.sh resumes FILE.partial (bench_runner --resume keeps its ok runs). bench_runner runs as a
-# child the script waits for: a signal to the script (Ctrl-C, a timeout's SIGTERM) stops it too,
+# report.sh resumes FILE.partial (bench_runner --resume keeps its ok runs). bench_runner runs with
+# in_child (scripts/child.sh): a signal to the script (Ctrl-C, a timeout's SIGTERM) stops it too,
 # keeps what it finished in FILE.partial and exits 128 + the signal's number.
+. scripts/child.sh
 exec 3>&2  # the script's own stderr, for the lines below (a child's may be filtered)
-child_pid=""
 measuring=""
 keep_partial() {  # what the run being measured wrote, if bench_runner ended it in order
   if [ -s "$measuring.next" ] && "$python" -c 'import json, sys
@@ -67,10 +67,7 @@ sys.exit(json.load(open(sys.argv[1])).get("state") not in ("complete", "interrup
 }
 on_signal() {  # on_signal NAME NUMBER
   trap '' INT TERM HUP
-  if [ -n "$child_pid" ]; then
-    kill -TERM "$child_pid" 2>/dev/null || true
-    wait "$child_pid" 2>/dev/null || true
-  fi
+  stop_child
   local kept=""
   if [ -n "$measuring" ]; then
     keep_partial
@@ -91,10 +88,7 @@ measure() {  # measure FILE BENCH_RUNNER_ARGS...
     echo "report.sh: resuming $measuring.partial (its finished runs are kept)"
   fi
   rm -f "$measuring.next"
-  "$runner" "$@" --out "$measuring.next" "${resume[@]}" &
-  child_pid=$!
-  wait "$child_pid" || rc=$?
-  child_pid=""
+  in_child "$runner" "$@" --out "$measuring.next" "${resume[@]}" || rc=$?
   keep_partial
   if [ "$rc" -ne 0 ]; then
     echo "report.sh: bench_runner exited $rc measuring $measuring$([ -f "$measuring.partial" ] &&

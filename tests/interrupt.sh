@@ -2,6 +2,11 @@
 #   interrupt_when PID LOG WHAT CMD...: polls CMD every 0.1 s for up to 60 s; once it succeeds,
 #   sends PID a SIGTERM and sets $interrupted_rc to PID's exit status. Fails (showing LOG) when
 #   CMD never succeeds ("WHAT never happened") or PID ends first.
+#   running PATTERN: some process's command line matches the regular expression PATTERN (escape
+#   its dots: unescaped, it would match the grep that looks for it).
+running() {
+  for c in /proc/[0-9]*/cmdline; do tr '\0' ' ' <"$c" 2>/dev/null; echo; done | grep -q -- "$1"
+}
 interrupt_when() {
   _pid=$1 _log=$2 _what=$3
   shift 3

@@ -33,9 +33,6 @@ echo "$out" | grep -q "no profile-<i>.json, no allreduce-<i>.json, no strategies
 
 # Interrupted (a timeout's SIGTERM) while the concurrent profile and its load run: exit 143 with
 # one line, no session, no temporary directory, and no measurement left running.
-running() {  # running PATTERN: some process's command line matches PATTERN
-  for c in /proc/[0-9]*/cmdline; do tr '\0' ' ' <"$c" 2>/dev/null; echo; done | grep -q -- "$1"
-}
 "$root/scripts/model-session.sh" --short --out "$tmp/cut" >"$tmp/cut.log" 2>&1 &
 interrupt_when $! "$tmp/cut.log" "the concurrent profile's load starting" \
   running "--out $tmp/\.session\.[A-Za-z0-9]*/load\.json"

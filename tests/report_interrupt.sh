@@ -47,11 +47,7 @@ last=$(tail -n 1 "$tmp/first.log")
 [ "$(state "$profile.partial")" = interrupted ] || fail "$profile.partial is not an interrupted results file"
 kept=$(runs "$profile.partial" ok)
 [ "$kept" -ge 2 ] || fail "$profile.partial kept $kept finished runs, not at least 2"
-for c in /proc/[0-9]*/cmdline; do
-  case "$(tr '\0' ' ' <"$c" 2>/dev/null)" in
-    *"$BENCH_RUNNER "*"$tmp/r/"*) fail "report.sh left bench_runner running ($c)" ;;
-  esac
-done
+running "$tmp/r/data/profile-cpu\.json" && fail "report.sh left bench_runner running"
 
 # The next report.sh resumes it: the finished runs kept, the rest measured, the report written.
 out=$("$root/scripts/report.sh" --short --out "$tmp/r" 2>&1) || { echo "$out"; fail "the second report.sh exited non-zero"; }
