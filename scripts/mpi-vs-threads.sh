@@ -6,7 +6,8 @@
 #   2. allreduce_bench's ring allreduce of the LeNet gradient (516,272 bytes) in one process and
 #      under `mpirun -np 2`, ROUNDS times in turn.
 # Prints each measurement, the medians and the ratios MPI / threads; writes everything to
-# OUT/summary.json (the results files and benchmark outputs beside it).
+# OUT/summary.json (the results files and benchmark outputs beside it). A failed or interrupted
+# run (Ctrl-C, SIGTERM) stops its measurement and writes nothing.
 #
 #   scripts/mpi-vs-threads.sh [--rounds N] [--build DIR] [--out DIR]
 #
@@ -34,19 +35,43 @@ done
 command -v mpirun >/dev/null || { echo "mpi-vs-threads.sh: no mpirun (apt-get install openmpi-bin)" >&2; exit 1; }
 [[ "$rounds" =~ ^[1-9][0-9]*$ ]] || { echo "mpi-vs-threads.sh: --rounds must be a positive integer, got '$rounds'" >&2; exit 1; }
 out="${out:-$here/results/mpi-vs-threads-$(date -u +%Y%m%dT%H%M%SZ)}"
+while [[ "$out" == ?*/ ]]; do out="${out%/}"; done  # OUT.partial must sit beside OUT, not in it
 if [[ -e "$out" ]]; then echo "mpi-vs-threads.sh: $out exists (results are never overwritten)" >&2; exit 1; fi
+# The measurements go to OUT.partial, renamed to OUT once the summary is written: a failed or
+# interrupted run leaves nothing under either name (OUT's absence is what "not measured" means).
+# Each measurement is a child the script waits for (scripts/child.sh), so a signal stops it too.
+final="$out"
+out="$final.partial"
+rm -rf "$out"
 mkdir -p "$out"
+trap 'rm -rf "$out"' EXIT
+. "$here/scripts/child.sh"
+exec 3>&2
+on_signal() {  # on_signal NAME NUMBER
+  trap '' INT TERM HUP
+  stop_child
+  echo "mpi-vs-threads.sh: interrupted by SIG$1: nothing kept ($final not written)" >&3
+  exit $((128 + $2))
+}
+trap 'on_signal INT 2' INT
+trap 'on_signal TERM 15' TERM
+trap 'on_signal HUP 1' HUP
+measure() {  # measure CMD...: CMD in a child; its failure ends the script with one line
+  local rc=0
+  in_child "$@" || rc=$?
+  [[ $rc == 0 ]] || { echo "mpi-vs-threads.sh: '$*' failed (exit $rc): nothing kept ($final not written)" >&2; exit 1; }
+}
 mpirun=(mpirun --oversubscribe)
 [[ "$(id -u)" == 0 ]] && mpirun+=(--allow-run-as-root)
 descriptor="$here/experiments/mpi-vs-threads.json"
 
 for ((i = 1; i <= rounds; i++)); do
-  "$runner" "$descriptor" --out "$out/threads-$i.json" --quiet
-  "${mpirun[@]}" -np 2 "$runner" "$descriptor" --out "$out/mpi-$i.json" --quiet
-  "${mpirun[@]}" --bind-to none -np 2 "$runner" "$descriptor" --out "$out/mpi-unbound-$i.json" --quiet
+  measure "$runner" "$descriptor" --out "$out/threads-$i.json" --quiet
+  measure "${mpirun[@]}" -np 2 "$runner" "$descriptor" --out "$out/mpi-$i.json" --quiet
+  measure "${mpirun[@]}" --bind-to none -np 2 "$runner" "$descriptor" --out "$out/mpi-unbound-$i.json" --quiet
   args=(--sizes=lenet --devices=2 --benchmark_filter='allreduce/ring' --benchmark_format=json)
-  "$bench" "${args[@]}" --benchmark_out="$out/bench-threads-$i.json" >/dev/null
-  "${mpirun[@]}" -np 2 "$bench" "${args[@]}" --benchmark_out="$out/bench-mpi-$i.json" >/dev/null
+  measure "$bench" "${args[@]}" --benchmark_out="$out/bench-threads-$i.json" >/dev/null
+  measure "${mpirun[@]}" -np 2 "$bench" "${args[@]}" --benchmark_out="$out/bench-mpi-$i.json" >/dev/null
   echo "round $i/$rounds done" >&2
 done
 
@@ -87,5 +112,8 @@ for k, v in ratios.items():
     print(f"{k:36s} {v:.2f}x")
 (out / "summary.json").write_text(json.dumps(
     {"rounds": rounds, "series": series, "medians": med, "ratios": ratios}, indent=1) + "\n")
-print(f"written: {out / 'summary.json'}")
 EOF
+trap '' INT TERM HUP
+mv "$out" "$final"
+trap - EXIT
+echo "written: $final/summary.json"
