@@ -166,17 +166,21 @@ TEST_P(Backend, LinearMatchesReference) {
 }
 
 // The linear layer with its ReLU as one op (CUDA: bias and ReLU in cuBLASLt's epilogue, the
-// bias gradient in the weight GEMM's), against the reference linear then ReLU. Weights and bias
-// are views at odd offsets into one flat buffer, as the model's parameters are (a GEMM library
-// must not assume aligned pointers), at a small shape and at LeNet's fc1 (batch 256, 400 -> 120).
-void check_linear(Device& dev, bool relu, int N, int in, int out, uint64_t seed) {
+// bias gradient in the weight GEMM's), against the reference linear then ReLU. Weights and bias,
+// and their gradients, are views into flat buffers, w at `offset` floats and b right after it,
+// as the model's parameters and gradients are (a GEMM library must not assume aligned pointers):
+// offset 1 gives 4-byte aligned views; offset 2 with 400 x 120 gives LeNet's fc1 case, weights
+// 8-byte aligned and the bias at 8 mod 16 bytes, under the 16 bytes a cuBLASLt epilogue kernel may
+// assume for its bias vector. At a small shape and at LeNet's fc1 (batch 256, 400 -> 120).
+void check_linear(Device& dev, bool relu, int N, int in, int out, uint64_t seed, int offset = 1) {
   const ref::Vec x = random_vec(N * in, seed), w = random_vec(in * out, seed + 1, 0.2),
                  b = random_vec(out, seed + 2), dy = random_vec(N * out, seed + 3);
-  ref::Vec flat(1 + in * out + out);  // w at offset 1, b after it: 4-byte aligned views
-  std::copy(w.begin(), w.end(), flat.begin() + 1);
-  std::copy(b.begin(), b.end(), flat.begin() + 1 + in * out);
+  ref::Vec flat(static_cast<std::size_t>(offset + in * out + out));
+  std::copy(w.begin(), w.end(), flat.begin() + offset);
+  std::copy(b.begin(), b.end(), flat.begin() + offset + in * out);
   const Tensor params = Tensor::from_host(dev, {static_cast<int64_t>(flat.size())}, to_float(flat));
-  const Tensor tw = params.view(1, {in, out}), tb = params.view(1 + in * out, {out});
+  const Tensor tw = params.view(offset, {in, out}), tb = params.view(offset + in * out, {out});
+  Tensor grads = Tensor::empty(dev, params.shape());
   auto fc = relu ? dev.ops().make_linear_relu() : dev.ops().make_linear();
   Tensor tx = Tensor::from_host(dev, {N, in}, to_float(x)), ty = Tensor::empty(dev, {N, out});
   fc->forward(tx, tw, tb, ty);
@@ -190,8 +194,8 @@ void check_linear(Device& dev, bool relu, int N, int in, int out, uint64_t seed)
                            std::to_string(in) + "x" + std::to_string(out);
   EXPECT_TRUE(all_close(ty.to_host_f32(), y, kAtol, kRtol)) << "y " << what;
   const Tensor tdy = Tensor::from_host(dev, {N, out}, to_float(dy));
-  Tensor tdx = Tensor::empty(dev, {N, in}), tdw = Tensor::empty(dev, {in, out}),
-         tdb = Tensor::empty(dev, {out});
+  Tensor tdx = Tensor::empty(dev, {N, in}), tdw = grads.view(offset, {in, out}),
+         tdb = grads.view(offset + in * out, {out});
   fc->backward(tx, tw, tdy, &tdx, tdw, tdb);
   ref::Vec dx, dw, db;
   ref::linear_backward(x, w, g, N, in, out, dx, dw, db);
@@ -215,6 +219,12 @@ TEST_P(Backend, LinearWithReluMatchesReference) {
   check_linear(*dev_, true, 7, 33, 17, 71);
   check_linear(*dev_, true, 256, 400, 120, 75);
   check_linear(*dev_, true, 256, 84, 10, 79);
+}
+
+TEST_P(Backend, LinearWithBiasUnder16ByteAlignedMatchesReference) {
+  check_linear(*dev_, true, 256, 400, 120, 91, 2);
+  check_linear(*dev_, false, 256, 400, 120, 95, 2);
+  check_linear(*dev_, true, 7, 33, 17, 99, 2);
 }
 
 // The fused op computes what the two ops give one after the other: on the CPU the very bits.

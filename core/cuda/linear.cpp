@@ -14,7 +14,11 @@
 // with split-K reductions excluded (CUBLASLT_REDUCTION_SCHEME_NONE: every dot product and the
 // bias gradient summed in one sequence), so the same shapes on the same GPU give the same bits.
 // The heuristic is told the pointers' real alignment: weights and biases are views into one
-// flat parameter buffer, not 256-byte aligned.
+// flat parameter buffer, not 256-byte aligned. Its preferences cover A, B, C and D but not the
+// epilogue's bias vector, which a kernel it picks may load or store 16 bytes at a time ("misaligned
+// address", a fault that ends the process's CUDA context): a bias or bias gradient under 16-byte
+// alignment (LeNet's fc1 and fc2 biases sit at 8 mod 16 in the flat buffers) goes through a staging
+// vector of the layer's own, one device-to-device copy of `out` floats per pass.
 #include <array>
 #include <cstdint>
 #include <map>
@@ -173,21 +177,23 @@ class CudaLinear final : public Linear {
                     "linear forward: y " + shape_string(y.shape()) + " does not fit");
     const cublasLtEpilogue_t epilogue =
         relu_ ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_BIAS;
-    LtGemm& g = plan({false,
-                      false,
-                      out,
-                      n,
-                      in,
-                      out,
-                      in,
-                      out,
-                      epilogue,
-                      {alignment_of(w.raw()), alignment_of(x.raw()), alignment_of(y.raw()),
-                       alignment_of(b.raw())}},
-                     b.raw(), "forward", x, w);
+    const void* bias = stage_for(b, bias_stage_);
+    LtGemm& g = plan(
+        {false,
+         false,
+         out,
+         n,
+         in,
+         out,
+         in,
+         out,
+         epilogue,
+         {alignment_of(w.raw()), alignment_of(x.raw()), alignment_of(y.raw()), alignment_of(bias)}},
+        bias, "forward", x, w, bias != b.raw());
     if (relu_) y_ = y;
     if (g.ok()) {
-      g.run(w.f32(), x.f32(), y.f32(), b.raw());
+      if (bias != b.raw()) d_.copy_on_device(bias_stage_.raw(), b.raw(), b.bytes());
+      g.run(w.f32(), x.f32(), y.f32(), bias);
       return;
     }
     const float one = 1.0f, zero = 0.0f;
@@ -214,6 +220,7 @@ class CudaLinear final : public Linear {
     const float one = 1.0f, zero = 0.0f;
     // dW (in,out) = x^T g  ->  column-major dW^T (out,in) = g^T (out,N) x (N,in), and db from
     // g^T's rows in the epilogue.
+    void* bias_grad = stage_for(db, db_stage_);
     LtGemm& weights = plan(
         {false,
          true,
@@ -224,10 +231,11 @@ class CudaLinear final : public Linear {
          in,
          out,
          CUBLASLT_EPILOGUE_BGRADA,
-         {alignment_of(g), alignment_of(x.raw()), alignment_of(dw.raw()), alignment_of(db.raw())}},
-        db.raw(), "backward weights", x, w);
+         {alignment_of(g), alignment_of(x.raw()), alignment_of(dw.raw()), alignment_of(bias_grad)}},
+        bias_grad, "backward weights", x, w, bias_grad != db.raw());
     if (weights.ok()) {
-      weights.run(g, x.f32(), dw.f32(), db.raw());
+      weights.run(g, x.f32(), dw.f32(), bias_grad);
+      if (bias_grad != db.raw()) d_.copy_on_device(db.raw(), bias_grad, db.bytes());
     } else {
       PARALAB_CUBLAS(cublasSgemm(d_.cublas(), CUBLAS_OP_N, CUBLAS_OP_T, out, in, n, &one, g, out,
                                  x.f32(), in, &zero, dw.f32(), out));
@@ -250,7 +258,7 @@ class CudaLinear final : public Linear {
   // The plan of a GEMM, made at its first use (an eager step: a capture never plans) and
   // recorded in the device's kernel log.
   LtGemm& plan(const LtGemm::Spec& s, const void* bias, const char* pass, const Tensor& x,
-               const Tensor& w) {
+               const Tensor& w, bool bias_staged) {
     auto it = plans_.find(s.key());
     if (it == plans_.end()) {
       it = plans_.emplace(s.key(), std::make_unique<LtGemm>(d_, s, bias)).first;
@@ -258,6 +266,7 @@ class CudaLinear final : public Linear {
       nlohmann::json choice = g.ok() ? nlohmann::json{{"gemm", "cublasLt"}}
                                      : nlohmann::json{{"gemm", "cublas"}, {"why", g.why()}};
       if (g.ok()) choice.update(g.describe());
+      if (g.ok() && bias_staged) choice["bias_staged"] = true;  // under 16-byte aligned
       log_.note("linear x " + shape_string(x.shape()) + " w " + shape_string(w.shape()) +
                     (relu_ ? " relu " : " ") + pass,
                 std::move(choice));
@@ -265,11 +274,21 @@ class CudaLinear final : public Linear {
     return *it->second;
   }
 
+  // The vector the epilogue reads or writes for bias vector v: v itself where it is 16-byte
+  // aligned, else `stage` (made at the first eager pass: a capture finds it made).
+  void* stage_for(const Tensor& v, Tensor& stage) {
+    if (alignment_of(v.raw()) >= 16) return v.raw();
+    if (!stage.defined() || stage.shape() != v.shape()) stage = Tensor::empty(d_, v.shape());
+    return stage.raw();
+  }
+
   CudaDevice& d_;
   KernelLog& log_;
   bool relu_;
-  Tensor y_;       // the last forward's output (relu: its gradient's mask)
-  Tensor masked_;  // relu: dy where y > 0
+  Tensor y_;           // the last forward's output (relu: its gradient's mask)
+  Tensor masked_;      // relu: dy where y > 0
+  Tensor bias_stage_;  // the bias, copied where it is under 16-byte aligned (stage_for)
+  Tensor db_stage_;    // the bias gradient's epilogue output, likewise, copied into db after
   std::map<decltype(std::declval<LtGemm::Spec>().key()), std::unique_ptr<LtGemm>> plans_;
 };
 
