@@ -148,22 +148,33 @@ const void* CudaDevice::readable(const void* src, std::size_t bytes) {
   cudaPointerAttributes attr{};
   PARALAB_CUDA(cudaPointerGetAttributes(&attr, src));
   if (attr.type != cudaMemoryTypeDevice || attr.device == gpu_) return src;
-  if (staging_bytes_ < bytes) {
-    // The old buffer's readers (copies and kernels on stream_) come before any later user of
-    // its block in stream order: no wait (see deallocate).
-    allocator_->deallocate(staging_);
-    staging_ = nullptr;
-    staging_bytes_ = 0;
-    staging_ = allocate(bytes);
-    staging_bytes_ = bytes;
+  const bool comm = comm_thread_ == this;
+  Staging& staging = staging_[comm ? 1 : 0];
+  if (staging.bytes < bytes) {
+    // The old buffer's readers come before any later user of its block in stream_'s order (see
+    // deallocate): on stream_ by being queued there; on the communication stream by stream_
+    // waiting for them here (a buffer grows a few times per run, never in a capture: the
+    // allocation would miss the cache first).
+    if (staging.ptr && comm) {
+      cudaEvent_t read = nullptr;
+      PARALAB_CUDA(cudaEventCreateWithFlags(&read, cudaEventDisableTiming));
+      // Destroyed at once: CUDA releases it when the wait has completed.
+      const std::unique_ptr<CUevent_st, decltype(&cudaEventDestroy)> owned(read, cudaEventDestroy);
+      PARALAB_CUDA(cudaEventRecord(read, comm_stream_));
+      PARALAB_CUDA(cudaStreamWaitEvent(stream_, read, 0));
+    }
+    allocator_->deallocate(staging.ptr);
+    staging = {};
+    staging.ptr = allocate(bytes);
+    staging.bytes = bytes;
   }
-  PARALAB_CUDA(cudaMemcpyAsync(staging_, src, bytes, cudaMemcpyDefault, stream()));
-  return staging_;
+  PARALAB_CUDA(cudaMemcpyAsync(staging.ptr, src, bytes, cudaMemcpyDefault, stream()));
+  return staging.ptr;
 }
 
 CudaDevice::~CudaDevice() {
   ops_.reset();
-  allocator_->deallocate(staging_);
+  for (Staging& s : staging_) allocator_->deallocate(s.ptr);
   allocator_.reset();  // cudaFree of every block (cudaFree waits for the device's work first)
   if (cublas_ && cublasDestroy(cublas_) != CUBLAS_STATUS_SUCCESS)
     log_error(name() + ": cublasDestroy failed");
@@ -262,7 +273,9 @@ void* CudaDevice::allocate(std::size_t bytes) {
 // hands them to the graph, which restores them to the cache when it is destroyed. The
 // communication stream (bind_comm_thread) writes only into buffers that live through the whole
 // run (the replicas' gradients, for data_parallel's overlapped buckets), and the compute stream
-// waits for its last event before it uses them again: no freed block is ever its.
+// waits for its last event before it uses them again; the one block it writes that is freed
+// during a run, its staging buffer (readable()) when that grows, is freed after stream_ has been
+// made to wait for the communication stream's work so far.
 void CudaDevice::deallocate(void* ptr) noexcept { allocator_->deallocate(ptr); }
 
 void CudaDevice::copy_from_host(void* dst, const void* src, std::size_t bytes) {

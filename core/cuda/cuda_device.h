@@ -134,8 +134,13 @@ class CudaDevice final : public Device {
   std::unique_ptr<CachingAllocator> allocator_;
   std::shared_ptr<HandlePool<cudaEvent_t>> order_events_;   // record(): ordering only
   std::shared_ptr<HandlePool<cudaEvent_t>> timing_events_;  // mark(): cudaEventElapsedTime
-  void* staging_ = nullptr;  // readable()'s local copies of peers' data (from allocator_)
-  std::size_t staging_bytes_ = 0;
+  // readable()'s local copies of peers' data (from allocator_): one buffer per stream, [0] the
+  // compute stream's, [1] the communication stream's (with overlap the allreduces run there).
+  struct Staging {
+    void* ptr = nullptr;
+    std::size_t bytes = 0;
+  };
+  Staging staging_[2];
   std::unique_ptr<Ops> ops_;
 };
 
