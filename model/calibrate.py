@@ -84,6 +84,16 @@ def bench_samples(path, include_timeshared=False):
     return groups
 
 
+def memcpy_threshold(paths):
+    """The C library's non-temporal memcpy threshold (bytes) that allreduce_bench recorded in the
+    files' context (memcpy_non_temporal_threshold_bytes), where every file records the same one;
+    else None (files measured before it was recorded, or on different settings)."""
+    values = {load(p)["context"].get("memcpy_non_temporal_threshold_bytes") for p in paths}
+    if len(values) != 1 or None in values:
+        return None
+    return int(values.pop())
+
+
 # ---------------------------------------------------------------------------------------------
 # compute
 

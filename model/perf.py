@@ -37,7 +37,11 @@ Plain numpy, no fitting framework. Times are milliseconds; sizes are bytes.
               (_loglog). Its per-byte cost follows the cache the buffers fit in (one AMD EPYC VM:
               0.026 ns/B up to 1 MiB, 0.052 at 4 MiB, 0.075 from 16 MiB), which one alpha + beta
               fitted to relative error over every size cannot: the many in-cache sizes set beta,
-              and every copy out of cache came out 47-64 % short (that VM, from 4 MiB up).
+              and every copy out of cache came out 47-64 % short (that VM, from 4 MiB up). From
+              the C library's non-temporal threshold up (glibc's x86_non_temporal_threshold, which
+              allreduce_bench records in its context), a copy stores past the caches and moves 2
+              bytes of memory traffic per byte instead of 3 (NON_TEMPORAL_TRAFFIC): where the
+              threshold is recorded, the curve is kept in cache-allocating terms and converted.
 """
 import math
 
@@ -49,6 +53,12 @@ TENSOR_BYTES = (720, 80, 100000, 200, 409600, 512, 5120, 40)  # its 8 tensors (p
 # Floats per example crossing each layer boundary (the activation after layer l).
 ACTIVATION_FLOATS = (3380, 800, 128, 10)
 CHUNK_BYTES = 262144  # data_parallel's and the collectives' default chunk_bytes
+# A copy out of cache with non-temporal stores moves 2 bytes of memory traffic per byte (read the
+# source, write the destination) where a cache-allocating one moves 3 (the destination is read
+# for ownership first, then written back). Measured on a 2-core AMD EPYC VM (glibc threshold 192
+# MiB; allreduce_bench memcpy, GLIBC_TUNABLES moving it): 0.080 against 0.127 ns/B at 256 MiB,
+# 0.072-0.085 against 0.127-0.131 at 64 MiB; the clean Xeon session's 256 / 64 MiB: 0.093 / 0.148.
+NON_TEMPORAL_TRAFFIC = 2.0 / 3.0
 
 
 class Net:
@@ -308,7 +318,7 @@ class Link:
     """
 
     def __init__(self, params, contention=None, chunk=CHUNK_BYTES, note="", host_bound=False,
-                 size_beta=None, step_alpha=None, pair=None, copy=None):
+                 size_beta=None, step_alpha=None, pair=None, copy=None, non_temporal=None):
         self.params = {op: ({int(k): tuple(x) for k, x in v.items()} if isinstance(v, dict) else {0: tuple(v)})
                        for op, v in params.items()}
         self.contention = list(contention) if contention else None
@@ -326,6 +336,11 @@ class Link:
         self.pair = pair
         # copy: {k: {n: ms}} of the one-thread copy (p2p) per device count (fit_size_dependent).
         self.copy = {int(k): {int(n): float(t) for n, t in v.items()} for k, v in (copy or {}).items()}
+        # non_temporal: the C library's memcpy threshold in bytes (allreduce_bench's context), from
+        # which a copy stores past the caches: `copy` then holds each time at or above it as the
+        # cache-allocating copy's equivalent (divided by NON_TEMPORAL_TRAFFIC), and time() converts
+        # back (fit_size_dependent, copy_time).
+        self.non_temporal = int(non_temporal) if non_temporal else None
 
     def _p(self, op, k):
         if op not in self.params:
@@ -368,7 +383,7 @@ class Link:
         if op in self.step_alpha and self.size_beta:
             return self.step_alpha[op] * latency_steps(op, k) + self.beta_at(n) * nb
         if op == "p2p" and len(self.copy.get(k, {})) >= 2:
-            return _loglog(self.copy[k], n)
+            return self.copy_time(k, n)
         if self.pair and op in PAIR and (PAIR[op], k) in self.pair["times"] and k in self.pair["adds"]:
             a, gamma = self.pair["adds"][k]
             adds = a + gamma * collective_features("reduce_scatter", n, k)[2]
@@ -383,6 +398,13 @@ class Link:
             return max(sum(start) + alpha * m, beta * nb + gamma * r)
         return alpha * m + beta * nb + gamma * r
 
+    def copy_time(self, k, n):
+        """The one-thread copy's ms at n bytes: its measured times, log-log between measured sizes
+        (_loglog), where at or above the non-temporal threshold the copy moves NON_TEMPORAL_TRAFFIC
+        of the bytes a cache-allocating copy does."""
+        t = _loglog(self.copy[k], n)
+        return t * NON_TEMPORAL_TRAFFIC if self.non_temporal and n >= self.non_temporal else t
+
     def beta_at(self, n):
         """The shared per-byte cost at n bytes: log-log interpolation between the measured sizes,
         the nearest measured one outside them."""
@@ -396,7 +418,8 @@ class Link:
                     "a_ms_gamma_ms_per_byte_per_k": {"k=%d" % k: list(v) for k, v in sorted(self.pair["adds"].items())},
                     "sizes_per_algorithm": {"%s k=%d" % ok: len(v) for ok, v in sorted(self.pair["times"].items())}},
                 "copy_ms_at_bytes": None if not self.copy else {
-                    "k=%d" % k: {str(n): t for n, t in sorted(v.items())} for k, v in sorted(self.copy.items())},
+                    "k=%d" % k: {str(n): self.copy_time(k, n) for n in sorted(v)} for k, v in sorted(self.copy.items())},
+                "copy_non_temporal_threshold_bytes": self.non_temporal,
                 "size_dependent": None if not self.size_beta else {
                     "algorithms_ms_per_latency_step": self.step_alpha,
                     "beta_ms_per_byte_at_bytes": {str(n): b for n, b in sorted(self.size_beta.items())}},
@@ -425,14 +448,15 @@ class Link:
         return Link(params, contention, note=note)
 
     @staticmethod
-    def fit_size_dependent(rows, group=("naive", "ring", "tree"), small=4096, note=""):
+    def fit_size_dependent(rows, group=("naive", "ring", "tree"), small=4096, note="", non_temporal=None):
         """rows as for fit. The group's algorithms (module doc: size-dependent links) get a latency
         per step, the median over their rows of at most `small` bytes (where the bytes are under a
         tenth of the time) of t / steps, and share beta(n): at each measured n above `small`, the
         median over the group's rows at n of (t - latency) / bytes. The other algorithms
         (memcpy, all-gather, reduce-scatter alone: their sources are not rewritten between
         repetitions, or are written by the producer outside the timed part) keep their own fit;
-        memcpy ("p2p") also its measured time per size, which time() interpolates (module doc)."""
+        memcpy ("p2p") also its measured time per size, which time() interpolates (module doc);
+        non_temporal: the memcpy threshold of the files' machine (Link), None where not recorded."""
         base = Link.fit(rows, note=note)
         alpha = {}
         for op in group:
@@ -450,9 +474,10 @@ class Link:
         copy = {}
         for o, n, k, t in rows:
             if o == "p2p":
-                copy.setdefault(k, {})[n] = t
+                nt = non_temporal and n >= non_temporal
+                copy.setdefault(k, {})[n] = t / NON_TEMPORAL_TRAFFIC if nt else t
         return Link(base.params, note=note, size_beta=beta, step_alpha=alpha, pair=fit_pair(rows),
-                    copy=copy)
+                    copy=copy, non_temporal=non_temporal)
 
     @staticmethod
     def fit_host_bound(rows, contention=None, note=""):

@@ -1091,6 +1091,20 @@ OTHER_SESSION_TEXT = {
         "342 %; the configurations' medians are predicted within median 13.5 %, max 89.9 %. The "
         "strategies' relative costs: data_parallel x2 ring at 0.55 of the single step, channel_split x2 "
         "at 0.59, layer_split m8 x2 at 0.79 (the AVX-512 EPYC: 0.52, 0.61, 0.74)."),
+    "cpu-2core-epyc-avx2/session-2026-12-02-1734": (
+        "What the second AVX2 EPYC session shows (2026-12-02 17:34, the same VM kind as the one above, "
+        "hours later, 4 rounds in 9.5 minutes, load average 0.65 before; the first session whose "
+        "allreduce_bench files record memcpy's non-temporal threshold, 192 MiB). This VM ran the "
+        "single step at batch 256 in 76.4-78.2 ms in every profile and strategy file (the earlier "
+        "session: 110.6 ms), and two devices computing at once cost x1.008 per device. Training: "
+        "samples median 2.4 %, max 27.5 %, configurations' medians 7.6 / 21.7 %, against the rounds' "
+        "own spread of 9.0 / 38.0 %: data_parallel x2 took 38.9-39.2 ms in rounds 2 and 4 and "
+        "48.9-52.9 in rounds 1 and 3, layer_split m1 77.6-80.6 ms and 107.2 in round 3. The threshold "
+        "(item 8 of the errors) moves memcpy's 256 MiB rows from +48..+77 % to -2..+18 % and its 64 "
+        "MiB rows from -25..-30 % to -8..-15 %; memcpy's samples from median 21.9 %, max 76.7 % to "
+        "14.8 / 48.4 %, the allreduce_bench configurations' medians from 10.9 / 64.0 % to 10.8 / "
+        "49.6 %. The strategies' relative costs: data_parallel x2 ring at 0.57 of the single step, "
+        "channel_split x2 at 0.59, layer_split m8 x2 at 0.85."),
     "cpu-2core-xeon/session-2026-12-02": (
         "What the second Xeon session shows (2026-12-02, the clean session's VM kind a day later, "
         "4 rounds in 9.1 minutes with the concurrent profile, nothing else running; the load average "
@@ -1263,7 +1277,20 @@ WHY_ERRORS = (
     "and their runs took 79-85 ms at m = 1 where the clean session's took 53, so the pass, "
     "measured in the same minute, carries a level the fitted profile lacks (median -6 and -8 % "
     "with the pass, -35 and -36 % without). Kept as is: the pass is setup, not the timed "
-    "iterations, and a file's level is what those files lack.")
+    "iterations, and a file's level is what those files lack. (8) CPU memcpy, kept where the files "
+    "record it: the copy's cost per byte drops at the C library's non-temporal threshold (glibc's "
+    "x86_non_temporal_threshold, from the cache sizes it detects: 192 MiB on the AVX2 EPYC VM), from "
+    "which memcpy stores past the caches, 2 bytes of memory traffic per byte copied instead of 3. "
+    "Measured on that VM with allreduce_bench's memcpy rows and GLIBC_TUNABLES moving the "
+    "threshold, best of 3 repetitions, two rounds: at the default 64 MiB 0.127-0.131 ns/B and 256 "
+    "MiB 0.080; with it at 16 MiB 0.072-0.085 and 0.073-0.077; at 1 GiB 0.127 and 0.127-0.128 (the "
+    "ratio 0.63, the traffic's 2/3). That is the clean Xeon session's 64 / 256 MiB step too (0.148 / "
+    "0.093 ns/B, -44 and +60 % above). allreduce_bench now records the threshold "
+    "(memcpy_non_temporal_threshold_bytes in its context); where every fitted file records the same "
+    "one, memcpy's curve is kept in cache-allocating terms and converted at and above it "
+    "(perf.NON_TEMPORAL_TRAFFIC). Only the 2026-12-02 17:34 AVX2 EPYC session records it: there "
+    "memcpy's samples go from median 21.9 %, max 76.7 % to 14.8 / 48.4 %. The other files are "
+    "unchanged.")
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -17,6 +17,7 @@ floor is the session's own: each repeated configuration's samples (one per round
 median of its other samples (model/noise.py).
 """
 import argparse
+import functools
 import glob
 import os
 import statistics
@@ -44,13 +45,16 @@ def validate(directory):
     rel = os.path.relpath(directory, calibrate.ROOT)
     if rel.startswith(".."):
         rel = os.path.abspath(directory)
-    link = calibrate.cpu_link_fit(fit_rows, note="fitted on %s/allreduce-*.json (%d rounds)" % (rel, len(benches)))
+    threshold = calibrate.memcpy_threshold(benches)
+    fit = functools.partial(calibrate.cpu_link_fit, non_temporal=threshold)
+    link = fit(fit_rows, note="fitted on %s/allreduce-*.json (%d rounds)%s" % (
+        rel, len(benches), "; memcpy's non-temporal threshold %d B" % threshold if threshold else ""))
     points = []
     for f in strategies:
         points += calibrate.validate_runs("cpu", f, comp, link, own_level=False)
     for f in benches:  # one sample per round: the median of that round's repetitions
         points += calibrate.validate_bench("cpu", calibrate.bench_rows(f), fit_rows,
-                                           os.path.relpath(f, calibrate.ROOT), fit=calibrate.cpu_link_fit)
+                                           os.path.relpath(f, calibrate.ROOT), fit=fit)
     configs = noise.per_config(points)
     return {"directory": rel, "rounds": {"profile": len(profiles), "allreduce_bench": len(benches),
                                          "strategies": len(strategies), "concurrent": len(concurrent)},
