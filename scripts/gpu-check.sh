@@ -37,8 +37,11 @@
 # that finished. The loose files are in $GPU_CHECK_FILES (default: a new temporary folder, named
 # in summary.txt). For a remote GPU host that gets a copy of the tree without .git:
 #   scripts/make-gpu-bundle.sh && scripts/stamp-source.sh     # where the packages are
+#   scripts/gpu-travel.sh hide                                # results/ and report/ stay here:
+#                                                             # with them the copy passes 64 MiB
 #   OUT=DIR scripts/gpu-check.sh                              # there, with gpu-bundle/ and
 #                                                             # .paralab-source-commit copied too
+#   scripts/gpu-travel.sh restore                             # here, right after the copy
 #
 # On a host with ParaLab's packages it builds normally. On an offline GPU host it builds a
 # CUDA-only ParaLab from gpu-bundle/ (scripts/make-gpu-bundle.sh, run where the packages are),
