@@ -119,9 +119,10 @@ goal_lines() {
     esac
   done
 }
-# Seconds left of the budget, less a reserve for the last packing (0 when spent).
+# Seconds left of the budget, less a reserve for the last packing and for a command that ignores
+# the timeout's SIGTERM (killed 10 s later) (0 when spent).
 left() {
-  local l=$((start + budget - 5 - $(date +%s)))
+  local l=$((start + budget - 15 - $(date +%s)))
   echo $((l > 0 ? l : 0))
 }
 # capped CAP CMD...: CMD under a timeout of CAP seconds, cut to the budget's end (exit 124 when
@@ -135,7 +136,7 @@ capped() {
     echo "gpu-check: not started, the budget of $budget s is spent: $*" >&2
     return 124
   fi
-  timeout "$cap" "$@"
+  timeout -k 10 "$cap" "$@"
 }
 # pack: every file so far, and the summary, into $OUT/gpu-check-files.tar.gz (replaced whole).
 pack() {
@@ -199,6 +200,12 @@ if [[ -z ${GPU_CHECK_BUILD_DIR:-} ]]; then
   fi
 fi
 grep "ParaLab:" "$FILES/configure.log" 2>/dev/null | tee -a "$OUT/summary.txt"
+# Without the CUDA backend every GPU test would match nothing and pass: stop at once instead.
+if [[ -f $FILES/configure.log ]] && ! grep -q "CUDA backend ON" "$FILES/configure.log"; then
+  log "FAIL: the CUDA backend is OFF in this build (configure.log: $(grep -m1 -E 'ParaLab: .*CUDA backend' "$FILES/configure.log"))"
+  pack
+  exit 1
+fi
 log "built in $(( $(date +%s) - t0 )) s"
 log "built from: $(grep -hE '^#define PARALAB_BUILD_(COMMIT|DIRTY|COMMIT_ORIGIN) ' "$BUILD/generated/paralab_build_info.h" 2>/dev/null | awk '{print $3}' | tr '\n' ' ')(commit, dirty, origin; run scripts/stamp-source.sh and carry .paralab-source-commit where the copy has no .git)"
 
@@ -206,7 +213,7 @@ log "built from: $(grep -hE '^#define PARALAB_BUILD_(COMMIT|DIRTY|COMMIT_ORIGIN)
 # and channel_split on virtual devices.
 t0=$(date +%s)
 for t in test_backends test_collectives test_data_parallel test_layer_split test_channel_split test_single test_caching_allocator test_model_ops test_models; do
-  capped 240 "$BUILD/tests/$t" --gtest_filter='*cuda*:*Cuda*' > "$FILES/$t.log" 2>&1
+  capped 90 "$BUILD/tests/$t" --gtest_filter='*cuda*:*Cuda*' > "$FILES/$t.log" 2>&1  # all 9: 10 s on 2026-11-30
   rc=$?
   log "$t: $(grep -E '^\[  (PASSED|FAILED)  \] [0-9]+ test' "$FILES/$t.log" | tr '\n' ' ')$(grep -cE '^\[  SKIPPED \] .*\(' "$FILES/$t.log") skipped (exit $rc$( ((rc == 124)) && echo ': stopped at its time limit or the budget'))"
   ((rc == 0)) || status=1
@@ -374,10 +381,14 @@ head, rows = rows[0], rows[1:]
 name, unit, value = head.index("Kernel Name"), head.index("Metric Unit"), head.index("Metric Value")
 total = collections.Counter()
 for r in rows:
-    scale = {"nsecond": 1e-3, "usecond": 1.0, "msecond": 1e3}.get(r[unit], float("nan"))
+    # ncu spells units "ns"/"us"/"ms" (recent) or "nsecond"/"usecond"/"msecond" (older).
+    scale = {"nsecond": 1e-3, "usecond": 1.0, "msecond": 1e3, "second": 1e6,
+             "ns": 1e-3, "us": 1.0, "ms": 1e3, "s": 1e6}.get(r[unit], float("nan"))
     total[r[name][:90]] += float(r[value].replace(",", "")) * scale
 all_us = sum(total.values())
 print(f"{len(rows)} kernels, {all_us:.1f} us (about 3 steps)")
+if not rows or not 0 < all_us < float("inf"):
+    sys.exit(f"no usable kernel times (units seen: {sorted({r[unit] for r in rows})})")
 for k, us in total.most_common():
     print(f"{us:10.1f} us {100 * us / all_us:5.1f} %  {k}")
 PY
@@ -393,9 +404,8 @@ t0=$(date +%s)
 capped 240 $BUILD/bench_runner experiments/gpu-check.json --out "$FILES/gpu-check.json" \
   > "$FILES/bench_runner.log" 2>&1
 rc=$?
-log "benchmark exit $rc in $(( $(date +%s) - t0 )) s"
+goal "bench_runner experiments/gpu-check.json runs to its end" $rc "exit $rc in $(( $(date +%s) - t0 )) s$( ((rc == 124)) && echo ', stopped at its time limit')"
 tail -n 20 "$FILES/bench_runner.log" >> "$OUT/summary.txt"
-((rc == 0)) || status=1
 # The 10-epoch run against the CPU backend's accuracy bar: >= 0.82 within 10 epochs and >= 0.80
 # at the end.
 bar=$(python3 - "$FILES/gpu-check.json" <<'PY'
@@ -414,8 +424,8 @@ else:
     print(("PASS" if ok else "FAIL") + f": best test accuracy {max(accs):.4f}, final {accs[-1]:.4f}")
 PY
 )
-log "10-epoch accuracy bar: $bar"
-[[ $bar == PASS* ]] || status=1
+[[ $bar == PASS* ]]
+goal "10-epoch accuracy bar (gpu-check.json)" $? "${bar#*: }"
 # Real overlap: with overlap the buckets' allreduces run on the communication stream beside
 # backward, so part of the communication is hidden (communication > exposed communication).
 goal_lines < <(python3 - "$FILES/gpu-check.json" <<'PY'
@@ -468,13 +478,14 @@ PY
 # In one allreduce_bench run, ring and tree at 16 and 64 MiB on 2, 4 and 8 devices against the
 # memcpy of the same bytes (goals: <= 4x, 11x, 26x), the LeNet gradient on 2 (<= 1.5x), and the
 # ring at 16 MiB cut into pieces of four sizes: the slope of time against messages per rank is
-# the host's cost per message (goal <= 5 us for every k).
+# the host's cost per message (goal <= 5 us for every k). Only the rows the goals read (33): the
+# default pieces everywhere, the four piece sizes for the ring at 16 MiB alone.
 part_collectives() {
   local t0
   t0=$(date +%s)
   capped 240 $BUILD/allreduce_bench --backend=cuda --devices=2,4,8 --sizes=sweep \
     --chunk-bytes=auto,0,1048576,262144,65536 \
-    --benchmark_filter='^(allreduce/(ring|tree)/devices:[248]/bytes:(516272|16777216|67108864)/|memcpy/devices:2/bytes:(516272|16777216|67108864)/)' \
+    --benchmark_filter='^(allreduce/(ring|tree)/devices:[248]/bytes:(516272|16777216|67108864)/chunk:-1/|allreduce/ring/devices:[248]/bytes:16777216/chunk:|memcpy/devices:2/bytes:(516272|16777216|67108864)/)' \
     --benchmark_out="$FILES/allreduce-cuda.json" --benchmark_out_format=json \
     > "$FILES/allreduce_bench.log" 2>&1
   local rc=$?
@@ -607,10 +618,15 @@ for k in (2, 4, 8):
 for strategy in ("data_parallel", "layer_split", "channel_split"):
     rs = [r for r in runs if r["config"].get("strategy") == strategy and r["status"] == "ok"
           and r["config"]["devices"] > 1]
+    # overlap queues the allreduces from a second host thread as backward runs: eager by design
+    # (data_parallel's plan says so), so those runs are not this goal's.
+    eager = [r for r in rs if (r["config"].get("options") or {}).get("overlap")]
+    rs = [r for r in rs if r not in eager]
     used = [r for r in rs if (r.get("strategy_report") or {}).get("cuda_graphs") == "used"]
     why = {(r.get("strategy_report") or {}).get("cuda_graphs", "not reported") for r in rs} - {"used"}
+    left = f"; {len(eager)} overlap run(s) left out, eager by design" if eager else ""
     print(("PASS" if rs and len(used) == len(rs) else "FAIL") +
-          f": {strategy} replays CUDA graphs ({len(used)}/{len(rs)} runs; {'; '.join(sorted(why)) or 'all'})")
+          f": {strategy} replays CUDA graphs ({len(used)}/{len(rs)} runs; {'; '.join(sorted(why)) or 'all'}{left})")
     # One graph over virtual devices must keep each device's kernels on its own SM share (the
     # context each kernel node was captured in): none outside the devices' contexts, and some in
     # every device's that has a green context of its own.
@@ -639,8 +655,17 @@ capped 150 python3 experiments/baselines/compare_pytorch.py --device cuda --kern
 rc=$?
 log "PyTorch comparison (ParaLab with its own kernels) exit $rc in $(( $(date +%s) - t0 )) s"
 ((rc == 0)) || status=1
-# Its last two lines are the goals: >= 2.5x the graphed baseline, a full epoch <= 50 ms.
-goal_lines < <(tail -n 2 "$FILES/compare-pytorch.log")
+# Its last two lines are the goals: >= 2.5x the graphed baseline, a full epoch <= 50 ms. Where it
+# failed or was cut before them, each goal fails by name.
+local verdicts
+verdicts=$(tail -n 2 "$FILES/compare-pytorch.log" | grep -E '^(PASS|FAIL): ')
+if [[ $(grep -c . <<<"$verdicts") -eq 2 ]]; then
+  goal_lines <<<"$verdicts"
+else
+  local why="compare_pytorch.py exit $rc$( ((rc == 124)) && echo ', stopped at its time limit'), no verdict; see compare-pytorch.log"
+  goal ">= 2.5x the graphed PyTorch baseline's throughput" 1 "$why"
+  goal "a full epoch <= 50 ms" 1 "$why"
+fi
 }
 
 part_models() {
