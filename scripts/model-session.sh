@@ -95,15 +95,7 @@ trap 'cleanup_work; [ -n "${tmp_parent:-}" ] && rm -rf "$tmp_parent"; true' EXIT
 # then removes the unfinished session.
 . scripts/child.sh
 exec 3>&2  # the script's own stderr, for the interruption's line (a child's may go to a log)
-on_signal() {  # on_signal NAME NUMBER
-  trap '' INT TERM HUP
-  stop_child
-  echo "model-session.sh: interrupted by SIG$1: nothing kept ($out not written)" >&3
-  exit $((128 + $2))
-}
-trap 'on_signal INT 2' INT
-trap 'on_signal TERM 15' TERM
-trap 'on_signal HUP 1' HUP
+stop_on_signals "model-session.sh: interrupted by {SIG}: nothing kept ($out not written)"
 
 profile_args=(--quiet)
 concurrent_args=(--quiet)

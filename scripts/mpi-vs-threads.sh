@@ -47,15 +47,7 @@ mkdir -p "$out"
 trap 'rm -rf "$out"' EXIT
 . "$here/scripts/child.sh"
 exec 3>&2
-on_signal() {  # on_signal NAME NUMBER
-  trap '' INT TERM HUP
-  stop_child
-  echo "mpi-vs-threads.sh: interrupted by SIG$1: nothing kept ($final not written)" >&3
-  exit $((128 + $2))
-}
-trap 'on_signal INT 2' INT
-trap 'on_signal TERM 15' TERM
-trap 'on_signal HUP 1' HUP
+stop_on_signals "mpi-vs-threads.sh: interrupted by {SIG}: nothing kept ($final not written)"
 measure() {  # measure CMD...: CMD in a child; its failure ends the script with one line
   local rc=0
   in_child "$@" || rc=$?
