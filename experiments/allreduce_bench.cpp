@@ -21,6 +21,8 @@
 //   algbw = bytes / time                       (GB/s, 1e9)
 //   busbw = algbw * 2(k-1)/k  for allreduce;   algbw * (k-1)/k for allgather and reduce-scatter
 // "memcpy" copies the same bytes from one device's buffer to another's: what one link can move.
+// The context records the backend, the launcher, --graphs and, on glibc x86, the size from which
+// the C library's memcpy stores past the caches (memcpy_non_temporal_threshold_bytes).
 //
 // --graphs (default auto: where the group can share one CUDA graph, i.e. virtual devices of one
 // GPU in one process): each benchmark's collective, memcpy included, is captured once as one
