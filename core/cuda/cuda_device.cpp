@@ -143,35 +143,6 @@ std::string CudaDevice::check_stream() {
   return failure;
 }
 
-const void* CudaDevice::readable(const void* src, std::size_t bytes) {
-  if (!peer_reads_staged_ || bytes == 0) return src;
-  cudaPointerAttributes attr{};
-  PARALAB_CUDA(cudaPointerGetAttributes(&attr, src));
-  if (attr.type != cudaMemoryTypeDevice || attr.device == gpu_) return src;
-  const bool comm = comm_thread_ == this;
-  Staging& staging = staging_[comm ? 1 : 0];
-  if (staging.bytes < bytes) {
-    // The old buffer's readers come before any later user of its block in stream_'s order (see
-    // deallocate): on stream_ by being queued there; on the communication stream by stream_
-    // waiting for them here (a buffer grows a few times per run, never in a capture: the
-    // allocation would miss the cache first).
-    if (staging.ptr && comm) {
-      cudaEvent_t read = nullptr;
-      PARALAB_CUDA(cudaEventCreateWithFlags(&read, cudaEventDisableTiming));
-      // Destroyed at once: CUDA releases it when the wait has completed.
-      const std::unique_ptr<CUevent_st, decltype(&cudaEventDestroy)> owned(read, cudaEventDestroy);
-      PARALAB_CUDA(cudaEventRecord(read, comm_stream_));
-      PARALAB_CUDA(cudaStreamWaitEvent(stream_, read, 0));
-    }
-    allocator_->deallocate(staging.ptr);
-    staging = {};
-    staging.ptr = allocate(bytes);
-    staging.bytes = bytes;
-  }
-  PARALAB_CUDA(cudaMemcpyAsync(staging.ptr, src, bytes, cudaMemcpyDefault, stream()));
-  return staging.ptr;
-}
-
 CudaDevice::~CudaDevice() {
   ops_.reset();
   for (Staging& s : staging_) allocator_->deallocate(s.ptr);
@@ -344,6 +315,31 @@ Event CudaDevice::record() {
   auto event = std::make_shared<CudaEvent>(order_events_);
   PARALAB_CUDA(cudaEventRecord(event->get(), stream()));
   return event;
+}
+
+const void* CudaDevice::readable(const void* src, std::size_t bytes) {
+  if (!peer_reads_staged_ || bytes == 0) return src;
+  cudaPointerAttributes attr{};
+  PARALAB_CUDA(cudaPointerGetAttributes(&attr, src));
+  if (attr.type != cudaMemoryTypeDevice || attr.device == gpu_) return src;
+  const bool comm = comm_thread_ == this;
+  Staging& staging = staging_[comm ? 1 : 0];
+  if (staging.bytes < bytes) {
+    // The old buffer's readers come before any later user of its block in stream_'s order (see
+    // deallocate): on stream_ by being queued there; on the communication stream by stream_
+    // waiting for them here (a buffer grows a few times per run, never in a capture: the
+    // allocation would miss the cache first).
+    if (staging.ptr && comm) {
+      const Event read = record();  // on this thread's stream: the communication stream
+      PARALAB_CUDA(cudaStreamWaitEvent(stream_, static_cast<const CudaEvent&>(*read).get(), 0));
+    }
+    allocator_->deallocate(staging.ptr);
+    staging = {};
+    staging.ptr = allocate(bytes);
+    staging.bytes = bytes;
+  }
+  PARALAB_CUDA(cudaMemcpyAsync(staging.ptr, src, bytes, cudaMemcpyDefault, stream()));
+  return staging.ptr;
 }
 
 // In a capture a plain cudaEventRecord is only a dependency for other streams; a mark must be
