@@ -138,6 +138,18 @@ capped() {
   fi
   timeout -k 10 "$cap" "$@"
 }
+# outcome RC LOG PATTERN: a goal's detail from a command's log: the last line matching PATTERN,
+# and why there is none or why the command ended early (its time limit, a non-zero exit).
+outcome() {
+  local rc=$1 line
+  line=$(grep -E "$3" "$2" 2>/dev/null | tail -1)
+  [[ -n $line ]] || line="no line matching '$3' in $(basename "$2")"
+  case $rc in
+    0) echo "$line" ;;
+    124 | 137) echo "stopped at its time limit or the budget; $line" ;;
+    *) echo "exit $rc: $line" ;;
+  esac
+}
 # pack: every file so far, and the summary, into $OUT/gpu-check-files.tar.gz (replaced whole).
 pack() {
   cp "$OUT/summary.txt" "$FILES/summary.txt"
@@ -345,22 +357,29 @@ part_sanitizers() {
 capped 150 compute-sanitizer --tool memcheck --error-exitcode 9 $BUILD/tests/test_backends \
   --gtest_filter='*ConvReluPool*/cuda*:*LeNetOnBackend.ForwardBackward*/cuda*:*Linear*/cuda*' \
   > "$FILES/sanitizer-memcheck.log" 2>&1
-goal "compute-sanitizer memcheck (conv stages, linear, LeNet step; cudnn and fused)" $? "$(grep -E 'ERROR SUMMARY' "$FILES/sanitizer-memcheck.log" | tail -1)"
+rc=$?
+goal "compute-sanitizer memcheck (conv stages, linear, LeNet step; cudnn and fused)" $rc \
+  "$(outcome $rc "$FILES/sanitizer-memcheck.log" 'ERROR SUMMARY')"
 capped 150 compute-sanitizer --tool racecheck --error-exitcode 9 $BUILD/tests/test_backends \
   --gtest_filter='*ConvReluPool*/cuda_fused:*LeNetOnBackend.ForwardBackward*/cuda_fused' \
   > "$FILES/sanitizer-racecheck.log" 2>&1
-goal "compute-sanitizer racecheck (own kernels)" $? "$(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$FILES/sanitizer-racecheck.log" | tail -1)"
+rc=$?
+goal "compute-sanitizer racecheck (own kernels)" $rc \
+  "$(outcome $rc "$FILES/sanitizer-racecheck.log" 'ERROR SUMMARY|RACECHECK SUMMARY')"
 
 # One graph over the group under compute-sanitizer memcheck: every rank's step, the transport's
 # hand-offs included, replayed (data_parallel on 2 and 4 virtual devices).
 capped 150 compute-sanitizer --tool memcheck --error-exitcode 9 $BUILD/tests/test_data_parallel \
   --gtest_filter='DataParallel.CudaGroupGraphMatchesEagerStepsBitForBit' \
   > "$FILES/sanitizer-group-graph.log" 2>&1
-goal "compute-sanitizer memcheck (one graph over the group: data_parallel naive/ring/tree)" $? \
-  "$(grep -E 'ERROR SUMMARY' "$FILES/sanitizer-group-graph.log" | tail -1)"
+rc=$?
+goal "compute-sanitizer memcheck (one graph over the group: data_parallel naive/ring/tree)" $rc \
+  "$(outcome $rc "$FILES/sanitizer-group-graph.log" 'ERROR SUMMARY')"
 # The own kernels' CPU emulation (the same kernel code and grids, on the host's cores).
 capped 120 $BUILD/tests/test_fused_kernels > "$FILES/test_fused_kernels.log" 2>&1
-goal "own kernels under the CPU emulation" $? "$(grep -E '^\[  (PASSED|FAILED)  \]' "$FILES/test_fused_kernels.log" | head -1)"
+rc=$?
+goal "own kernels under the CPU emulation" $rc \
+  "$(outcome $rc "$FILES/test_fused_kernels.log" '^\[  (PASSED|FAILED)  \]')"
 }
 
 part_ncu() {

@@ -105,6 +105,49 @@ class Budget(unittest.TestCase):
             self.assertTrue(os.path.isfile(os.path.join(files, "core-runs.log")))
 
 
+class Verdicts(unittest.TestCase):
+    def test_a_sanitizer_stopped_or_failing_says_why_in_its_goal_line(self):
+        # A stand-in compute-sanitizer: memcheck finds errors (exit 9 and its summary line), the
+        # racecheck run ends as a command stopped at its time limit ends (exit 124, no summary),
+        # and the group-graph run passes.
+        with tempfile.TemporaryDirectory() as tmp:
+            bin_dir = os.path.join(tmp, "bin")
+            os.mkdir(bin_dir)
+            with open(os.path.join(bin_dir, "compute-sanitizer"), "w") as f:
+                f.write("#!/bin/sh\n"
+                        "case \"$*\" in\n"
+                        "  *racecheck*) exit 124 ;;\n"
+                        "  *test_data_parallel*) echo '========= ERROR SUMMARY: 0 errors'; exit 0 ;;\n"
+                        "  *) echo '========= ERROR SUMMARY: 3 errors'; exit 9 ;;\n"
+                        "esac\n")
+            os.chmod(os.path.join(bin_dir, "compute-sanitizer"), 0o755)
+            out, files = os.path.join(tmp, "out"), os.path.join(tmp, "files")
+            env_path = os.environ["PATH"]
+            os.environ["PATH"] = bin_dir + os.pathsep + env_path
+            try:
+                proc = gpu_check(["--budget", "300", "sanitizers"], out, files)
+            finally:
+                os.environ["PATH"] = env_path
+            summary = lines_of(os.path.join(out, "summary.txt"))
+            goals = [line.split(": ", 2)[1:] for line in summary
+                     if line.startswith(("gpu-check: PASS: ", "gpu-check: FAIL: "))]
+
+            def verdict(name):
+                found = [g for g in goals if g[1].startswith(name)]
+                self.assertEqual(len(found), 1, (name, summary))
+                return found[0]
+            self.assertEqual(proc.returncode, 1, summary)
+            memcheck = verdict("compute-sanitizer memcheck (conv stages")
+            self.assertEqual(memcheck[0], "FAIL", summary)
+            self.assertIn("exit 9: ========= ERROR SUMMARY: 3 errors", memcheck[1])
+            racecheck = verdict("compute-sanitizer racecheck")
+            self.assertEqual(racecheck[0], "FAIL", summary)
+            self.assertIn("stopped at its time limit or the budget; no line matching", racecheck[1])
+            group = [verdict("compute-sanitizer memcheck (one graph over the group")]
+            self.assertEqual(group[0][0], "PASS", summary)
+            self.assertIn("ERROR SUMMARY: 0 errors", group[0][1])
+
+
 def main():
     global SCRIPT, BUILD
     ap = argparse.ArgumentParser()
