@@ -19,7 +19,8 @@
 #   seeds        the 10-epoch accuracy bar for seeds 0-4 with the default kernels
 #   speed        cuDNN against the own kernels, alternating: the default must be the faster
 #   sanitizers   compute-sanitizer memcheck and racecheck (conv stages, linear, LeNet step, one
-#                graph over the group), and the own kernels under the CPU emulation
+#                graph over the group), synccheck and initcheck (own conv kernels), and the own
+#                kernels under the CPU emulation
 #   ncu          the per-kernel time of a step, per kernel set
 #   models       AlexNet for 10 epochs on one GPU, every strategy on 2 and 4 virtual devices
 # The build and the GPU tests run first in every case.
@@ -58,7 +59,7 @@ default_parts=(determinism pytorch collectives main bench seeds speed sanitizers
 # What each part needs to be worth starting, in seconds on one H200 (estimates until a run
 # times them: each part's "took" line in summary.txt), and its goals, for --list.
 declare -A needs=([determinism]=40 [pytorch]=60 [collectives]=90 [main]=150 [bench]=60
-  [seeds]=40 [speed]=40 [sanitizers]=120 [ncu]=60 [models]=240)
+  [seeds]=40 [speed]=40 [sanitizers]=150 [ncu]=60 [models]=240)
 declare -A goals_of=(
   [determinism]="same seed, same bits (cudnn); same seed, same bits (fused); steps read once per epoch"
   [pytorch]="a full epoch <= 50 ms; >= 2.5x the graphed PyTorch baseline"
@@ -67,7 +68,7 @@ declare -A goals_of=(
   [bench]="benchmark exit 0; 10-epoch bar; overlap hides communication x2 x4"
   [seeds]="10-epoch accuracy bar, seeds 0-4"
   [speed]="the default kernels are the faster"
-  [sanitizers]="memcheck; racecheck; memcheck over one graph over the group; own kernels under the CPU emulation"
+  [sanitizers]="memcheck; racecheck; synccheck; initcheck; memcheck over one graph over the group; own kernels under the CPU emulation"
   [ncu]="ncu per-kernel breakdown (cudnn, fused)"
   [models]="AlexNet >= 0.85 in 10 epochs; AlexNet strategies on 2 and 4 virtual devices")
 die() { echo "gpu-check.sh: $*" >&2; exit 2; }
@@ -366,6 +367,16 @@ capped 150 compute-sanitizer --tool racecheck --error-exitcode 9 $BUILD/tests/te
 rc=$?
 goal "compute-sanitizer racecheck (own kernels)" $rc \
   "$(outcome $rc "$FILES/sanitizer-racecheck.log" 'ERROR SUMMARY|RACECHECK SUMMARY')"
+# The own conv kernels alone (multi-tile grids included): barriers every thread of a block
+# reaches (synccheck), and no read of device memory nothing wrote (initcheck: partial sums,
+# masks, the staged activation).
+for tool in synccheck initcheck; do
+  capped 90 compute-sanitizer --tool $tool --error-exitcode 9 $BUILD/tests/test_backends \
+    --gtest_filter='*ConvReluPool*/cuda_fused' > "$FILES/sanitizer-$tool.log" 2>&1
+  rc=$?
+  goal "compute-sanitizer $tool (own conv kernels)" $rc \
+    "$(outcome $rc "$FILES/sanitizer-$tool.log" 'ERROR SUMMARY')"
+done
 
 # One graph over the group under compute-sanitizer memcheck: every rank's step, the transport's
 # hand-offs included, replayed (data_parallel on 2 and 4 virtual devices).

@@ -91,6 +91,15 @@ TEST_P(Backend, ConvReluPoolLeNetShapesMatchReference) {
   check_stage(*dev_, 2, 20, 13, 13, 50, 5, 5, 9, 0.1);  // stage 2: 9x9 -> 4x4 (floor)
 }
 
+TEST_P(Backend, ConvReluPoolGemmTilesAndTailsMatchReference) {
+  // LeNet's conv2 fits one tile of the own kernels' implicit GEMM in each direction; these take
+  // several row tiles (K = 70, 130 filters), several column tiles of the input gradient (C = 40,
+  // 70 channels), tails in both, an odd batch split into uneven chunks and crs past the direct
+  // path's limit, so that the GPU runs (and compute-sanitizer sees) multi-tile grids.
+  check_stage(*dev_, 5, 40, 12, 11, 70, 3, 3, 13, 0.05);
+  check_stage(*dev_, 3, 70, 9, 10, 130, 3, 3, 17, 0.04);
+}
+
 TEST_P(Backend, ConvReluPoolKeepsTrainingActivationAcrossOtherShapes) {
   // An evaluation forward at another batch size between a training forward and its backward
   // must not disturb the activation backward uses.

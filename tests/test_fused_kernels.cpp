@@ -128,6 +128,9 @@ constexpr Shape7 kConv1{3, 1, 28, 28, 20, 3, 3};
 constexpr Shape7 kConv2{3, 20, 13, 13, 50, 5, 5};
 constexpr Shape7 kOdd{3, 4, 9, 8, 5, 3, 2};
 constexpr Shape7 kWide{5, 3, 12, 11, 70, 3, 3};  // two column tiles forward; 35 rows of windows
+// Several tiles each way and tails in both: 70 filters, 40 input channels (the input gradient's
+// column tiles), an odd batch.
+constexpr Shape7 kDeep{3, 40, 7, 6, 70, 3, 3};
 
 Stage make_stage(const Shape7& s, uint64_t seed) {
   return Stage(s.n, s.c, s.h, s.w, s.k, s.r, s.s, seed);
@@ -165,6 +168,7 @@ TEST(FusedKernels, GemmForwardMatchesReference) {
   expect_forward_matches_reference(kConv2, true);
   expect_forward_matches_reference(kOdd, true);
   expect_forward_matches_reference(kWide, true);
+  expect_forward_matches_reference(kDeep, true);
 }
 
 TEST(FusedKernels, DirectAndGemmForwardAgreeToTheBit) {
@@ -215,6 +219,7 @@ TEST(FusedKernels, GemmBackwardMatchesReference) {
   expect_backward_matches_reference(kConv2, true);
   expect_backward_matches_reference(kOdd, true);
   expect_backward_matches_reference(kWide, true);
+  expect_backward_matches_reference(kDeep, true);
 }
 
 TEST(FusedKernels, BiasGradientIsTheSameBitsOnBothPaths) {
