@@ -45,11 +45,14 @@ void capture_step(GroupCapture* group, int r, Transport& t, Device& dev,
   const GroupBarrier barrier = [&t] { t.barrier(); };
   PARALAB_REQUIRE(group || own,
                   std::string("capture_step: neither a group's graph nor a device's"));
-  if (group)
-    group->begin(r, barrier);
-  else
-    dev.begin_capture();
   try {
+    // Inside the try: a begin that fails part-way (rank 0's fork record, a barrier a failed peer
+    // breaks) must still end the capture it opened, or every later launch on that stream would
+    // be captured instead of run.
+    if (group)
+      group->begin(r, barrier);
+    else
+      dev.begin_capture();
     enqueue();
     if (group)
       group->end(r, barrier);

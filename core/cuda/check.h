@@ -16,13 +16,18 @@ const char* cublas_status_name(cublasStatus_t status);
 
 }  // namespace paralab::cuda
 
+// A failed call also leaves its error in the thread's last-error slot, where the next
+// PARALAB_CUDA_LAUNCHED on this thread (another run's, another device's) would report it as its
+// own: the slot is cleared before throwing (a sticky error stays: every later call returns it).
 #define PARALAB_CUDA(call)                                                                  \
   do {                                                                                      \
     const cudaError_t e_ = (call);                                                          \
-    if (e_ != cudaSuccess)                                                                  \
+    if (e_ != cudaSuccess) {                                                                \
+      (void)cudaGetLastError();                                                             \
       ::paralab::throw_library_error(                                                       \
           "CUDA", std::string(cudaGetErrorName(e_)) + ": " + cudaGetErrorString(e_), #call, \
           __FILE__, __LINE__);                                                              \
+    }                                                                                       \
   } while (0)
 
 #define PARALAB_CUDNN(call)                                                                        \

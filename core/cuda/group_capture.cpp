@@ -188,8 +188,8 @@ class CudaGroupCapture final : public GroupCapture {
       const GroupBarrier barrier = [&gate] { gate.arrive_and_wait(); };
       try {
         d.bind_thread();
-        begin(r, barrier);
         try {
+          begin(r, barrier);
           d.ops().add_inplace(out[r], in[r]);
           ready[at] = d.record();
           barrier();  // every rank's event recorded before any waits on one
@@ -237,7 +237,10 @@ class CudaGroupCapture final : public GroupCapture {
     return *devices_[static_cast<std::size_t>(rank)];
   }
 
+  // Called on the thread whose CUDA call failed: its last-error slot is cleared too, so that
+  // the next check on that thread does not report this failure as its own.
   void note_failure(const std::string& what) {
+    (void)cudaGetLastError();
     std::lock_guard lock(mu_);
     if (failure_.empty()) failure_ = what;
   }
