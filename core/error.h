@@ -23,6 +23,14 @@ class Unavailable : public Error {
   using Error::Error;
 };
 
+// A rank that stopped only because another rank of its group failed (the group's in-process
+// transport was aborted, waking the ranks that waited on the failed one): the other rank's
+// error is the cause, and is what the group reports when it has both (RankGroup::run).
+class PeerFailed : public Error {
+ public:
+  using Error::Error;
+};
+
 // Throws Error("<library>: <what> in `<call>` at <file>:<line>").
 [[noreturn]] void throw_library_error(const char* library, const std::string& what,
                                       const char* call, const char* file, int line);

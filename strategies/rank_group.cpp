@@ -6,6 +6,19 @@
 #include "core/error.h"
 
 namespace paralab {
+namespace {
+
+bool is_peer_failure(const std::exception_ptr& e) {
+  try {
+    std::rethrow_exception(e);
+  } catch (const PeerFailed&) {
+    return true;
+  } catch (...) {
+    return false;
+  }
+}
+
+}  // namespace
 
 RankGroup::RankGroup(std::vector<Device*> devices) : devices_(std::move(devices)) {
   // A thread the system refuses (out of threads or of memory for its stack) fails the group
@@ -73,7 +86,7 @@ void RankGroup::loop(int rank) {
     }
     {
       std::lock_guard lock(mu_);
-      if (err && !error_) error_ = err;
+      if (err && (!error_ || (is_peer_failure(error_) && !is_peer_failure(err)))) error_ = err;
       if (--pending_ == 0) cv_.notify_all();
     }
   }

@@ -621,6 +621,44 @@ TEST(RankGroup, AThreadThatCannotBindFailsEveryRunWithItsError) {
   EXPECT_EQ(ran.load(), 2);  // the bound rank ran each task
 }
 
+// A rank that fails aborts the fabric and wakes the peers waiting on it, whose "a peer failed"
+// can be recorded before the failed rank's own error: the group reports the cause regardless.
+// Here the order is forced: rank 0 aborts the fabric, waits until rank 1 has thrown from its
+// receive, and only then throws its own error.
+TEST(RankGroup, ReportsTheFailedRanksErrorNotThePeersReportOfIt) {
+  auto devices = make_devices("cpu", 2, {});
+  LocalFabric fabric({devices[0].get(), devices[1].get()});
+  RankGroup group({devices[0].get(), devices[1].get()});
+  std::mutex mu;
+  std::condition_variable cv;
+  bool peer_threw = false;
+  try {
+    group.run([&](int rank) {
+      if (rank == 1) {
+        Tensor buf = Tensor::zeros(*devices[1], {4});
+        try {
+          fabric.endpoint(1).recv(0, buf);  // never sent: woken only by the abort
+        } catch (const PeerFailed&) {
+          {
+            std::lock_guard lock(mu);
+            peer_threw = true;
+          }
+          cv.notify_all();
+          throw;
+        }
+        return;
+      }
+      fabric.abort();
+      std::unique_lock lock(mu);
+      cv.wait(lock, [&] { return peer_threw; });
+      throw Error("rank 0: its device failed");
+    });
+    ADD_FAILURE() << "run() did not throw";
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(), "rank 0: its device failed");
+  }
+}
+
 // The process's address space in bytes (VmSize in /proc/self/status), 0 when unreadable.
 std::size_t address_space_bytes() {
   std::ifstream status("/proc/self/status");

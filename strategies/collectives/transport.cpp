@@ -185,7 +185,7 @@ struct LocalFabric::Impl {
   Mailbox& box(int from, int to) { return boxes[static_cast<std::size_t>(from * size + to)]; }
 
   void check_aborted(int rank) const {
-    if (aborted) throw Error("transport: rank " + std::to_string(rank) + ": a peer failed");
+    if (aborted) throw PeerFailed("transport: rank " + std::to_string(rank) + ": a peer failed");
   }
 
   int size;
