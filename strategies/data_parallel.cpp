@@ -110,18 +110,23 @@ class CommWorker {
   void loop(const std::exception_ptr& unbound) {
     for (;;) {
       std::pair<int, Event> job;
+      // After a bucket failed, the rest are only counted off: reducing them would wait on
+      // peers that wait for the failed bucket's pieces, and drain() (where the rank rethrows and
+      // the group's fabric is aborted, waking those peers) would never return.
+      bool skip = false;
       {
         std::unique_lock lock(mu_);
         cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
         if (stop_) return;
         job = std::move(queue_.front());
         queue_.pop_front();
+        skip = error_ != nullptr;
       }
       std::exception_ptr err = unbound;
       std::pair<TimeMark, TimeMark> marks;
       Event done;
       try {
-        if (!err) {
+        if (!err && !skip) {
           device_.wait(job.second);
           marks.first = device_.mark();
           reduce_(job.first);
@@ -134,7 +139,7 @@ class CommWorker {
       {
         std::lock_guard lock(mu_);
         if (err && !error_) error_ = err;
-        if (!err) {
+        if (!err && !skip) {
           marks_.push_back(std::move(marks));
           done_ = std::move(done);
         }

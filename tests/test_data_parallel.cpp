@@ -3,6 +3,10 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <future>
 #include <mutex>
 #include <thread>
 
@@ -177,6 +181,74 @@ TEST(DataParallel, OverlapFailsTheStepWhenTheCommunicationThreadCannotBind) {
   }
   EXPECT_NE(error.find("no communication stream"), std::string::npos) << error;
   s.reset();  // the workers and rank threads still end
+}
+
+// A device whose communication thread fails its first bucket (the wait for the bucket's
+// gradients throws, as a CUDA error would): the other buckets must not be reduced after it. On
+// the CPU's transport a peer still at the failed bucket would take the next bucket's pieces for
+// its own; between devices that only wait for each other's pieces, the two could wait for good.
+class FirstBucketFailsDevice final : public testing::ForwardingDevice {
+ public:
+  using ForwardingDevice::ForwardingDevice;
+  void bind_comm_thread() override {
+    ForwardingDevice::bind_comm_thread();
+    std::lock_guard lock(mu_);
+    comm_thread_ = std::this_thread::get_id();
+  }
+  void wait(const Event& e) override {
+    {
+      std::lock_guard lock(mu_);
+      if (std::this_thread::get_id() == comm_thread_) {
+        if (failed_) ++waits_after_failure;
+        if (!failed_) {
+          failed_ = true;
+          throw Error("bucket 0 failed");
+        }
+      }
+    }
+    ForwardingDevice::wait(e);
+  }
+  int waits_after_failure = 0;  // buckets the communication thread went on to reduce
+
+ private:
+  std::mutex mu_;
+  std::thread::id comm_thread_;
+  bool failed_ = false;
+};
+
+TEST(DataParallel, OverlapReducesNoBucketAfterAFailedOne) {
+  auto cpu = make_devices("cpu", 2, {});
+  FirstBucketFailsDevice d0(*cpu[0]);
+  testing::ForwardingDevice d1(*cpu[1]);
+  auto s = make_strategy("data_parallel",
+                         {{"allreduce", "ring"}, {"overlap", true}, {"grouping", "per_tensor"}},
+                         "runs.0");
+  static const Dataset data = synthetic(64, 5);
+  StrategySetup setup;
+  setup.devices = {&d0, &d1};
+  setup.train = setup.test = &data;
+  setup.initial_parameters = lenet_initial_parameters(3, 0.1);
+  s->setup(setup);
+  auto step = std::async(std::launch::async, [&] {
+    std::string error;
+    try {
+      Rng shuffle(1);
+      s->begin_epoch(random_permutation(data.count, shuffle));
+      for (int i = 0; i < 2; ++i) s->train_step(i, 16, 0.1f);
+    } catch (const Error& e) {
+      error = e.what();
+    }
+    return error;
+  });
+  if (step.wait_for(std::chrono::seconds(60)) != std::future_status::ready) {
+    // The rank threads are stuck for good: nothing can end them, so the process ends here.
+    std::fprintf(stderr, "FAILED: a failed bucket left the group waiting for 60 s\n");
+    std::_Exit(1);
+  }
+  const std::string error = step.get();
+  EXPECT_NE(error.find("bucket 0 failed"), std::string::npos) << error;
+  EXPECT_EQ(d0.waits_after_failure, 0) << "buckets reduced after the failed one";
+  s.reset();
 }
 
 // With overlap each bucket's allreduce is queued on the communication queue after a wait for
