@@ -115,14 +115,14 @@ class CudaGroupCapture final : public GroupCapture {
   void end(int rank, const GroupBarrier& barrier) override {
     CudaDevice& d = device(rank);
     const auto r = static_cast<std::size_t>(rank);
-    if (rank != 0) {
-      const cudaError_t joined = cudaEventRecord(joins_[r], d.compute_stream());
-      blocks_[r] = d.finish_capture();
-      if (joined != cudaSuccess) note_failure(d.name() + ": cudaEventRecord of its join event");
-    }
+    if (rank != 0 && cudaEventRecord(joins_[r], d.compute_stream()) != cudaSuccess)
+      note_failure(d.name() + ": cudaEventRecord of its join event");
     barrier();
     if (rank == 0) finish(d);
     barrier();
+    // Only now, with the capture ended by rank 0: a block this device frees before that (from
+    // any thread) is still captured work's memory, not the cache's.
+    if (rank != 0) blocks_[r] = d.finish_capture();
     if (!failure_.empty()) {
       d.restore(std::move(blocks_[r]));
       throw Error("cuda graph over " + std::to_string(devices_.size()) + " devices: " + failure_);
