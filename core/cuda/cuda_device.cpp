@@ -246,7 +246,8 @@ void* CudaDevice::allocate(std::size_t bytes) {
 // run (the replicas' gradients, for data_parallel's overlapped buckets), and the compute stream
 // waits for its last event before it uses them again; the one block it writes that is freed
 // during a run, its staging buffer (readable()) when that grows, is freed after stream_ has been
-// made to wait for the communication stream's work so far.
+// made to wait for the communication stream's work so far, and its new one is first written
+// after the communication stream has been made to wait for stream_'s.
 void CudaDevice::deallocate(void* ptr) noexcept { allocator_->deallocate(ptr); }
 
 void CudaDevice::copy_from_host(void* dst, const void* src, std::size_t bytes) {
@@ -337,6 +338,14 @@ const void* CudaDevice::readable(const void* src, std::size_t bytes) {
     staging = {};
     staging.ptr = allocate(bytes);
     staging.bytes = bytes;
+    if (comm) {
+      // The new block may come from the cache with its last users still queued on stream_
+      // (the free was on the compute thread, in stream_'s order): the communication stream's
+      // first write into it waits for stream_'s work so far.
+      CudaEvent freed(order_events_);
+      PARALAB_CUDA(cudaEventRecord(freed.get(), stream_));
+      PARALAB_CUDA(cudaStreamWaitEvent(comm_stream_, freed.get(), 0));
+    }
   }
   PARALAB_CUDA(cudaMemcpyAsync(staging.ptr, src, bytes, cudaMemcpyDefault, stream()));
   return staging.ptr;
