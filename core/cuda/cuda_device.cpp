@@ -112,19 +112,43 @@ CudaDevice::CudaDevice(int ordinal, int gpu, int sharing, bool tf32, SmShare sha
 }
 
 // One of each kind of work a device queues, on stream_: a memset, one of ParaLab's kernels, a
-// cuBLAS and a cuDNN call, an event recorded and waited on, then a synchronisation. Returns the
-// first failure's message, or "" when all went through.
+// cuBLAS, a cuBLASLt and a cuDNN call, an ordering event recorded and waited on, two timing
+// events and the time between them, then a synchronisation. Returns the first failure's
+// message, or "" when all went through. (A cuBLASLt heuristic with no algorithm for the 4x4
+// product is no failure of the stream: that call is then left out.)
 std::string CudaDevice::check_stream() {
   float* scratch = nullptr;
   cudnnTensorDescriptor_t one_value = nullptr;
-  cudaEvent_t event = nullptr;
+  cudaEvent_t event = nullptr, t0 = nullptr, t1 = nullptr;
+  cublasLtMatmulDesc_t op = nullptr;
+  cublasLtMatrixLayout_t square = nullptr;
+  cublasLtMatmulPreference_t pref = nullptr;
   std::string failure;
   try {
-    PARALAB_CUDA(cudaMalloc(&scratch, 2 * sizeof(float)));
-    PARALAB_CUDA(cudaMemsetAsync(scratch, 0, 2 * sizeof(float), stream_));
+    constexpr int kSide = 4, kValues = 3 * kSide * kSide;  // A, B, D of a 4x4 product
+    PARALAB_CUDA(cudaMalloc(&scratch, kValues * sizeof(float)));
+    PARALAB_CUDA(cudaMemsetAsync(scratch, 0, kValues * sizeof(float), stream_));
     add_inplace(scratch, scratch + 1, 1, stream_);
-    const float one = 1.0f;
+    const float one = 1.0f, zero = 0.0f;
     PARALAB_CUBLAS(cublasSaxpy(cublas_, 1, &one, scratch, 1, scratch + 1, 1));
+    PARALAB_CUBLAS(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F_PEDANTIC, CUDA_R_32F));
+    PARALAB_CUBLAS(cublasLtMatrixLayoutCreate(&square, CUDA_R_32F, kSide, kSide, kSide));
+    PARALAB_CUBLAS(cublasLtMatmulPreferenceCreate(&pref));
+    const std::size_t workspace = kCublasWorkspace;
+    PARALAB_CUBLAS(cublasLtMatmulPreferenceSetAttribute(
+        pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace, sizeof workspace));
+    cublasLtMatmulHeuristicResult_t algo{};
+    int found = 0;
+    if (cublasLtMatmulAlgoGetHeuristic(cublas_lt_, op, square, square, square, square, pref, 1,
+                                       &algo, &found) == CUBLAS_STATUS_SUCCESS &&
+        found > 0) {
+      float* a = scratch;
+      float* b = scratch + kSide * kSide;
+      float* d = scratch + 2 * kSide * kSide;
+      PARALAB_CUBLAS(cublasLtMatmul(cublas_lt_, op, &one, a, square, b, square, &zero, d, square, d,
+                                    square, &algo.algo, cublas_workspace_, kCublasWorkspace,
+                                    stream_));
+    }
     PARALAB_CUDNN(cudnnCreateTensorDescriptor(&one_value));
     PARALAB_CUDNN(
         cudnnSetTensor4dDescriptor(one_value, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, 1, 1, 1, 1));
@@ -132,12 +156,24 @@ std::string CudaDevice::check_stream() {
     PARALAB_CUDA(cudaEventCreateWithFlags(&event, cudaEventDisableTiming));
     PARALAB_CUDA(cudaEventRecord(event, stream_));
     PARALAB_CUDA(cudaStreamWaitEvent(stream_, event, 0));
+    // Timing events as mark() makes them: from this device's pool's flags (timing on).
+    PARALAB_CUDA(cudaEventCreateWithFlags(&t0, cudaEventDefault));
+    PARALAB_CUDA(cudaEventCreateWithFlags(&t1, cudaEventDefault));
+    PARALAB_CUDA(cudaEventRecord(t0, stream_));
+    add_inplace(scratch, scratch + 1, 1, stream_);
+    PARALAB_CUDA(cudaEventRecord(t1, stream_));
     PARALAB_CUDA(cudaStreamSynchronize(stream_));
+    float ms = 0.0f;
+    PARALAB_CUDA(cudaEventElapsedTime(&ms, t0, t1));
   } catch (const Error& e) {
     failure = e.what();
     cudaGetLastError();  // a refused call's error is not sticky: clear it for later calls
   }
-  if (event) cudaEventDestroy(event);
+  if (pref) cublasLtMatmulPreferenceDestroy(pref);
+  if (square) cublasLtMatrixLayoutDestroy(square);
+  if (op) cublasLtMatmulDescDestroy(op);
+  for (cudaEvent_t e : {event, t0, t1})
+    if (e) cudaEventDestroy(e);
   if (one_value) cudnnDestroyTensorDescriptor(one_value);
   if (scratch) cudaFree(scratch);
   return failure;
