@@ -645,6 +645,16 @@ for k in (2, 4, 8):
              f"{statistics.median(v for _, v in split):.3f} ms per device (medians)") if split else ""
     print(("PASS" if m <= 0.15 else "FAIL") +
           f": data_parallel/ring x{k} exposed communication <= 15 % of the step ({100 * m:.1f} %{where})")
+# Virtual devices model k smaller GPUs only on SM shares of their own: every virtual device of
+# every ok run has its green context, or the goal fails with the reasons the devices gave (a
+# share whose stream failed CudaDevice::check_stream runs on the whole GPU instead).
+shared = [d for r in runs if r["status"] == "ok" for d in r.get("device_list") or []
+          if d.get("kind") == "cuda" and (d.get("devices_sharing_gpu") or 1) > 1]
+without = sorted({d.get("sm_share_note") or "no reason given" for d in shared
+                  if not d.get("green_context")})
+print(("PASS" if shared and not without else "FAIL") +
+      f": virtual devices run on SM shares of their own ({len(shared)} device(s) in ok runs"
+      + (f"; without one: {'; '.join(without)}" if without else "") + ")")
 for strategy in ("data_parallel", "layer_split", "channel_split"):
     rs = [r for r in runs if r["config"].get("strategy") == strategy and r["status"] == "ok"
           and r["config"]["devices"] > 1]
