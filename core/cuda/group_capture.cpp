@@ -29,6 +29,7 @@
 #include <string>
 #include <system_error>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "core/cuda/check.h"
@@ -159,14 +160,17 @@ class CudaGroupCapture final : public GroupCapture {
 
   // A trial capture over the group before any strategy relies on one: a thread per device, each
   // adding its buffer and then its neighbour's into a result (the neighbour's read ordered by an
-  // event, as the transport's hand-offs are), captured, launched once and checked. "" when it
+  // event, as the transport's hand-offs are) and copying the result, between two timing marks
+  // (a step's kinds of node: kernels, event waits, memcpy, external event records), captured,
+  // launched once and checked, the marks read as a step's are. "" when it
   // works; otherwise what failed, so that the caller runs eagerly and says why instead of
   // failing every multi-device run on a driver or GPU that cannot hold such a graph.
   std::string probe() {
     const int k = static_cast<int>(devices_.size());
     const int64_t n = 256;
-    std::vector<Tensor> in(devices_.size()), out(devices_.size());
+    std::vector<Tensor> in(devices_.size()), out(devices_.size()), copy(devices_.size());
     std::vector<Event> ready(devices_.size());
+    std::vector<std::pair<TimeMark, TimeMark>> marks(devices_.size());
     std::vector<std::string> errors(devices_.size());
     ProbeBarrier gate(k);
     try {
@@ -175,6 +179,7 @@ class CudaGroupCapture final : public GroupCapture {
         d.bind_thread();
         in[r] = Tensor::from_host(d, {n}, std::vector<float>(n, static_cast<float>(r + 1)));
         out[r] = Tensor::zeros(d, {n});
+        copy[r] = Tensor::zeros(d, {n});
         d.ops().add_inplace(out[r], in[r]);  // the kernels loaded, the cache warm
         d.synchronize();
         d.fill_zero(out[r].raw(), out[r].bytes());
@@ -190,11 +195,14 @@ class CudaGroupCapture final : public GroupCapture {
         d.bind_thread();
         try {
           begin(r, barrier);
+          marks[at].first = d.mark();  // timing events recorded in the capture, as steps do
           d.ops().add_inplace(out[r], in[r]);
           ready[at] = d.record();
           barrier();  // every rank's event recorded before any waits on one
           d.wait(ready[static_cast<std::size_t>((r + 1) % k)]);
           d.ops().add_inplace(out[r], in[(r + 1) % k]);
+          d.copy_on_device(copy[r].raw(), out[r].raw(), out[r].bytes());  // a memcpy node
+          marks[at].second = d.mark();
           end(r, barrier);
         } catch (...) {
           abort(r);
@@ -203,10 +211,14 @@ class CudaGroupCapture final : public GroupCapture {
         launch(r, barrier);
         d.synchronize();
         const float want = static_cast<float>(r + 1 + (r + 1) % k + 1);
-        for (float v : out[r].to_host_f32())
-          if (v != want)
-            throw Error(d.name() + " computed " + std::to_string(v) + ", not " +
-                        std::to_string(want));
+        for (const Tensor* t : {&out[r], &copy[r]})
+          for (float v : t->to_host_f32())
+            if (v != want)
+              throw Error(d.name() + (t == &copy[r] ? " copied " : " computed ") +
+                          std::to_string(v) + ", not " + std::to_string(want));
+        const double ms = d.elapsed_ms(marks[at].first, marks[at].second);
+        if (!(ms >= 0.0))
+          throw Error(d.name() + ": its marks read " + std::to_string(ms) + " ms after a launch");
       } catch (const std::exception& e) {
         errors[at] = e.what();
         gate.fail();
