@@ -56,7 +56,8 @@ class GroupCapture {
   // From here on the work the calling rank queues on its device is captured, not run (its
   // compute queue; nothing may allocate beyond the cache, synchronise or copy to the host).
   virtual void begin(int rank, const GroupBarrier& barrier) = 0;
-  // Ends every rank's capture and makes the captured unit; an Error on every rank if it fails.
+  // Ends every rank's capture and makes the captured unit; CaptureFailed (core/error.h) on every
+  // rank if that fails, with each rank's device ready for eager work.
   virtual void end(int rank, const GroupBarrier& barrier) = 0;
   // Ends a capture that failed half-way on this rank, dropping what was recorded; no barrier
   // (peers may be gone).

@@ -31,6 +31,15 @@ class PeerFailed : public Error {
   using Error::Error;
 };
 
+// A capture of a group's step as one graph that failed as a whole, seen by every rank of the
+// group alike (ending or instantiating the graph): nothing of it ran and no rank is half-way, so
+// the same step can run eagerly instead (StepGraph, strategies/step_graphs.h). A failure while
+// the work is being queued is a plain Error.
+class CaptureFailed : public Error {
+ public:
+  using Error::Error;
+};
+
 // Throws Error("<library>: <what> in `<call>` at <file>:<line>").
 [[noreturn]] void throw_library_error(const char* library, const std::string& what,
                                       const char* call, const char* file, int line);

@@ -173,6 +173,7 @@ class ChannelSplit final : public Strategy {
     StepResult out;
     out.times.total_ms = ms_between(t0, Clock::now());
     out.samples = count;
+    if (graphs_.empty()) drop_graphs_if_failed();
     // Every rank's figures, wherever it ran (between processes, an allgather).
     struct Figures {
       double loss, forward_ms, backward_ms;
@@ -721,6 +722,15 @@ class ChannelSplit final : public Strategy {
     }
   }
 
+  // After a step whose group capture failed (every rank ran it eagerly): every later step is
+  // eager too, and the report says why.
+  void drop_graphs_if_failed() {
+    if (std::string why = failed_capture(ranks_); !why.empty()) {
+      graphs_ = std::move(why);
+      capture_.reset();
+    }
+  }
+
   // The step captured once per batch size (after an eager step of that size has sized the
   // buffers), then launched with its example indices and SGD step set before each launch.
   void graph_step(Rank& me, int64_t offset, int64_t count, float lr) {
@@ -732,11 +742,14 @@ class ChannelSplit final : public Strategy {
       rank_step(me, me.step_indices, 0, count, lr);
       return;
     }
-    if (next == StepGraph<StepMarks>::Next::Capture)
-      me.graph.capture(capture_.get(), me.rank, t, dev, count, [&] {
-        me.comm_marks.clear();
-        return enqueue_step(me, me.step_indices, 0, count, 0.0f, &me.step);
-      });
+    if (next == StepGraph<StepMarks>::Next::Capture &&
+        !me.graph.capture(capture_.get(), me.rank, t, dev, count, [&] {
+          me.comm_marks.clear();
+          return enqueue_step(me, me.step_indices, 0, count, 0.0f, &me.step);
+        })) {
+      rank_step(me, me.step_indices, 0, count, lr);  // no graph: eagerly
+      return;
+    }
     const auto t0 =
         me.graph.launch(capture_.get(), me.rank, t, dev, me.step, lr / static_cast<float>(count));
     finish_step(me, me.graph.marks(), count);

@@ -242,6 +242,7 @@ class DataParallel final : public Strategy {
     StepResult out;
     out.times.total_ms = ms_between(t0, Clock::now());
     out.samples = count;
+    if (graphs_.empty()) drop_graphs_if_failed();
     // Every rank's figures, wherever it ran (between processes, an allgather).
     struct Figures {
       double loss, forward_ms, backward_ms;
@@ -398,6 +399,15 @@ class DataParallel final : public Strategy {
     return plan_group_graph("the " + o_.allreduce + " allreduce", *group_, devices, &capture_);
   }
 
+  // After a step whose group capture failed (every rank ran it eagerly): every later step is
+  // eager too, and the report says why.
+  void drop_graphs_if_failed() {
+    if (std::string why = failed_capture(ranks_); !why.empty()) {
+      graphs_ = std::move(why);
+      capture_.reset();
+    }
+  }
+
   // The step captured once per global batch, then replayed with its example indices and SGD
   // step set before each launch (any lr): one launch and one synchronisation per step, and the
   // phases timed by the marks the capture took, which every replay records again. Every rank
@@ -411,10 +421,13 @@ class DataParallel final : public Strategy {
       rank_step(me, me.step_indices, 0, count, global, lr, offset);
       return;
     }
-    if (next == StepGraph<StepMarks>::Next::Capture)
-      me.graph.capture(capture_.get(), r, t, dev, global, [&] {
-        return enqueue_step(me, me.step_indices, 0, count, 0.0f, &me.step, offset);
-      });
+    if (next == StepGraph<StepMarks>::Next::Capture &&
+        !me.graph.capture(capture_.get(), r, t, dev, global, [&] {
+          return enqueue_step(me, me.step_indices, 0, count, 0.0f, &me.step, offset);
+        })) {
+      rank_step(me, me.step_indices, 0, count, global, lr, offset);  // no graph: eagerly
+      return;
+    }
     const auto t0 =
         me.graph.launch(capture_.get(), r, t, dev, me.step, lr / static_cast<float>(global));
     // The transport's receive marks are the capture's: each launch recorded them again.

@@ -161,6 +161,7 @@ class LayerSplit final : public Strategy {
     StepResult out;
     out.times.total_ms = ms_between(t0, Clock::now());
     out.samples = count;
+    if (graphs_.empty()) drop_graphs_if_failed();
     // Every stage's figures and pipeline events, wherever it ran (between processes, gathered).
     const int k = group_->size();
     std::vector<Figures> all(static_cast<std::size_t>(k));
@@ -370,6 +371,15 @@ class LayerSplit final : public Strategy {
     int64_t offset = 0;
   };
 
+  // After a step whose group capture failed (every rank ran it eagerly): every later step is
+  // eager too, and the report says why.
+  void drop_graphs_if_failed() {
+    if (std::string why = failed_capture(ranks_); !why.empty()) {
+      graphs_ = std::move(why);
+      capture_.reset();
+    }
+  }
+
   // The step captured once per global batch (after an eager step of that size has sized the
   // slots), then launched with its example indices, labels and SGD step set before each launch.
   void graph_step(Rank& me, int r, int64_t offset, int64_t count, int64_t mb, float lr,
@@ -385,9 +395,13 @@ class LayerSplit final : public Strategy {
       rank_step(me, r, inputs, count, mb, lr, t0, offset);
       return;
     }
-    if (next == StepGraph<StepMarks>::Next::Capture)
-      me.graph.capture(capture_.get(), r, t, dev, count,
-                       [&] { return enqueue_step(me, r, inputs, mb, 0.0f, &me.step, offset); });
+    if (next == StepGraph<StepMarks>::Next::Capture &&
+        !me.graph.capture(capture_.get(), r, t, dev, count, [&] {
+          return enqueue_step(me, r, inputs, mb, 0.0f, &me.step, offset);
+        })) {
+      rank_step(me, r, inputs, count, mb, lr, t0, offset);  // no graph: eagerly
+      return;
+    }
     const auto a =
         me.graph.launch(capture_.get(), r, t, dev, me.step, lr / static_cast<float>(count));
     // Every stage's part starts at the launch: the timeline's origin, for all stages alike.

@@ -108,18 +108,29 @@ class StepGraph {
   }
   // Captures enqueue(), which queues rank r's step and returns its marks, into `group`'s graph
   // (null: the device's own), after lining the ranks up and resetting the transport's counts:
-  // the bytes sent and the receives timed are the capture's, the same in every launch.
+  // the bytes sent and the receives timed are the capture's, the same in every launch. False
+  // when the group's graph could not be made (CaptureFailed, which every rank sees alike):
+  // nothing was captured or run, failure() says why, and the caller runs this step eagerly and
+  // every later one too (the strategy drops its graphs after the step). Any other error throws.
   template <typename Enqueue>
-  void capture(GroupCapture* group, int r, Transport& t, Device& dev, int64_t key,
+  bool capture(GroupCapture* group, int r, Transport& t, Device& dev, int64_t key,
                Enqueue&& enqueue) {
     t.barrier();
     t.reset_bytes_sent();
     t.reset_receive_times();
-    capture_step(group, r, t, dev, &own_, [&] { marks_ = enqueue(); });
+    try {
+      capture_step(group, r, t, dev, &own_, [&] { marks_ = enqueue(); });
+    } catch (const CaptureFailed& e) {
+      if (!group) throw;  // a device's own graph fails on that device only: not every rank's
+      drop();
+      failure_ = e.what();
+      return false;
+    }
     bytes_ = t.bytes_sent();
     key_ = key;
     captured_ = true;
     ++captures_;
+    return true;
   }
   // Lines the ranks up, sets the step's scalar input (the SGD step, read by the graph when it
   // runs) and launches; returns when the launch began (host clock).
@@ -143,6 +154,8 @@ class StepGraph {
   const Marks& marks() const { return marks_; }
   int64_t bytes() const { return bytes_; }     // what the captured step sends, per launch
   bool replayed() const { return replayed_; }  // the last step was a launch
+  // Why the group's graph could not be made ("" unless a capture returned false).
+  const std::string& failure() const { return failure_; }
   int64_t captures() const { return captures_; }
   int64_t replays() const { return replays_; }
 
@@ -157,7 +170,18 @@ class StepGraph {
   Marks marks_{};
   int64_t key_ = -1, sized_for_ = -1, bytes_ = 0, captures_ = 0, replays_ = 0;
   bool captured_ = false, replayed_ = false;
+  std::string failure_;
 };
+
+// After a step: the reason to run every later step eagerly if a rank's capture of the group's
+// graph failed in it ("capture failed: ..."), or "". Every rank fails together, so any one
+// local rank's failure stands for the group's.
+template <typename Ranks>
+std::string failed_capture(const Ranks& ranks) {
+  for (const auto& me : ranks)
+    if (!me.graph.failure().empty()) return "capture failed: " + me.graph.failure();
+  return "";
+}
 
 // The strategy_report's CUDA-graph fields (results/README): why_not is empty when the steps are
 // graphs; group is the group's capture (null: one graph per device).

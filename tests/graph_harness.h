@@ -91,6 +91,63 @@ inline ::testing::AssertionResult graph_replays_match_eager(const std::string& s
   return ::testing::AssertionSuccess();
 }
 
+// A group whose graph cannot be made (every rank's end() fails, as on a GPU or driver that
+// cannot hold the graph): the step that tried runs eagerly, and so does every later one, to the
+// bit as a strategy that never tried; no capture is tried again, even after an evaluation; the
+// report says why the graphs are not used.
+inline ::testing::AssertionResult failed_group_capture_runs_eagerly(const std::string& strategy,
+                                                                    int k, json options) {
+  const auto lr = [](int step) { return 0.02f * static_cast<float>(1 + step % 4); };
+  auto cpu = make_devices("cpu", k, {});
+  std::vector<std::unique_ptr<testing::RecordingDevice>> recording;
+  std::vector<Device*> group;
+  for (auto& d : cpu) {
+    recording.push_back(std::make_unique<testing::RecordingDevice>(*d));
+    group.push_back(recording.back().get());
+  }
+  recording.front()->fail_group_end = "cudaGraphInstantiate: out of memory (simulated)";
+  Session eager(strategy, k, options, test_initial_parameters(), 24, "cpu");
+  options["cuda_graphs"] = true;
+  Session graphed(strategy, group, options, test_initial_parameters(), 24);
+  for (int step = 0; step < 7; ++step) {
+    if (step == 4) {
+      const EvalResult ge = graphed->evaluate(), ee = eager->evaluate();
+      if (ge.loss_sum != ee.loss_sum || ge.correct != ee.correct)
+        return ::testing::AssertionFailure() << "evaluation differs before step " << step;
+    }
+    const StepResult g = graphed.step(step, lr(step)), e = eager.step(step, lr(step));
+    if (g.loss_sum != e.loss_sum || g.correct != e.correct)
+      return ::testing::AssertionFailure()
+             << "loss " << g.loss_sum << " vs eager " << e.loss_sum << ", correct " << g.correct
+             << " vs " << e.correct << " at step " << step;
+    // Step 0 is eager before any capture, step 1's capture fails: neither is a launch, and
+    // from then on the steps are plain eager ones.
+    if (g.detail.value("cuda_graph_replay", 0) != 0 ||
+        (step >= 1 && g.detail.contains("cuda_graph_replay")))
+      return ::testing::AssertionFailure()
+             << "step " << step << " reports graphs: " << g.detail.dump();
+    for (std::size_t r = 0; r < g.ranks.size(); ++r)
+      if (step >= 1 && !(g.ranks[r].compute_ms > 0))
+        return ::testing::AssertionFailure()
+               << "rank " << r << ": compute " << g.ranks[r].compute_ms << " ms at step " << step;
+  }
+  if (graphed->parameters() != eager->parameters())
+    return ::testing::AssertionFailure() << "the final parameters differ";
+  for (std::size_t r = 0; r < recording.size(); ++r) {
+    if (recording[r]->failed_group_ends != 1)
+      return ::testing::AssertionFailure()
+             << "rank " << r << " tried " << recording[r]->failed_group_ends << " captures";
+    if (!recording[r]->violations.empty())
+      return ::testing::AssertionFailure() << "rank " << r << ": " << recording[r]->violations[0];
+  }
+  const json report = graphed->report();
+  if (report.value("cuda_graphs", "") !=
+          "not used: capture failed: cudaGraphInstantiate: out of memory (simulated)" ||
+      report.contains("cuda_graph_replays"))
+    return ::testing::AssertionFailure() << "report " << report.dump();
+  return ::testing::AssertionSuccess();
+}
+
 // On CUDA virtual devices (GPU tests; they skip without a GPU): `strategy` trained with its
 // step as one graph over the group against the same strategy eager ("cuda_graphs": false), the
 // learning rate changing every step: the same losses at every step and the same parameters at

@@ -166,6 +166,10 @@ class RecordingDevice final : public ForwardingDevice {
   // Records no waits: a graph without the edges between devices (to show that a test catches it).
   bool ignore_waits = false;
   std::vector<std::string> violations;  // what a CUDA capture would have refused
+  // Set on a group's first device: every group capture's end() fails on every rank with this
+  // message (CaptureFailed), as a GPU that cannot make the graph does; counted per rank.
+  std::string fail_group_end;
+  std::atomic<int> failed_group_ends{0};
 
  private:
   class Replay final : public CapturedWork {
@@ -331,9 +335,14 @@ class RecordingGroupCapture final : public GroupCapture {
     devices_[static_cast<std::size_t>(rank)]->start_capture();
   }
   void end(int rank, const GroupBarrier& barrier) override {
-    lists_[static_cast<std::size_t>(rank)] =
-        devices_[static_cast<std::size_t>(rank)]->stop_capture();
+    RecordingDevice& d = *devices_[static_cast<std::size_t>(rank)];
+    lists_[static_cast<std::size_t>(rank)] = d.stop_capture();
     barrier();
+    if (const std::string& why = devices_.front()->fail_group_end; !why.empty()) {
+      lists_[static_cast<std::size_t>(rank)].clear();
+      ++d.failed_group_ends;
+      throw CaptureFailed(why);
+    }
     ++captures;
   }
   void abort(int rank) noexcept override {

@@ -107,6 +107,13 @@ TEST(ChannelSplit, OneGraphOverTheGroupReplaysTheEagerStepsBitForBit) {
           << pairing << " k=" << k;
 }
 
+// A group graph that cannot be made: that step and every later one run eagerly, to the bit.
+TEST(ChannelSplit, AFailedGroupCaptureRunsTheStepsEagerly) {
+  for (const char* pairing : {"none", "megatron"})
+    EXPECT_TRUE(failed_group_capture_runs_eagerly("channel_split", 2, {{"pairing", pairing}}))
+        << pairing;
+}
+
 // On a GPU: one graph over 2 (or 4) virtual devices computes the eager steps to the bit.
 TEST(ChannelSplit, CudaGroupGraphMatchesEagerStepsBitForBit) {
   if (const std::string why = backend_unavailable("cuda"); !why.empty())

@@ -316,6 +316,13 @@ TEST(DataParallel, OneGraphOverTheGroupReplaysTheEagerStepsBitForBit) {
         << algorithm << " in 4 KiB pieces";
 }
 
+// A group graph that cannot be made: that step and every later one run eagerly, to the bit.
+TEST(DataParallel, AFailedGroupCaptureRunsTheStepsEagerly) {
+  for (const char* algorithm : {"naive", "ring", "tree"})
+    EXPECT_TRUE(failed_group_capture_runs_eagerly("data_parallel", 2, {{"allreduce", algorithm}}))
+        << algorithm;
+}
+
 // Where no graph can hold the step, the report says exactly why.
 TEST(DataParallel, GraphsReportWhyTheyAreNotUsed) {
   auto cpu = make_devices("cpu", 2, {});

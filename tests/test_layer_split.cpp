@@ -244,6 +244,11 @@ TEST(LayerSplit, OneGraphOverTheGroupReplaysTheEagerStepsBitForBit) {
           << schedule << " k=" << k;
 }
 
+// A group graph that cannot be made: that step and every later one run eagerly, to the bit.
+TEST(LayerSplit, AFailedGroupCaptureRunsTheStepsEagerly) {
+  EXPECT_TRUE(failed_group_capture_runs_eagerly("layer_split", 3, {{"microbatches", 4}}));
+}
+
 // On a GPU: one graph over 2 (or 4) virtual devices computes the eager steps to the bit.
 TEST(LayerSplit, CudaGroupGraphMatchesEagerStepsBitForBit) {
   if (const std::string why = backend_unavailable("cuda"); !why.empty())

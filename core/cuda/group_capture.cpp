@@ -126,7 +126,8 @@ class CudaGroupCapture final : public GroupCapture {
     if (rank != 0) blocks_[r] = d.finish_capture();
     if (!failure_.empty()) {
       d.restore(std::move(blocks_[r]));
-      throw Error("cuda graph over " + std::to_string(devices_.size()) + " devices: " + failure_);
+      throw CaptureFailed("cuda graph over " + std::to_string(devices_.size()) +
+                          " devices: " + failure_);
     }
   }
 
