@@ -227,7 +227,10 @@ __global__ void __launch_bounds__(kThreads)
     offset[j] = c * g.h * g.w + (rem / g.s) * g.w + rem % g.s;
   }
   __syncthreads();
+  // Every index into acc is a constant after unrolling (the loops run to kMax, predicated on
+  // crs), so that acc lives in registers rather than in local memory.
   float acc[kMax + 1];
+#pragma unroll
   for (int j = 0; j <= kMax; ++j) acc[j] = 0.0f;
   const int n_begin = p * chunk, n_end = imin(g.n, n_begin + chunk);
   const int per_n = g.oh * g.ow;
@@ -238,11 +241,14 @@ __global__ void __launch_bounds__(kThreads)
     const float d = conv_grad(g, dy, mask, n, k, oh, ow);
     if (d == 0.0f) continue;  // adds nothing (ReLU closed, or dy 0)
     const float* xp = x + n * g.c * g.h * g.w + oh * g.w + ow;
+#pragma unroll
     for (int j = 0; j < kMax; ++j)
       if (j < g.crs) acc[j] = fmaf(d, xp[offset[j]], acc[j]);
     acc[kMax] += d;
   }
-  for (int j = 0; j < g.crs; ++j) red[j][threadIdx.x] = acc[j];
+#pragma unroll
+  for (int j = 0; j < kMax; ++j)
+    if (j < g.crs) red[j][threadIdx.x] = acc[j];
   red[g.crs][threadIdx.x] = acc[kMax];
   block_tree_sum<kMax + 1, kThreads>(red, g.crs + 1);
   float* out = partial + (int64_t{p} * g.k + k) * (g.crs + 1);
