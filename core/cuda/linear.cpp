@@ -85,6 +85,13 @@ class LtGemm {
     PARALAB_CUBLAS(cublasLtMatmulDescSetAttribute(op_, CUBLASLT_MATMUL_DESC_EPILOGUE, &s.epilogue,
                                                   sizeof s.epilogue));
     set_bias(bias);
+    // On an SM share (a green context) the heuristic plans for the share's SMs, not the GPU's:
+    // the tiles that fill a 132-SM GPU leave a 33-SM share with several waves.
+    if (d.sm_share().stream && d.sm_share().sm_count > 0) {
+      sm_target_ = d.sm_share().sm_count;
+      PARALAB_CUBLAS(cublasLtMatmulDescSetAttribute(op_, CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET,
+                                                    &sm_target_, sizeof sm_target_));
+    }
     // Stored layouts: A is (m,k) or, transposed, (k,m); B likewise (k,n) or (n,k).
     PARALAB_CUBLAS(cublasLtMatrixLayoutCreate(&a_, CUDA_R_32F, s.transa ? s.k : s.m,
                                               s.transa ? s.m : s.k, s.lda));
@@ -140,7 +147,8 @@ class LtGemm {
     return {{"epilogue", epilogue_name(spec_.epilogue)},
             {"algo_id", id},
             {"tile_id", tile},
-            {"split_k", split_k}};
+            {"split_k", split_k},
+            {"sm_count_target", sm_target_ > 0 ? nlohmann::json(sm_target_) : nlohmann::json()}};
   }
 
   // D = op(A) op(B) (+ the epilogue with `bias`: read for BIAS, written for BGRADA).
@@ -164,6 +172,7 @@ class LtGemm {
   cublasLtMatrixLayout_t a_ = nullptr, b_ = nullptr, d_layout_ = nullptr;
   cublasLtMatmulHeuristicResult_t result_{};
   bool ok_ = false;
+  int32_t sm_target_ = 0;  // CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET; 0: the whole GPU's
   std::string why_;
 };
 
