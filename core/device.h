@@ -134,7 +134,9 @@ class Device {
   // Capture (CUDA Graphs), where supports_capture(): between begin_capture() and end_capture()
   // the work queued from the calling thread is recorded instead of run. Nothing in between may
   // allocate, synchronise or copy to the host. abort_capture() ends a capture that failed
-  // half-way, dropping what was recorded.
+  // half-way, dropping what was recorded. end_capture() throws CaptureFailed (core/error.h)
+  // when the recorded work cannot be made a graph: nothing of it ran, and the device is ready
+  // for the same work eagerly.
   virtual bool supports_capture() const { return false; }
   virtual void begin_capture();
   virtual std::unique_ptr<CapturedWork> end_capture();

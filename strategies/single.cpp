@@ -60,7 +60,8 @@ class Single final : public Strategy {
     device_->bind_thread();
     key_ = {dropout_seed(seed_, epoch_), offset};
     const TimeMark start = deferring() ? device_->mark() : TimeMark{};
-    if (!graphs_ || !device_->supports_capture() || model_->model().has_dropout())
+    if (!graphs_ || !device_->supports_capture() || model_->model().has_dropout() ||
+        !capture_failure_.empty())
       return eager_step(order_, offset, count, lr, start);
     // A graph replays fixed pointers: this step's example indices go to a fixed buffer first.
     if (!step_indices_.defined() || step_indices_.numel() != count)
@@ -83,6 +84,12 @@ class Single final : public Strategy {
     try {
       enqueue_step(step_indices_, 0, count);
       graph_ = device_->end_capture();
+    } catch (const CaptureFailed& e) {
+      // No graph can be made of the step on this device: it and every later step run eagerly
+      // (nothing of the captured work ran), and the report says why.
+      device_->abort_capture();
+      capture_failure_ = e.what();
+      return eager_step(step_indices_, 0, count, lr, start);
     } catch (...) {
       device_->abort_capture();
       throw;
@@ -133,6 +140,8 @@ class Single final : public Strategy {
     if (!device_ || !graphs_ || !device_->supports_capture()) return nullptr;
     if (model_->model().has_dropout())
       return {{"cuda_graphs", "not used: the model's dropout masks change every step"}};
+    if (!capture_failure_.empty())
+      return {{"cuda_graphs", "not used: capture failed: " + capture_failure_}};
     return {{"cuda_graphs", "used"},
             {"cuda_graph_captures", captures_},
             {"cuda_graph_replays", replays_}};
@@ -264,6 +273,7 @@ class Single final : public Strategy {
   std::unique_ptr<CapturedWork> graph_;
   Tensor step_indices_, step_;
   int64_t graph_count_ = -1, sized_for_ = -1, captures_ = 0, replays_ = 0;
+  std::string capture_failure_;  // why the step could not be made a graph; then eager for good
 };
 
 }  // namespace

@@ -120,6 +120,10 @@ class RecordingDevice final : public ForwardingDevice {
   void begin_capture() override { start_capture(); }
   std::unique_ptr<CapturedWork> end_capture() override {
     auto lists = std::vector<std::vector<Node>>{stop_capture()};
+    if (!fail_end_capture.empty()) {  // as a GPU that cannot make the graph: nothing ran
+      ++failed_end_captures;
+      throw CaptureFailed(fail_end_capture);
+    }
     std::vector<RecordingDevice*> devices{this};
     return std::make_unique<Replay>(std::move(devices), std::move(lists));
   }
@@ -170,6 +174,9 @@ class RecordingDevice final : public ForwardingDevice {
   // message (CaptureFailed), as a GPU that cannot make the graph does; counted per rank.
   std::string fail_group_end;
   std::atomic<int> failed_group_ends{0};
+  // Set: every end_capture() of this device's own graph fails so (CaptureFailed); counted.
+  std::string fail_end_capture;
+  int failed_end_captures = 0;
 
  private:
   class Replay final : public CapturedWork {

@@ -5,6 +5,7 @@
 #include <thread>
 
 #include "core/error.h"
+#include "tests/recording_device.h"
 #include "tests/strategy_harness.h"
 
 namespace paralab {
@@ -232,6 +233,31 @@ TEST(Single, QueuedReplaysKeepTheirOrderAndTheCaptureTime) {
   EXPECT_GE(got[1].times.total_ms, 30.0);
   EXPECT_LT(got[2].times.total_ms, 30.0);
   s.reset();
+}
+
+// A step that cannot be made a graph (end_capture fails, as on a GPU that cannot instantiate
+// it) runs eagerly, and so does every later one, to the bit as with graphs off; no capture is
+// tried again, even after an evaluation; the report says why.
+TEST(Single, AFailedCaptureRunsTheStepsEagerly) {
+  static const Dataset data = synthetic(96, 5);
+  auto cpu = make_devices("cpu", 2, {});
+  testing::RecordingDevice dev(*cpu[0]);
+  dev.fail_end_capture = "cudaGraphInstantiate: out of memory (simulated)";
+  auto graphed = single_on(dev, data, {{"read_back", "step"}});
+  auto eager = single_on(*cpu[1], data, {{"cuda_graphs", false}});
+  for (int i = 0; i < 5; ++i) {
+    if (i == 3) EXPECT_EQ(graphed->evaluate().loss_sum, eager->evaluate().loss_sum);
+    const StepResult g = graphed->train_step(16 * i, 16, 0.1f);
+    const StepResult e = eager->train_step(16 * i, 16, 0.1f);
+    EXPECT_EQ(g.loss_sum, e.loss_sum) << "step " << i;
+    EXPECT_EQ(g.detail.value("cuda_graph_replay", 0), 0) << "step " << i;
+  }
+  EXPECT_EQ(graphed->parameters(), eager->parameters());
+  EXPECT_EQ(dev.failed_end_captures, 1);
+  EXPECT_EQ(graphed->report(),
+            (json{{"cuda_graphs",
+                   "not used: capture failed: cudaGraphInstantiate: out of memory (simulated)"}}));
+  EXPECT_TRUE(dev.violations.empty()) << dev.violations.front();
 }
 
 TEST(Single, CudaGraphReplayMatchesEagerStepsBitForBit) {

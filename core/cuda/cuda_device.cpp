@@ -448,15 +448,27 @@ std::unique_ptr<CapturedWork> CudaDevice::end_capture() {
   cudaGraph_t graph = nullptr;
   capturing_ = false;
   const cudaError_t ended = cudaStreamEndCapture(stream_, &graph);
-  // A failed capture replays nothing: its blocks go back to the cache (abort_capture).
-  if (ended != cudaSuccess) allocator_->abort_capture();
-  PARALAB_CUDA(ended);
+  // A graph that cannot be made is CaptureFailed: the stream is out of capture and nothing of
+  // the work ran, so a caller may run the same work eagerly. A failed capture replays nothing:
+  // its blocks go back to the cache.
+  const auto failed = [&](const char* call, cudaError_t e) {
+    (void)cudaGetLastError();
+    return CaptureFailed(name() + ": " + call + ": " + cudaGetErrorName(e) + ": " +
+                         cudaGetErrorString(e));
+  };
+  if (ended != cudaSuccess) {
+    allocator_->abort_capture();
+    if (graph) cudaGraphDestroy(graph);
+    throw failed("cudaStreamEndCapture", ended);
+  }
   auto blocks = allocator_->end_capture();
   cudaGraphExec_t exec = nullptr;
   const cudaError_t made = cudaGraphInstantiate(&exec, graph, 0);
   cudaGraphDestroy(graph);
-  if (made != cudaSuccess) allocator_->restore(std::move(blocks));
-  PARALAB_CUDA(made);
+  if (made != cudaSuccess) {
+    allocator_->restore(std::move(blocks));
+    throw failed("cudaGraphInstantiate", made);
+  }
   return std::make_unique<CudaGraph>(exec, stream_, *allocator_, std::move(blocks));
 }
 
