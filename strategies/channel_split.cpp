@@ -173,7 +173,7 @@ class ChannelSplit final : public Strategy {
     StepResult out;
     out.times.total_ms = ms_between(t0, Clock::now());
     out.samples = count;
-    if (graphs_.empty()) drop_graphs_if_failed();
+    drop_graphs_if_capture_failed(ranks_, graphs_, capture_);
     // Every rank's figures, wherever it ran (between processes, an allgather).
     struct Figures {
       double loss, forward_ms, backward_ms;
@@ -719,15 +719,6 @@ class ChannelSplit final : public Strategy {
         case LayerOp::kResize:
           break;  // before every layer with parameters: no gradient needed
       }
-    }
-  }
-
-  // After a step whose group capture failed (every rank ran it eagerly): every later step is
-  // eager too, and the report says why.
-  void drop_graphs_if_failed() {
-    if (std::string why = failed_capture(ranks_); !why.empty()) {
-      graphs_ = std::move(why);
-      capture_.reset();
     }
   }
 

@@ -242,7 +242,7 @@ class DataParallel final : public Strategy {
     StepResult out;
     out.times.total_ms = ms_between(t0, Clock::now());
     out.samples = count;
-    if (graphs_.empty()) drop_graphs_if_failed();
+    drop_graphs_if_capture_failed(ranks_, graphs_, capture_);
     // Every rank's figures, wherever it ran (between processes, an allgather).
     struct Figures {
       double loss, forward_ms, backward_ms;
@@ -397,15 +397,6 @@ class DataParallel final : public Strategy {
     if (model_->has_dropout()) return "the model's dropout masks change every step";
     if (o_.allreduce == "nccl") return "";
     return plan_group_graph("the " + o_.allreduce + " allreduce", *group_, devices, &capture_);
-  }
-
-  // After a step whose group capture failed (every rank ran it eagerly): every later step is
-  // eager too, and the report says why.
-  void drop_graphs_if_failed() {
-    if (std::string why = failed_capture(ranks_); !why.empty()) {
-      graphs_ = std::move(why);
-      capture_.reset();
-    }
   }
 
   // The step captured once per global batch, then replayed with its example indices and SGD

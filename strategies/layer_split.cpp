@@ -161,7 +161,7 @@ class LayerSplit final : public Strategy {
     StepResult out;
     out.times.total_ms = ms_between(t0, Clock::now());
     out.samples = count;
-    if (graphs_.empty()) drop_graphs_if_failed();
+    drop_graphs_if_capture_failed(ranks_, graphs_, capture_);
     // Every stage's figures and pipeline events, wherever it ran (between processes, gathered).
     const int k = group_->size();
     std::vector<Figures> all(static_cast<std::size_t>(k));
@@ -370,15 +370,6 @@ class LayerSplit final : public Strategy {
     const Tensor* labels = nullptr;
     int64_t offset = 0;
   };
-
-  // After a step whose group capture failed (every rank ran it eagerly): every later step is
-  // eager too, and the report says why.
-  void drop_graphs_if_failed() {
-    if (std::string why = failed_capture(ranks_); !why.empty()) {
-      graphs_ = std::move(why);
-      capture_.reset();
-    }
-  }
 
   // The step captured once per global batch (after an eager step of that size has sized the
   // slots), then launched with its example indices, labels and SGD step set before each launch.

@@ -173,14 +173,21 @@ class StepGraph {
   std::string failure_;
 };
 
-// After a step: the reason to run every later step eagerly if a rank's capture of the group's
-// graph failed in it ("capture failed: ..."), or "". Every rank fails together, so any one
-// local rank's failure stands for the group's.
+// After a step in which the ranks' capture of the group's graph failed (each ran the step
+// eagerly instead, StepGraph::capture): every later step is eager too. why_not (the strategy's
+// reason for not using graphs, "" while it does) becomes "capture failed: ..." and the group's
+// capture goes. Every rank fails together, so any one local rank's failure stands for the
+// group's. Called between steps, on the strategy's thread.
 template <typename Ranks>
-std::string failed_capture(const Ranks& ranks) {
+void drop_graphs_if_capture_failed(const Ranks& ranks, std::string& why_not,
+                                   std::unique_ptr<GroupCapture>& capture) {
+  if (!why_not.empty()) return;
   for (const auto& me : ranks)
-    if (!me.graph.failure().empty()) return "capture failed: " + me.graph.failure();
-  return "";
+    if (!me.graph.failure().empty()) {
+      why_not = "capture failed: " + me.graph.failure();
+      capture.reset();
+      return;
+    }
 }
 
 // The strategy_report's CUDA-graph fields (results/README): why_not is empty when the steps are

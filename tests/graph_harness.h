@@ -16,6 +16,20 @@
 namespace paralab {
 namespace {
 
+// k CPU devices, each behind a RecordingDevice (tests/recording_device.h): `group` is what a
+// strategy is given.
+struct RecordingGroup {
+  explicit RecordingGroup(int k) : cpu(make_devices("cpu", k, {})) {
+    for (auto& d : cpu) {
+      recording.push_back(std::make_unique<testing::RecordingDevice>(*d));
+      group.push_back(recording.back().get());
+    }
+  }
+  std::vector<std::unique_ptr<Device>> cpu;
+  std::vector<std::unique_ptr<testing::RecordingDevice>> recording;
+  std::vector<Device*> group;
+};
+
 // `strategy` with `options` (cuda_graphs on) on k RecordingDevices: its step must be one graph
 // over the group, and the replays must compute exactly the eager steps: the same losses and
 // correct counts at every step and the same parameters at the end, to the bit, with a learning
@@ -28,13 +42,9 @@ namespace {
 inline ::testing::AssertionResult graph_replays_match_eager(const std::string& strategy, int k,
                                                             json options, int64_t batch = 24) {
   const auto lr = [](int step) { return 0.02f * static_cast<float>(1 + step % 4); };
-  auto cpu = make_devices("cpu", k, {});
-  std::vector<std::unique_ptr<testing::RecordingDevice>> recording;
-  std::vector<Device*> group;
-  for (auto& d : cpu) {
-    recording.push_back(std::make_unique<testing::RecordingDevice>(*d));
-    group.push_back(recording.back().get());
-  }
+  RecordingGroup devs(k);
+  auto& recording = devs.recording;
+  auto& group = devs.group;
   Session eager(strategy, k, options, test_initial_parameters(), batch, "cpu");
   options["cuda_graphs"] = true;
   Session graphed(strategy, group, options, test_initial_parameters(), batch);
@@ -98,13 +108,9 @@ inline ::testing::AssertionResult graph_replays_match_eager(const std::string& s
 inline ::testing::AssertionResult failed_group_capture_runs_eagerly(const std::string& strategy,
                                                                     int k, json options) {
   const auto lr = [](int step) { return 0.02f * static_cast<float>(1 + step % 4); };
-  auto cpu = make_devices("cpu", k, {});
-  std::vector<std::unique_ptr<testing::RecordingDevice>> recording;
-  std::vector<Device*> group;
-  for (auto& d : cpu) {
-    recording.push_back(std::make_unique<testing::RecordingDevice>(*d));
-    group.push_back(recording.back().get());
-  }
+  RecordingGroup devs(k);
+  auto& recording = devs.recording;
+  auto& group = devs.group;
   recording.front()->fail_group_end = "cudaGraphInstantiate: out of memory (simulated)";
   Session eager(strategy, k, options, test_initial_parameters(), 24, "cpu");
   options["cuda_graphs"] = true;
