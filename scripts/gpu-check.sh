@@ -6,7 +6,7 @@
 #   OUT=DIR scripts/gpu-check.sh [--budget SECONDS] [--list] [PART...]
 #
 # Parts, in the default order (most decisive first; "core" = determinism seeds speed sanitizers
-# ncu, "all" = the default list; models is issue 17's and runs only when named):
+# ncu, "all" = the default list; models (issue 17's) and sweep (issue 16's) run only when named):
 #   determinism  same seed => same bits (both kernel sets, separate processes); steps read once
 #                per epoch give the bits of steps read one by one, and are not slower
 #   pytorch      compare_pytorch.py --device cuda: a full epoch <= 50 ms, >= 2.5x the PyTorch
@@ -23,6 +23,8 @@
 #                kernels under the CPU emulation
 #   ncu          the per-kernel time of a step, per kernel set
 #   models       AlexNet for 10 epochs on one GPU, every strategy on 2 and 4 virtual devices
+#   sweep        the performance model's collective sweep (issue 16): naive, ring, tree,
+#                all-gather, reduce-scatter and memcpy at every size on 2, 4 and 8 virtual devices
 # The build and the GPU tests run first in every case.
 #
 # Time budget: the whole call, build included, ends within --budget seconds (default
@@ -54,12 +56,12 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 start=$(date +%s)
-known_parts=(determinism pytorch collectives main bench seeds speed sanitizers ncu models)
+known_parts=(determinism pytorch collectives main bench seeds speed sanitizers ncu models sweep)
 default_parts=(determinism pytorch collectives main bench seeds speed sanitizers ncu)
 # What each part needs to be worth starting, in seconds on one H200 (estimates until a run
 # times them: each part's "took" line in summary.txt), and its goals, for --list.
 declare -A needs=([determinism]=40 [pytorch]=60 [collectives]=90 [main]=150 [bench]=60
-  [seeds]=40 [speed]=40 [sanitizers]=150 [ncu]=60 [models]=240)
+  [seeds]=40 [speed]=40 [sanitizers]=150 [ncu]=60 [models]=240 [sweep]=150)
 declare -A goals_of=(
   [determinism]="same seed, same bits (cudnn); same seed, same bits (fused); steps read once per epoch"
   [pytorch]="a full epoch <= 50 ms; >= 2.5x the graphed PyTorch baseline"
@@ -70,7 +72,8 @@ declare -A goals_of=(
   [speed]="the default kernels are the faster"
   [sanitizers]="memcheck; racecheck; synccheck; initcheck; memcheck over one graph over the group; own kernels under the CPU emulation"
   [ncu]="ncu per-kernel breakdown (cudnn, fused)"
-  [models]="AlexNet >= 0.85 in 10 epochs; AlexNet strategies on 2 and 4 virtual devices")
+  [models]="AlexNet >= 0.85 in 10 epochs; AlexNet strategies on 2 and 4 virtual devices"
+  [sweep]="the model's collective sweep: every algorithm at every size on 2, 4 and 8 devices")
 die() { echo "gpu-check.sh: $*" >&2; exit 2; }
 budget=${GPU_CHECK_BUDGET_S:-480}
 list=0
@@ -737,6 +740,50 @@ PY
 )
 }
 
+# ---- The performance model's collective sweep (issue 16; runs only when named) -----------------
+# What the CPU sessions measure (scripts/model-session.sh), on virtual devices of the GPU, with
+# graphs: naive, ring and tree allreduce, the ring all-gather and reduce-scatter, and memcpy, at
+# every size of the sweep (4 B .. 256 MiB and the LeNet gradient) on 2, 4 and 8 devices, the rows
+# model/ fits a GPU's collectives on (alpha + beta n + gamma n per algorithm and k). Commit
+# allreduce-cuda-sweep.json under results/reference/ with the GPU model.
+part_sweep() {
+local t0 rc
+t0=$(date +%s)
+capped 240 $BUILD/allreduce_bench --backend=cuda --devices=2,4,8 --sizes=sweep \
+  --benchmark_filter='^(allreduce/(naive|ring|tree)|allgather/ring|reduce_scatter/ring|memcpy)/devices:[248]/' \
+  --benchmark_out="$FILES/allreduce-cuda-sweep.json" --benchmark_out_format=json \
+  > "$FILES/allreduce_bench-sweep.log" 2>&1
+rc=$?
+log "allreduce_bench (cuda, the model's sweep) exit $rc in $(( $(date +%s) - t0 )) s"
+goal_lines < <(python3 - "$FILES/allreduce-cuda-sweep.json" $rc <<'PY'
+import json, re, sys
+try:
+    rows = json.load(open(sys.argv[1]))["benchmarks"]
+except (OSError, ValueError, KeyError) as e:
+    print(f"FAIL: the model's collective sweep: no results ({e})"); sys.exit()
+sizes, seen, errors = set(), {}, []
+for r in rows:
+    f = dict(re.findall(r"(devices|bytes):(\d+)", r["name"]))
+    if "bytes" not in f:
+        continue
+    algo = r["name"].split("/devices")[0]
+    sizes.add(int(f["bytes"]))
+    if r.get("error_occurred"):
+        errors.append(f"{r['name']}: {r.get('error_message', '')}"[:160])
+    else:
+        seen.setdefault((algo, int(f["devices"])), set()).add(int(f["bytes"]))
+want = [(a, k) for a in ("allreduce/naive", "allreduce/ring", "allreduce/tree", "allgather/ring",
+                         "reduce_scatter/ring") for k in (2, 4, 8)] + [("memcpy", 2)]
+short = [f"{a} x{k} ({len(seen.get((a, k), ()))}/{len(sizes)} sizes)" for a, k in want
+         if seen.get((a, k), set()) != sizes]
+ok = sizes and not short and not errors and sys.argv[2] == "0"
+print(("PASS" if ok else "FAIL") + ": the model's collective sweep: every algorithm at every size "
+      f"on 2, 4 and 8 devices (exit {sys.argv[2]}, {sum(map(len, seen.values()))} rows"
+      + (f"; missing: {', '.join(short)}" if short else "")
+      + (f"; {len(errors)} failed, e.g. {errors[0]}" if errors else "") + ")")
+PY
+)
+}
 
 # run_part P: part P if the budget's time left can hold it; its seconds logged, the files packed.
 run_part() {

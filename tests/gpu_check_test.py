@@ -147,6 +147,56 @@ class Verdicts(unittest.TestCase):
             self.assertEqual(group[0][0], "PASS", summary)
             self.assertIn("ERROR SUMMARY: 0 errors", group[0][1])
 
+    def test_the_model_sweep_passes_when_complete_and_names_what_it_misses(self):
+        # A stand-in build: its allreduce_bench writes the sweep's rows (all of them, or without
+        # all-gather on 8 devices and with one failed row), as the GPU run would.
+        fake = (
+            "#!/usr/bin/python3\n"
+            "import json, os, sys\n"
+            "out = [a.split('=', 1)[1] for a in sys.argv if a.startswith('--benchmark_out=')][0]\n"
+            "short = os.environ.get('FAKE_SWEEP_SHORT') == '1'\n"
+            "sizes = [4 ** i for i in range(1, 16)] + [516272]\n"
+            "rows = []\n"
+            "for k in (2, 4, 8):\n"
+            "    for a in ('allreduce/naive', 'allreduce/ring', 'allreduce/tree', 'allgather/ring',\n"
+            "              'reduce_scatter/ring') + (('memcpy',) if k == 2 else ()):\n"
+            "        if short and a == 'allgather/ring' and k == 8:\n"
+            "            continue\n"
+            "        for b in sizes:\n"
+            "            r = {'name': f'{a}/devices:{k}/bytes:{b}/iterations:1/manual_time',\n"
+            "                 'real_time': 1.0 + b / 1e6, 'time_unit': 'us'}\n"
+            "            if short and a == 'allreduce/tree' and k == 4 and b == 1024:\n"
+            "                r = dict(r, error_occurred=True, error_message='tree broke')\n"
+            "            rows.append(r)\n"
+            "json.dump({'context': {}, 'benchmarks': rows}, open(out, 'w'))\n")
+        with tempfile.TemporaryDirectory() as tmp:
+            build = os.path.join(tmp, "build")
+            os.mkdir(build)
+            for name, text in (("bench_runner", "#!/bin/sh\nexit 1\n"), ("allreduce_bench", fake)):
+                with open(os.path.join(build, name), "w") as f:
+                    f.write(text)
+                os.chmod(os.path.join(build, name), 0o755)
+            verdicts = []
+            for short in ("0", "1"):
+                out, files = os.path.join(tmp, "out" + short), os.path.join(tmp, "files" + short)
+                os.environ["FAKE_SWEEP_SHORT"] = short
+                try:
+                    gpu_check(["--budget", "200", "sweep"], out, files, build=build)
+                finally:
+                    del os.environ["FAKE_SWEEP_SHORT"]
+                summary = lines_of(os.path.join(out, "summary.txt"))
+                found = [line for line in summary if "the model's collective sweep" in line
+                         and line.startswith(("gpu-check: PASS: ", "gpu-check: FAIL: "))]
+                self.assertEqual(len(found), 1, summary)
+                verdicts.append(found[0])
+                self.assertTrue(os.path.isfile(os.path.join(files, "allreduce-cuda-sweep.json")))
+            self.assertTrue(verdicts[0].startswith("gpu-check: PASS: "), verdicts[0])
+            self.assertIn("(exit 0, 256 rows)", verdicts[0])
+            self.assertTrue(verdicts[1].startswith("gpu-check: FAIL: "), verdicts[1])
+            self.assertIn("missing: allreduce/tree x4 (15/16 sizes), allgather/ring x8 (0/16 sizes)",
+                          verdicts[1])
+            self.assertIn("1 failed, e.g. allreduce/tree/devices:4/bytes:1024", verdicts[1])
+
 
 def main():
     global SCRIPT, BUILD
