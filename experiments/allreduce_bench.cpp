@@ -1,7 +1,7 @@
 // allreduce_bench: the collectives alone, in the form nccl-tests reports them.
 //
 //   build/allreduce_bench [--backend=cpu|cuda] [--devices=2,4,8] [--oversubscribe]
-//                         [--sizes=lenet|sweep|all] [--chunk-bytes=auto|N[,N...]]
+//                         [--sizes=lenet|sweep|fine|all|N[,N...]] [--chunk-bytes=auto|N[,N...]]
 //                         [--graphs=auto|on|off]
 //                         [Google Benchmark flags, e.g. --benchmark_out=results/bench.json]
 //
@@ -479,6 +479,41 @@ std::vector<int64_t> parse_chunks(const std::string& list) {
   return out;
 }
 
+// --sizes: the message sizes in bytes, ascending. lenet: the LeNet gradient alone; sweep (and
+// all): 4 B..256 MiB by 4x and the LeNet gradient; fine: 4 B..256 MiB by 2x and the LeNet
+// gradient (a per-byte cost that changes with the caches is resolved twice as finely, for the
+// performance model's interpolation between sizes); or a list of byte counts, each a multiple of
+// 4 (whole floats) from 4 to 4 GiB, timed as given.
+std::vector<int64_t> message_sizes(const std::string& sizes) {
+  std::vector<int64_t> out;
+  if (sizes == "lenet" || sizes == "sweep" || sizes == "all" || sizes == "fine") {
+    const int64_t step = sizes == "fine" ? 2 : 4;
+    if (sizes != "lenet")
+      for (int64_t b = 4; b <= (int64_t{256} << 20); b *= step) out.push_back(b);
+    out.push_back(kLeNetParameters * 4);  // the flat LeNet gradient, in every named mode
+  } else {
+    std::size_t pos = 0;
+    for (;;) {
+      const std::size_t comma = sizes.find(',', pos);
+      const std::string item =
+          sizes.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
+      const bool digits = !item.empty() && item.size() <= 12 &&
+                          item.find_first_not_of("0123456789") == std::string::npos;
+      const int64_t v = digits ? std::stoll(item) : -1;
+      if (v < 4 || v % 4 != 0 || v > (int64_t{4} << 30))
+        throw Error("--sizes: '" + item.substr(0, 20) +
+                    "' is not lenet, sweep, fine, all or a byte count (a multiple of 4 from 4 "
+                    "to 4294967296)");
+      out.push_back(v);
+      if (comma == std::string::npos) break;
+      pos = comma + 1;
+    }
+  }
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
+}
+
 std::vector<int> parse_devices(const std::string& list) {
   std::vector<int> out;
   std::size_t pos = 0;
@@ -505,8 +540,9 @@ void print_help() {
       "  --backend=cpu|cuda|auto   devices to run on (default cpu)\n"
       "  --devices=K[,K...]        group sizes, each 1..64 (default 2,4,8)\n"
       "  --oversubscribe           run groups with more ranks than cores (labeled time-shared)\n"
-      "  --sizes=lenet|sweep|all   message sizes: the LeNet gradient, or 4 B..256 MiB by 4x\n"
-      "                            with it (sweep, all; default sweep)\n"
+      "  --sizes=lenet|sweep|fine|all|N[,N...]  message sizes: the LeNet gradient, or\n"
+      "                            4 B..256 MiB by 4x (sweep, all; default sweep) or by 2x\n"
+      "                            (fine) with it, or these byte counts (multiples of 4)\n"
       "  --chunk-bytes=auto|N[,N...]  ring/tree piece sizes (default auto: whole messages\n"
       "                            between virtual devices on one GPU, 262144 otherwise; 0:\n"
       "                            whole messages); several values time each\n"
@@ -576,8 +612,7 @@ int allreduce_bench_main(int argc, char** argv,
     } else
       rest.push_back(argv[i]);
   }
-  if (sizes != "lenet" && sizes != "sweep" && sizes != "all")
-    throw Error("--sizes: '" + sizes + "' (known: lenet, sweep, all)");
+  const std::vector<int64_t> byte_sizes = message_sizes(sizes);
   if (const std::string why = backend_unavailable(g_backend); !why.empty())
     throw Error("--backend=" + g_backend + ": " + why);
   if (g_mpi) {
@@ -606,11 +641,6 @@ int allreduce_bench_main(int argc, char** argv,
   if (benchmark::ReportUnrecognizedArguments(rest_argc, rest.data())) return 1;
 
   const int cores = host_cores();
-  std::vector<int64_t> byte_sizes;
-  if (sizes != "lenet")
-    for (int64_t b = 4; b <= (int64_t{256} << 20); b *= 4) byte_sizes.push_back(b);
-  byte_sizes.push_back(kLeNetParameters * 4);  // the flat LeNet gradient, in every mode
-  std::sort(byte_sizes.begin(), byte_sizes.end());
 
   for (int k : devices) {
     if (k > cores && !oversubscribe && !g_mpi) {

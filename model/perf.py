@@ -318,7 +318,8 @@ class Link:
     """
 
     def __init__(self, params, contention=None, chunk=CHUNK_BYTES, note="", host_bound=False,
-                 size_beta=None, step_alpha=None, pair=None, copy=None, non_temporal=None):
+                 size_beta=None, step_alpha=None, pair=None, copy=None, non_temporal=None,
+                 own_beta=None):
         self.params = {op: ({int(k): tuple(x) for k, x in v.items()} if isinstance(v, dict) else {0: tuple(v)})
                        for op, v in params.items()}
         self.contention = list(contention) if contention else None
@@ -341,6 +342,10 @@ class Link:
         # cache-allocating copy's equivalent (divided by NON_TEMPORAL_TRAFFIC), and time() converts
         # back (fit_size_dependent, copy_time).
         self.non_temporal = int(non_temporal) if non_temporal else None
+        # own_beta: {op: {n: ms per byte}} of each algorithm in step_alpha at its own measured
+        # sizes (fit_size_dependent with per_algorithm): time() then prices op at n by its own
+        # per-byte cost, log-log between its measured sizes, instead of the shared beta(n).
+        self.own_beta = {op: {int(n): float(b) for n, b in v.items()} for op, v in (own_beta or {}).items()}
 
     def _p(self, op, k):
         if op not in self.params:
@@ -381,7 +386,8 @@ class Link:
             return 0.0
         m, nb, r = collective_features(op, n, k, self.chunk)
         if op in self.step_alpha and self.size_beta:
-            return self.step_alpha[op] * latency_steps(op, k) + self.beta_at(n) * nb
+            beta = self.beta_at(n, self.own_beta.get(op))
+            return self.step_alpha[op] * latency_steps(op, k) + beta * nb
         if op == "p2p" and len(self.copy.get(k, {})) >= 2:
             return self.copy_time(k, n)
         if self.pair and op in PAIR and (PAIR[op], k) in self.pair["times"] and k in self.pair["adds"]:
@@ -405,11 +411,13 @@ class Link:
         t = _loglog(self.copy[k], n)
         return t * NON_TEMPORAL_TRAFFIC if self.non_temporal and n >= self.non_temporal else t
 
-    def beta_at(self, n):
-        """The shared per-byte cost at n bytes: log-log interpolation between the measured sizes,
-        the nearest measured one outside them."""
-        xs = sorted(self.size_beta)
-        return float(np.exp(np.interp(math.log(n), np.log(xs), np.log([self.size_beta[x] for x in xs]))))
+    def beta_at(self, n, own=None):
+        """The per-byte cost at n bytes, shared (size_beta) or an algorithm's own (`own`, where it
+        has at least two sizes): log-log interpolation between the measured sizes, the nearest
+        measured one outside them."""
+        b = own if own and len(own) >= 2 else self.size_beta
+        xs = sorted(b)
+        return float(np.exp(np.interp(math.log(n), np.log(xs), np.log([b[x] for x in xs]))))
 
     def to_json(self):
         return {"pair": None if not self.pair else {
@@ -448,7 +456,8 @@ class Link:
         return Link(params, contention, note=note)
 
     @staticmethod
-    def fit_size_dependent(rows, group=("naive", "ring", "tree"), small=4096, note="", non_temporal=None):
+    def fit_size_dependent(rows, group=("naive", "ring", "tree"), small=4096, note="", non_temporal=None,
+                           per_algorithm=False):
         """rows as for fit. The group's algorithms (module doc: size-dependent links) get a latency
         per step, the median over their rows of at most `small` bytes (where the bytes are under a
         tenth of the time) of t / steps, and share beta(n): at each measured n above `small`, the
@@ -471,13 +480,20 @@ class Link:
                 beta[n] = max(float(np.median(v)), 1e-15)
         if not beta:
             return base
+        own = {}
+        if per_algorithm:
+            for op in alpha:
+                for n in sorted({r[1] for r in rows if r[0] == op and r[1] > small}):
+                    v = [(t - alpha[op] * latency_steps(op, k)) / collective_features(op, n, k)[1]
+                         for o, nn, k, t in rows if o == op and nn == n]
+                    own.setdefault(op, {})[n] = max(float(np.median(v)), 1e-15)
         copy = {}
         for o, n, k, t in rows:
             if o == "p2p":
                 nt = non_temporal and n >= non_temporal
                 copy.setdefault(k, {})[n] = t / NON_TEMPORAL_TRAFFIC if nt else t
         return Link(base.params, note=note, size_beta=beta, step_alpha=alpha, pair=fit_pair(rows),
-                    copy=copy, non_temporal=non_temporal)
+                    copy=copy, non_temporal=non_temporal, own_beta=own)
 
     @staticmethod
     def fit_host_bound(rows, contention=None, note=""):

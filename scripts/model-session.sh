@@ -6,10 +6,10 @@
 #
 #   scripts/model-session.sh [--rounds N] [--label NAME] [--out DIR] [--short]
 #
-#   --rounds N   interleaved rounds (default 4; about 2 minutes each on 2 cores): each runs
+#   --rounds N   interleaved rounds (default 4; about 3-4 minutes each on 2 cores): each runs
 #                experiments/model-profile.json, experiments/model-profile-concurrent.json beside a
 #                second process computing the same step (the per-device slowdown of devices that
-#                compute at once), allreduce_bench on 2 devices at 4 B..256 MiB, and
+#                compute at once), allreduce_bench on 2 devices at 4 B..256 MiB by 2x (--sizes=fine), and
 #                experiments/model-session.json, in that order, so that fit data and predicted runs
 #                see the same machine state
 #   --label NAME the machine's directory under results/reference/ (default cpu-<cores>core-<cpu>,
@@ -100,7 +100,7 @@ stop_on_signals "model-session.sh: interrupted by {SIG}: nothing kept ($out not 
 profile_args=(--quiet)
 concurrent_args=(--quiet)
 session_args=(--quiet)
-bench_args=(--devices=2 --sizes=sweep --benchmark_repetitions=2)
+bench_args=(--devices=2 --sizes=fine --benchmark_repetitions=2)
 filter='^(allreduce/(naive|ring|tree)|allgather/ring|reduce_scatter/ring|memcpy)/devices:2'
 if [ "$short" = 1 ]; then
   tiny=(--set training.max_iterations_per_epoch=2 --set training.warmup_iterations=1

@@ -434,6 +434,19 @@ class AllreduceBenchFlags(Case):
         # CPU devices: "auto" (-1) means the default 256 KiB pieces.
         self.assertEqual(got, [("chunk:-1", 262144), ("chunk:0", 0), ("chunk:4096", 4096)])
 
+    def test_sizes_named_or_listed(self):
+        def sizes(arg):
+            code, out, err = self.run_cmd("--devices=2", arg, "--benchmark_filter=^memcpy/",
+                                          "--benchmark_list_tests", program=ALLREDUCE)
+            self.assertEqual(code, 0, err)
+            return [int(n.split("bytes:")[1].split("/")[0]) for n in out.split()]
+        lenet = 516272
+        self.assertEqual(sizes("--sizes=lenet"), [lenet])
+        self.assertEqual(sizes("--sizes=sweep"), sorted([4 ** i for i in range(1, 15)] + [lenet]))
+        self.assertEqual(sizes("--sizes=fine"), sorted([2 ** i for i in range(2, 29)] + [lenet]))
+        # A list: those sizes alone, ascending, each once.
+        self.assertEqual(sizes("--sizes=1048576,64,64,536870912"), [64, 1048576, 536870912])
+
     def test_flags(self):
         code, out, err = self.run_cmd("--help", program=ALLREDUCE)
         self.assertEqual(code, 0)
@@ -443,6 +456,9 @@ class AllreduceBenchFlags(Case):
         self.assert_bad_input(["--devices=2abc"], "--devices", "2abc", program=ALLREDUCE)
         for bad in ("2", "fast", "-4", "", "4,,8"):
             self.assert_bad_input(["--chunk-bytes=" + bad], "--chunk-bytes", program=ALLREDUCE)
+        for bad, item in (("6", "'6'"), ("coarse", "'coarse'"), ("0", "'0'"), ("4,,8", "''"),
+                          ("-4", "'-4'"), ("8589934592", "'8589934592'"), ("", "''")):
+            self.assert_bad_input(["--sizes=" + bad], "--sizes: " + item, program=ALLREDUCE)
         (self.tmp / "old.json").write_text("{}")
         self.assert_bad_input(["--benchmark_out=old.json", "--devices=2", "--sizes=lenet"],
                               "old.json", "never overwritten", program=ALLREDUCE)
