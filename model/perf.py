@@ -29,7 +29,12 @@ Plain numpy, no fitting framework. Times are milliseconds; sizes are bytes.
               beta(n) of the machine (allreduce-sweep.json, ring: 0.15 ns/B at 1 MiB, 0.08 at
               4-16 MiB, 0.17 at 256 MiB); t = alpha_op * steps + beta(n) * bytes, steps the
               critical path's messages of a one-piece message, beta(n) the median over those
-              algorithms at n of (t - alpha * steps) / bytes, interpolated in log n.
+              algorithms at n of (t - alpha * steps) / bytes, interpolated in log n. Past the
+              caches that sharing fails (one AMD EPYC VM at 256 MiB: ring 0.134 ns/B, tree 0.102,
+              naive 0.081: ring's ranks stream through memory at once, naive's take turns), so
+              where an algorithm's own rows sample its curve finely around n (sizes at most 4x
+              apart across n: a sweep by 2x, --sizes=fine), its own per-byte cost there, log-log
+              between them, prices it instead (own_beta_at).
               All-gather and reduce-scatter (the CPU): each at the other's time at n (log-log
               between measured sizes), less or plus the adds, a + gamma * reduced bytes (PAIR).
               One-thread copies (the CPU, "p2p": allreduce_bench's memcpy rows, layer_split's
@@ -59,6 +64,23 @@ CHUNK_BYTES = 262144  # data_parallel's and the collectives' default chunk_bytes
 # MiB; allreduce_bench memcpy, GLIBC_TUNABLES moving it): 0.080 against 0.127 ns/B at 256 MiB,
 # 0.072-0.085 against 0.127-0.131 at 64 MiB; the clean Xeon session's 256 / 64 MiB: 0.093 / 0.148.
 NON_TEMPORAL_TRAFFIC = 2.0 / 3.0
+
+
+def traffic_bytes(op, n, k, chunk=CHUNK_BYTES, non_temporal=None):
+    """The critical path's bytes moved of an allreduce (collective_features), each copy that the C
+    library does with non-temporal stores counted at NON_TEMPORAL_TRAFFIC of a byte: half of
+    every allreduce's bytes are plain copies (naive's sum sent back to the peers, ring's
+    all-gather, tree's broadcast), the other half adds, and a copy of at least `non_temporal`
+    bytes is non-temporal. Naive copies whole messages, ring and tree their pieces (at most
+    chunk, a ring segment n/k), so at the default 256 KiB pieces only naive's copies cross a
+    threshold of 192 MiB (one AMD EPYC VM at 256 MiB: naive's cost per byte fell 23 % from 128
+    MiB, ring's and tree's did not)."""
+    nb = collective_features(op, n, k, chunk)[1]
+    if not non_temporal or op not in ("naive", "ring", "tree"):
+        return nb
+    whole = n / k if op == "ring" else n
+    copy = whole if op == "naive" else min(chunk, whole)
+    return nb * (0.5 + 0.5 * NON_TEMPORAL_TRAFFIC) if copy >= non_temporal else nb
 
 
 class Net:
@@ -343,8 +365,8 @@ class Link:
         # back (fit_size_dependent, copy_time).
         self.non_temporal = int(non_temporal) if non_temporal else None
         # own_beta: {op: {n: ms per byte}} of each algorithm in step_alpha at its own measured
-        # sizes (fit_size_dependent with per_algorithm): time() then prices op at n by its own
-        # per-byte cost, log-log between its measured sizes, instead of the shared beta(n).
+        # sizes (fit_size_dependent): where they sample its curve finely around n (own_beta_at),
+        # time() prices op at n by its own per-byte cost instead of the shared beta(n).
         self.own_beta = {op: {int(n): float(b) for n, b in v.items()} for op, v in (own_beta or {}).items()}
 
     def _p(self, op, k):
@@ -386,8 +408,11 @@ class Link:
             return 0.0
         m, nb, r = collective_features(op, n, k, self.chunk)
         if op in self.step_alpha and self.size_beta:
-            beta = self.beta_at(n, self.own_beta.get(op))
-            return self.step_alpha[op] * latency_steps(op, k) + beta * nb
+            beta = self.own_beta_at(op, n)
+            if beta is None:
+                beta = self.beta_at(n)
+            return self.step_alpha[op] * latency_steps(op, k) + beta * traffic_bytes(
+                op, n, k, self.chunk, self.non_temporal)
         if op == "p2p" and len(self.copy.get(k, {})) >= 2:
             return self.copy_time(k, n)
         if self.pair and op in PAIR and (PAIR[op], k) in self.pair["times"] and k in self.pair["adds"]:
@@ -411,13 +436,37 @@ class Link:
         t = _loglog(self.copy[k], n)
         return t * NON_TEMPORAL_TRAFFIC if self.non_temporal and n >= self.non_temporal else t
 
-    def beta_at(self, n, own=None):
-        """The per-byte cost at n bytes, shared (size_beta) or an algorithm's own (`own`, where it
-        has at least two sizes): log-log interpolation between the measured sizes, the nearest
-        measured one outside them."""
-        b = own if own and len(own) >= 2 else self.size_beta
-        xs = sorted(b)
-        return float(np.exp(np.interp(math.log(n), np.log(xs), np.log([b[x] for x in xs]))))
+    def beta_at(self, n):
+        """The shared per-byte cost at n bytes: log-log interpolation between the measured sizes,
+        the nearest measured one outside them."""
+        xs = sorted(self.size_beta)
+        return float(np.exp(np.interp(math.log(n), np.log(xs), np.log([self.size_beta[x] for x in xs]))))
+
+    # An algorithm's own curve is trusted between measured sizes at most this far apart (4:
+    # neighbours at n/2 and 2n, a sweep by 2x with n itself left out); a sweep by 4x leaves n/4
+    # and 4n, too coarse for the caches' steps, and the shared beta(n) prices it instead.
+    OWN_SPAN = 4.0
+
+    def own_beta_at(self, op, n):
+        """op's own per-byte cost at n bytes: its measured value at n, log-log between its
+        measured sizes on either side of n when they are at most OWN_SPAN apart, or beyond its
+        smallest or largest size the nearest one's within sqrt(OWN_SPAN); None otherwise."""
+        own = self.own_beta.get(op) or {}
+        if n in own:
+            return own[n]
+        lo = max((x for x in own if x < n), default=None)
+        hi = min((x for x in own if x > n), default=None)
+        # At the sweep's ends (n held out at its largest size, say) the nearest size, when it is
+        # at most half the span away: its per-byte cost, held flat.
+        half = math.sqrt(self.OWN_SPAN) * 1.001
+        if hi is None and lo is not None and n / lo <= half:
+            return own[lo]
+        if lo is None and hi is not None and hi / n <= half:
+            return own[hi]
+        if lo is None or hi is None or hi / lo > self.OWN_SPAN * 1.001:
+            return None
+        t = math.log(n / lo) / math.log(hi / lo)
+        return float(math.exp(math.log(own[lo]) + t * (math.log(own[hi]) - math.log(own[lo]))))
 
     def to_json(self):
         return {"pair": None if not self.pair else {
@@ -430,7 +479,11 @@ class Link:
                 "copy_non_temporal_threshold_bytes": self.non_temporal,
                 "size_dependent": None if not self.size_beta else {
                     "algorithms_ms_per_latency_step": self.step_alpha,
-                    "beta_ms_per_byte_at_bytes": {str(n): b for n, b in sorted(self.size_beta.items())}},
+                    "beta_ms_per_byte_at_bytes": {str(n): b for n, b in sorted(self.size_beta.items())},
+                    "own_beta_ms_per_byte_at_bytes": {op: {str(n): b for n, b in sorted(v.items())}
+                                                      for op, v in sorted(self.own_beta.items())},
+                    "own_beta_rule": "an algorithm's own per-byte cost where its measured sizes "
+                                     "around n are at most %gx apart; else beta(n)" % self.OWN_SPAN},
                 "params_ms": {op: {("any k" if k == 0 else "k=%d" % k):
                                    dict(zip(("alpha", "beta_per_byte", "gamma_per_byte",
                                              "start_host_bound"), x))
@@ -456,8 +509,7 @@ class Link:
         return Link(params, contention, note=note)
 
     @staticmethod
-    def fit_size_dependent(rows, group=("naive", "ring", "tree"), small=4096, note="", non_temporal=None,
-                           per_algorithm=False):
+    def fit_size_dependent(rows, group=("naive", "ring", "tree"), small=4096, note="", non_temporal=None):
         """rows as for fit. The group's algorithms (module doc: size-dependent links) get a latency
         per step, the median over their rows of at most `small` bytes (where the bytes are under a
         tenth of the time) of t / steps, and share beta(n): at each measured n above `small`, the
@@ -474,19 +526,18 @@ class Link:
                 alpha[op] = float(np.median(xs))
         beta = {}
         for n in sorted({r[1] for r in rows if r[1] > small}):
-            v = [(t - alpha[o] * latency_steps(o, k)) / collective_features(o, n, k)[1]
+            v = [(t - alpha[o] * latency_steps(o, k)) / traffic_bytes(o, n, k, non_temporal=non_temporal)
                  for o, nn, k, t in rows if nn == n and o in alpha]
             if v:
                 beta[n] = max(float(np.median(v)), 1e-15)
         if not beta:
             return base
         own = {}
-        if per_algorithm:
-            for op in alpha:
-                for n in sorted({r[1] for r in rows if r[0] == op and r[1] > small}):
-                    v = [(t - alpha[op] * latency_steps(op, k)) / collective_features(op, n, k)[1]
-                         for o, nn, k, t in rows if o == op and nn == n]
-                    own.setdefault(op, {})[n] = max(float(np.median(v)), 1e-15)
+        for op in alpha:
+            for n in sorted({r[1] for r in rows if r[0] == op and r[1] > small}):
+                v = [(t - alpha[op] * latency_steps(op, k)) / traffic_bytes(op, n, k, non_temporal=non_temporal)
+                     for o, nn, k, t in rows if o == op and nn == n]
+                own.setdefault(op, {})[n] = max(float(np.median(v)), 1e-15)
         copy = {}
         for o, n, k, t in rows:
             if o == "p2p":

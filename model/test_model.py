@@ -178,6 +178,65 @@ class Fits(unittest.TestCase):
         self.assertAlmostEqual(fit.beta_at(2 * 4 ** 9) / mid, 1.0, delta=1e-3)
         self.assertAlmostEqual(fit.beta_at(4 ** 16) / beta[4 ** 14], 1.0, delta=1e-3)
 
+    def test_a_fine_sweep_prices_each_algorithm_by_its_own_curve(self):
+        # Past the caches the algorithms part: ring's per-byte cost climbs to 1.7x naive's (its
+        # ranks stream at once), which the shared beta(n) cannot follow. Sampled by 2x, each
+        # held-out (algorithm, n) is priced from its own neighbours at n/2 and 2n (within 3 %
+        # on these smooth curves); sampled by 4x, the neighbours are 16x apart and the shared
+        # beta(n) prices it, as before.
+        def beta(op, n):
+            past = (1 + math.tanh((math.log2(n) - 25) / 2)) / 2  # ~0 to 1 MiB, ~1 at 256 MiB
+            return 0.8e-7 * (1 + {"naive": 0.0, "ring": 0.7, "tree": 0.3}[op] * past)
+        step = {"naive": 0.004, "ring": 0.006, "tree": 0.005}
+        def rows_at(sizes):
+            out = []
+            for op in ("naive", "ring", "tree"):
+                truth = perf.Link({}, size_beta={n: beta(op, n) for n in sizes}, step_alpha=step)
+                out += [(op, n, 2, truth.time(op, n, 2)) for n in sizes]
+            return out
+        fine = rows_at([2 ** i for i in range(2, 29)])
+        for op, n, k, ms in fine:
+            if 2 ** 13 <= n < 2 ** 28:
+                fit = perf.Link.fit_size_dependent([r for r in fine if r[:3] != (op, n, k)])
+                self.assertAlmostEqual(fit.time(op, n, k) / ms, 1.0, delta=0.03, msg="%s %d" % (op, n))
+        coarse = rows_at([4 ** i for i in range(1, 15)])
+        held = [r for r in coarse if r[:3] != ("ring", 4 ** 13, 2)]
+        fit = perf.Link.fit_size_dependent(held)
+        self.assertIsNone(fit.own_beta_at("ring", 4 ** 13))
+        shared = fit.step_alpha["ring"] * perf.latency_steps("ring", 2) + \
+            fit.beta_at(4 ** 13) * perf.collective_features("ring", 4 ** 13, 2)[1]
+        self.assertAlmostEqual(fit.time("ring", 4 ** 13, 2), shared)
+        ring = dict((r[1], r[3]) for r in coarse if r[0] == "ring")
+        self.assertLess(fit.time("ring", 4 ** 13, 2) / ring[4 ** 13], 0.9)  # the miss it fixes
+
+    def test_naive_copies_past_the_non_temporal_threshold_move_two_thirds(self):
+        # Half of naive's bytes are the sum copied back in whole messages: from the threshold on
+        # they move 2/3 of the traffic, while ring's and tree's 256 KiB pieces never cross it.
+        threshold = 192 << 20
+        self.assertEqual(perf.traffic_bytes("naive", 128 << 20, 2, non_temporal=threshold),
+                         perf.collective_features("naive", 128 << 20, 2)[1])
+        self.assertAlmostEqual(perf.traffic_bytes("naive", 256 << 20, 2, non_temporal=threshold) /
+                               perf.collective_features("naive", 256 << 20, 2)[1], 5.0 / 6.0)
+        for op in ("ring", "tree"):
+            self.assertEqual(perf.traffic_bytes(op, 256 << 20, 2, non_temporal=threshold),
+                             perf.collective_features(op, 256 << 20, 2)[1])
+        # Pieces as large as the threshold (a ring segment of 1 GiB / 2 in 256 MiB pieces) do.
+        self.assertAlmostEqual(perf.traffic_bytes("ring", 1 << 30, 2, chunk=256 << 20, non_temporal=threshold) /
+                               perf.collective_features("ring", 1 << 30, 2, chunk=256 << 20)[1], 5.0 / 6.0)
+        # A machine with one per-byte cost: naive at 256 MiB, held out, is recovered with the
+        # threshold known, and over-priced by 6/5 without it.
+        sizes = [4 ** i for i in range(1, 15)]
+        step = {"naive": 0.004, "ring": 0.006, "tree": 0.005}
+        truth = perf.Link({}, size_beta={n: 1e-7 for n in sizes}, step_alpha=step,
+                          non_temporal=threshold)
+        rows = [(op, n, 2, truth.time(op, n, 2)) for op in step for n in sizes]
+        rest = [r for r in rows if r[:2] != ("naive", 4 ** 14)]
+        want = truth.time("naive", 4 ** 14, 2)
+        got = perf.Link.fit_size_dependent(rest, non_temporal=threshold).time("naive", 4 ** 14, 2)
+        self.assertAlmostEqual(got / want, 1.0, places=6)
+        blind = perf.Link.fit_size_dependent(rest).time("naive", 4 ** 14, 2)
+        self.assertAlmostEqual(blind / want, 1.2, delta=0.01)
+
     def test_copy_follows_its_own_measured_curve(self):
         # A one-thread copy whose per-byte cost steps up out of each cache (as on an AMD EPYC VM:
         # 0.026 ns/B to 1 MiB, 0.052 at 4 MiB, 0.075 from 16 MiB), 0.1 us to start. Held out, a
