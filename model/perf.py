@@ -364,10 +364,11 @@ class Link:
         # cache-allocating copy's equivalent (divided by NON_TEMPORAL_TRAFFIC), and time() converts
         # back (fit_size_dependent, copy_time).
         self.non_temporal = int(non_temporal) if non_temporal else None
-        # own_beta: {op: {n: ms per byte}} of each algorithm in step_alpha at its own measured
-        # sizes (fit_size_dependent): where they sample its curve finely around n (own_beta_at),
-        # time() prices op at n by its own per-byte cost instead of the shared beta(n).
-        self.own_beta = {op: {int(n): float(b) for n, b in v.items()} for op, v in (own_beta or {}).items()}
+        # own_beta: {(op, k): {n: ms per byte}} of each algorithm in step_alpha at its own measured
+        # sizes on k devices (fit_size_dependent): where they sample its curve finely around n
+        # (own_beta_at), time() prices op at n by its own per-byte cost instead of the shared beta(n).
+        self.own_beta = {(op, int(k)): {int(n): float(b) for n, b in v.items()}
+                         for (op, k), v in (own_beta or {}).items()}
 
     def _p(self, op, k):
         if op not in self.params:
@@ -408,7 +409,7 @@ class Link:
             return 0.0
         m, nb, r = collective_features(op, n, k, self.chunk)
         if op in self.step_alpha and self.size_beta:
-            beta = self.own_beta_at(op, n)
+            beta = self.own_beta_at(op, n, k)
             if beta is None:
                 beta = self.beta_at(n)
             return self.step_alpha[op] * latency_steps(op, k) + beta * traffic_bytes(
@@ -447,11 +448,11 @@ class Link:
     # and 4n, too coarse for the caches' steps, and the shared beta(n) prices it instead.
     OWN_SPAN = 4.0
 
-    def own_beta_at(self, op, n):
-        """op's own per-byte cost at n bytes: its measured value at n, log-log between its
+    def own_beta_at(self, op, n, k):
+        """op's own per-byte cost at n bytes on k devices: its measured value at n, log-log between its
         measured sizes on either side of n when they are at most OWN_SPAN apart, or beyond its
         smallest or largest size the nearest one's within sqrt(OWN_SPAN); None otherwise."""
-        own = self.own_beta.get(op) or {}
+        own = self.own_beta.get((op, k)) or {}
         if n in own:
             return own[n]
         lo = max((x for x in own if x < n), default=None)
@@ -480,8 +481,8 @@ class Link:
                 "size_dependent": None if not self.size_beta else {
                     "algorithms_ms_per_latency_step": self.step_alpha,
                     "beta_ms_per_byte_at_bytes": {str(n): b for n, b in sorted(self.size_beta.items())},
-                    "own_beta_ms_per_byte_at_bytes": {op: {str(n): b for n, b in sorted(v.items())}
-                                                      for op, v in sorted(self.own_beta.items())},
+                    "own_beta_ms_per_byte_at_bytes": {"%s k=%d" % ok: {str(n): b for n, b in sorted(v.items())}
+                                                      for ok, v in sorted(self.own_beta.items())},
                     "own_beta_rule": "an algorithm's own per-byte cost where its measured sizes "
                                      "around n are at most %gx apart; else beta(n)" % self.OWN_SPAN},
                 "params_ms": {op: {("any k" if k == 0 else "k=%d" % k):
@@ -533,11 +534,11 @@ class Link:
         if not beta:
             return base
         own = {}
-        for op in alpha:
-            for n in sorted({r[1] for r in rows if r[0] == op and r[1] > small}):
+        for op, k in sorted({(r[0], r[2]) for r in rows if r[0] in alpha}):
+            for n in sorted({r[1] for r in rows if r[0] == op and r[2] == k and r[1] > small}):
                 v = [(t - alpha[op] * latency_steps(op, k)) / traffic_bytes(op, n, k, non_temporal=non_temporal)
-                     for o, nn, k, t in rows if o == op and nn == n]
-                own.setdefault(op, {})[n] = max(float(np.median(v)), 1e-15)
+                     for o, nn, kk, t in rows if o == op and nn == n and kk == k]
+                own.setdefault((op, k), {})[n] = max(float(np.median(v)), 1e-15)
         copy = {}
         for o, n, k, t in rows:
             if o == "p2p":

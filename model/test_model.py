@@ -202,7 +202,7 @@ class Fits(unittest.TestCase):
         coarse = rows_at([4 ** i for i in range(1, 15)])
         held = [r for r in coarse if r[:3] != ("ring", 4 ** 13, 2)]
         fit = perf.Link.fit_size_dependent(held)
-        self.assertIsNone(fit.own_beta_at("ring", 4 ** 13))
+        self.assertIsNone(fit.own_beta_at("ring", 4 ** 13, 2))
         shared = fit.step_alpha["ring"] * perf.latency_steps("ring", 2) + \
             fit.beta_at(4 ** 13) * perf.collective_features("ring", 4 ** 13, 2)[1]
         self.assertAlmostEqual(fit.time("ring", 4 ** 13, 2), shared)
