@@ -458,23 +458,35 @@ void run_lenet_per_tensor(benchmark::State& state, const std::string& algorithm)
                algorithm + " per_tensor (8 allreduces)");
 }
 
-// "auto" or comma-separated byte counts (0: whole messages; else >= 4).
-std::vector<int64_t> parse_chunks(const std::string& list) {
-  std::vector<int64_t> out;
+// The items of a comma-separated flag value ("4,,8" has an empty one).
+std::vector<std::string> split_commas(const std::string& list) {
+  std::vector<std::string> out;
   std::size_t pos = 0;
   for (;;) {
     const std::size_t comma = list.find(',', pos);
-    const std::string item =
-        list.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
-    const bool digits = !item.empty() && item.size() <= 12 &&
-                        item.find_first_not_of("0123456789") == std::string::npos;
-    const int64_t v = item == "auto" ? -1 : digits ? std::stoll(item) : -2;
-    if (v == -2 || (v > 0 && v < 4))
+    out.push_back(list.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos));
+    if (comma == std::string::npos) return out;
+    pos = comma + 1;
+  }
+}
+
+// The whole number an item spells in at most max_digits decimal digits ("2abc" is not 2), or
+// -1.
+int64_t whole_number(const std::string& item, std::size_t max_digits) {
+  const bool digits = !item.empty() && item.size() <= max_digits &&
+                      item.find_first_not_of("0123456789") == std::string::npos;
+  return digits ? std::stoll(item) : -1;
+}
+
+// "auto" or comma-separated byte counts (0: whole messages; else >= 4).
+std::vector<int64_t> parse_chunks(const std::string& list) {
+  std::vector<int64_t> out;
+  for (const std::string& item : split_commas(list)) {
+    const int64_t v = item == "auto" ? -1 : whole_number(item, 12);
+    if ((v == -1 && item != "auto") || (v > 0 && v < 4))
       throw Error("--chunk-bytes: '" + item.substr(0, 20) +
                   "' is not auto, 0 (whole messages) or a byte count >= 4");
     out.push_back(v);
-    if (comma == std::string::npos) break;
-    pos = comma + 1;
   }
   return out;
 }
@@ -492,21 +504,13 @@ std::vector<int64_t> message_sizes(const std::string& sizes) {
       for (int64_t b = 4; b <= (int64_t{256} << 20); b *= step) out.push_back(b);
     out.push_back(kLeNetParameters * 4);  // the flat LeNet gradient, in every named mode
   } else {
-    std::size_t pos = 0;
-    for (;;) {
-      const std::size_t comma = sizes.find(',', pos);
-      const std::string item =
-          sizes.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
-      const bool digits = !item.empty() && item.size() <= 12 &&
-                          item.find_first_not_of("0123456789") == std::string::npos;
-      const int64_t v = digits ? std::stoll(item) : -1;
+    for (const std::string& item : split_commas(sizes)) {
+      const int64_t v = whole_number(item, 12);
       if (v < 4 || v % 4 != 0 || v > (int64_t{4} << 30))
         throw Error("--sizes: '" + item.substr(0, 20) +
                     "' is not lenet, sweep, fine, all or a byte count (a multiple of 4 from 4 "
                     "to 4294967296)");
       out.push_back(v);
-      if (comma == std::string::npos) break;
-      pos = comma + 1;
     }
   }
   std::sort(out.begin(), out.end());
@@ -516,20 +520,11 @@ std::vector<int64_t> message_sizes(const std::string& sizes) {
 
 std::vector<int> parse_devices(const std::string& list) {
   std::vector<int> out;
-  std::size_t pos = 0;
-  for (;;) {
-    const std::size_t comma = list.find(',', pos);
-    const std::string item =
-        list.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
-    // Digits only: "2abc" is not 2.
-    const bool digits = !item.empty() && item.size() <= 2 &&
-                        item.find_first_not_of("0123456789") == std::string::npos;
-    const int k = digits ? std::stoi(item) : 0;
+  for (const std::string& item : split_commas(list)) {
+    const int64_t k = whole_number(item, 2);
     if (k < 1 || k > 64)
       throw Error("--devices: '" + item.substr(0, 20) + "' is not a device count in 1..64");
-    out.push_back(k);
-    if (comma == std::string::npos) break;
-    pos = comma + 1;
+    out.push_back(static_cast<int>(k));
   }
   return out;
 }
