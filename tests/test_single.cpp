@@ -246,7 +246,9 @@ TEST(Single, AFailedCaptureRunsTheStepsEagerly) {
   auto graphed = single_on(dev, data, {{"read_back", "step"}});
   auto eager = single_on(*cpu[1], data, {{"cuda_graphs", false}});
   for (int i = 0; i < 5; ++i) {
-    if (i == 3) EXPECT_EQ(graphed->evaluate().loss_sum, eager->evaluate().loss_sum);
+    if (i == 3) {
+      EXPECT_EQ(graphed->evaluate().loss_sum, eager->evaluate().loss_sum);
+    }
     const StepResult g = graphed->train_step(16 * i, 16, 0.1f);
     const StepResult e = eager->train_step(16 * i, 16, 0.1f);
     EXPECT_EQ(g.loss_sum, e.loss_sum) << "step " << i;
