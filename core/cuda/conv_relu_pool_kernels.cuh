@@ -21,6 +21,14 @@
 
 #include "core/cuda/conv_relu_pool_plan.h"
 
+// #pragma unroll where nvcc compiles these kernels; nothing where the host compiler does (the
+// CPU emulation of tests/cuda_emulator.h, which has no such pragma).
+#if defined(__CUDACC__)
+#define PARALAB_UNROLL _Pragma("unroll")
+#else
+#define PARALAB_UNROLL
+#endif
+
 namespace paralab::cuda::crp {
 
 __device__ __forceinline__ int imin(int a, int b) { return a < b ? a : b; }
@@ -230,7 +238,7 @@ __global__ void __launch_bounds__(kThreads)
   // Every index into acc is a constant after unrolling (the loops run to kMax, predicated on
   // crs), so that acc lives in registers rather than in local memory.
   float acc[kMax + 1];
-#pragma unroll
+  PARALAB_UNROLL
   for (int j = 0; j <= kMax; ++j) acc[j] = 0.0f;
   const int n_begin = p * chunk, n_end = imin(g.n, n_begin + chunk);
   const int per_n = g.oh * g.ow;
@@ -241,12 +249,12 @@ __global__ void __launch_bounds__(kThreads)
     const float d = conv_grad(g, dy, mask, n, k, oh, ow);
     if (d == 0.0f) continue;  // adds nothing (ReLU closed, or dy 0)
     const float* xp = x + n * g.c * g.h * g.w + oh * g.w + ow;
-#pragma unroll
+    PARALAB_UNROLL
     for (int j = 0; j < kMax; ++j)
       if (j < g.crs) acc[j] = fmaf(d, xp[offset[j]], acc[j]);
     acc[kMax] += d;
   }
-#pragma unroll
+  PARALAB_UNROLL
   for (int j = 0; j < kMax; ++j)
     if (j < g.crs) red[j][threadIdx.x] = acc[j];
   red[g.crs][threadIdx.x] = acc[kMax];
