@@ -437,11 +437,16 @@ class Link:
         t = _loglog(self.copy[k], n)
         return t * NON_TEMPORAL_TRAFFIC if self.non_temporal and n >= self.non_temporal else t
 
+    @staticmethod
+    def _per_byte(table, n):
+        """A per-byte cost at n bytes from {bytes: cost}: log-log interpolation between the
+        measured sizes, the nearest measured one's outside them."""
+        xs = sorted(table)
+        return float(np.exp(np.interp(math.log(n), np.log(xs), np.log([table[x] for x in xs]))))
+
     def beta_at(self, n):
-        """The shared per-byte cost at n bytes: log-log interpolation between the measured sizes,
-        the nearest measured one outside them."""
-        xs = sorted(self.size_beta)
-        return float(np.exp(np.interp(math.log(n), np.log(xs), np.log([self.size_beta[x] for x in xs]))))
+        """The shared per-byte cost at n bytes (_per_byte of size_beta)."""
+        return self._per_byte(self.size_beta, n)
 
     # An algorithm's own curve is trusted between measured sizes at most this far apart (4:
     # neighbours at n/2 and 2n, a sweep by 2x with n itself left out); a sweep by 4x leaves n/4
@@ -453,21 +458,15 @@ class Link:
         measured sizes on either side of n when they are at most OWN_SPAN apart, or beyond its
         smallest or largest size the nearest one's within sqrt(OWN_SPAN); None otherwise."""
         own = self.own_beta.get((op, k)) or {}
-        if n in own:
-            return own[n]
-        lo = max((x for x in own if x < n), default=None)
-        hi = min((x for x in own if x > n), default=None)
-        # At the sweep's ends (n held out at its largest size, say) the nearest size, when it is
-        # at most half the span away: its per-byte cost, held flat.
+        lo = max((x for x in own if x <= n), default=None)
+        hi = min((x for x in own if x >= n), default=None)
+        # Between sizes at most OWN_SPAN apart (or at one of them); at the sweep's ends (n held
+        # out at its largest size, say) the nearest size within half the span, held flat.
         half = math.sqrt(self.OWN_SPAN) * 1.001
-        if hi is None and lo is not None and n / lo <= half:
-            return own[lo]
-        if lo is None and hi is not None and hi / n <= half:
-            return own[hi]
-        if lo is None or hi is None or hi / lo > self.OWN_SPAN * 1.001:
-            return None
-        t = math.log(n / lo) / math.log(hi / lo)
-        return float(math.exp(math.log(own[lo]) + t * (math.log(own[hi]) - math.log(own[lo]))))
+        near = (lo is not None and hi is not None and hi / lo <= self.OWN_SPAN * 1.001) or \
+            (hi is None and lo is not None and n / lo <= half) or \
+            (lo is None and hi is not None and hi / n <= half)
+        return self._per_byte(own, n) if near else None
 
     def to_json(self):
         return {"pair": None if not self.pair else {
@@ -525,20 +524,19 @@ class Link:
             xs = [t / latency_steps(op, k) for o, n, k, t in rows if o == op and n <= small]
             if xs:
                 alpha[op] = float(np.median(xs))
-        beta = {}
-        for n in sorted({r[1] for r in rows if r[1] > small}):
-            v = [(t - alpha[o] * latency_steps(o, k)) / traffic_bytes(o, n, k, non_temporal=non_temporal)
-                 for o, nn, k, t in rows if nn == n and o in alpha]
-            if v:
-                beta[n] = max(float(np.median(v)), 1e-15)
+        # Each row's per-byte cost above `small`, gathered by size (shared) and by algorithm, k and
+        # size (each algorithm's own); the medians of each.
+        shared, mine = {}, {}
+        for o, n, k, t in sorted(rows):
+            if o in alpha and n > small:
+                b = (t - alpha[o] * latency_steps(o, k)) / traffic_bytes(o, n, k, non_temporal=non_temporal)
+                shared.setdefault(n, []).append(b)
+                mine.setdefault((o, k), {}).setdefault(n, []).append(b)
+        beta = {n: max(float(np.median(v)), 1e-15) for n, v in shared.items()}
         if not beta:
             return base
-        own = {}
-        for op, k in sorted({(r[0], r[2]) for r in rows if r[0] in alpha}):
-            for n in sorted({r[1] for r in rows if r[0] == op and r[2] == k and r[1] > small}):
-                v = [(t - alpha[op] * latency_steps(op, k)) / traffic_bytes(op, n, k, non_temporal=non_temporal)
-                     for o, nn, kk, t in rows if o == op and nn == n and kk == k]
-                own.setdefault((op, k), {})[n] = max(float(np.median(v)), 1e-15)
+        own = {ok: {n: max(float(np.median(v)), 1e-15) for n, v in per_n.items()}
+               for ok, per_n in mine.items()}
         copy = {}
         for o, n, k, t in rows:
             if o == "p2p":
