@@ -2,14 +2,13 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <array>
-#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <thread>
 
 #include "core/device.h"
 #include "experiments/results.h"
+#include "experiments/subprocess.h"
 #include "paralab_build_info.h"  // generated at build time by cmake/build_info.cmake
 
 namespace paralab {
@@ -30,14 +29,7 @@ std::string cpu_model() {
 
 // Output of a shell command, trailing newline removed; nullopt if it failed.
 std::optional<std::string> command_output(const std::string& cmd) {
-  FILE* p = popen((cmd + " 2>/dev/null").c_str(), "r");
-  if (!p) return std::nullopt;
-  std::string out;
-  std::array<char, 256> buf{};
-  while (std::fgets(buf.data(), buf.size(), p)) out += buf.data();
-  if (pclose(p) != 0) return std::nullopt;
-  while (!out.empty() && (out.back() == '\n' || out.back() == '\r')) out.pop_back();
-  return out;
+  return shell_output(cmd + " 2>/dev/null");
 }
 
 // The source directory's git state as the run starts. Only when the directory is the top of its
