@@ -8,6 +8,7 @@
 // file); 4 when nothing could run (every run skipped); 5 when --plot could not draw the plots;
 // 128 + the signal (130, 143) when SIGINT or SIGTERM stopped it. The results file exists from
 // before the first run and holds every finished run at every moment (ResultsFile).
+#include <pthread.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -24,6 +25,7 @@
 #include <iterator>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "core/error.h"
@@ -32,6 +34,7 @@
 #include "experiments/descriptor.h"
 #include "experiments/progress.h"
 #include "experiments/results.h"
+#include "experiments/subprocess.h"
 #include "experiments/trainer.h"
 #include "strategies/collectives/mpi_transport.h"
 
@@ -44,26 +47,62 @@ using nlohmann::json;
 // signal exits at once, removing the temporary file of a write in progress: the results file
 // then holds the runs written before.
 std::atomic<int> g_stop{0};
+// Whether a signal stops the runs (above) or, before the results file exists and after its last
+// version is written, takes its default action (the process ends by that signal).
+std::atomic<bool> g_signals_stop_runs{false};
 
-extern "C" void on_stop_signal(int sig) {
-  if (g_stop.exchange(sig) != 0) {
-    paralab::remove_temporary_results_file();
-    _exit(128 + sig);
-  }
-  static const char msg[] =
-      "\nbench_runner: stopping after the current iteration to write the results (signal again "
-      "to stop at once)\n";
-  const ssize_t ignored = ::write(STDERR_FILENO, msg, sizeof msg - 1);
-  (void)ignored;
+// SIGINT and SIGTERM are never handled on a thread that computes: every thread blocks them (the
+// mask is set in main() before any thread starts, and each thread inherits it), and one thread
+// of their own takes them with sigwait(). A handler would run on whatever stack the interrupted
+// thread's stack pointer names, and oneDNN's JIT f32 GEMM kernels (behind its gemm-based
+// primitives, in versions before 3.11.1; Debian 12 ships 2.7) point it into a heap workspace
+// while they run (uxlfoundation/oneDNN#4845): the signal frame was written over heap memory. Seen
+// under AddressSanitizer as a heap-buffer-overflow in the handler, its interrupted frame in JIT
+// code, in 2 of about 290 runs of fault_test.py's two-signal case on a 2-core AMD EPYC VM.
+sigset_t stop_signals() {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  return set;
 }
 
-void install_signal_handlers() {
-  struct sigaction sa {};
-  sa.sa_handler = on_stop_signal;
-  sigemptyset(&sa.sa_mask);
-  sa.sa_flags = SA_RESTART;
-  sigaction(SIGINT, &sa, nullptr);
-  sigaction(SIGTERM, &sa, nullptr);
+// The thread's name, "stop-signals", is what tests/fault_test.py looks for: while it waits in
+// sigwait() the kernel shows it as the one thread not blocking the two signals.
+[[noreturn]] void take_stop_signals() {
+  pthread_setname_np(pthread_self(), "stop-signals");
+  const sigset_t set = stop_signals();
+  for (;;) {
+    int sig = 0;
+    if (sigwait(&set, &sig) != 0) continue;
+    if (!g_signals_stop_runs.load()) {
+      // As if bench_runner had no use for the signal: its default action ends the process.
+      sigset_t one;
+      sigemptyset(&one);
+      sigaddset(&one, sig);
+      ::signal(sig, SIG_DFL);
+      pthread_sigmask(SIG_UNBLOCK, &one, nullptr);
+      ::raise(sig);
+      _exit(128 + sig);
+    }
+    if (g_stop.exchange(sig) != 0) {
+      paralab::remove_temporary_results_file();  // and no update() renames one after it
+      _exit(128 + sig);
+    }
+    static const char msg[] =
+        "\nbench_runner: stopping after the current iteration to write the results (signal again "
+        "to stop at once)\n";
+    const ssize_t ignored = ::write(STDERR_FILENO, msg, sizeof msg - 1);
+    (void)ignored;
+  }
+}
+
+// In main(), before any other thread exists.
+void start_signal_thread() {
+  const sigset_t set = stop_signals();
+  if (const int err = pthread_sigmask(SIG_BLOCK, &set, nullptr); err != 0)
+    throw paralab::Error(std::string("cannot block SIGINT and SIGTERM: ") + std::strerror(err));
+  std::thread(take_stop_signals).detach();
 }
 
 // About how large the results file grows: measured on the reference files, ~260 bytes per
@@ -171,7 +210,7 @@ std::string plotting_python(std::string& tried) {
   for (const std::string& python : candidates) {
     tried += (tried.empty() ? "" : ", ") + python;
     const std::string probe = shell_quote(python) + " -c 'import matplotlib' > /dev/null 2>&1";
-    if (std::system(probe.c_str()) == 0) return python;
+    if (paralab::run_shell(probe) == 0) return python;
   }
   return "";
 }
@@ -197,7 +236,7 @@ bool draw_plots(const std::string& results, bool quiet) {
   }
   const std::string cmd = shell_quote(python) + " " + shell_quote(script) + " " +
                           shell_quote(results) + (quiet ? " > /dev/null" : "");
-  const int rc = std::system(cmd.c_str());
+  const int rc = paralab::run_shell(cmd);
   if (rc != 0) {
     std::fprintf(stderr,
                  "bench_runner: --plot: plot_all.py failed (status %d); results are in %s\n", rc,
@@ -290,7 +329,7 @@ int run(int argc, char** argv) {
   doc["runs"] = json::array();
   if (!resume.empty()) doc["resumed_from"] = {{"path", resume}, {"runs_kept", 0}};
   // From here on a signal stops the run in progress and the file keeps every finished run.
-  install_signal_handlers();
+  g_signals_stop_runs = true;
   std::optional<paralab::ResultsFile> file;
   if (rank == 0) {
     file = paralab::ResultsFile::create(path, out.empty(), doc, expected_results_bytes(d, data));
@@ -338,6 +377,9 @@ int run(int argc, char** argv) {
   doc["state"] = stop ? "interrupted" : "complete";
   if (!file) return stop ? 128 + stop : 0;  // another rank than 0 under mpirun: rank 0 reports
   file->update(doc);
+  // The results are final: a signal now (while the plots are drawn, say) ends bench_runner as
+  // its default action does.
+  if (!stop) g_signals_stop_runs = false;
   if (!quiet) {
     print_summary(doc["runs"]);
     std::printf("\nresults: %s\n", file->path().c_str());
@@ -368,6 +410,7 @@ int run(int argc, char** argv) {
 
 int main(int argc, char** argv) {
   try {
+    start_signal_thread();
     return run(argc, argv);
   } catch (const std::bad_alloc&) {
     std::fflush(stdout);

@@ -12,6 +12,7 @@
 #include <ctime>
 #include <filesystem>
 #include <fstream>
+#include <mutex>
 
 #include "core/error.h"
 #include "experiments/descriptor.h"
@@ -31,16 +32,12 @@ std::string utc_now(const char* format) {
 
 namespace {
 
-// The temporary file being written, for the signal handler: a second signal exits at once and
-// removes it, so that only the last complete results file remains. Plain storage (a handler may
-// read it), filled before the file is created and cleared after it is renamed or removed.
-char g_temporary[4096] = {};
-
-void set_temporary(const std::string& path) {
-  const std::size_t n = std::min(path.size(), sizeof g_temporary - 1);
-  std::memcpy(g_temporary, path.data(), n);
-  g_temporary[n] = '\0';
-}
+// The temporary file being written, for bench_runner's signal thread: a second signal exits at
+// once and removes it, so that only the last complete results file remains. Set when the file is
+// created and cleared after it is renamed or removed, both under g_temporary_mu, which the
+// removal keeps until the process exits (no rename can follow it).
+std::mutex g_temporary_mu;
+std::string g_temporary;
 
 // Writes all of `text` to fd, then syncs it; false (errno set) on any failure.
 bool write_all(int fd, const std::string& text) {
@@ -72,7 +69,8 @@ std::string directory_of(const std::string& path) {
 }  // namespace
 
 void remove_temporary_results_file() noexcept {
-  if (g_temporary[0] != '\0') ::unlink(g_temporary);
+  g_temporary_mu.lock();  // never unlocked: the caller exits next
+  if (!g_temporary.empty()) ::unlink(g_temporary.c_str());
 }
 
 std::string choose_results_path(const std::optional<std::string>& out, const std::string& name,
@@ -163,11 +161,17 @@ void ResultsFile::update(const nlohmann::json& doc) {
   const fs::path target(path_);
   std::string tmpl =
       (fs::path(directory_of(path_)) / ("." + target.filename().string() + ".XXXXXX")).string();
-  set_temporary(tmpl);  // the X's are replaced in place below; the handler sees the final name
-  const int fd = mkostemp(g_temporary, O_CLOEXEC);
+  int fd = -1, create_err = 0;
+  {
+    std::lock_guard lock(g_temporary_mu);
+    fd = mkostemp(tmpl.data(), O_CLOEXEC);  // the X's are replaced in place
+    if (fd >= 0)
+      g_temporary = tmpl;
+    else
+      create_err = errno;
+  }
   if (fd < 0) {
-    const int err = errno;
-    g_temporary[0] = '\0';
+    const int err = create_err;
     throw Error(path_ + ": cannot create a temporary file beside it: " + std::strerror(err) +
                 " (the file holds the runs written before)");
   }
@@ -177,11 +181,15 @@ void ResultsFile::update(const nlohmann::json& doc) {
   int err = 0;
   if (::fchmod(fd, 0666 & ~mask) != 0 || !write_all(fd, text)) err = errno;
   ::close(fd);
-  // rename() replaces the previous version in one step: the path always holds a complete file.
-  if (err == 0 && ::rename(g_temporary, path_.c_str()) != 0) err = errno;
-  const bool ok = err == 0;
-  if (!ok) ::unlink(g_temporary);
-  g_temporary[0] = '\0';
+  bool ok;
+  {
+    std::lock_guard lock(g_temporary_mu);
+    // rename() replaces the previous version in one step: the path always holds a complete file.
+    if (err == 0 && ::rename(tmpl.c_str(), path_.c_str()) != 0) err = errno;
+    ok = err == 0;
+    if (!ok) ::unlink(tmpl.c_str());
+    g_temporary.clear();
+  }
   if (!ok)
     throw Error(path_ + ": cannot update results file: " + std::strerror(err) +
                 " (the file holds the runs written before)");

@@ -40,8 +40,9 @@ class ResultsFile {
   std::string path_;
 };
 
-// Removes the temporary file an update() is writing, if any: async-signal-safe, for a signal
-// handler that must exit at once and leave only the last complete results file.
+// Removes the temporary file an update() is writing, if any, for a caller that exits next and
+// must leave only the last complete results file (bench_runner's second signal): no update()
+// renames or creates a temporary file after it.
 void remove_temporary_results_file() noexcept;
 
 struct Descriptor;

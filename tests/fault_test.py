@@ -171,6 +171,37 @@ class Interruption(Case):
         self.assertIn(doc["state"], ("running", "interrupted"))
         self.no_temporaries(self.tmp)
 
+    def test_no_thread_that_computes_can_take_the_stop_signals(self):
+        # oneDNN's JIT GEMM kernels point the stack pointer into a heap workspace while they run
+        # (bench_runner.cpp, take_stop_signals): a handler run on such a thread writes its frame
+        # over the heap. So while runs train, every thread blocks SIGINT and SIGTERM and none has
+        # a handler for them: one thread of bench_runner's own takes them with sigwait() (which
+        # the kernel shows as not blocking them while it waits).
+        tasks = Path("/proc/self/task")
+        if not tasks.is_dir():
+            self.skipTest("no /proc/<pid>/task")
+        name = self.write(descriptor(runs=2, iterations=400, train=60000))
+        p = self.start(name, "--out", "r.json", "--quiet")
+        self.wait_for_runs(self.tmp / "r.json", 0, p)
+        time.sleep(1.0)
+        stop = (1 << (signal.SIGINT - 1)) | (1 << (signal.SIGTERM - 1))
+        masks = {}
+        for status in Path(f"/proc/{p.pid}/task").glob("*/status"):
+            fields = dict(line.split(":", 1) for line in status.read_text().splitlines() if ":" in line)
+            comm = (status.parent / "comm").read_text().strip()
+            masks[status.parent.name] = (comm, int(fields["SigBlk"], 16), int(fields["SigCgt"], 16))
+        p.send_signal(signal.SIGINT)
+        _, err = p.communicate(timeout=60)
+        self.assertEqual(p.returncode, 130, err)
+        self.assertGreaterEqual(len(masks), 2, masks)  # the main thread and the signal thread
+        for tid, (comm, blocked, caught) in masks.items():
+            if comm != "stop-signals":
+                self.assertEqual(blocked & stop, stop, f"thread {tid} ({comm}) does not block SIGINT and SIGTERM")
+            self.assertEqual(caught & stop, 0, f"thread {tid} ({comm}): a handler for SIGINT or SIGTERM")
+        self.assertEqual([m[0] for m in masks.values()].count("stop-signals"), 1, masks)
+        self.assertEqual(self.load_valid(self.tmp / "r.json")["state"], "interrupted")
+        self.no_temporaries(self.tmp)
+
     def test_sigkill_at_random_moments_leaves_a_valid_file_with_every_finished_run(self):
         # Runs short enough that kills land in training, in evaluation (a 10,000-image test
         # set) and during the rewrites after each run; 12 kills at spread-out moments.
