@@ -55,10 +55,11 @@ std::atomic<bool> g_signals_stop_runs{false};
 // mask is set in main() before any thread starts, and each thread inherits it), and one thread
 // of their own takes them with sigwait(). A handler would run on whatever stack the interrupted
 // thread's stack pointer names, and oneDNN's JIT f32 GEMM kernels (behind its gemm-based
-// primitives, in versions before 3.11.1; Debian 12 ships 2.7) point it into a heap workspace
-// while they run (uxlfoundation/oneDNN#4845): the signal frame was written over heap memory. Seen
-// under AddressSanitizer as a heap-buffer-overflow in the handler, its interrupted frame in JIT
-// code, in 2 of about 290 runs of fault_test.py's two-signal case on a 2-core AMD EPYC VM.
+// primitives; reported on 3.11.1 and older, fixed by uxlfoundation/oneDNN#4855; Debian 12 ships
+// 2.6.3) point it into a heap workspace while they run (uxlfoundation/oneDNN#4845): the signal
+// frame was written over heap memory. Seen under AddressSanitizer as a heap-buffer-overflow in
+// the handler, its interrupted frame in JIT code, in 2 of about 290 runs of fault_test.py's
+// two-signal case on a 2-core AMD EPYC VM.
 sigset_t stop_signals() {
   sigset_t set;
   sigemptyset(&set);
