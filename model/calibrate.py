@@ -5,16 +5,23 @@ Device kinds:
         (experiments/model-profile.json: single steps at batch 32..512, per-layer profiles).
         Collectives: allreduce_bench's sweep on 2 devices (results/reference/cpu-2core-xeon/
         allreduce-sweep.json); its memcpy rows are the point-to-point hand-off.
-  h200  virtual devices on one H200 (results/reference/h200-2026-11-30). Compute: the eager
-        single step at batch 256 on the whole GPU for the level, the layer_split runs' profiling
-        passes (per-layer forward+backward at batch 32 and 256 on 64- and 32-SM shares) for the
-        shape, in "effective batch" x = batch * 132 / SMs. Collectives: allreduce-cuda.json.
+  h200  virtual devices on one H200: the newest results/reference/h200-<date>/ that holds a
+        gpu-check.json and an allreduce_bench file (h200_ref; the first, h200-2026-11-30, is
+        H200_FIRST). Compute: the eager single step at batch 256 on the whole GPU for the level,
+        the layer_split runs' profiling passes (per-layer forward+backward at batch 32 and 256 on
+        64- and 32-SM shares) for the shape, in "effective batch" x = batch * 132 / SMs.
+        Collectives: allreduce-cuda-sweep.json (gpu-check.sh sweep) or allreduce-cuda.json
+        (gpu-check.sh collectives). Rows timed as CUDA graphs (the collectives enqueued on the
+        device, one graph per collective) are fitted as alpha * messages + beta * bytes + gamma *
+        reduced per algorithm and k, at the piece size they were timed with; a file without them
+        (the first run: eager, every message a host hand-off) by the host-bound model.
 
 Hold-out: a strategy run's own timing is never used. CPU runs are measured on a VM whose speed
 drifts by +-20 % from one session to the next, so each results file's level comes from its own
 `single` run nearest before it (the baseline results/README.md defines); single runs are
 predicted from the profile alone.
 """
+import glob
 import json
 import os
 import statistics
@@ -24,8 +31,37 @@ import numpy as np
 from . import nets, perf
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-CPU_REF = os.path.join(ROOT, "results", "reference", "cpu-2core-xeon")
-H200_REF = os.path.join(ROOT, "results", "reference", "h200-2026-11-30")
+REFERENCE = os.path.join(ROOT, "results", "reference")
+CPU_REF = os.path.join(REFERENCE, "cpu-2core-xeon")
+# The first H200 run (eager collectives over host hand-offs); tests that check what it measured
+# read it by this name, whatever runs are committed after it.
+H200_FIRST = os.path.join(REFERENCE, "h200-2026-11-30")
+# allreduce_bench's files in an H200 directory, the one preferred first: gpu-check.sh's sweep part
+# (every algorithm and size on 2, 4 and 8 devices) before its collectives part.
+H200_BENCH_FILES = ("allreduce-cuda-sweep.json", "allreduce-cuda.json")
+
+
+def h200_ref(reference=REFERENCE):
+    """The newest H200 run committed under `reference`: the last, in name order (h200-<date>...),
+    of the h200-* directories that hold a gpu-check.json and one of H200_BENCH_FILES; H200_FIRST's
+    path when there is none."""
+    for d in sorted(glob.glob(os.path.join(reference, "h200-*")), reverse=True):
+        if os.path.isfile(os.path.join(d, "gpu-check.json")) and \
+                any(os.path.isfile(os.path.join(d, f)) for f in H200_BENCH_FILES):
+            return d
+    return H200_FIRST
+
+
+def h200_bench_path(ref=None):
+    """The allreduce_bench file of an H200 directory (H200_BENCH_FILES, the first present)."""
+    ref = ref or H200_REF
+    for f in H200_BENCH_FILES:
+        if os.path.isfile(os.path.join(ref, f)):
+            return os.path.join(ref, f)
+    raise FileNotFoundError("%s: none of %s" % (os.path.relpath(ref, ROOT), ", ".join(H200_BENCH_FILES)))
+
+
+H200_REF = h200_ref()
 H200_SMS = 132
 GRAPH_CALIBRATION = "single gpu epoch"  # gpu-check.json's graphed single run: the graph factor
 # ... and its graphed data_parallel run on one device: what running as a group adds to a step
@@ -48,18 +84,15 @@ def median(xs):
 # allreduce_bench rows
 
 
-def bench_rows(path, include_timeshared=False):
+def bench_rows(path, include_timeshared=False, graphs=False):
     """[(op, bytes, devices, ms)] for allreduce_bench's timed rows (medians when repeated)."""
-    return [(op, n, k, median(v)) for (op, n, k), v in sorted(bench_samples(path, include_timeshared).items())]
+    return [(op, n, k, median(v)) for (op, n, k), v in
+            sorted(bench_samples(path, include_timeshared, graphs).items())]
 
 
-def bench_samples(path, include_timeshared=False):
-    """{(op, bytes, devices): [ms per repetition]}. A file written with --benchmark_report_aggregates_only
-    holds no repetitions, only aggregates: its median row stands for them (one sample). Rows timed
-    as CUDA graphs (allreduce_bench --graphs, counter graph = 1) are left out: the collective
-    model fits the eager path, whose host cost per message such rows do not pay."""
-    d = load(path)
-    groups = {}
+def _bench_entries(d):
+    """allreduce_bench's rows of a loaded file that stand for timings: the repetitions, or where
+    it holds none (--benchmark_report_aggregates_only) the median aggregates."""
     has_iterations = any(b.get("run_type") != "aggregate" and not b.get("error_occurred") for b in d["benchmarks"]
                          if "bytes" in b)
     for b in d["benchmarks"]:
@@ -67,10 +100,31 @@ def bench_samples(path, include_timeshared=False):
             continue
         if b.get("run_type") == "aggregate" and (has_iterations or b.get("aggregate_name") != "median"):
             continue
+        yield b
+
+
+def bench_chunk(path, graphs=True):
+    """The piece size (bytes; 0: whole messages) that a file's ring and tree allreduce rows, of
+    the kind `graphs` selects, were timed with: the one value of their chunk_bytes counter, or
+    None where there are no such rows or they differ (a --chunk-bytes list)."""
+    values = {int(b["chunk_bytes"]) for b in _bench_entries(load(path))
+              if (b.get("graph") == 1) == graphs and "chunk_bytes" in b and
+              b["name"].split("/devices")[0] in ("allreduce/ring", "allreduce/tree")}
+    return values.pop() if len(values) == 1 else None
+
+
+def bench_samples(path, include_timeshared=False, graphs=False):
+    """{(op, bytes, devices): [ms per repetition]}. A file written with --benchmark_report_aggregates_only
+    holds no repetitions, only aggregates: its median row stands for them (one sample). Rows timed
+    as CUDA graphs (allreduce_bench --graphs, counter graph = 1) and eager rows are two kinds that
+    no fit mixes: graphs selects the first (the device's own time per collective), else the
+    second (each message's host work included)."""
+    groups = {}
+    for b in _bench_entries(load(path)):
         label = b.get("label", "")
         if "time-shared" in label and not include_timeshared:
             continue
-        if b.get("graph") == 1:
+        if (b.get("graph") == 1) != graphs:
             continue
         family = b["name"].split("/devices")[0]
         op = {"allreduce/naive": "naive", "allreduce/ring": "ring", "allreduce/tree": "tree",
@@ -225,12 +279,37 @@ def cpu_link(path=None):
 
 
 def h200_link(path=None):
-    rows = bench_rows(path or os.path.join(H200_REF, "allreduce-cuda.json"))
-    return perf.Link.fit_host_bound(rows, contention=H200_CONTENTION_US,
-                                    note="host-bound model fitted on allreduce-cuda.json (2 and 4 "
-                                         "virtual devices on one H200): copy per byte from its "
-                                         "memcpy rows, alpha and adds per algorithm and k; other "
-                                         "k extrapolated geometrically in k"), rows
+    """(link, rows, fit) of an H200 allreduce_bench file (default: h200_bench_path()): rows timed
+    as CUDA graphs where the file has them, fitted per algorithm and k as alpha * messages +
+    beta * bytes + gamma * reduced at their piece size; else its eager rows, host-bound. fit(rows)
+    refits the same kind of link on other rows (the hold-out)."""
+    path = path or h200_bench_path()
+    name = os.path.relpath(path, ROOT)
+    rows = bench_rows(path, graphs=True)
+    if rows:
+        chunk = bench_chunk(path)
+        if chunk is None:
+            raise ValueError("%s: the graphed ring and tree rows have no single chunk_bytes "
+                             "(time one piece size to fit the model)" % name)
+        note = ("device-side collectives fitted on %s (%s virtual devices on one H200, each "
+                "collective one CUDA graph, %s): alpha per message, beta per byte, gamma per byte "
+                "added, per algorithm and k; other k extrapolated geometrically in k" %
+                (name, ", ".join(str(k) for k in sorted({r[2] for r in rows})),
+                 "whole messages" if chunk == 0 else "%d-byte pieces" % chunk))
+
+        def fit(r):
+            return perf.Link.fit(r, per_k=True, note=note, chunk=chunk)
+    else:
+        rows = bench_rows(path)
+        note = ("host-bound model fitted on %s (%s virtual devices on one H200, eager): copy per "
+                "byte from its memcpy rows, alpha and adds per algorithm and k; other k "
+                "extrapolated geometrically in k" % (name, " and ".join(str(k) for k in sorted({r[2] for r in rows}))))
+
+        def fit(r):
+            return perf.Link.fit_host_bound(r, contention=H200_CONTENTION_US, note=note)
+    if not rows:
+        raise ValueError("%s: no allreduce_bench rows to fit" % name)
+    return fit(rows), rows, fit
 
 
 # ---------------------------------------------------------------------------------------------

@@ -257,7 +257,9 @@ class Compute:
 
 
 def _pieces(nbytes, chunk):
-    return max(1, math.ceil(nbytes / chunk))
+    """Pieces of a message of nbytes cut at chunk bytes; chunk 0 sends whole messages (the
+    collectives' auto piece size between devices of one memory domain, virtual devices of a GPU)."""
+    return 1 if chunk <= 0 else max(1, math.ceil(nbytes / chunk))
 
 
 def collective_features(op, n, k, chunk=CHUNK_BYTES):
@@ -492,21 +494,22 @@ class Link:
                 "host_bound_max_of_host_and_device": self.host_bound, "note": self.note}
 
     @staticmethod
-    def fit(rows, per_k=False, contention=None, note=""):
-        """rows: [(op, n, k, measured_ms)] from allreduce_bench; one fit per op, or per (op, k)."""
+    def fit(rows, per_k=False, contention=None, note="", chunk=CHUNK_BYTES):
+        """rows: [(op, n, k, measured_ms)] from allreduce_bench; one fit per op, or per (op, k);
+        chunk: the piece size the rows were timed with (0: whole messages)."""
         params = {}
         for op in sorted({r[0] for r in rows}):
             ks = sorted({r[2] for r in rows if r[0] == op}) if per_k else [None]
             params[op] = {}
             for k in ks:
                 sel = [r for r in rows if r[0] == op and (k is None or r[2] == k)]
-                f = np.array([collective_features(o, n, kk) for o, n, kk, _ in sel])
+                f = np.array([collective_features(o, n, kk, chunk) for o, n, kk, _ in sel])
                 y = np.array([r[3] for r in sel])
                 used = f.any(axis=0)
                 x = np.zeros(3)
                 x[used] = relative_fit(f[:, used], y)
                 params[op][k or 0] = tuple(x)
-        return Link(params, contention, note=note)
+        return Link(params, contention, chunk=chunk, note=note)
 
     @staticmethod
     def fit_size_dependent(rows, group=("naive", "ring", "tree"), small=4096, note="", non_temporal=None):

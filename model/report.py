@@ -34,7 +34,7 @@ def cpu_files():
 
 def validate(models):
     cpu_comp, cpu_link, cpu_rows = models["cpu"]
-    h_comp, h_link, h_rows = models["h200"]
+    h_comp, h_link, h_rows, h_fit = models["h200"]
     # The reference VM's speed: the median of its single runs against the profile.
     ratios = []
     for f in cpu_files():
@@ -60,8 +60,7 @@ def validate(models):
         points += calibrate.validate_bench("cpu", rows, cpu_rows, "results/reference/cpu-2core-xeon/" + f,
                                           fit=calibrate.cpu_link_fit)
     points += calibrate.validate_bench("h200", h_rows, h_rows,
-                                       "results/reference/h200-2026-11-30/allreduce-cuda.json",
-                                       fit=lambda r: perf.Link.fit_host_bound(r, h_link.contention))
+                                       os.path.relpath(calibrate.h200_bench_path(), ROOT), fit=h_fit)
     return points, ref_level, ref_comp
 
 
@@ -864,8 +863,8 @@ def main(argv=None):
     cpu_comp = calibrate.cpu_compute(args.profile)
     cpu_link, cpu_rows = calibrate.cpu_link()
     h_comp = calibrate.h200_compute()
-    h_link, h_rows = calibrate.h200_link()
-    models = {"cpu": (cpu_comp, cpu_link, cpu_rows), "h200": (h_comp, h_link, h_rows)}
+    h_link, h_rows, h_fit = calibrate.h200_link()
+    models = {"cpu": (cpu_comp, cpu_link, cpu_rows), "h200": (h_comp, h_link, h_rows, h_fit)}
     points, ref_level, ref_comp = validate(models)
     alex = alexnet(args.profile_alexnet, cpu_link, h_comp) if os.path.exists(args.profile_alexnet) else None
     if alex:
@@ -1237,7 +1236,9 @@ WHY_ERRORS = (
     "the devices' compute_ms carries the difference, so it is the two device threads' compute that is "
     "slower beside those algorithms, not their communication. No committed measurement other than "
     "the predicted runs themselves isolates it, so it is not modelled. "
-    "(2) H200. The old transport cut ring's and tree's messages into 256 KiB pieces, each ~11 CUDA "
+    "(2) H200, as its first run measured it (results/reference/h200-2026-11-30; a later run "
+    "committed beside it is fitted instead, its graphed collectives as alpha-beta-gamma per "
+    "algorithm and k: calibrate.h200_link). The old transport cut ring's and tree's messages into 256 KiB pieces, each ~11 CUDA "
     "runtime calls from the rank's host thread, while the GPU ran the copies and adds queued before "
     "(FINDINGS.md). The model says so: max(start + alpha x messages, beta x bytes + gamma x reduced), "
     "beta the memcpy rows' per-byte time (0.62 ns/B, 1.6 TB/s), alpha, gamma and start per algorithm "

@@ -27,7 +27,7 @@ class Formulas(unittest.TestCase):
     def test_ring_bytes_match_the_transport(self):
         # results/README: ring on k devices sends 2(k-1)/k x 516,272 bytes per device; the H200
         # run recorded 903,472 per device on 8 (ring) and 774,408 on 4.
-        d = calibrate.load(os.path.join(calibrate.H200_REF, "gpu-check.json"))
+        d = calibrate.load(os.path.join(calibrate.H200_FIRST, "gpu-check.json"))
         seen = 0
         for r in d["runs"]:
             c = r["config"]
@@ -39,7 +39,7 @@ class Formulas(unittest.TestCase):
 
     def test_channel_split_collectives_match_bytes_expected(self):
         # The model's list of collectives must move exactly what the strategy counted.
-        d = calibrate.load(os.path.join(calibrate.H200_REF, "gpu-check.json"))
+        d = calibrate.load(os.path.join(calibrate.H200_FIRST, "gpu-check.json"))
         seen = 0
         for r in d["runs"]:
             c = r["config"]
@@ -89,7 +89,7 @@ class PerDeviceCount(unittest.TestCase):
         # the marginal cost of a message about doubles for ring and tree (their pieces at 4-256
         # MiB; FINDINGS' emulated call sequence: 36 -> 74 us), while naive's, two whole-buffer
         # messages per peer, hardly moves; tree's small calls carry a fixed start instead.
-        link, _ = calibrate.h200_link()
+        link, _, _ = calibrate.h200_link(os.path.join(calibrate.H200_FIRST, "allreduce-cuda.json"))
         ratio = {op: link._p(op, 4)[0] / link._p(op, 2)[0] for op in ("naive", "ring", "tree")}
         self.assertGreater(ratio["ring"], 1.8)
         self.assertGreater(ratio["tree"], 1.6)
@@ -402,6 +402,92 @@ class Fits(unittest.TestCase):
         half = c.layer_ms(100, 0.5)
         self.assertLess(sum(half), sum(c.layer_ms(100)))
         self.assertGreater(sum(half), sum(c.layer_ms(100)) / 2)
+
+
+class H200Runs(unittest.TestCase):
+    """Which H200 run the model fits, and how: the newest committed one, its graphed rows (the
+    collectives on the device) as alpha-beta-gamma at their piece size, eager rows host-bound."""
+
+    @staticmethod
+    def bench_file(path, rows, chunk=0):
+        # allreduce_bench's JSON as Google Benchmark writes it: one entry per repetition.
+        names = {"naive": "allreduce/naive", "ring": "allreduce/ring", "tree": "allreduce/tree",
+                 "p2p": "memcpy", "allgather": "allgather/ring"}
+        benchmarks = []
+        for op, n, k, ms, graph in rows:
+            b = {"name": "%s/devices:%d/bytes:%d" % (names[op], k, n), "run_type": "iteration",
+                 "real_time": ms * 1e3, "time_unit": "us", "bytes": n, "devices": k, "graph": graph}
+            if op in ("ring", "tree"):
+                b["chunk_bytes"] = chunk if graph else perf.CHUNK_BYTES
+            benchmarks.append(b)
+        with open(path, "w") as f:
+            json.dump({"context": {}, "benchmarks": benchmarks}, f)
+
+    def test_the_newest_run_with_a_check_and_collectives_is_fitted(self):
+        with tempfile.TemporaryDirectory() as ref:
+            def make(name, files):
+                os.makedirs(os.path.join(ref, name))
+                for f in files:
+                    open(os.path.join(ref, name, f), "w").close()
+            make("h200-2026-11-30", ["gpu-check.json", "allreduce-cuda.json"])
+            make("h200-2027-01-05", ["gpu-check.json", "allreduce-cuda.json", "allreduce-cuda-sweep.json"])
+            make("h200-2027-02-01", ["allreduce-cuda-sweep.json"])  # no gpu-check.json: not a run
+            make("cpu-2core-xeon", ["gpu-check.json", "allreduce-cuda.json"])
+            newest = os.path.join(ref, "h200-2027-01-05")
+            self.assertEqual(calibrate.h200_ref(ref), newest)
+            self.assertEqual(calibrate.h200_bench_path(newest), os.path.join(newest, "allreduce-cuda-sweep.json"))
+            self.assertEqual(calibrate.h200_bench_path(os.path.join(ref, "h200-2026-11-30")),
+                             os.path.join(ref, "h200-2026-11-30", "allreduce-cuda.json"))
+        with tempfile.TemporaryDirectory() as ref:
+            self.assertEqual(calibrate.h200_ref(ref), calibrate.H200_FIRST)
+
+    def test_graphed_rows_fit_alpha_beta_gamma_per_algorithm_and_k_in_whole_messages(self):
+        # The collectives between virtual devices of one GPU, each one CUDA graph: whole messages
+        # (chunk 0), a message 3 us, 4e-10 ms per byte moved, 1e-10 per byte added; naive dearer
+        # per message. Eager rows of the same file, 100x slower, must not enter the fit.
+        truth = perf.Link({"naive": {2: (0.005, 4e-10, 1e-10), 4: (0.006, 4e-10, 1e-10)},
+                           "ring": {2: (0.003, 4e-10, 1e-10), 4: (0.003, 5e-10, 1e-10)},
+                           "tree": {2: (0.003, 4e-10, 1e-10), 4: (0.004, 4e-10, 1e-10)},
+                           "p2p": {2: (0.002, 3e-10, 0.0), 4: (0.002, 3e-10, 0.0)}}, chunk=0)
+        sizes = [4 ** i for i in range(1, 15)]
+        rows = [(op, n, k, truth.time(op, n, k), 1) for op in ("naive", "ring", "tree", "p2p")
+                for k in (2, 4) for n in sizes]
+        rows += [(op, n, k, 100 * t, 0) for op, n, k, t, _ in rows]
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "allreduce-cuda-sweep.json")
+            self.bench_file(path, rows)
+            self.assertEqual(calibrate.bench_chunk(path), 0)
+            self.assertEqual(calibrate.bench_chunk(path, graphs=False), perf.CHUNK_BYTES)
+            link, fitted, fit = calibrate.h200_link(path)
+            self.assertFalse(link.host_bound)
+            self.assertEqual(link.chunk, 0)
+            self.assertEqual(len(fitted), len(rows) // 2)
+            self.assertIn("device-side", link.note)
+            held = 1 << 24
+            refit = fit([r for r in fitted if r[1] != held])
+            for op in ("naive", "ring", "tree", "p2p"):
+                for k in (2, 4):
+                    for lk in (link, refit):
+                        self.assertAlmostEqual(lk.time(op, held, k) / truth.time(op, held, k), 1.0,
+                                               places=6, msg="%s x%d" % (op, k))
+            # The ring in whole messages: 2(k-1) messages of n/k whatever n.
+            self.assertEqual(perf.collective_features("ring", 1 << 28, 4, 0)[0], 6.0)
+            # A file whose graphed rows were timed at several piece sizes cannot be fitted as one.
+            self.bench_file(path, rows[:3] + [("ring", 1 << 20, 2, 0.5, 1)], chunk=0)
+            with open(path) as f:
+                doc = json.load(f)
+            doc["benchmarks"].append(dict(doc["benchmarks"][-1], chunk_bytes=65536))
+            with open(path, "w") as f:
+                json.dump(doc, f)
+            self.assertIsNone(calibrate.bench_chunk(path))
+            with self.assertRaisesRegex(ValueError, "no single chunk_bytes"):
+                calibrate.h200_link(path)
+
+    def test_an_eager_file_is_fitted_host_bound(self):
+        link, rows, fit = calibrate.h200_link(os.path.join(calibrate.H200_FIRST, "allreduce-cuda.json"))
+        self.assertTrue(link.host_bound)
+        self.assertTrue(fit(rows).host_bound)
+        self.assertEqual(sorted({r[2] for r in rows}), [2, 4])
 
 
 class Strategies(unittest.TestCase):
