@@ -24,6 +24,7 @@ predicted from the profile alone.
 import glob
 import json
 import os
+import re
 import statistics
 
 import numpy as np
@@ -41,14 +42,27 @@ H200_FIRST = os.path.join(REFERENCE, "h200-2026-11-30")
 H200_BENCH_FILES = ("allreduce-cuda-sweep.json", "allreduce-cuda.json")
 
 
-def h200_ref(reference=REFERENCE):
-    """The newest H200 run committed under `reference`: the last, in name order (h200-<date>...),
-    of the h200-* directories that hold a gpu-check.json and one of H200_BENCH_FILES; H200_FIRST's
-    path when there is none."""
+# What the model prices on the H200 and so needs measured: the three allreduces and the copy.
+H200_ALGORITHMS = ("naive", "ring", "tree", "p2p")
+
+
+def h200_ref(reference=REFERENCE, skipped=None):
+    """The newest H200 run committed under `reference` that the model can fit: the last, in name
+    order (h200-<date>...), of the h200-* directories whose gpu-check.json fits the compute
+    (h200_compute) and whose allreduce_bench file (H200_BENCH_FILES, the first present) measures
+    every algorithm of H200_ALGORITHMS at one piece size; H200_FIRST when none does. `skipped`,
+    a list, receives one line per newer directory passed over and why."""
     for d in sorted(glob.glob(os.path.join(reference, "h200-*")), reverse=True):
-        if os.path.isfile(os.path.join(d, "gpu-check.json")) and \
-                any(os.path.isfile(os.path.join(d, f)) for f in H200_BENCH_FILES):
+        try:
+            h200_compute(os.path.join(d, "gpu-check.json"))
+            _, rows, _ = h200_link(h200_bench_path(d))
+            lacks = sorted(set(H200_ALGORITHMS) - {r[0] for r in rows})
+            if lacks:
+                raise ValueError("%s: no %s rows" % (os.path.relpath(h200_bench_path(d), ROOT), ", ".join(lacks)))
             return d
+        except (OSError, ValueError) as e:
+            if skipped is not None and d != H200_FIRST:
+                skipped.append("%s not fitted: %s" % (os.path.relpath(d, ROOT), e))
     return H200_FIRST
 
 
@@ -59,9 +73,6 @@ def h200_bench_path(ref=None):
         if os.path.isfile(os.path.join(ref, f)):
             return os.path.join(ref, f)
     raise FileNotFoundError("%s: none of %s" % (os.path.relpath(ref, ROOT), ", ".join(H200_BENCH_FILES)))
-
-
-H200_REF = h200_ref()
 H200_SMS = 132
 GRAPH_CALIBRATION = "single gpu epoch"  # gpu-check.json's graphed single run: the graph factor
 # ... and its graphed data_parallel run on one device: what running as a group adds to a step
@@ -103,12 +114,20 @@ def _bench_entries(d):
         yield b
 
 
+def _explicit_chunk(b):
+    """Whether a row was timed at a piece size named on the command line (allreduce_bench
+    --chunk-bytes with several values names its rows .../chunk:N, N = -1 for the automatic one):
+    another configuration than the default that strategies use, left out of every fit."""
+    m = re.search(r"/chunk:(-?\d+)", b["name"])
+    return bool(m) and int(m.group(1)) != -1
+
+
 def bench_chunk(path, graphs=True):
     """The piece size (bytes; 0: whole messages) that a file's ring and tree allreduce rows, of
     the kind `graphs` selects, were timed with: the one value of their chunk_bytes counter, or
     None where there are no such rows or they differ (a --chunk-bytes list)."""
     values = {int(b["chunk_bytes"]) for b in _bench_entries(load(path))
-              if (b.get("graph") == 1) == graphs and "chunk_bytes" in b and
+              if (b.get("graph") == 1) == graphs and "chunk_bytes" in b and not _explicit_chunk(b) and
               b["name"].split("/devices")[0] in ("allreduce/ring", "allreduce/tree")}
     return values.pop() if len(values) == 1 else None
 
@@ -125,6 +144,8 @@ def bench_samples(path, include_timeshared=False, graphs=False):
         if "time-shared" in label and not include_timeshared:
             continue
         if (b.get("graph") == 1) != graphs:
+            continue
+        if _explicit_chunk(b):
             continue
         family = b["name"].split("/devices")[0]
         op = {"allreduce/naive": "naive", "allreduce/ring": "ring", "allreduce/tree": "tree",
@@ -232,8 +253,9 @@ def cpu_compute(profile_paths, concurrent_paths=()):
 
 
 def h200_compute(gpu_check_path=None):
-    d = load(gpu_check_path or os.path.join(H200_REF, "gpu-check.json"))
-    layers, step = [], None
+    path = gpu_check_path or os.path.join(H200_REF, "gpu-check.json")
+    d = load(path)
+    layers, step, graphed, group = [], None, None, None
     for r in d["runs"]:
         if r["status"] != "ok":
             continue
@@ -251,6 +273,12 @@ def h200_compute(gpu_check_path=None):
             graphed = r["timing"]["median_iteration_ms"]
         if r["label"] == GROUP_CALIBRATION:
             group = r["timing"]["median_iteration_ms"]
+    lacks = [what for what, got in (("ok layer_split runs with profiled_layer_ms", layers),
+                                    ("an ok eager single run (cuda_graphs false)", step),
+                                    ("an ok run '%s'" % GRAPH_CALIBRATION, graphed),
+                                    ("an ok run '%s'" % GROUP_CALIBRATION, group)) if not got]
+    if lacks:
+        raise ValueError("%s: lacks %s to fit the H200's compute on" % (os.path.relpath(path, ROOT), ", ".join(lacks)))
     shape = perf.Compute.fit([(x, sum(l)) for x, l in layers], layers, step[2])
     level = step[1] / shape.step(step[0])
     line = (shape.line[0] * level, shape.line[1] * level)
@@ -310,6 +338,11 @@ def h200_link(path=None):
     if not rows:
         raise ValueError("%s: no allreduce_bench rows to fit" % name)
     return fit(rows), rows, fit
+
+
+# The H200 run the model fits, and the newer ones it passed over (report.py prints them).
+H200_SKIPPED = []
+H200_REF = h200_ref(skipped=H200_SKIPPED)
 
 
 # ---------------------------------------------------------------------------------------------

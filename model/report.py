@@ -587,7 +587,14 @@ def write_readme(out_dir, report, figures):
       "hide under backward); layer_split = GPipe fill/drain, sum of the stages + (m - 1) x the slowest "
       "(stage = its layers at the micro-batch size + its hand-offs); channel_split = every layer at "
       "1/k of its channels x the measured width efficiency + the strategy's collectives; a group's "
-      "step adds the group overhead. Fitted values:")
+      "step adds the group overhead.")
+    w("")
+    h200 = report["h200_run"]
+    w("The H200 run fitted: `%s` (the newest under results/reference/ whose gpu-check.json and "
+      "allreduce_bench file the model can fit: calibrate.h200_ref)%s" % (
+          h200["directory"], "; passed over: " + "; ".join(h200["passed_over"]) + "." if h200["passed_over"] else "."))
+    w("")
+    w("Fitted values:")
     w("")
     w("```json")
     w(json.dumps(report["parameters"], indent=1)[:6000])
@@ -907,7 +914,12 @@ def main(argv=None):
         "accuracy_answer_text": accuracy.answer_text(acc) if acc else "",
         "book": {"model": book, "explanation": BOOK_TEXT},
         "why_errors": WHY_ERRORS,
+        "h200_run": {"directory": os.path.relpath(calibrate.H200_REF, ROOT),
+                     "allreduce_bench": os.path.relpath(calibrate.h200_bench_path(), ROOT),
+                     "passed_over": list(calibrate.H200_SKIPPED)},
     }
+    for line in calibrate.H200_SKIPPED:
+        print("report: H200: " + line)
     sess_dir = session.first()
     if sess_dir:
         report["session"] = session.validate(sess_dir)

@@ -423,35 +423,86 @@ class H200Runs(unittest.TestCase):
         with open(path, "w") as f:
             json.dump({"context": {}, "benchmarks": benchmarks}, f)
 
-    def test_the_newest_run_with_a_check_and_collectives_is_fitted(self):
+    TRUTH = perf.Link({"naive": {2: (0.005, 4e-10, 1e-10), 4: (0.006, 4e-10, 1e-10)},
+                       "ring": {2: (0.003, 4e-10, 1e-10), 4: (0.003, 5e-10, 1e-10)},
+                       "tree": {2: (0.003, 4e-10, 1e-10), 4: (0.004, 4e-10, 1e-10)},
+                       "p2p": {2: (0.002, 3e-10, 0.0), 4: (0.002, 3e-10, 0.0)}}, chunk=0)
+
+    def graphed_rows(self, ops=("naive", "ring", "tree", "p2p")):
+        return [(op, n, k, self.TRUTH.time(op, n, k), 1) for op in ops for k in (2, 4)
+                for n in [4 ** i for i in range(1, 15)]]
+
+    def test_the_newest_run_the_model_can_fit_is_fitted(self):
+        import shutil
+        first_check = os.path.join(calibrate.H200_FIRST, "gpu-check.json")
         with tempfile.TemporaryDirectory() as ref:
-            def make(name, files):
-                os.makedirs(os.path.join(ref, name))
-                for f in files:
-                    open(os.path.join(ref, name, f), "w").close()
-            make("h200-2026-11-30", ["gpu-check.json", "allreduce-cuda.json"])
-            make("h200-2027-01-05", ["gpu-check.json", "allreduce-cuda.json", "allreduce-cuda-sweep.json"])
-            make("h200-2027-02-01", ["allreduce-cuda-sweep.json"])  # no gpu-check.json: not a run
-            make("cpu-2core-xeon", ["gpu-check.json", "allreduce-cuda.json"])
-            newest = os.path.join(ref, "h200-2027-01-05")
-            self.assertEqual(calibrate.h200_ref(ref), newest)
-            self.assertEqual(calibrate.h200_bench_path(newest), os.path.join(newest, "allreduce-cuda-sweep.json"))
-            self.assertEqual(calibrate.h200_bench_path(os.path.join(ref, "h200-2026-11-30")),
-                             os.path.join(ref, "h200-2026-11-30", "allreduce-cuda.json"))
+            def make(name, check=True, sweep=None, collectives=None):
+                d = os.path.join(ref, name)
+                os.makedirs(d)
+                if check:
+                    shutil.copy(first_check, os.path.join(d, "gpu-check.json"))
+                if sweep is not None:
+                    self.bench_file(os.path.join(d, "allreduce-cuda-sweep.json"), sweep)
+                if collectives is not None:
+                    self.bench_file(os.path.join(d, "allreduce-cuda.json"), collectives)
+                return d
+            make("h200-2026-11-30", collectives=self.graphed_rows())
+            fits = make("h200-2027-01-05", sweep=self.graphed_rows(), collectives=self.graphed_rows(("ring",)))
+            make("h200-2027-02-01", check=False, sweep=self.graphed_rows())
+            make("h200-2027-03-01", collectives=self.graphed_rows(("ring", "tree", "p2p")))
+            make("cpu-2core-xeon", sweep=self.graphed_rows())
+            skipped = []
+            self.assertEqual(calibrate.h200_ref(ref, skipped), fits)
+            self.assertEqual(calibrate.h200_bench_path(fits), os.path.join(fits, "allreduce-cuda-sweep.json"))
+            self.assertEqual(len(skipped), 2, skipped)
+            self.assertIn("h200-2027-03-01/allreduce-cuda.json: no naive rows", skipped[0])
+            self.assertIn("h200-2027-02-01", skipped[1])
+            self.assertIn("gpu-check.json", skipped[1])
+            # A check whose calibration runs failed cannot fit the compute: one line says which.
+            with open(first_check) as f:
+                doc = json.load(f)
+            for r in doc["runs"]:
+                if r["label"] == calibrate.GROUP_CALIBRATION:
+                    r["status"] = "failed"
+            with open(os.path.join(fits, "gpu-check.json"), "w") as f:
+                json.dump(doc, f)
+            skipped = []
+            self.assertEqual(calibrate.h200_ref(ref, skipped), os.path.join(ref, "h200-2026-11-30"))
+            self.assertIn("h200-2027-01-05", skipped[2])
+            self.assertIn("lacks an ok run '%s'" % calibrate.GROUP_CALIBRATION, skipped[2])
         with tempfile.TemporaryDirectory() as ref:
             self.assertEqual(calibrate.h200_ref(ref), calibrate.H200_FIRST)
+
+    def test_rows_at_a_named_piece_size_stay_out_of_the_fit(self):
+        # gpu-check.sh collectives times the ring at 16 MiB at four piece sizes beside the
+        # automatic one (names .../chunk:N): only the automatic rows (chunk:-1) are the default
+        # configuration the model describes.
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "allreduce-cuda.json")
+            self.bench_file(path, self.graphed_rows())
+            with open(path) as f:
+                doc = json.load(f)
+            extra = []
+            for b in doc["benchmarks"]:
+                if b["name"].startswith("allreduce/ring/"):
+                    for chunk in (-1, 65536):
+                        extra.append(dict(b, name=b["name"] + "/chunk:%d" % chunk,
+                                          real_time=b["real_time"] * (1 if chunk == -1 else 50),
+                                          chunk_bytes=0 if chunk == -1 else chunk))
+            doc["benchmarks"] = [b for b in doc["benchmarks"] if not b["name"].startswith("allreduce/ring/")] + extra
+            with open(path, "w") as f:
+                json.dump(doc, f)
+            self.assertEqual(calibrate.bench_chunk(path), 0)
+            link, rows, _ = calibrate.h200_link(path)
+            self.assertEqual(len([r for r in rows if r[0] == "ring"]), 28)
+            self.assertAlmostEqual(link.time("ring", 1 << 24, 4) / self.TRUTH.time("ring", 1 << 24, 4), 1.0, places=6)
 
     def test_graphed_rows_fit_alpha_beta_gamma_per_algorithm_and_k_in_whole_messages(self):
         # The collectives between virtual devices of one GPU, each one CUDA graph: whole messages
         # (chunk 0), a message 3 us, 4e-10 ms per byte moved, 1e-10 per byte added; naive dearer
         # per message. Eager rows of the same file, 100x slower, must not enter the fit.
-        truth = perf.Link({"naive": {2: (0.005, 4e-10, 1e-10), 4: (0.006, 4e-10, 1e-10)},
-                           "ring": {2: (0.003, 4e-10, 1e-10), 4: (0.003, 5e-10, 1e-10)},
-                           "tree": {2: (0.003, 4e-10, 1e-10), 4: (0.004, 4e-10, 1e-10)},
-                           "p2p": {2: (0.002, 3e-10, 0.0), 4: (0.002, 3e-10, 0.0)}}, chunk=0)
-        sizes = [4 ** i for i in range(1, 15)]
-        rows = [(op, n, k, truth.time(op, n, k), 1) for op in ("naive", "ring", "tree", "p2p")
-                for k in (2, 4) for n in sizes]
+        truth = self.TRUTH
+        rows = self.graphed_rows()
         rows += [(op, n, k, 100 * t, 0) for op, n, k, t, _ in rows]
         with tempfile.TemporaryDirectory() as d:
             path = os.path.join(d, "allreduce-cuda-sweep.json")
