@@ -101,7 +101,10 @@ def make_figure(results):
             handles.append(Line2D([], [], marker="o", color="0.3", markerfacecolor="white",
                                   linestyle="none",
                                   label="hollow: oversubscribed\n(more threads than cores)"))
-        ax.legend(handles=handles, fontsize=8, loc="upper left")
+        # Below the panel, not on it: inside, a legend of many series hides the points under it
+        # (on 2 devices the one at 1 device, in the corner a legend takes).
+        ax.legend(handles=handles, fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.16),
+                  ncol=2, frameon=False)
         ax.set_xscale("log", base=2)
         ax.xaxis.set_major_locator(FixedLocator(counts))
         ax.xaxis.set_minor_locator(NullLocator())

@@ -387,6 +387,31 @@ class DataTest(unittest.TestCase):
                                   "data_parallel/tree", "layer_split/m=1", "layer_split/m=4",
                                   "layer_split/m=4/1f1b"])
 
+    def test_speedup_legend_hides_no_point(self):
+        # Ten series on at most 2 devices (a 2-core machine's sweep): a legend inside the panel
+        # covered the 1-device point.
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+        results = make_model_parallel_results()
+        results["runs"] = [r for r in results["runs"] if pr.devices(r) is not None and pr.devices(r) <= 2]
+        base = {"allreduce": "ring", "grouping": "bucketed", "bucket_bytes": 1 << 20,
+                "overlap": False, "chunk_bytes": 65536, "uneven_shards": False}
+        for i, extra in enumerate(({"overlap": True}, {"grouping": "per_tensor"})):
+            results["runs"].append(make_run("data_parallel", 2, "strong", 1000.0 * (1.95 + 0.03 * i),
+                                            options=dict(base, **extra), label=f"variant {i}"))
+        self.assertEqual(len(plot_speedup.speedup_points(results)["strong"]), 11)
+        fig, why = plot_speedup.make_figure(results)
+        self.assertIsNone(why)
+        renderer = FigureCanvasAgg(fig).get_renderer()
+        fig.draw(renderer)
+        for ax in fig.axes:
+            box = ax.get_legend().get_window_extent(renderer)
+            for line in ax.lines:
+                if line.get_marker() in (None, "None", ""):
+                    continue
+                for x, y in ax.transData.transform(line.get_xydata()):
+                    self.assertFalse(box.contains(x, y), f"{ax.get_title()}: a point of "
+                                     f"{line.get_label()} at {x:.0f},{y:.0f} under the legend")
+
     def test_timeline_data(self):
         lines, why = plot_timeline.timelines(make_model_parallel_results())
         self.assertIsNone(why)
