@@ -61,8 +61,12 @@ def make_figure(results):
     plotted_runs = [r for r in results["runs"] if pr.is_ok(r) and pr.batch_scaling(r) in bars]
     scalings = pr.ordered_scalings(plotted_runs)
     widths = [sum(len(v) for v in bars[s].values()) + len(bars[s]) for s in scalings]
-    fig, axes = pr.new_figure(len(scalings), width_per_col=max(4.5, 0.55 * max(widths) + 1.5),
-                              height=5)
+    width = max(4.5, 0.55 * max(widths) + 1.5)
+    # Panels side by side while that stays under a page's width; else one above the other (a
+    # full sweep's 11 strong-scaling series beside the weak ones made a 33-inch-wide figure).
+    stacked = len(scalings) > 1 and width * len(scalings) > 16
+    fig, axes = pr.new_figure(1 if stacked else len(scalings), width_per_col=width, height=5,
+                              nrows=len(scalings) if stacked else 1)
     for ax, scaling in zip(axes, scalings):
         by_series = bars[scaling]
         x, ticks, tick_labels, any_max = 0.0, [], [], False
@@ -109,6 +113,10 @@ def make_figure(results):
             handles.append(Patch(facecolor="white", edgecolor="black", hatch="//",
                                  label="oversubscribed"))
         ax.legend(handles=handles, fontsize=8, loc="upper left")
+    if stacked:  # one bar width in every panel
+        right = max(ax.get_xlim()[1] for ax in axes)
+        for ax in axes:
+            ax.set_xlim(-0.8, right)
     pr.suptitle(fig, "Time per iteration", results, plotted_runs)
     return fig, None
 

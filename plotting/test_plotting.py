@@ -387,6 +387,21 @@ class DataTest(unittest.TestCase):
                                   "data_parallel/tree", "layer_split/m=1", "layer_split/m=4",
                                   "layer_split/m=4/1f1b"])
 
+    def test_breakdown_of_a_full_sweep_stays_within_a_page_width(self):
+        # Many strong-scaling bars beside the weak ones: the panels go one above the other, at
+        # one bar width, rather than side by side at twice the width.
+        results = make_model_parallel_results()
+        for i in range(6):
+            results["runs"].append(make_run("data_parallel", 2, "strong", 1900.0, allreduce="ring",
+                                            label=f"extra {i}"))
+        fig, why = plot_breakdown.make_figure(results)
+        self.assertIsNone(why)
+        self.assertLessEqual(fig.get_size_inches()[0], 17.0)
+        self.assertEqual(len(fig.axes), 2)
+        self.assertEqual(fig.axes[0].get_xlim(), fig.axes[1].get_xlim())
+        self.assertEqual([ax.get_title() for ax in fig.axes],
+                         [pr.scaling_title("strong"), pr.scaling_title("weak")])
+
     def test_speedup_legend_hides_no_point(self):
         # Ten series on at most 2 devices (a 2-core machine's sweep): a legend inside the panel
         # covered the 1-device point.
