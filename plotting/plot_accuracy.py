@@ -4,9 +4,11 @@
     /usr/bin/python3 plotting/plot_accuracy.py RESULTS.json [--out-dir DIR]
 
 One line per run (its label), coloured by series; one panel per batch scaling when the file has
-more than one. Runs without completed epochs are left out; diverged runs are drawn dashed up to
-their last completed epoch. Writes accuracy.png and accuracy.svg, or nothing when no run has a
-completed epoch.
+more than one. Runs without completed epochs are left out, and so are runs of one epoch where
+the file has runs of more (a sweep's timing runs beside its accuracy runs: one point, at a
+truncated epoch, is not a learning curve); diverged runs are drawn dashed up to their last
+completed epoch. Writes accuracy.png and accuracy.svg, or nothing when no run has a completed
+epoch.
 """
 
 import sys
@@ -38,8 +40,17 @@ def accuracy_lines(results):
     return out
 
 
+def curves(lines):
+    """accuracy_lines' result without the one-epoch runs where any run has more epochs (a
+    panel left with none is dropped)."""
+    if max((len(line.points) for ls in lines.values() for line in ls), default=0) < 2:
+        return lines
+    out = {s: [line for line in ls if len(line.points) > 1] for s, ls in lines.items()}
+    return {s: ls for s, ls in out.items() if ls}
+
+
 def make_figure(results):
-    lines = accuracy_lines(results)
+    lines = curves(accuracy_lines(results))
     if not lines:
         return None, "no run has a completed epoch"
     from matplotlib.ticker import MaxNLocator, PercentFormatter
@@ -67,7 +78,9 @@ def make_figure(results):
         ax.grid(True, alpha=0.3)
         if len(scalings) > 1 or scaling != pr.UNSPECIFIED_SCALING:
             ax.set_title(pr.scaling_title(scaling), fontsize=10)
-        ax.legend(fontsize=7, loc="best")
+        # Below the panel: a sweep's many runs fill any corner of it.
+        ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=2,
+                  frameon=False)
     fig.suptitle(f"Test accuracy on {pr.machine_description(results)}", fontsize=11)
     return fig, None
 

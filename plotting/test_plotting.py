@@ -542,6 +542,24 @@ class DataTest(unittest.TestCase):
         fig, _ = plot_accuracy.make_figure(results)
         self.assertEqual(len(fig.axes), 2)
 
+    def test_one_epoch_runs_are_left_out_beside_longer_ones(self):
+        # A sweep's timing runs (one truncated epoch) beside its accuracy runs: only the curves.
+        results = make_results()
+        for run in results["runs"]:
+            if run["config"]["batch_scaling"] == "weak" or run["config"]["devices"] == 4:
+                run["epochs"] = run.get("epochs", [])[:1]
+        got = plot_accuracy.curves(plot_accuracy.accuracy_lines(results))
+        self.assertEqual(sorted(got), ["strong"])
+        self.assertTrue(got["strong"])
+        self.assertTrue(all(len(line.points) == 2 for line in got["strong"]))
+        fig, _ = plot_accuracy.make_figure(results)
+        self.assertEqual(len(fig.axes), 1)
+        # Where every run has one epoch, they are all drawn.
+        for run in results["runs"]:
+            run["epochs"] = run.get("epochs", [])[:1]
+        got = plot_accuracy.curves(plot_accuracy.accuracy_lines(results))
+        self.assertEqual(sorted(got), ["strong", "weak"])
+
     def test_a_partial_file_is_plotted_with_a_warning(self):
         with tempfile.TemporaryDirectory() as d:
             doc = make_results()
