@@ -874,7 +874,7 @@ class Accuracy(unittest.TestCase):
             accuracy.load(self.write(a, _results([("B512 lr-sqrt", 512, 0, 0.79)], epochs=2)))
 
 
-    def test_committed_sweep_has_three_seeds_at_batch_1024_and_below(self):
+    def test_committed_sweep_has_five_seeds_at_batch_1024_and_below(self):
         path = os.path.join(ROOT, "report", "predictions.json")
         if not os.path.exists(path):
             self.skipTest("report/predictions.json not generated (scripts/report.sh)")
@@ -886,7 +886,7 @@ class Accuracy(unittest.TestCase):
         for b, rules in ((256, ["none"]), (512, ["none", "linear", "sqrt", "linear+warmup", "sqrt+warmup"]),
                          (1024, ["none", "linear", "sqrt", "linear+warmup", "sqrt+warmup"])):
             for rule in rules:
-                self.assertEqual(groups[(b, rule)]["seeds"], [0, 1, 2], (b, rule))
+                self.assertEqual(groups[(b, rule)]["seeds"], [0, 1, 2, 3, 4], (b, rule))
 
 
 class Session(unittest.TestCase):

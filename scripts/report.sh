@@ -10,6 +10,8 @@
 #                                lr-batch.json (seed 0, B 256..8192: 65 minutes on the 2-core VM),
 #                                lr-batch-warmup.json (seed 0, 8 minutes), lr-batch-seeds.json for
 #                                seeds 1 and 2 (27 minutes each; 2026-12-01, beside a C++ build)
+#                                and 3 and 4 (the two side by side: 31 minutes, 2026-12-04, on a
+#                                2-core AMD EPYC VM with fresh-machine-check.sh running beside them)
 #   scripts/report.sh --short    CI's smoke test: tiny profiles and sweep into --out (default a
 #                                temporary directory), then the whole report from them (~1 minute);
 #                                AlexNet from the committed profile, not measured
@@ -126,11 +128,13 @@ fi
 sweep=()
 if [ "$mode" = full ]; then
   # lr-batch.json is seed 0 at every batch and rule but sqrt+warm-up; lr-batch-warmup.json adds the
-  # warm-up runs it lacks at B <= 1024; lr-batch-seeds.json repeats B <= 1024 for seeds 1 and 2.
+  # warm-up runs it lacks at B <= 1024; lr-batch-seeds.json repeats B <= 1024 for seeds 1 to 4.
   sweep=("experiments/lr-batch.json||$data/lr-batch-10ep.json"
     "experiments/lr-batch-warmup.json|--set training.seed=0|$data/lr-batch-10ep-warmup-seed0.json"
     "experiments/lr-batch-seeds.json|--set training.seed=1|$data/lr-batch-10ep-seed1.json"
-    "experiments/lr-batch-seeds.json|--set training.seed=2|$data/lr-batch-10ep-seed2.json")
+    "experiments/lr-batch-seeds.json|--set training.seed=2|$data/lr-batch-10ep-seed2.json"
+    "experiments/lr-batch-seeds.json|--set training.seed=3|$data/lr-batch-10ep-seed3.json"
+    "experiments/lr-batch-seeds.json|--set training.seed=4|$data/lr-batch-10ep-seed4.json")
 elif [ "$mode" = short ]; then
   tiny='--set dataset.train_limit=2048 --set dataset.test_limit=500 --set training.epochs=1'
   tiny_runs='runs=[{"strategy":"single","label":"B256 lr-none","training":{"batch_size":256}},{"strategy":"single","label":"B1024 lr-linear","training":{"batch_size":1024,"lr":0.8}},{"strategy":"data_parallel","devices":4,"batch_scaling":"weak","lr_scaling":"linear","lr_warmup_iterations":2,"allreduce":"tree","allow_oversubscription":true,"label":"B1024 lr-linear+warmup"}]'
