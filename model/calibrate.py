@@ -40,39 +40,6 @@ H200_FIRST = os.path.join(REFERENCE, "h200-2026-11-30")
 # allreduce_bench's files in an H200 directory, the one preferred first: gpu-check.sh's sweep part
 # (every algorithm and size on 2, 4 and 8 devices) before its collectives part.
 H200_BENCH_FILES = ("allreduce-cuda-sweep.json", "allreduce-cuda.json")
-
-
-# What the model prices on the H200 and so needs measured: the three allreduces and the copy.
-H200_ALGORITHMS = ("naive", "ring", "tree", "p2p")
-
-
-def h200_ref(reference=REFERENCE, skipped=None):
-    """The newest H200 run committed under `reference` that the model can fit: the last, in name
-    order (h200-<date>...), of the h200-* directories whose gpu-check.json fits the compute
-    (h200_compute) and whose allreduce_bench file (H200_BENCH_FILES, the first present) measures
-    every algorithm of H200_ALGORITHMS at one piece size; H200_FIRST when none does. `skipped`,
-    a list, receives one line per newer directory passed over and why."""
-    for d in sorted(glob.glob(os.path.join(reference, "h200-*")), reverse=True):
-        try:
-            h200_compute(os.path.join(d, "gpu-check.json"))
-            _, rows, _ = h200_link(h200_bench_path(d))
-            lacks = sorted(set(H200_ALGORITHMS) - {r[0] for r in rows})
-            if lacks:
-                raise ValueError("%s: no %s rows" % (os.path.relpath(h200_bench_path(d), ROOT), ", ".join(lacks)))
-            return d
-        except (OSError, ValueError) as e:
-            if skipped is not None and d != H200_FIRST:
-                skipped.append("%s not fitted: %s" % (os.path.relpath(d, ROOT), e))
-    return H200_FIRST
-
-
-def h200_bench_path(ref=None):
-    """The allreduce_bench file of an H200 directory (H200_BENCH_FILES, the first present)."""
-    ref = ref or H200_REF
-    for f in H200_BENCH_FILES:
-        if os.path.isfile(os.path.join(ref, f)):
-            return os.path.join(ref, f)
-    raise FileNotFoundError("%s: none of %s" % (os.path.relpath(ref, ROOT), ", ".join(H200_BENCH_FILES)))
 H200_SMS = 132
 GRAPH_CALIBRATION = "single gpu epoch"  # gpu-check.json's graphed single run: the graph factor
 # ... and its graphed data_parallel run on one device: what running as a group adds to a step
@@ -338,6 +305,39 @@ def h200_link(path=None):
     if not rows:
         raise ValueError("%s: no allreduce_bench rows to fit" % name)
     return fit(rows), rows, fit
+
+
+# What the model prices on the H200 and so needs measured: the three allreduces and the copy.
+H200_ALGORITHMS = ("naive", "ring", "tree", "p2p")
+
+
+def h200_ref(reference=REFERENCE, skipped=None):
+    """The newest H200 run committed under `reference` that the model can fit: the last, in name
+    order (h200-<date>...), of the h200-* directories whose gpu-check.json fits the compute
+    (h200_compute) and whose allreduce_bench file (H200_BENCH_FILES, the first present) measures
+    every algorithm of H200_ALGORITHMS at one piece size; H200_FIRST when none does. `skipped`,
+    a list, receives one line per newer directory passed over and why."""
+    for d in sorted(glob.glob(os.path.join(reference, "h200-*")), reverse=True):
+        try:
+            h200_compute(os.path.join(d, "gpu-check.json"))
+            _, rows, _ = h200_link(h200_bench_path(d))
+            lacks = sorted(set(H200_ALGORITHMS) - {r[0] for r in rows})
+            if lacks:
+                raise ValueError("%s: no %s rows" % (os.path.relpath(h200_bench_path(d), ROOT), ", ".join(lacks)))
+            return d
+        except (OSError, ValueError) as e:
+            if skipped is not None and d != H200_FIRST:
+                skipped.append("%s not fitted: %s" % (os.path.relpath(d, ROOT), e))
+    return H200_FIRST
+
+
+def h200_bench_path(ref=None):
+    """The allreduce_bench file of an H200 directory (H200_BENCH_FILES, the first present)."""
+    ref = ref or H200_REF
+    for f in H200_BENCH_FILES:
+        if os.path.isfile(os.path.join(ref, f)):
+            return os.path.join(ref, f)
+    raise FileNotFoundError("%s: none of %s" % (os.path.relpath(ref, ROOT), ", ".join(H200_BENCH_FILES)))
 
 
 # The H200 run the model fits, and the newer ones it passed over (report.py prints them).
