@@ -143,8 +143,11 @@ class Device {
   virtual void abort_capture() noexcept {}
   // A capture over `group` (this device first, as rank 0; devices of one process), or null with
   // *why_not set when these devices cannot share one (other backends, other GPUs).
+  // comm_streams: each rank's step also queues work from a communication thread
+  // (bind_comm_thread), which joins the capture by waiting on an event of the rank's and rejoins
+  // it through one the rank waits on (data_parallel's overlap); the capture must hold that too.
   virtual std::unique_ptr<GroupCapture> capture_group(const std::vector<Device*>& group,
-                                                      std::string* why_not);
+                                                      bool comm_streams, std::string* why_not);
 
   virtual Ops& ops() = 0;
 };

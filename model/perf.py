@@ -692,7 +692,7 @@ def _predict(comp, link, config, net):
     o = config.get("options") or {}
     if s == "single" or (s == "data_parallel" and k == 1):
         t = comp.step(config["global_batch"])
-        graphed = s == "single" or (o.get("allreduce") == "nccl" and not o.get("overlap"))
+        graphed = s == "single" or o.get("allreduce") == "nccl"  # overlap too: one graph
         if graphed and o.get("cuda_graphs") and config.get("backend") == "cuda":
             t *= comp.graph_factor
         return t, {"compute": t, "communication": 0.0, "exposed_communication": 0.0}

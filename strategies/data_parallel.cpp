@@ -386,17 +386,18 @@ class DataParallel final : public Strategy {
   // allreduce is captured in each rank's own graph; the transport's algorithms make one rank's
   // stream wait on another's events, which only one capture over the whole group can hold
   // (capture_, where the devices can share one: virtual devices of one GPU, in one process).
+  // With overlap the capture holds both streams of each device: the communication thread's
+  // stream joins it by waiting on a bucket's event, and rejoins the compute stream through the
+  // event the update waits on, so a replay runs the buckets' allreduces beside backward.
   std::string plan_graphs(const std::vector<Device*>& devices) {
     capture_.reset();
     if (!o_.cuda_graphs) return "cuda_graphs is false";
     for (const Device* d : devices)
       if (!d->supports_capture()) return d->name() + " cannot capture work (CUDA only)";
-    if (o_.overlap)
-      return "overlap queues the allreduces from a second host thread as backward produces the "
-             "gradients";
     if (model_->has_dropout()) return "the model's dropout masks change every step";
     if (o_.allreduce == "nccl") return "";
-    return plan_group_graph("the " + o_.allreduce + " allreduce", *group_, devices, &capture_);
+    return plan_group_graph("the " + o_.allreduce + " allreduce", *group_, devices, &capture_,
+                            /*comm_streams=*/o_.overlap);
   }
 
   // The step captured once per global batch, then replayed with its example indices and SGD

@@ -25,15 +25,17 @@ namespace paralab {
 
 // Why `devices` (the group's, rank r on devices[r]) cannot run their step as one graph over the
 // group, or "" when they can: *capture is then that capture. `what` names the traffic that needs
-// it (e.g. "the ring allreduce").
+// it (e.g. "the ring allreduce"); comm_streams: each rank also queues from a communication
+// thread (Device::capture_group).
 inline std::string plan_group_graph(const std::string& what, SpmdGroup& group,
                                     const std::vector<Device*>& devices,
-                                    std::unique_ptr<GroupCapture>* capture) {
+                                    std::unique_ptr<GroupCapture>* capture,
+                                    bool comm_streams = false) {
   capture->reset();
   if (static_cast<int>(group.local_ranks().size()) != group.size())
     return what + " between processes: one graph cannot span processes";
   std::string why;
-  *capture = devices.front()->capture_group(devices, &why);
+  *capture = devices.front()->capture_group(devices, comm_streams, &why);
   return *capture ? "" : what + " needs one graph over the group: " + why;
 }
 

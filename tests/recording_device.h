@@ -6,7 +6,12 @@
 // first, each as far as its waits allow), so that a missing event turns into wrong data, not
 // into luck. What a CUDA capture forbids (a synchronisation, a copy to or from the host) is
 // counted as a violation, and the work queued directly, outside captures and replays, is
-// counted too: a replayed step must queue nothing but its inputs.
+// counted too: a replayed step must queue nothing but its inputs. A device has two queues, as a
+// CUDA device has two streams: work from the thread that called bind_comm_thread() goes to its
+// communication queue, the rest to its compute queue. In a capture the communication queue
+// joins as a CUDA stream does (its first work must be a wait on an event recorded in the
+// capture) and must rejoin the compute queue before the capture ends (its last work an event
+// that the compute queue waits on); a replay runs it first wherever its waits allow.
 #pragma once
 
 #include <algorithm>
@@ -56,11 +61,17 @@ class RecordingDevice final : public ForwardingDevice {
   // Runs fn now, or records it while capturing.
   void queue(std::function<void()> fn) {
     if (capturing_) {
-      nodes_.push_back({Node::Run, std::move(fn), 0, nullptr});
+      add({Node::Run, std::move(fn), 0, nullptr});
       return;
     }
     ++direct_ops;
     fn();
+  }
+
+  // The calling thread queues this device's communication from now on (its second queue).
+  void bind_comm_thread() override {
+    ForwardingDevice::bind_thread();
+    comm_for_ = this;
   }
 
   void copy_on_device(void* d, const void* s, std::size_t n) override {
@@ -88,7 +99,7 @@ class RecordingDevice final : public ForwardingDevice {
   Event record() override {
     if (!capturing_) return nullptr;  // eager work is done when queued, as on the CPU
     auto e = std::make_shared<RecordedEvent>(++next_event());
-    nodes_.push_back({Node::Record, nullptr, e->id, nullptr});
+    add({Node::Record, nullptr, e->id, nullptr});
     return e;
   }
   void wait(const Event& event) override {
@@ -99,12 +110,12 @@ class RecordingDevice final : public ForwardingDevice {
       violation("wait outside the capture on a captured event");
       return;
     }
-    if (!ignore_waits) nodes_.push_back({Node::Wait, nullptr, e->id, nullptr});
+    if (!ignore_waits) add({Node::Wait, nullptr, e->id, nullptr});
   }
   TimeMark mark() override {
     if (!capturing_) return Device::mark();
     auto t = std::make_shared<Timer>();
-    nodes_.push_back({Node::Mark, nullptr, 0, t});
+    add({Node::Mark, nullptr, 0, t});
     return {std::chrono::steady_clock::now(), t};
   }
   double elapsed_ms(const TimeMark& a, const TimeMark& b) override {
@@ -119,27 +130,50 @@ class RecordingDevice final : public ForwardingDevice {
   // This device's own capture (one graph per device).
   void begin_capture() override { start_capture(); }
   std::unique_ptr<CapturedWork> end_capture() override {
-    auto lists = std::vector<std::vector<Node>>{stop_capture()};
+    Queues queues = stop_capture();
     if (!fail_end_capture.empty()) {  // as a GPU that cannot make the graph: nothing ran
       ++failed_end_captures;
       throw CaptureFailed(fail_end_capture);
     }
-    std::vector<RecordingDevice*> devices{this};
+    std::vector<RecordingDevice*> devices{this, this};
+    std::vector<std::vector<Node>> lists{std::move(queues.compute), std::move(queues.comm)};
     return std::make_unique<Replay>(std::move(devices), std::move(lists));
   }
-  void abort_capture() noexcept override { capturing_ = false, nodes_.clear(); }
+  void abort_capture() noexcept override {
+    capturing_ = false;
+    nodes_.clear();
+    comm_nodes_.clear();
+  }
 
-  std::unique_ptr<GroupCapture> capture_group(const std::vector<Device*>& group,
+  std::unique_ptr<GroupCapture> capture_group(const std::vector<Device*>& group, bool comm_streams,
                                               std::string* why_not) override;
 
   void start_capture() {
     PARALAB_REQUIRE(!capturing_, name() + ": a capture in a capture");
-    capturing_ = true;
     nodes_.clear();
+    comm_nodes_.clear();
+    capturing_ = true;
   }
-  std::vector<Node> stop_capture() {
+  // A capture's work, per queue. Called once the communication queue's thread has queued all
+  // of its part (the strategy waits for that before it ends its step).
+  struct Queues {
+    std::vector<Node> compute, comm;
+  };
+  Queues stop_capture() {
     capturing_ = false;
-    return std::exchange(nodes_, {});
+    Queues q{std::exchange(nodes_, {}), std::exchange(comm_nodes_, {})};
+    // CUDA ends a capture only when every stream that joined it has rejoined the origin
+    // (cudaErrorStreamCaptureUnjoined): here, the communication queue's last work must be an
+    // event that the compute queue waits on.
+    if (!q.comm.empty()) {
+      const Node& last = q.comm.back();
+      const bool rejoined = last.kind == Node::Record &&
+                            std::any_of(q.compute.begin(), q.compute.end(), [&](const Node& n) {
+                              return n.kind == Node::Wait && n.event == last.event;
+                            });
+      if (!rejoined) violation("the communication queue's work does not rejoin the capture");
+    }
+    return q;
   }
 
   // Runs every device's recorded work, ordered only by its events (see the top of the file).
@@ -166,7 +200,8 @@ class RecordingDevice final : public ForwardingDevice {
                     std::to_string(lists[r][at[r]].event) + ", which nothing records before it");
   }
 
-  int direct_ops = 0;  // queued outside captures (a replay runs the recorded calls themselves)
+  // Queued outside captures (a replay runs the recorded calls themselves), from either queue.
+  std::atomic<int> direct_ops{0};
   // Records no waits: a graph without the edges between devices (to show that a test catches it).
   bool ignore_waits = false;
   std::vector<std::string> violations;  // what a CUDA capture would have refused
@@ -197,6 +232,18 @@ class RecordingDevice final : public ForwardingDevice {
   void violation(const std::string& what) {
     std::lock_guard lock(mu_);
     violations.push_back(what);
+  }
+  // Appends to the calling thread's queue's capture. Each queue is fed by one thread.
+  void add(Node n) {
+    if (comm_for_ != this) {
+      nodes_.push_back(std::move(n));
+      return;
+    }
+    // A CUDA stream joins a capture by waiting on an event recorded in it; before that its work
+    // runs at once, outside the graph.
+    if (comm_nodes_.empty() && n.kind != Node::Wait)
+      violation("the communication queue works in a capture before it waits on the capture");
+    comm_nodes_.push_back(std::move(n));
   }
 
   // The ops, each call queued through the device (recorded while capturing). Tensors are
@@ -326,8 +373,9 @@ class RecordingDevice final : public ForwardingDevice {
   };
 
   RecordingOps ops_;
-  bool capturing_ = false;
-  std::vector<Node> nodes_;
+  std::atomic<bool> capturing_{false};  // read by both queues' threads
+  std::vector<Node> nodes_, comm_nodes_;
+  inline static thread_local const RecordingDevice* comm_for_ = nullptr;  // bind_comm_thread()
   std::mutex mu_;
 };
 
@@ -346,7 +394,7 @@ class RecordingGroupCapture final : public GroupCapture {
     lists_[static_cast<std::size_t>(rank)] = d.stop_capture();
     barrier();
     if (const std::string& why = devices_.front()->fail_group_end; !why.empty()) {
-      lists_[static_cast<std::size_t>(rank)].clear();
+      lists_[static_cast<std::size_t>(rank)] = {};
       ++d.failed_group_ends;
       throw CaptureFailed(why);
     }
@@ -360,7 +408,9 @@ class RecordingGroupCapture final : public GroupCapture {
   // rank 0's thread overflowed it; they keep their own now, core/cpu/cpu_ops.h), one rank at a
   // time: the rank holding the baton runs until its next wait on an event nobody has
   // recorded yet, or its end, then hands it to the next rank down (the last rank starts). A
-  // wait that can never be met is an Error on every rank.
+  // rank runs its communication queue first, as far as its waits allow, then its compute
+  // queue, and again while either moves. A wait that can never be met is an Error on every
+  // rank.
   void launch(int rank, const GroupBarrier& barrier) override {
     barrier();
     if (rank == 0) {
@@ -380,36 +430,45 @@ class RecordingGroupCapture final : public GroupCapture {
  private:
   void replay_part(int rank) {
     const int k = static_cast<int>(devices_.size());
-    auto& list = lists_[static_cast<std::size_t>(rank)];
-    std::size_t at = 0;
+    auto& queues = lists_[static_cast<std::size_t>(rank)];
+    std::vector<RecordingDevice::Node>* lists[] = {&queues.comm, &queues.compute};
+    std::size_t at[] = {0, 0};
     std::unique_lock lock(mu_);
     for (;;) {
       cv_.wait(lock, [&] { return turn_ == rank || !stuck_.empty(); });
       if (!stuck_.empty()) throw Error(stuck_);
       bool progressed = false;
-      for (; at < list.size(); ++at, progressed = true) {
-        RecordingDevice::Node& n = list[at];
-        if (n.kind == RecordingDevice::Node::Wait && !recorded_.count(n.event)) break;
-        if (n.kind == RecordingDevice::Node::Record) recorded_.insert(n.event);
-        if (n.kind == RecordingDevice::Node::Mark) {
-          n.timer->at = std::chrono::steady_clock::now();
-          n.timer->reached = true;
-        }
-        if (n.kind == RecordingDevice::Node::Run) {
-          lock.unlock();
-          n.run();
-          lock.lock();
+      for (bool moved = true; moved;) {
+        moved = false;
+        for (int q = 0; q < 2; ++q) {
+          auto& list = *lists[q];
+          for (; at[q] < list.size(); ++at[q], moved = progressed = true) {
+            RecordingDevice::Node& n = list[at[q]];
+            if (n.kind == RecordingDevice::Node::Wait && !recorded_.count(n.event)) break;
+            if (n.kind == RecordingDevice::Node::Record) recorded_.insert(n.event);
+            if (n.kind == RecordingDevice::Node::Mark) {
+              n.timer->at = std::chrono::steady_clock::now();
+              n.timer->reached = true;
+            }
+            if (n.kind == RecordingDevice::Node::Run) {
+              lock.unlock();
+              n.run();
+              lock.lock();
+            }
+          }
         }
       }
-      done_[static_cast<std::size_t>(rank)] = at == list.size();
+      done_[static_cast<std::size_t>(rank)] =
+          at[0] == lists[0]->size() && at[1] == lists[1]->size();
       idle_ = progressed ? 0 : idle_ + 1;
       if (std::all_of(done_.begin(), done_.end(), [](bool d) { return d; })) {
         cv_.notify_all();
         return;
       }
       if (idle_ > k) {
+        const int q = at[1] < lists[1]->size() ? 1 : 0;
         stuck_ = devices_[static_cast<std::size_t>(rank)]->name() +
-                 ": the replay waits on event e" + std::to_string(list[at].event) +
+                 ": the replay waits on event e" + std::to_string((*lists[q])[at[q]].event) +
                  ", which nothing records before it";
         cv_.notify_all();
         throw Error(stuck_);
@@ -424,7 +483,7 @@ class RecordingGroupCapture final : public GroupCapture {
   }
 
   std::vector<RecordingDevice*> devices_;
-  std::vector<std::vector<RecordingDevice::Node>> lists_;
+  std::vector<RecordingDevice::Queues> lists_;
   std::mutex mu_;
   std::condition_variable cv_;
   std::set<int> recorded_;
@@ -434,7 +493,8 @@ class RecordingGroupCapture final : public GroupCapture {
 };
 
 inline std::unique_ptr<GroupCapture> RecordingDevice::capture_group(
-    const std::vector<Device*>& group, std::string* why_not) {
+    const std::vector<Device*>& group, bool comm_streams, std::string* why_not) {
+  (void)comm_streams;  // a recording device always has its second queue
   std::vector<RecordingDevice*> devices;
   for (Device* d : group) {
     auto* r = dynamic_cast<RecordingDevice*>(d);

@@ -316,6 +316,60 @@ TEST(DataParallel, OneGraphOverTheGroupReplaysTheEagerStepsBitForBit) {
         << algorithm << " in 4 KiB pieces";
 }
 
+// With overlap the graph holds each device's two queues: the buckets' allreduces, queued by the
+// communication thread, join the capture through each bucket's event and rejoin it before the
+// update; a replay runs every communication queue first wherever its waits let it, so a bucket
+// reduced before its gradients are done computes wrong numbers. Per-tensor buckets (8 per step)
+// and the default bucketing, in pieces and whole.
+TEST(DataParallel, OverlapIsOneGraphOverTheGroupThatReplaysTheEagerStepsBitForBit) {
+  for (const char* algorithm : {"naive", "ring", "tree"})
+    for (int k : {2, 3})
+      EXPECT_TRUE(graph_replays_match_eager(
+          "data_parallel", k,
+          {{"allreduce", algorithm}, {"overlap", true}, {"grouping", "per_tensor"}}))
+          << algorithm << " k=" << k;
+  EXPECT_TRUE(graph_replays_match_eager(
+      "data_parallel", 2,
+      {{"allreduce", "ring"}, {"overlap", true}, {"bucket_bytes", 65536}, {"chunk_bytes", 4096}}))
+      << "ring, 64 KiB buckets in 4 KiB pieces";
+}
+
+// The recording device holds a capture to CUDA's rules for a second stream: a communication
+// queue that works before it joins, or does not rejoin before the capture ends, is refused.
+TEST(DataParallel, RecordingDeviceRefusesACommunicationQueueOutsideTheCapture) {
+  auto cpu = make_devices("cpu", 1, {});
+  testing::RecordingDevice d(*cpu[0]);
+  Tensor t = Tensor::zeros(d, {1});
+  auto on_comm_thread = [&](auto&& fn) {
+    std::thread([&] {
+      d.bind_comm_thread();
+      fn();
+    }).join();
+  };
+  // Joined and rejoined: no violation, and the replay runs the queue's work.
+  d.begin_capture();
+  Event ready = d.record();
+  Event done;
+  on_comm_thread([&] {
+    d.wait(ready);
+    d.ops().set_scalar(t, 3.0f);
+    done = d.record();
+  });
+  d.wait(done);
+  auto graph = d.end_capture();
+  EXPECT_TRUE(d.violations.empty()) << d.violations.front();
+  graph->launch();
+  EXPECT_EQ(t.to_host_f32()[0], 3.0f);
+  // Work before the join, and no rejoin.
+  d.begin_capture();
+  on_comm_thread([&] { d.ops().set_scalar(t, 4.0f); });
+  graph = d.end_capture();
+  ASSERT_EQ(d.violations.size(), 2u);
+  EXPECT_EQ(d.violations[0],
+            "the communication queue works in a capture before it waits on the capture");
+  EXPECT_EQ(d.violations[1], "the communication queue's work does not rejoin the capture");
+}
+
 // A group graph that cannot be made: that step and every later one run eagerly, to the bit.
 TEST(DataParallel, AFailedGroupCaptureRunsTheStepsEagerly) {
   for (const char* algorithm : {"naive", "ring", "tree"})
@@ -333,10 +387,8 @@ TEST(DataParallel, GraphsReportWhyTheyAreNotUsed) {
   };
   EXPECT_EQ(reason({{"allreduce", "ring"}}, {cpu[0].get(), cpu[1].get()}),
             "not used: cpu:0 cannot capture work (CUDA only)");
-  EXPECT_EQ(reason({{"allreduce", "ring"}, {"overlap", true}}, {&a, &b}),
-            "not used: overlap queues the allreduces from a second host thread as backward "
-            "produces the gradients");
   EXPECT_EQ(reason({{"allreduce", "tree"}}, {&a, &b}), "used");
+  EXPECT_EQ(reason({{"allreduce", "ring"}, {"overlap", true}}, {&a, &b}), "used");
 }
 
 TEST(DataParallel, NonDivisibleBatchIsAClearError) {
@@ -387,6 +439,11 @@ TEST(DataParallel, CudaGroupGraphMatchesEagerStepsBitForBit) {
     for (int k : {2, 4})
       EXPECT_TRUE(cuda_graphs_match_eager("data_parallel", k, {{"allreduce", algorithm}}))
           << algorithm << " k=" << k;
+  // With overlap: each device's communication stream joins the group's graph (8 buckets).
+  for (int k : {2, 4})
+    EXPECT_TRUE(cuda_graphs_match_eager(
+        "data_parallel", k, {{"allreduce", "ring"}, {"overlap", true}, {"grouping", "per_tensor"}}))
+        << "ring overlap k=" << k;
 }
 
 }  // namespace

@@ -390,12 +390,21 @@ const void* CudaDevice::readable(const void* src, std::size_t bytes) {
 // In a capture a plain cudaEventRecord is only a dependency for other streams; a mark must be
 // an event record node, which every replay records again (cudaEventRecordExternal), so that
 // elapsed_ms after a replay reads that replay's times. The graph's holder keeps the marks (and
-// so their pooled events) as long as the graph.
+// so their pooled events) as long as the graph. The communication stream is in the capture
+// once it has waited on an event the compute stream recorded there (data_parallel's
+// overlapped buckets); its marks then time each replay's allreduces. The flag is invalid on a
+// stream that is not capturing, so that stream is asked.
 TimeMark CudaDevice::mark() {
   auto event = std::make_shared<CudaEvent>(timing_events_);
   const auto host = std::chrono::steady_clock::now();
   const cudaStream_t s = stream();
-  if (capturing_.load(std::memory_order_relaxed) && s == stream_)
+  bool in_capture = false;
+  if (capturing_.load(std::memory_order_relaxed)) {
+    cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+    if (s != stream_) PARALAB_CUDA(cudaStreamIsCapturing(s, &status));
+    in_capture = s == stream_ || status == cudaStreamCaptureStatusActive;
+  }
+  if (in_capture)
     PARALAB_CUDA(cudaEventRecordWithFlags(event->get(), s, cudaEventRecordExternal));
   else
     PARALAB_CUDA(cudaEventRecord(event->get(), s));

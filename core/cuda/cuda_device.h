@@ -69,7 +69,7 @@ class CudaDevice final : public Device {
   void abort_capture() noexcept override;
   // A capture over virtual devices of this GPU (core/cuda/group_capture.cpp); null with the
   // reason for devices of other GPUs or backends.
-  std::unique_ptr<GroupCapture> capture_group(const std::vector<Device*>& group,
+  std::unique_ptr<GroupCapture> capture_group(const std::vector<Device*>& group, bool comm_streams,
                                               std::string* why_not) override;
 
   // The group capture's parts (group_capture.cpp), on the compute stream: join_capture() makes

@@ -163,15 +163,19 @@ class CudaGroupCapture final : public GroupCapture {
   // adding its buffer and then its neighbour's into a result (the neighbour's read ordered by an
   // event, as the transport's hand-offs are) and copying the result, between two timing marks
   // (a step's kinds of node: kernels, event waits, memcpy, external event records), captured,
-  // launched once and checked, the marks read as a step's are. "" when it
+  // launched once and checked, the marks read as a step's are. With comm_streams each rank's
+  // part also has a communication thread's (data_parallel's overlap): on the device's
+  // communication stream it waits for the rank's event, adds its buffer into a third one between
+  // two marks and records the event the rank's stream then waits on. "" when it
   // works; otherwise what failed, so that the caller runs eagerly and says why instead of
   // failing every multi-device run on a driver or GPU that cannot hold such a graph.
-  std::string probe() {
+  std::string probe(bool comm_streams) {
     const int k = static_cast<int>(devices_.size());
     const int64_t n = 256;
-    std::vector<Tensor> in(devices_.size()), out(devices_.size()), copy(devices_.size());
+    std::vector<Tensor> in(devices_.size()), out(devices_.size()), copy(devices_.size()),
+        side(devices_.size());
     std::vector<Event> ready(devices_.size());
-    std::vector<std::pair<TimeMark, TimeMark>> marks(devices_.size());
+    std::vector<std::pair<TimeMark, TimeMark>> marks(devices_.size()), side_marks(devices_.size());
     std::vector<std::string> errors(devices_.size());
     ProbeBarrier gate(k);
     try {
@@ -181,6 +185,7 @@ class CudaGroupCapture final : public GroupCapture {
         in[r] = Tensor::from_host(d, {n}, std::vector<float>(n, static_cast<float>(r + 1)));
         out[r] = Tensor::zeros(d, {n});
         copy[r] = Tensor::zeros(d, {n});
+        side[r] = Tensor::zeros(d, {n});
         d.ops().add_inplace(out[r], in[r]);  // the kernels loaded, the cache warm
         d.synchronize();
         d.fill_zero(out[r].raw(), out[r].bytes());
@@ -199,6 +204,7 @@ class CudaGroupCapture final : public GroupCapture {
           marks[at].first = d.mark();  // timing events recorded in the capture, as steps do
           d.ops().add_inplace(out[r], in[r]);
           ready[at] = d.record();
+          if (comm_streams) d.wait(side_part(d, ready[at], side[r], in[r], side_marks[at]));
           barrier();  // every rank's event recorded before any waits on one
           d.wait(ready[static_cast<std::size_t>((r + 1) % k)]);
           d.ops().add_inplace(out[r], in[(r + 1) % k]);
@@ -217,9 +223,18 @@ class CudaGroupCapture final : public GroupCapture {
             if (v != want)
               throw Error(d.name() + (t == &copy[r] ? " copied " : " computed ") +
                           std::to_string(v) + ", not " + std::to_string(want));
-        const double ms = d.elapsed_ms(marks[at].first, marks[at].second);
-        if (!(ms >= 0.0))
-          throw Error(d.name() + ": its marks read " + std::to_string(ms) + " ms after a launch");
+        if (comm_streams)
+          for (float v : side[r].to_host_f32())
+            if (v != static_cast<float>(r + 1))
+              throw Error(d.name() + "'s communication stream computed " + std::to_string(v) +
+                          ", not " + std::to_string(r + 1));
+        for (const auto* m : {&marks[at], &side_marks[at]}) {
+          if (m == &side_marks[at] && !comm_streams) continue;
+          const double ms = d.elapsed_ms(m->first, m->second);
+          if (!(ms >= 0.0))
+            throw Error(d.name() + ": its " + (m == &marks[at] ? "" : "communication stream's ") +
+                        "marks read " + std::to_string(ms) + " ms after a launch");
+        }
       } catch (const std::exception& e) {
         errors[at] = e.what();
         gate.fail();
@@ -244,6 +259,29 @@ class CudaGroupCapture final : public GroupCapture {
   }
 
  private:
+  // probe()'s communication part of a rank on device d, from a thread of its own bound to d's
+  // communication stream, as data_parallel's overlap queues a bucket: the event the rank's
+  // stream must wait on to rejoin it.
+  static Event side_part(CudaDevice& d, const Event& ready, Tensor& side, const Tensor& in,
+                         std::pair<TimeMark, TimeMark>& marks) {
+    Event done;
+    std::exception_ptr failed;
+    std::thread([&] {
+      try {
+        d.bind_comm_thread();
+        d.wait(ready);  // joins the capture
+        marks.first = d.mark();
+        d.ops().add_inplace(side, in);
+        marks.second = d.mark();
+        done = d.record();
+      } catch (...) {
+        failed = std::current_exception();
+      }
+    }).join();
+    if (failed) std::rethrow_exception(failed);
+    return done;
+  }
+
   CudaDevice& device(int rank) const {
     PARALAB_REQUIRE(rank >= 0 && rank < static_cast<int>(devices_.size()),
                     "cuda graph over devices: no rank " + std::to_string(rank));
@@ -337,7 +375,7 @@ class CudaGroupCapture final : public GroupCapture {
 }  // namespace
 
 std::unique_ptr<GroupCapture> CudaDevice::capture_group(const std::vector<Device*>& group,
-                                                        std::string* why_not) {
+                                                        bool comm_streams, std::string* why_not) {
   std::vector<CudaDevice*> devices;
   for (Device* d : group) {
     auto* c = dynamic_cast<CudaDevice*>(d);
@@ -357,7 +395,7 @@ std::unique_ptr<GroupCapture> CudaDevice::capture_group(const std::vector<Device
   PARALAB_REQUIRE(!devices.empty() && devices[0] == this,
                   name() + ": capture_group() of a group it does not lead");
   auto capture = std::make_unique<CudaGroupCapture>(std::move(devices));
-  if (const std::string why = capture->probe(); !why.empty()) {
+  if (const std::string why = capture->probe(comm_streams); !why.empty()) {
     if (why_not) *why_not = "a trial graph over the group failed (" + why + ")";
     return nullptr;
   }
