@@ -17,6 +17,12 @@ class KernelLog {
     std::lock_guard lock(mutex_);
     if (!entries_.contains(key)) entries_[key] = std::move(choice);
   }
+  // Replaces the choice under `key`: an op whose first choice failed at its first use and that
+  // took another path instead.
+  void revise(const std::string& key, nlohmann::json choice) {
+    std::lock_guard lock(mutex_);
+    entries_[key] = std::move(choice);
+  }
   // {key: choice, ...}; empty before the first op ran.
   nlohmann::json entries() const {
     std::lock_guard lock(mutex_);

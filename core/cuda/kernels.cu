@@ -126,6 +126,7 @@ void add_bias_rows(float* y, const float* b, int64_t rows, int64_t cols, cudaStr
 void column_sums(const float* dy, float* db, int64_t rows, int64_t cols, cudaStream_t s) {
   // 32 columns per block, 16 row lanes: LeNet's FC1 bias (128) takes 4 blocks of 512 threads.
   constexpr int kLanes = 16;
+  if (cols == 0) return;  // no columns: nothing to sum (and a grid of 0 blocks is refused)
   column_sums_tree<kLanes>
       <<<static_cast<unsigned>((cols + 31) / 32), 32 * kLanes, 0, s>>>(dy, db, rows, cols);
   PARALAB_CUDA_LAUNCHED();

@@ -59,7 +59,9 @@ const char* epilogue_name(cublasLtEpilogue_t e) {
 }
 
 // One column-major GEMM D (m,n) = op(A) op(B) with an epilogue, planned once: descriptors and
-// the algorithm. `ok` false (with `why`) when cuBLASLt has no algorithm for it.
+// the algorithm. `ok` false (with `why`) when cuBLASLt has no algorithm for it, refuses a
+// descriptor, or refuses the first call (run() false): the layer then takes cuBLAS and its own
+// kernels. Nothing here throws for a refusal of cuBLASLt's.
 class LtGemm {
  public:
   struct Spec {
@@ -73,33 +75,48 @@ class LtGemm {
   };
 
   LtGemm(CudaDevice& d, const Spec& s, const void* bias) : d_(d), spec_(s) {
+    // The first refusal names the plan's why_ and ends the planning.
+    const auto check = [&](cublasStatus_t st, const char* call) {
+      if (st != CUBLAS_STATUS_SUCCESS && why_.empty())
+        why_ = std::string(call) + ": " + cublas_status_name(st);
+      return why_.empty();
+    };
     const cublasComputeType_t compute =
         d.tf32() ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F_PEDANTIC;
-    PARALAB_CUBLAS(cublasLtMatmulDescCreate(&op_, compute, CUDA_R_32F));
     const cublasOperation_t ta = s.transa ? CUBLAS_OP_T : CUBLAS_OP_N;
     const cublasOperation_t tb = s.transb ? CUBLAS_OP_T : CUBLAS_OP_N;
-    PARALAB_CUBLAS(
-        cublasLtMatmulDescSetAttribute(op_, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
-    PARALAB_CUBLAS(
-        cublasLtMatmulDescSetAttribute(op_, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
-    PARALAB_CUBLAS(cublasLtMatmulDescSetAttribute(op_, CUBLASLT_MATMUL_DESC_EPILOGUE, &s.epilogue,
-                                                  sizeof s.epilogue));
-    set_bias(bias);
+    const char* const set_desc = "cublasLtMatmulDescSetAttribute";
+    const bool described =
+        check(cublasLtMatmulDescCreate(&op_, compute, CUDA_R_32F), "cublasLtMatmulDescCreate") &&
+        check(cublasLtMatmulDescSetAttribute(op_, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta),
+              set_desc) &&
+        check(cublasLtMatmulDescSetAttribute(op_, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb),
+              set_desc) &&
+        check(cublasLtMatmulDescSetAttribute(op_, CUBLASLT_MATMUL_DESC_EPILOGUE, &s.epilogue,
+                                             sizeof s.epilogue),
+              set_desc) &&
+        check(bias_status(bias), "cublasLtMatmulDescSetAttribute (bias pointer)");
     // On an SM share (a green context) the heuristic plans for the share's SMs, not the GPU's:
     // the tiles that fill a 132-SM GPU leave a 33-SM share with several waves.
-    if (d.sm_share().stream && d.sm_share().sm_count > 0) {
+    if (described && d.sm_share().stream && d.sm_share().sm_count > 0) {
       sm_target_ = d.sm_share().sm_count;
-      PARALAB_CUBLAS(cublasLtMatmulDescSetAttribute(op_, CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET,
-                                                    &sm_target_, sizeof sm_target_));
+      check(cublasLtMatmulDescSetAttribute(op_, CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET, &sm_target_,
+                                           sizeof sm_target_),
+            "cublasLtMatmulDescSetAttribute (SM count target)");
     }
     // Stored layouts: A is (m,k) or, transposed, (k,m); B likewise (k,n) or (n,k).
-    PARALAB_CUBLAS(cublasLtMatrixLayoutCreate(&a_, CUDA_R_32F, s.transa ? s.k : s.m,
-                                              s.transa ? s.m : s.k, s.lda));
-    PARALAB_CUBLAS(cublasLtMatrixLayoutCreate(&b_, CUDA_R_32F, s.transb ? s.n : s.k,
-                                              s.transb ? s.k : s.n, s.ldb));
-    PARALAB_CUBLAS(cublasLtMatrixLayoutCreate(&d_layout_, CUDA_R_32F, s.m, s.n, s.ldd));
+    const char* const layout = "cublasLtMatrixLayoutCreate";
     cublasLtMatmulPreference_t pref = nullptr;
-    PARALAB_CUBLAS(cublasLtMatmulPreferenceCreate(&pref));
+    if (!why_.empty() ||
+        !check(cublasLtMatrixLayoutCreate(&a_, CUDA_R_32F, s.transa ? s.k : s.m,
+                                          s.transa ? s.m : s.k, s.lda),
+               layout) ||
+        !check(cublasLtMatrixLayoutCreate(&b_, CUDA_R_32F, s.transb ? s.n : s.k,
+                                          s.transb ? s.k : s.n, s.ldb),
+               layout) ||
+        !check(cublasLtMatrixLayoutCreate(&d_layout_, CUDA_R_32F, s.m, s.n, s.ldd), layout) ||
+        !check(cublasLtMatmulPreferenceCreate(&pref), "cublasLtMatmulPreferenceCreate"))
+      return;  // ok_ stays false
     const std::size_t workspace = CudaDevice::kCublasWorkspace;
     const uint32_t no_split_k = CUBLASLT_REDUCTION_SCHEME_NONE;
     cublasStatus_t status = CUBLAS_STATUS_SUCCESS;
@@ -135,6 +152,7 @@ class LtGemm {
 
   bool ok() const { return ok_; }
   const std::string& why() const { return why_; }
+  std::string log_key;  // its entry in the device's kernel log
   // What the results record: the epilogue and the algorithm's id, tile and split-K setting.
   nlohmann::json describe() const {
     int id = -1, tile = -1, split_k = -1;
@@ -151,27 +169,38 @@ class LtGemm {
             {"sm_count_target", sm_target_ > 0 ? nlohmann::json(sm_target_) : nlohmann::json()}};
   }
 
-  // D = op(A) op(B) (+ the epilogue with `bias`: read for BIAS, written for BGRADA).
-  void run(const float* a, const float* b, float* d, const void* bias) {
-    set_bias(bias);
+  // D = op(A) op(B) (+ the epilogue with `bias`: read for BIAS, written for BGRADA). False when
+  // cuBLASLt refuses the plan's first call (a heuristic's answer "doesn't fully guarantee algo
+  // will run", cublasLt.h): nothing was queued, the plan is no longer ok, and the caller takes
+  // its fallback, now and from then on. A refusal after the plan has run is an Error.
+  bool run(const float* a, const float* b, float* d, const void* bias) {
+    PARALAB_CUBLAS(bias_status(bias));
     const float one = 1.0f, zero = 0.0f;
-    PARALAB_CUBLAS(cublasLtMatmul(d_.cublas_lt(), op_, &one, a, a_, b, b_, &zero, d, d_layout_, d,
-                                  d_layout_, &result_.algo, d_.cublas_workspace(),
-                                  CudaDevice::kCublasWorkspace, d_.stream()));
+    const cublasStatus_t st = cublasLtMatmul(
+        d_.cublas_lt(), op_, &one, a, a_, b, b_, &zero, d, d_layout_, d, d_layout_, &result_.algo,
+        d_.cublas_workspace(), CudaDevice::kCublasWorkspace, d_.stream());
+    if (st == CUBLAS_STATUS_SUCCESS) {
+      ran_ = true;
+      return true;
+    }
+    if (ran_) PARALAB_CUBLAS(st);
+    ok_ = false;
+    why_ = std::string("cublasLtMatmul refused its first call: ") + cublas_status_name(st);
+    return false;
   }
 
  private:
-  void set_bias(const void* bias) {
-    if (spec_.epilogue == CUBLASLT_EPILOGUE_DEFAULT) return;
-    PARALAB_CUBLAS(
-        cublasLtMatmulDescSetAttribute(op_, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
+  cublasStatus_t bias_status(const void* bias) {
+    if (spec_.epilogue == CUBLASLT_EPILOGUE_DEFAULT) return CUBLAS_STATUS_SUCCESS;
+    return cublasLtMatmulDescSetAttribute(op_, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
+                                          sizeof bias);
   }
   CudaDevice& d_;
   Spec spec_;
   cublasLtMatmulDesc_t op_ = nullptr;
   cublasLtMatrixLayout_t a_ = nullptr, b_ = nullptr, d_layout_ = nullptr;
   cublasLtMatmulHeuristicResult_t result_{};
-  bool ok_ = false;
+  bool ok_ = false, ran_ = false;
   int32_t sm_target_ = 0;  // CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET; 0: the whole GPU's
   std::string why_;
 };
@@ -202,8 +231,7 @@ class CudaLinear final : public Linear {
     if (relu_) y_ = y;
     if (g.ok()) {
       if (bias != b.raw()) d_.copy_on_device(bias_stage_.raw(), b.raw(), b.bytes());
-      g.run(w.f32(), x.f32(), y.f32(), bias);
-      return;
+      if (ran(g, w.f32(), x.f32(), y.f32(), bias)) return;
     }
     const float one = 1.0f, zero = 0.0f;
     PARALAB_CUBLAS(cublasSgemm(d_.cublas(), CUBLAS_OP_N, CUBLAS_OP_N, out, n, in, &one, w.f32(),
@@ -242,8 +270,7 @@ class CudaLinear final : public Linear {
          CUBLASLT_EPILOGUE_BGRADA,
          {alignment_of(g), alignment_of(x.raw()), alignment_of(dw.raw()), alignment_of(bias_grad)}},
         bias_grad, "backward weights", x, w, bias_grad != db.raw());
-    if (weights.ok()) {
-      weights.run(g, x.f32(), dw.f32(), bias_grad);
+    if (weights.ok() && ran(weights, g, x.f32(), dw.f32(), bias_grad)) {
       if (bias_grad != db.raw()) d_.copy_on_device(db.raw(), bias_grad, db.bytes());
     } else {
       PARALAB_CUBLAS(cublasSgemm(d_.cublas(), CUBLAS_OP_N, CUBLAS_OP_T, out, in, n, &one, g, out,
@@ -271,16 +298,22 @@ class CudaLinear final : public Linear {
     auto it = plans_.find(s.key());
     if (it == plans_.end()) {
       it = plans_.emplace(s.key(), std::make_unique<LtGemm>(d_, s, bias)).first;
-      const LtGemm& g = *it->second;
-      nlohmann::json choice = g.ok() ? nlohmann::json{{"gemm", "cublasLt"}}
-                                     : nlohmann::json{{"gemm", "cublas"}, {"why", g.why()}};
+      LtGemm& g = *it->second;
+      g.log_key = "linear x " + shape_string(x.shape()) + " w " + shape_string(w.shape()) +
+                  (relu_ ? " relu " : " ") + pass;
+      nlohmann::json choice = g.ok() ? nlohmann::json{{"gemm", "cublasLt"}} : fallback(g);
       if (g.ok()) choice.update(g.describe());
       if (g.ok() && bias_staged) choice["bias_staged"] = true;  // under 16-byte aligned
-      log_.note("linear x " + shape_string(x.shape()) + " w " + shape_string(w.shape()) +
-                    (relu_ ? " relu " : " ") + pass,
-                std::move(choice));
+      log_.note(g.log_key, std::move(choice));
     }
     return *it->second;
+  }
+  static nlohmann::json fallback(const LtGemm& g) { return {{"gemm", "cublas"}, {"why", g.why()}}; }
+  // g.run(...), and where its first call was refused, the log says the fallback runs instead.
+  bool ran(LtGemm& g, const float* a, const float* b, float* d, const void* bias) {
+    if (g.run(a, b, d, bias)) return true;
+    log_.revise(g.log_key, fallback(g));
+    return false;
   }
 
   // The vector the epilogue reads or writes for bias vector v: v itself where it is 16-byte
