@@ -669,15 +669,19 @@ for strategy in ("data_parallel", "layer_split", "channel_split"):
           f": {strategy} replays CUDA graphs ({len(used)}/{len(rs)} runs; {'; '.join(sorted(why)) or 'all'})")
     # One graph over virtual devices must keep each device's kernels on its own SM share (the
     # context each kernel node was captured in): none outside the devices' contexts, and some in
-    # every device's that has a green context of its own.
+    # every device's that has a green context of its own. Kernel nodes that report no context
+    # (library kernels launched from a CUfunction may not) are counted apart, and named.
     ctx = [(r.get("strategy_report") or {}).get("cuda_graph") for r in used]
     ctx = [c for c in ctx if isinstance(c, dict) and "kernels_per_device_context" in c]
     if ctx:
         bad = [c for c in ctx if c["kernels_in_no_device_context"] > 0 or
                any(d["kernels"] == 0 for d in c["kernels_per_device_context"])]
+        unknown = sum(c.get("kernels_context_unknown", 0) for c in ctx)
+        nodes = sum(c.get("kernel_nodes", 0) for c in ctx)
         print(("PASS" if not bad else "FAIL") +
               f": {strategy} graphs keep each virtual device's kernels on its SM share "
               f"({len(ctx) - len(bad)}/{len(ctx)} graphs" +
+              (f"; {unknown} of {nodes} kernel nodes report no context" if unknown else "") +
               (f"; e.g. {json.dumps(bad[0])}" if bad else "") + ")")
 PY
 )

@@ -175,11 +175,19 @@ std::string CudaDevice::check_stream() {
   for (cudaEvent_t e : {event, t0, t1})
     if (e) cudaEventDestroy(e);
   if (one_value) cudnnDestroyTensorDescriptor(one_value);
+  // A failure may leave work queued on the stream that reads scratch: let it end first (its
+  // own error, if any, is the failure already noted).
+  if (!failure.empty() && cudaStreamSynchronize(stream_) != cudaSuccess) cudaGetLastError();
   if (scratch) cudaFree(scratch);
   return failure;
 }
 
 CudaDevice::~CudaDevice() {
+  // Both streams' work ends before anything it may use goes: cudaFree's implicit wait covers the
+  // blocks it frees, not the streams of a green context destroyed below.
+  for (cudaStream_t s : {stream_, comm_stream_})
+    if (s && cudaStreamSynchronize(s) != cudaSuccess)
+      log_error(name() + ": cudaStreamSynchronize failed before its teardown");
   ops_.reset();
   for (Staging& s : staging_) allocator_->deallocate(s.ptr);
   allocator_.reset();  // cudaFree of every block (cudaFree waits for the device's work first)

@@ -26,6 +26,7 @@
 #include <condition_variable>
 #include <exception>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <system_error>
 #include <thread>
@@ -204,11 +205,13 @@ class CudaGroupCapture final : public GroupCapture {
           marks[at].first = d.mark();  // timing events recorded in the capture, as steps do
           d.ops().add_inplace(out[r], in[r]);
           ready[at] = d.record();
-          if (comm_streams) d.wait(side_part(d, ready[at], side[r], in[r], side_marks[at]));
+          std::optional<SidePart> side_work;
+          if (comm_streams) side_work.emplace(d, ready[at], side[r], in[r], side_marks[at]);
           barrier();  // every rank's event recorded before any waits on one
           d.wait(ready[static_cast<std::size_t>((r + 1) % k)]);
           d.ops().add_inplace(out[r], in[(r + 1) % k]);
           d.copy_on_device(copy[r].raw(), out[r].raw(), out[r].bytes());  // a memcpy node
+          if (side_work) d.wait(side_work->finish());
           marks[at].second = d.mark();
           end(r, barrier);
         } catch (...) {
@@ -259,28 +262,43 @@ class CudaGroupCapture final : public GroupCapture {
   }
 
  private:
-  // probe()'s communication part of a rank on device d, from a thread of its own bound to d's
-  // communication stream, as data_parallel's overlap queues a bucket: the event the rank's
-  // stream must wait on to rejoin it.
-  static Event side_part(CudaDevice& d, const Event& ready, Tensor& side, const Tensor& in,
-                         std::pair<TimeMark, TimeMark>& marks) {
-    Event done;
-    std::exception_ptr failed;
-    std::thread([&] {
-      try {
-        d.bind_comm_thread();
-        d.wait(ready);  // joins the capture
-        marks.first = d.mark();
-        d.ops().add_inplace(side, in);
-        marks.second = d.mark();
-        done = d.record();
-      } catch (...) {
-        failed = std::current_exception();
-      }
-    }).join();
-    if (failed) std::rethrow_exception(failed);
-    return done;
-  }
+  // probe()'s communication part of a rank on device d, as data_parallel's overlap queues a
+  // bucket: from a thread of its own bound to d's communication stream, started when the rank's
+  // event is recorded and queuing while the rank's thread queues the rest of its part (two
+  // threads on one device, and one green context, at once). finish() joins it and returns the
+  // event the rank's stream must wait on to rejoin it.
+  class SidePart {
+   public:
+    SidePart(CudaDevice& d, const Event& ready, Tensor& side, const Tensor& in,
+             std::pair<TimeMark, TimeMark>& marks)
+        : thread_([&d, ready, &side, &in, &marks, this] {
+            try {
+              d.bind_comm_thread();
+              d.wait(ready);  // joins the capture
+              marks.first = d.mark();
+              d.ops().add_inplace(side, in);
+              marks.second = d.mark();
+              done_ = d.record();
+            } catch (...) {
+              failed_ = std::current_exception();
+            }
+          }) {}
+    ~SidePart() {
+      if (thread_.joinable()) thread_.join();
+    }
+    SidePart(const SidePart&) = delete;
+    SidePart& operator=(const SidePart&) = delete;
+    Event finish() {
+      thread_.join();
+      if (failed_) std::rethrow_exception(failed_);
+      return done_;
+    }
+
+   private:
+    Event done_;
+    std::exception_ptr failed_;
+    std::thread thread_;  // last: starts once the rest exists
+  };
 
   CudaDevice& device(int rank) const {
     PARALAB_REQUIRE(rank >= 0 && rank < static_cast<int>(devices_.size()),
@@ -323,7 +341,9 @@ class CudaGroupCapture final : public GroupCapture {
   }
 
   // How many of the graph's kernel nodes run in each device's own context (its SM share's green
-  // context), and how many in none of them.
+  // context), how many in none of them, and how many do not say: a node made from a CUfunction
+  // (as libraries launch theirs) may report no context, since "this field is ignored if func is
+  // set" (cuda.h, CUDA_KERNEL_NODE_PARAMS_v2::ctx).
   nlohmann::json contexts(cudaGraph_t graph) const {
     std::string why;
     const std::vector<CUcontext> kernels = kernel_contexts(graph, &why);
@@ -334,7 +354,8 @@ class CudaGroupCapture final : public GroupCapture {
       if (!why.empty()) return {{"kernel_contexts", "unknown: " + why}};
     }
     nlohmann::json per_device = nlohmann::json::array();
-    std::size_t matched = 0;
+    std::size_t matched = 0, unknown = 0;
+    for (CUcontext c : kernels) unknown += c == nullptr ? 1 : 0;
     for (std::size_t r = 0; r < devices_.size(); ++r) {
       int64_t n = 0;
       for (CUcontext c : kernels) n += c == own[r] ? 1 : 0;
@@ -348,7 +369,8 @@ class CudaGroupCapture final : public GroupCapture {
     }
     return {{"kernel_nodes", kernels.size()},
             {"kernels_per_device_context", per_device},
-            {"kernels_in_no_device_context", kernels.size() - matched}};
+            {"kernels_in_no_device_context", kernels.size() - matched - unknown},
+            {"kernels_context_unknown", unknown}};
   }
 
   void drop_graph() noexcept {
