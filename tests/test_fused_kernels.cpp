@@ -131,6 +131,9 @@ constexpr Shape7 kWide{5, 3, 12, 11, 70, 3, 3};  // two column tiles forward; 35
 // Several tiles each way and tails in both: 70 filters, 40 input channels (the input gradient's
 // column tiles), an odd batch.
 constexpr Shape7 kDeep{3, 40, 7, 6, 70, 3, 3};
+// A batch that the weight gradient's fixed partition cuts into chunks of several examples, the
+// last one shorter (33 = 16 x 2 + 1), as LeNet's 256 is cut into chunks of 8.
+constexpr Shape7 kOddBatch{33, 2, 6, 5, 3, 3, 2};
 
 Stage make_stage(const Shape7& s, uint64_t seed) {
   return Stage(s.n, s.c, s.h, s.w, s.k, s.r, s.s, seed);
@@ -220,6 +223,15 @@ TEST(FusedKernels, GemmBackwardMatchesReference) {
   expect_backward_matches_reference(kOdd, true);
   expect_backward_matches_reference(kWide, true);
   expect_backward_matches_reference(kDeep, true);
+}
+
+TEST(FusedKernels, BackwardSumsChunksOfSeveralExamples) {
+  const Partition p = partition(kOddBatch.n);
+  ASSERT_GT(p.chunk, 1);
+  ASSERT_LT(int64_t{p.chunk} * p.parts, int64_t{kOddBatch.n} + p.chunk);
+  ASSERT_NE(kOddBatch.n % p.chunk, 0) << "the last chunk should be shorter";
+  expect_backward_matches_reference(kOddBatch, false);
+  expect_backward_matches_reference(kOddBatch, true);
 }
 
 TEST(FusedKernels, BiasGradientIsTheSameBitsOnBothPaths) {

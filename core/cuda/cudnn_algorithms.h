@@ -3,7 +3,8 @@
 //
 // The rule, not a timed search: cuDNN's heuristic ranking for the shape (cudnnGet*_v7, a pure
 // function of cuDNN's version, the GPU and the shape), the first algorithm that is deterministic
-// and not a Winograd variant (conv_relu_pool.cpp says why, with the measurements).
+// and not a Winograd variant (conv_relu_pool.cpp says why, with the measurements) and whose
+// workspace query succeeds with the math it will run with.
 #pragma once
 
 #include <algorithm>
@@ -19,8 +20,10 @@ namespace paralab::cuda {
 inline cudnnTensorDescriptor_t tensor4(int64_t n, int64_t c, int64_t h, int64_t w) {
   cudnnTensorDescriptor_t d;
   PARALAB_CUDNN(cudnnCreateTensorDescriptor(&d));
-  PARALAB_CUDNN(cudnnSetTensor4dDescriptor(d, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, int(n), int(c),
-                                           int(h), int(w)));
+  const cudnnStatus_t set = cudnnSetTensor4dDescriptor(d, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT,
+                                                       int(n), int(c), int(h), int(w));
+  if (set != CUDNN_STATUS_SUCCESS) cudnnDestroyTensorDescriptor(d);  // not leaked on the throw
+  PARALAB_CUDNN(set);
   return d;
 }
 
@@ -55,15 +58,43 @@ inline bool accurate(cudnnConvolutionBwdFilterAlgo_t a) {
          a != CUDNN_CONVOLUTION_BWD_FILTER_ALGO_WINOGRAD_NONFUSED;
 }
 
-// The first of cuDNN's heuristic ranking that is usable, deterministic and accurate.
-template <typename Perf>
-Perf first_deterministic(const Perf* ranked, int count, const char* what) {
-  for (int i = 0; i < count; ++i)
-    if (ranked[i].status == CUDNN_STATUS_SUCCESS && ranked[i].determinism == CUDNN_DETERMINISTIC &&
-        accurate(ranked[i].algo))
-      return ranked[i];
+// The algorithms cuDNN documents as non-deterministic (cudnn_ops.h: they use atomics), left out
+// whatever a ranking's `determinism` field says of them.
+inline bool deterministic(cudnnConvolutionFwdAlgo_t) { return true; }
+inline bool deterministic(cudnnConvolutionBwdDataAlgo_t a) {
+  return a != CUDNN_CONVOLUTION_BWD_DATA_ALGO_0;
+}
+inline bool deterministic(cudnnConvolutionBwdFilterAlgo_t a) {
+  return a != CUDNN_CONVOLUTION_BWD_FILTER_ALGO_0 && a != CUDNN_CONVOLUTION_BWD_FILTER_ALGO_3;
+}
+
+// The first of cuDNN's heuristic ranking that is usable, deterministic and accurate, and whose
+// workspace query, `size(algo, &bytes)` with `conv`'s math type set to what it will run with
+// (FMA; with tf32, the ranking's), succeeds: the ranking predicts and runs nothing, and an entry
+// it calls usable can still be refused for the shape or the math (tensorflow/tensorflow#48117).
+// Sets *math and *bytes to the chosen one's.
+template <typename Perf, typename Size>
+Perf first_usable(const Perf* ranked, int count, const char* what, bool tf32,
+                  cudnnConvolutionDescriptor_t conv, Size&& size, cudnnMathType_t* math,
+                  std::size_t* bytes) {
+  std::string refused;
+  for (int i = 0; i < count; ++i) {
+    const Perf& p = ranked[i];
+    if (p.status != CUDNN_STATUS_SUCCESS || p.determinism != CUDNN_DETERMINISTIC ||
+        !accurate(p.algo) || !deterministic(p.algo))
+      continue;
+    const cudnnMathType_t m = tf32 ? p.mathType : CUDNN_FMA_MATH;
+    cudnnStatus_t st = cudnnSetConvolutionMathType(conv, m);
+    if (st == CUDNN_STATUS_SUCCESS) st = size(p.algo, bytes);
+    if (st == CUDNN_STATUS_SUCCESS) {
+      *math = m;
+      return p;
+    }
+    refused += std::string(refused.empty() ? "" : ", ") + algo_name(p.algo) + " (" +
+               cudnnGetErrorString(st) + ")";
+  }
   throw Error(std::string("cuDNN: no deterministic, accurate ") + what +
-              " algorithm for this shape");
+              " algorithm for this shape" + (refused.empty() ? "" : "; refused: " + refused));
 }
 
 // One convolution's algorithms in its three directions (x -> y by w under `conv`), by the rule
@@ -96,34 +127,38 @@ inline ConvAlgorithms choose_conv_algorithms(cudnnHandle_t h, cudnnTensorDescrip
                                              cudnnTensorDescriptor_t y, bool tf32) {
   ConvAlgorithms a;
   int got = 0;
+  std::size_t fwd_ws = 0, data_ws = 0, filter_ws = 0;
   cudnnConvolutionFwdAlgoPerf_t fwd[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
   PARALAB_CUDNN(cudnnGetConvolutionForwardAlgorithm_v7(
       h, x, w, conv, y, CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &got, fwd));
-  const auto f = first_deterministic(fwd, got, "forward");
+  a.fwd = first_usable(
+              fwd, got, "forward", tf32, conv,
+              [&](cudnnConvolutionFwdAlgo_t algo, std::size_t* bytes) {
+                return cudnnGetConvolutionForwardWorkspaceSize(h, x, w, conv, y, algo, bytes);
+              },
+              &a.fwd_math, &fwd_ws)
+              .algo;
   cudnnConvolutionBwdDataAlgoPerf_t data[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
   PARALAB_CUDNN(cudnnGetConvolutionBackwardDataAlgorithm_v7(
       h, w, y, conv, x, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &got, data));
-  const auto dd = first_deterministic(data, got, "backward-data");
+  a.data = first_usable(
+               data, got, "backward-data", tf32, conv,
+               [&](cudnnConvolutionBwdDataAlgo_t algo, std::size_t* bytes) {
+                 return cudnnGetConvolutionBackwardDataWorkspaceSize(h, w, y, conv, x, algo, bytes);
+               },
+               &a.data_math, &data_ws)
+               .algo;
   cudnnConvolutionBwdFilterAlgoPerf_t filt[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
   PARALAB_CUDNN(cudnnGetConvolutionBackwardFilterAlgorithm_v7(
       h, x, y, conv, w, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &got, filt));
-  const auto ff = first_deterministic(filt, got, "backward-filter");
-  a.fwd = f.algo;
-  a.data = dd.algo;
-  a.filter = ff.algo;
-  if (tf32) {
-    a.fwd_math = f.mathType;
-    a.data_math = dd.mathType;
-    a.filter_math = ff.mathType;
-  }
-  std::size_t fwd_ws = 0, data_ws = 0, filter_ws = 0;
-  PARALAB_CUDNN(cudnnSetConvolutionMathType(conv, a.fwd_math));
-  PARALAB_CUDNN(cudnnGetConvolutionForwardWorkspaceSize(h, x, w, conv, y, a.fwd, &fwd_ws));
-  PARALAB_CUDNN(cudnnSetConvolutionMathType(conv, a.data_math));
-  PARALAB_CUDNN(cudnnGetConvolutionBackwardDataWorkspaceSize(h, w, y, conv, x, a.data, &data_ws));
-  PARALAB_CUDNN(cudnnSetConvolutionMathType(conv, a.filter_math));
-  PARALAB_CUDNN(
-      cudnnGetConvolutionBackwardFilterWorkspaceSize(h, x, y, conv, w, a.filter, &filter_ws));
+  a.filter =
+      first_usable(
+          filt, got, "backward-filter", tf32, conv,
+          [&](cudnnConvolutionBwdFilterAlgo_t algo, std::size_t* bytes) {
+            return cudnnGetConvolutionBackwardFilterWorkspaceSize(h, x, y, conv, w, algo, bytes);
+          },
+          &a.filter_math, &filter_ws)
+          .algo;
   a.workspace_bytes = std::max({fwd_ws, data_ws, filter_ws, std::size_t{4}});
   return a;
 }
