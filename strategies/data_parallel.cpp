@@ -102,7 +102,11 @@ class CommWorker {
   Drained drain() {
     std::unique_lock lock(mu_);
     cv_.wait(lock, [&] { return outstanding_ == 0; });
-    if (error_) std::rethrow_exception(std::exchange(error_, nullptr));
+    if (error_) {  // the failed step's marks and event go with it, not into the next drain
+      marks_.clear();
+      done_ = nullptr;
+      std::rethrow_exception(std::exchange(error_, nullptr));
+    }
     return {std::exchange(marks_, {}), std::exchange(done_, nullptr)};
   }
 
