@@ -505,6 +505,21 @@ for r in runs:
         print(f"{r['config'].get('strategy')} x{r['config']['devices']}: step {step(r):.3f} ms "
               f"eager, {step(g):.3f} ms as one graph over the group ({step(r) / step(g):.2f}x)")
 PY
+# What the single GPU's ops chose, shape by shape (device_list[].ops.choices): the cuDNN
+# algorithms per direction, the own kernels' tiles, and whether each linear layer's GEMM runs on
+# cuBLASLt with its epilogue or fell back to cuBLAS (and why). Figures, not goals.
+python3 - "$FILES/gpu-check.json" <<'PY' | while IFS= read -r l; do log "$l"; done
+import json, sys
+try:
+    runs = json.load(open(sys.argv[1]))["runs"]
+except (OSError, ValueError, KeyError):
+    sys.exit()
+run = next((r for r in runs if r["config"].get("strategy") == "single" and r["status"] == "ok"), None)
+for d in (run or {}).get("device_list") or []:
+    ops = d.get("ops") or {}
+    for key, choice in sorted((ops.get("choices") or {}).items()):
+        print(f"{d.get('name', '?')} {ops.get('kernels', '?')}: {key}: {json.dumps(choice, sort_keys=True)}")
+PY
 }
 
 # ---- Collectives between virtual devices on one GPU (issue 14) ---------------------------------
