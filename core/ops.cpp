@@ -29,7 +29,7 @@ void ConvReluPool::check_forward(const Tensor& x, const Tensor& w, const Tensor&
 }
 
 void ConvReluPool::check_backward(const Tensor& x, const Tensor& w, const Tensor& dy,
-                                  const Tensor* dx) {
+                                  const Tensor* dx, const Tensor& dw, const Tensor& db) {
   const Shape expect = output_shape(x, w);
   PARALAB_REQUIRE(dy.shape() == expect, "conv_relu_pool backward: dy is " +
                                             shape_string(dy.shape()) + ", expected " +
@@ -37,6 +37,11 @@ void ConvReluPool::check_backward(const Tensor& x, const Tensor& w, const Tensor
   PARALAB_REQUIRE(!dx || dx->shape() == x.shape(), "conv_relu_pool backward: dx " +
                                                        shape_string(dx ? dx->shape() : Shape{}) +
                                                        " != x " + shape_string(x.shape()));
+  // The kernels write K C R S weight and K bias gradients: where they go must hold them.
+  PARALAB_REQUIRE(dw.numel() == w.numel() && db.numel() == w.dim(0),
+                  "conv_relu_pool backward: dw has " + std::to_string(dw.numel()) +
+                      " values and db " + std::to_string(db.numel()) + " for w " +
+                      shape_string(w.shape()));
 }
 
 namespace {

@@ -33,7 +33,8 @@ class ConvReluPool {
   static Shape output_shape(const Tensor& x, const Tensor& w);
   // The argument checks of forward() and backward(), the same for every backend.
   static void check_forward(const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& y);
-  static void check_backward(const Tensor& x, const Tensor& w, const Tensor& dy, const Tensor* dx);
+  static void check_backward(const Tensor& x, const Tensor& w, const Tensor& dy, const Tensor* dx,
+                             const Tensor& dw, const Tensor& db);
 
   virtual ~ConvReluPool() = default;
   // x (N,C,H,W), w (K,C,R,S), b (K) -> y (N,K,(H-R+1)/2,(W-S+1)/2)

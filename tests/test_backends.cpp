@@ -143,6 +143,14 @@ TEST_P(Backend, ConvReluPoolRejectsMisshapenArguments) {
   Tensor bad_dx = Tensor::zeros(*dev_, {2, 3, 8, 7});
   EXPECT_EQ(message([&] { stage->backward(x, w, y, &bad_dx, dw, db); }),
             "conv_relu_pool backward: dx (2,3,8,7) != x (2,3,8,8)");
+  Tensor short_dw = Tensor::zeros(*dev_, {4, 3, 3, 2}), short_db = Tensor::zeros(*dev_, {3});
+  EXPECT_EQ(message([&] { stage->backward(x, w, y, nullptr, short_dw, db); }),
+            "conv_relu_pool backward: dw has 72 values and db 4 for w (4,3,3,3)");
+  EXPECT_EQ(message([&] { stage->backward(x, w, y, nullptr, dw, short_db); }),
+            "conv_relu_pool backward: dw has 108 values and db 3 for w (4,3,3,3)");
+  Tensor none = Tensor::zeros(*dev_, {0, 3, 8, 8});
+  EXPECT_EQ(message([&] { stage->forward(none, w, b, y, true); }),
+            "conv_relu_pool: x (0,3,8,8) and w (4,3,3,3) do not fit");
 }
 
 TEST_P(Backend, ReluMatchesReference) {

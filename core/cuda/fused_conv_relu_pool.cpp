@@ -48,7 +48,7 @@ class FusedConvReluPool final : public ConvReluPool {
 
   void backward(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor* dx, Tensor& dw,
                 Tensor& db) override {
-    check_backward(x, w, dy, dx);
+    check_backward(x, w, dy, dx, dw, db);
     Plan& p = plan(x, w);
     PARALAB_REQUIRE(p.has_forward, "conv_relu_pool backward: no training forward for x " +
                                        shape_string(x.shape()));
