@@ -25,8 +25,11 @@ What each program's throughput covers (pytorch_lenet.py's docstring has the deta
   book      each step synchronised on both sides, the gather excluded (it indexes before starting
             its clock); this too favours PyTorch slightly.
 
-Goals (each a PASS or FAIL line at the end of the output; the exit status stays 0 when the
-measurement completed, and is 1 when a run failed):
+Goals (each a PASS or FAIL line at the end of the output). A run that fails does not stop the
+others: each program's throughput is printed as it is measured, a failed run is listed with its
+error (failures[] in the JSON), the medians are of the runs that completed, and a goal whose
+figure no run measured FAILs, naming the failure. The exit status is 0 when every run completed
+and 1 when any failed (or nothing could start):
   cpu:  ParaLab >= --goal (default 2) x the book's trainer at every thread count;
   cuda: ParaLab >= --goal (default 2.5) x the graphed baseline, and ParaLab's ms/epoch
         <= --epoch-goal-ms (default 50).
@@ -41,7 +44,9 @@ measurement completed, and is 1 when a run failed):
 Writes results/compare-pytorch-<UTC time>.json (never overwriting) unless --out is given.
 JSON: benchmark, command, environment, config, goal_ratio, rows[] (threads, paralab_* and
 pytorch_* (the book's trainer) lists and medians, ratio = ParaLab / book, epoch_ms; on cuda also
-graphed_* and ratio_vs_graphed), goals[] (name, required, measured, met), goal_met (all goals).
+graphed_* and ratio_vs_graphed; a median, ratio or epoch_ms is null where no run of its program
+completed), goals[] (name, required, measured, met), goal_met (all goals), failures[] (program,
+threads, repeat, error).
 """
 
 import argparse
@@ -70,18 +75,28 @@ BASELINES = {
 
 
 class RunFailed(Exception):
-    """A program exited non-zero or wrote an unusable result."""
+    """A program exited non-zero or wrote an unusable result. The message's first line says
+    what happened (the program and its last line on stderr); the rest has the command and its
+    whole stderr."""
+
+
+def program_name(cmd):
+    return os.path.basename(cmd[1] if len(cmd) > 1 and cmd[1].endswith(".py") else cmd[0])
 
 
 def run_json(cmd, out_path):
     proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     if proc.returncode != 0:
-        raise RunFailed(f"{' '.join(cmd)} exited {proc.returncode}: {proc.stderr.strip()}")
+        said = proc.stderr.strip().splitlines()
+        raise RunFailed(f"{program_name(cmd)} exited {proc.returncode}: "
+                        f"{said[-1] if said else 'nothing on stderr'}\n"
+                        f"command: {' '.join(cmd)}\n{proc.stderr.strip()}")
     try:
         with open(out_path) as f:
             return json.load(f)
     except (OSError, ValueError) as e:
-        raise RunFailed(f"{' '.join(cmd)}: no readable result in {out_path}: {e}")
+        raise RunFailed(f"{program_name(cmd)}: no readable result in {out_path}: {e}\n"
+                        f"command: {' '.join(cmd)}")
 
 
 def paralab_once(args, threads, tmp):
@@ -116,52 +131,84 @@ def pytorch_once(args, key, threads, tmp):
     doc = run_json(cmd, out)
     sps = doc.get("timing", {}).get("samples_per_s")
     if not isinstance(sps, (int, float)) or sps <= 0:
-        raise RunFailed(f"{' '.join(cmd)}: no throughput in its result (timing.samples_per_s "
-                        f"is {sps!r})")
+        raise RunFailed(f"{program_name(cmd)}: no throughput in its result "
+                        f"(timing.samples_per_s is {sps!r})\ncommand: {' '.join(cmd)}")
     return sps, doc
 
 
 def epoch_ms(samples_per_s):
-    return FULL_EPOCH_IMAGES / samples_per_s * 1000.0
+    return None if samples_per_s is None else FULL_EPOCH_IMAGES / samples_per_s * 1000.0
+
+
+def median(values):
+    return statistics.median(values) if values else None
+
+
+def ratio(a, b):
+    return None if a is None or b is None else a / b
 
 
 def summarise(device, threads, paralab, book, graphed):
-    """One row of the results from the per-repeat throughputs (lists of images/s)."""
+    """One row of the results from the per-repeat throughputs (lists of images/s, of the runs
+    that completed; a program none of whose runs completed has null figures)."""
     row = {"threads": threads,
            "paralab_samples_per_s": paralab, "pytorch_samples_per_s": book,
-           "paralab_median": statistics.median(paralab),
-           "pytorch_median": statistics.median(book)}
-    row["ratio"] = row["paralab_median"] / row["pytorch_median"]
+           "paralab_median": median(paralab),
+           "pytorch_median": median(book)}
+    row["ratio"] = ratio(row["paralab_median"], row["pytorch_median"])
     row["epoch_ms"] = {"paralab": epoch_ms(row["paralab_median"]),
                        "book": epoch_ms(row["pytorch_median"])}
     if device == "cuda":
         row["graphed_samples_per_s"] = graphed
-        row["graphed_median"] = statistics.median(graphed)
-        row["ratio_vs_graphed"] = row["paralab_median"] / row["graphed_median"]
+        row["graphed_median"] = median(graphed)
+        row["ratio_vs_graphed"] = ratio(row["paralab_median"], row["graphed_median"])
         row["epoch_ms"]["graphed"] = epoch_ms(row["graphed_median"])
     return row
 
 
-def evaluate_goals(device, rows, goal_ratio, epoch_goal_ms):
-    """The goals as [{name, required, measured, met, line}]."""
+def why_missing(failures, programs, threads=None):
+    """Why a figure of `programs` is missing: the first failure of each that never completed."""
+    said = []
+    for f in failures:
+        if f["program"] in programs and (threads is None or f["threads"] == threads) \
+                and f["program"] not in [s[0] for s in said]:
+            said.append((f["program"], f["error"].splitlines()[0] if f["error"] else "no error"))
+    return "; ".join(f"{p} failed: {e}" for p, e in said) or "no run completed"
+
+
+def evaluate_goals(device, rows, goal_ratio, epoch_goal_ms, failures=()):
+    """The goals as [{name, required, measured, met, line}]; a goal whose figure is missing
+    (no run of a program it needs completed) is not met, and its line says why."""
     goals = []
     if device == "cuda":
         r = rows[0]
-        goals.append({"name": "throughput_vs_graphed", "required": goal_ratio,
-                      "measured": r["ratio_vs_graphed"],
-                      "met": r["ratio_vs_graphed"] >= goal_ratio,
-                      "line": f"ParaLab {r['ratio_vs_graphed']:.2f}x the graphed PyTorch "
-                              f"baseline's throughput (goal >= {goal_ratio:g}x)"})
+        got = r["ratio_vs_graphed"]
+        goals.append({"name": "throughput_vs_graphed", "required": goal_ratio, "measured": got,
+                      "met": got is not None and got >= goal_ratio,
+                      "line": (f"ParaLab {got:.2f}x the graphed PyTorch baseline's throughput"
+                               if got is not None else
+                               "ParaLab against the graphed PyTorch baseline's throughput: not "
+                               "measured (" + why_missing(failures, ("paralab", "graphed")) + ")")
+                              + f" (goal >= {goal_ratio:g}x)"})
         ms = r["epoch_ms"]["paralab"]
         goals.append({"name": "paralab_epoch_ms", "required": epoch_goal_ms, "measured": ms,
-                      "met": ms <= epoch_goal_ms,
-                      "line": f"ParaLab full epoch {ms:.1f} ms (goal <= {epoch_goal_ms:g} ms)"})
+                      "met": ms is not None and ms <= epoch_goal_ms,
+                      "line": (f"ParaLab full epoch {ms:.1f} ms" if ms is not None else
+                               "ParaLab full epoch: not measured ("
+                               + why_missing(failures, ("paralab",)) + ")")
+                              + f" (goal <= {epoch_goal_ms:g} ms)"})
     else:
-        worst = min(rows, key=lambda r: r["ratio"])
+        got = [r["ratio"] for r in rows]
+        worst = None if None in got else min(got)
         goals.append({"name": "throughput_vs_book", "required": goal_ratio,
-                      "measured": worst["ratio"], "met": worst["ratio"] >= goal_ratio,
+                      "measured": worst, "met": worst is not None and worst >= goal_ratio,
                       "line": "ParaLab / the book's PyTorch trainer at threads "
-                              + ", ".join(f"{r['threads']}: {r['ratio']:.2f}x" for r in rows)
+                              + ", ".join(f"{r['threads']}: {r['ratio']:.2f}x"
+                                          if r["ratio"] is not None else
+                                          f"{r['threads']}: not measured ("
+                                          + why_missing(failures, ("paralab", "book"),
+                                                        r["threads"]) + ")"
+                                          for r in rows)
                               + f" (goal >= {goal_ratio:g}x at each)"})
     for g in goals:
         g["line"] = ("PASS: " if g["met"] else "FAIL: ") + g["line"]
@@ -180,8 +227,11 @@ def table(device, rows):
                         r["ratio"]))
         lines.append(f"threads {r['threads']} ({device}), medians:")
         lines.append(f"  {'program':<32} {'images/s':>10} {'ms/epoch':>10} {'ParaLab/this':>12}")
-        for name, sps, ms, ratio in entries:
-            shown = "" if ratio is None else f"{ratio:.2f}x"
+        for name, sps, ms, ratio_ in entries:
+            if sps is None:
+                lines.append(f"  {name:<32} {'failed':>10} {'':>10} {'':>12}")
+                continue
+            shown = "" if ratio_ is None else f"{ratio_:.2f}x"
             lines.append(f"  {name:<32} {sps:>10.0f} {ms:>10.1f} {shown:>12}")
     lines.append(f"ms/epoch = {FULL_EPOCH_IMAGES} images / median images/s (the timed steps are "
                  f"full {BATCH_SIZE}-image minibatches)")
@@ -251,6 +301,11 @@ def parse_args(argv):
     if args.iterations is None:
         # On cuda a step is under a millisecond: 225 + 5 stays within the 234 full minibatches.
         args.iterations = 225 if cuda else 60
+    full = FULL_EPOCH_IMAGES // BATCH_SIZE
+    if args.iterations + args.warmup > full:
+        p.error(f"--iterations + --warmup is {args.iterations + args.warmup}: at most {full}, the "
+                f"full {BATCH_SIZE}-image minibatches of one epoch (the timed steps must all be "
+                f"full ones)")
     if cuda:
         args.threads = [1]
     return args
@@ -261,11 +316,16 @@ def main(argv=None):
     if not os.access(args.bench_runner, os.X_OK):
         return fail(f"{args.bench_runner}: not built (run scripts/build.sh)")
     probe = "import torch, sys; sys.exit(0 if '%s' == 'cpu' or torch.cuda.is_available() else 3)"
-    got = subprocess.run([args.python, "-c", probe % args.device], capture_output=True).returncode
-    if got == 3:
+    probed = subprocess.run([args.python, "-c", probe % args.device], capture_output=True,
+                            text=True)
+    if probed.returncode == 3:
         return fail(f"{args.python}: torch sees no CUDA device")
-    if got:
-        return fail(f"{args.python}: torch is not installed (scripts/install-deps.sh --with-torch)")
+    if probed.returncode:
+        said = (probed.stderr.strip().splitlines() or ["no message"])[-1]
+        if "No module named 'torch'" in said:
+            return fail(f"{args.python}: torch is not installed "
+                        "(scripts/install-deps.sh --with-torch)")
+        return fail(f"{args.python}: importing torch failed: {said}")
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     out = args.out or os.path.join("results", f"compare-pytorch-{stamp}.json")
     if os.path.exists(out):
@@ -273,27 +333,30 @@ def main(argv=None):
 
     cuda = args.device == "cuda"
     keys = ["graphed", "book"] if cuda else ["book"]
-    rows, env, baseline_docs = [], None, {}
-    try:
-        with tempfile.TemporaryDirectory() as tmp:
-            for threads in args.threads:
-                runs = {"paralab": [], "graphed": [], "book": []}
-                for repeat in range(1, args.repeats + 1):
-                    sps, env = paralab_once(args, threads, tmp)
-                    runs["paralab"].append(sps)
-                    for key in keys:
-                        sps, baseline_docs[key] = pytorch_once(args, key, threads, tmp)
+    rows, env, baseline_docs, failures = [], None, {}, []
+    with tempfile.TemporaryDirectory() as tmp:
+        for threads in args.threads:
+            runs = {"paralab": [], "graphed": [], "book": []}
+            for repeat in range(1, args.repeats + 1):
+                for key in ["paralab"] + keys:
+                    try:
+                        if key == "paralab":
+                            sps, env = paralab_once(args, threads, tmp)
+                        else:
+                            sps, baseline_docs[key] = pytorch_once(args, key, threads, tmp)
                         runs[key].append(sps)
-                    print(f"threads {threads}, repeat {repeat}/{args.repeats}: "
-                          + ", ".join(f"{k} {runs[k][-1]:.0f}" for k in ["paralab"] + keys)
-                          + " images/s", file=sys.stderr, flush=True)
-                rows.append(summarise(args.device, threads, runs["paralab"], runs["book"],
-                                      runs["graphed"]))
-    except RunFailed as e:
-        return fail(str(e))
+                        shown = f"{sps:.0f} images/s"
+                    except RunFailed as e:
+                        failures.append({"program": key, "threads": threads, "repeat": repeat,
+                                         "error": str(e)})
+                        shown = "FAILED: " + (str(e).splitlines() or ["no error"])[0]
+                    print(f"threads {threads}, repeat {repeat}/{args.repeats}: {key} {shown}",
+                          file=sys.stderr, flush=True)
+            rows.append(summarise(args.device, threads, runs["paralab"], runs["book"],
+                                  runs["graphed"]))
 
-    goals = evaluate_goals(args.device, rows, args.goal, args.epoch_goal_ms)
-    book = baseline_docs["book"]
+    goals = evaluate_goals(args.device, rows, args.goal, args.epoch_goal_ms, failures)
+    book = baseline_docs.get("book") or baseline_docs.get("graphed") or {}
     doc = {"benchmark": "paralab-vs-pytorch-book-lenet",
            "command": sys.argv if argv is None else [PROG] + list(argv),
            "environment": {"paralab": env, "torch_version": book.get("torch_version"),
@@ -307,25 +370,31 @@ def main(argv=None):
                       "iterations": args.iterations,
                       "warmup": args.warmup, "repeats": args.repeats,
                       "order": ["paralab"] + keys,
-                      "baselines": {k: {"baseline": baseline_docs[k].get("baseline"),
+                      "baselines": {k: {"baseline": baseline_docs.get(k, {}).get("baseline"),
                                         "args": BASELINES[k]["args"],
-                                        "timing_method": baseline_docs[k]["timing"].get("method"),
-                                        "cuda_graph": baseline_docs[k].get("cuda_graph")}
+                                        "timing_method": (baseline_docs.get(k, {}).get("timing")
+                                                          or {}).get("method"),
+                                        "cuda_graph": baseline_docs.get(k, {}).get("cuda_graph")}
                                     for k in keys},
                       "epoch_ms_formula": f"{FULL_EPOCH_IMAGES} / median samples_per_s * 1000",
                       "epoch_goal_ms": args.epoch_goal_ms if cuda else None},
            "goal_ratio": args.goal,
            "rows": rows,
            "goals": [{k: g[k] for k in ("name", "required", "measured", "met")} for g in goals],
-           "goal_met": all(g["met"] for g in goals)}
+           "goal_met": all(g["met"] for g in goals),
+           "failures": failures}
     write_atomically(doc, out)
     for line in table(args.device, rows):
         print(line)
     print(f"results: {out}")
+    if failures:
+        print(f"{PROG}: {len(failures)} run(s) failed (all in {out}); the first, "
+              f"{failures[0]['program']} at threads {failures[0]['threads']}, repeat "
+              f"{failures[0]['repeat']}: {failures[0]['error']}", file=sys.stderr)
     for g in goals:
         print(g["line"])
     sys.stdout.flush()
-    return 0
+    return 1 if failures else 0
 
 
 def fail(message):

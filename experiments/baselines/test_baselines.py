@@ -451,10 +451,46 @@ class CompareTest(unittest.TestCase):
                             self.python, "--out", out], capture_output=True, text=True, timeout=60)
         self.assertEqual(p.returncode, 1)
         self.assertIn("exists (results are never overwritten)", p.stderr)
+        # A program that fails: the others are still measured, the failure is listed, the goal
+        # it needed FAILs naming it, the file is written, the exit status is 1.
         p, doc, _ = self.compare("cpu", "not-a-number", 1, 2000, "--threads", "1")
         self.assertEqual(p.returncode, 1)
-        self.assertIsNone(doc)
-        self.assertTrue(p.stderr.startswith("compare_pytorch.py: "), p.stderr)
+        self.assertEqual([c[0] for c in self.calls()][-2:], ["paralab", "book"])
+        self.assertEqual([(f["program"], f["threads"], f["repeat"]) for f in doc["failures"]],
+                         [("paralab", 1, r) for r in (1, 2, 3)])
+        self.assertIsNone(doc["rows"][0]["paralab_median"])
+        self.assertEqual(doc["rows"][0]["pytorch_median"], 2000)
+        self.assertFalse(doc["goal_met"])
+        last = p.stdout.splitlines()[-1]
+        self.assertTrue(last.startswith("FAIL: ParaLab / the book's PyTorch trainer at threads 1: "
+                                        "not measured (paralab failed: "), last)
+        self.assertIn("compare_pytorch.py: 3 run(s) failed (all in ", p.stderr)
+        self.assertIn("the first, paralab at threads 1, repeat 1: bench_runner exited 1: "
+                      "ValueError: could not convert", p.stderr)
+
+    def test_a_failed_baseline_keeps_the_other_figures(self):
+        # On cuda, the graphed baseline fails every time: ParaLab and the book's trainer are
+        # still measured, the epoch goal is judged, the graphed goal FAILs naming the failure.
+        p, doc, _ = self.compare("cuda", 1.5e6, "capture failed", 1.5e5, "--repeats", "2",
+                                 "--kernels", "fused")
+        self.assertEqual(p.returncode, 1)
+        self.assertEqual([c[0] for c in self.calls()], ["paralab", "graphed", "book"] * 2)
+        self.assertIn("kernels=fused", self.calls()[0])
+        lines = p.stdout.splitlines()
+        self.assertTrue(lines[-2].startswith(
+            "FAIL: ParaLab against the graphed PyTorch baseline's throughput: not measured "
+            "(graphed failed: "), lines[-2])
+        self.assertTrue(lines[-2].endswith(" (goal >= 2.5x)"), lines[-2])
+        self.assertEqual(lines[-1], "PASS: ParaLab full epoch 40.0 ms (goal <= 50 ms)")
+        self.assertTrue(any("CUDA graph" in l and "failed" in l for l in lines), p.stdout)
+        row = doc["rows"][0]
+        self.assertIsNone(row["graphed_median"])
+        self.assertIsNone(row["ratio_vs_graphed"])
+        self.assertAlmostEqual(row["ratio"], 10.0)
+        self.assertEqual([g["met"] for g in doc["goals"]], [False, True])
+        self.assertEqual({f["program"] for f in doc["failures"]}, {"graphed"})
+        self.assertIn("threads 1, repeat 1/2: graphed FAILED: ", p.stderr)
+        self.assertIn("threads 1, repeat 2/2: book 150000 images/s", p.stderr)
 
     def test_argument_errors(self):
         for bad in (["--repeats", "0"], ["--iterations", "-3"], ["--goal", "0"],
@@ -463,6 +499,12 @@ class CompareTest(unittest.TestCase):
                                timeout=60)
             self.assertEqual(p.returncode, 2, bad)
             self.assertIn("compare_pytorch.py: error: argument", p.stderr)
+        # The timed steps must all be full minibatches of one epoch (234 of 256 images).
+        p = subprocess.run([sys.executable, COMPARE, "--iterations", "230", "--warmup", "5"],
+                           capture_output=True, text=True, timeout=60)
+        self.assertEqual(p.returncode, 2)
+        self.assertIn("compare_pytorch.py: error: --iterations + --warmup is 235: at most 234",
+                      p.stderr)
 
 
 if __name__ == "__main__":
