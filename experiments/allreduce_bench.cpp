@@ -168,6 +168,8 @@ BenchGroup& group(int k) {
 int host_cores() { return static_cast<int>(std::max(1u, std::thread::hardware_concurrency())); }
 
 bool g_failed = false;  // any correctness check failed: exit non-zero
+bool g_wrong = false;   // a collective gave a wrong result (also g_failed)
+bool g_unmade = false;  // a graph --graphs=on asked for could not be made (also g_failed)
 // How many collectives a benchmark times: until their measured time reaches kMinTime seconds,
 // or kMaxWall seconds of wall time have passed, whichever is first, and at least one. Each one
 // also pays, outside its measured time, for waking the rank threads and two barriers (tens of
@@ -255,7 +257,7 @@ std::string check(Op op, Allreduce* ar, BenchGroup& g, int64_t n) {
 // Skips the benchmark, marking the run failed, when `error` is not empty.
 bool failed(benchmark::State& state, const std::string& error) {
   if (error.empty()) return false;
-  g_failed = true;
+  g_failed = g_wrong = true;
   state.SkipWithError(("wrong result before timing: " + error).c_str());
   return true;
 }
@@ -274,7 +276,11 @@ using Replay = std::function<void(int, Transport&)>;
 //
 // With the group's graph (--graphs), body and its two marks are captured once after the eager
 // warm-up (which fills the allocators' caches), and every collective after that is a launch;
-// check_replay(replay) then runs before timing, and an error it returns skips the benchmark.
+// check_replay(replay) then runs before timing, and an error it returns skips the benchmark. A
+// graph the GPU cannot make (CaptureFailed, which every rank's end() throws alike; nothing was
+// captured or run) is, under --graphs=auto, said on stderr, and this benchmark and every later
+// one of the group are timed eagerly (labelled without "graph", graph=0); under --graphs=on it
+// skips the benchmark with the reason and the run exits 2.
 template <typename Prepare, typename Body>
 void time_ranks(benchmark::State& state, BenchGroup& g, Prepare prepare, Body body,
                 const std::function<std::string(const Replay&)>& check_replay = nullptr) {
@@ -302,16 +308,37 @@ void time_ranks(benchmark::State& state, BenchGroup& g, Prepare prepare, Body bo
   };
   one(false);  // warm-up: first touches, lazy module loading, cold caches
   if (g.graph) {
+    std::vector<std::string> refused(seconds.size());
     g.run([&](int r, Transport& t) {
       Device& dev = g.device(r);
       dev.synchronize();
-      capture_step(g.graph.get(), r, t, dev, nullptr, [&] {
-        starts[r] = dev.mark();
-        body(r, t);
-        ends[r] = dev.mark();
-      });
+      try {
+        capture_step(g.graph.get(), r, t, dev, nullptr, [&] {
+          starts[r] = dev.mark();
+          body(r, t);
+          ends[r] = dev.mark();
+        });
+      } catch (const CaptureFailed& e) {
+        refused[static_cast<std::size_t>(r)] = e.what();
+      }
     });
+    if (const auto why = std::find_if(refused.begin(), refused.end(),
+                                      [](const std::string& s) { return !s.empty(); });
+        why != refused.end()) {
+      if (g_graphs == "on") {
+        g_failed = g_unmade = true;
+        state.SkipWithError(("--graphs=on: capture failed: " + *why).c_str());
+        return;
+      }
+      std::fprintf(stderr,
+                   "allreduce_bench: a graph over %d devices could not be made (%s): this "
+                   "benchmark and every later one on %d devices are timed eagerly\n",
+                   g.size, why->c_str(), g.size);
+      g.graph.reset();
+    }
     graph = g.graph.get();
+  }
+  if (graph) {
     const Replay replay = [graph](int r, Transport& t) { launch_step(graph, r, t, nullptr); };
     if (check_replay && failed(state, check_replay(replay))) return;
     one(false);  // the graph's first timed-like launch, untimed
@@ -719,7 +746,11 @@ int allreduce_bench_main(int argc, char** argv,
                  "valid regex; see --benchmark_list_tests)\n");
     return 1;
   }
-  if (g_failed)
+  if (g_unmade)
+    std::fprintf(stderr,
+                 "allreduce_bench: --graphs=on: a collective's graph could not be made "
+                 "(see above)\n");
+  if (g_wrong)
     std::fprintf(stderr, "allreduce_bench: a collective gave a wrong result (see above)\n");
   return g_failed ? 2 : 0;
 }

@@ -21,24 +21,27 @@ std::vector<std::unique_ptr<paralab::Device>> g_inner;
 // "skip-ready-wait" as the first argument: the devices record no waits, so that a replay runs
 // every device's recorded work without the edges that order a receive after its sender's work
 // (the last rank first): what a graph missing them would compute. The check of the replay
-// before timing must refuse it.
+// before timing must refuse it. "fail-group-end": every group capture's end fails on every rank
+// (CaptureFailed), as on a GPU that cannot make the graph.
 
 }  // namespace
 
 int main(int argc, char** argv) {
   try {
-    bool skip_waits = false;
-    if (argc > 1 && std::strcmp(argv[1], "skip-ready-wait") == 0) {
-      skip_waits = true;
+    bool skip_waits = false, fail_end = false;
+    if (argc > 1 && (std::strcmp(argv[1], "skip-ready-wait") == 0 ||
+                     std::strcmp(argv[1], "fail-group-end") == 0)) {
+      (argv[1][0] == 's' ? skip_waits : fail_end) = true;
       argv[1] = argv[0];
       ++argv;
       --argc;
     }
     return paralab::allreduce_bench_main(
-        argc, argv, {}, [skip_waits](std::unique_ptr<paralab::Device> d) {
+        argc, argv, {}, [skip_waits, fail_end](std::unique_ptr<paralab::Device> d) {
           g_inner.push_back(std::move(d));
           auto rec = std::make_unique<paralab::testing::RecordingDevice>(*g_inner.back());
           rec->ignore_waits = skip_waits;
+          if (fail_end) rec->fail_group_end = "cudaGraphInstantiate: out of memory (simulated)";
           return std::unique_ptr<paralab::Device>(std::move(rec));
         });
   } catch (const std::exception& e) {
