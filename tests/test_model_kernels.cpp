@@ -1,12 +1,17 @@
-// ParaLab's own CUDA kernels for the model ops (pooling, dropout, resize) run on the CPU by the
+// ParaLab's own CUDA kernels for the model ops (pooling, dropout, resize) and for every step
+// (ReLU, bias, softmax cross-entropy, SGD, sums, the minibatch gather) run on the CPU by the
 // emulator (tests/cuda_emulator.h) against the double-precision reference, so that their index
-// maps, window ranges, tie rule and masks are tested on machines without a GPU; on a GPU,
-// test_model_ops runs the same kernels through the "cuda" backend. The kernels are grid-stride
-// loops, so each runs with two grids (one block, several blocks) that must agree to the bit.
+// maps, window ranges, tie rules, masks and reduction order are tested on machines without a GPU;
+// on a GPU, test_model_ops and test_backends run the same kernels through the "cuda" backend.
+// The grid-stride kernels run with two grids (one block, several blocks) that must agree to the
+// bit; softmax cross-entropy runs as its launcher runs it, one block of own::kThreads.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "tests/reference/reference.h"
@@ -15,6 +20,7 @@
 #include "tests/cuda_emulator.h"
 // clang-format off
 #include "core/cuda/dropout_kernels.cuh"
+#include "core/cuda/kernels.cuh"
 #include "core/cuda/pool2d_kernels.cuh"
 #include "core/cuda/resize_kernels.cuh"
 // clang-format on
@@ -186,6 +192,119 @@ TEST(ModelKernels, ResizeMatchesReference) {
       EXPECT_TRUE(bits_equal(ys[0], ys[1])) << "grids differ: " << what;
     }
   }
+}
+
+// Softmax cross-entropy over rows that leave threads idle (1, 7), fill the block (256) and give
+// threads several rows (300, 1000): the summed loss and the correct count against the reference,
+// the gradient row by row, and the same stats bits with and without the gradient.
+void check_softmax_xent(int rows, int classes, const ref::Vec& logits, uint64_t seed) {
+  ref::Rng rng(seed);
+  std::vector<int> labels(static_cast<std::size_t>(rows));
+  for (int& l : labels) l = static_cast<int>(rng.next_u64() % static_cast<uint64_t>(classes));
+  const std::vector<int32_t> labels32(labels.begin(), labels.end());
+  const auto zf = to_float(logits);
+  ref::Vec rdz;
+  int rcorrect = 0;
+  const double rloss = ref::softmax_xent(to_double(zf), labels, rows, classes, rdz, rcorrect);
+  std::vector<float> dz(zf.size(), 7.0f), stats(2, -1.0f), stats_only(2, -1.0f);
+  const dim3 one(1), block(cuda::own::kThreads);
+  emulate(one, block, cuda::own::softmax_xent_k, zf.data(), labels32.data(), dz.data(),
+          stats.data(), int64_t{rows}, int64_t{classes});
+  emulate(one, block, cuda::own::softmax_xent_k, zf.data(), labels32.data(),
+          static_cast<float*>(nullptr), stats_only.data(), int64_t{rows}, int64_t{classes});
+  const std::string what = std::to_string(rows) + " rows of " + std::to_string(classes);
+  // Each row's loss is a few float roundings (~1e-7 of it), summed in double.
+  EXPECT_NEAR(stats[0], rloss, 1e-5 * std::max(1.0, std::abs(rloss))) << what;
+  EXPECT_EQ(stats[1], static_cast<float>(rcorrect)) << what;
+  EXPECT_TRUE(all_close(dz, rdz, 1e-6, 1e-5)) << "dlogits, " << what;
+  EXPECT_TRUE(bits_equal(stats, stats_only)) << "stats without the gradient differ: " << what;
+}
+
+TEST(ModelKernels, SoftmaxXentMatchesReference) {
+  uint64_t seed = 11;
+  for (const auto& [rows, classes] :
+       std::vector<std::pair<int, int>>{{1, 10}, {7, 10}, {256, 10}, {300, 10}, {1000, 3}}) {
+    ref::Vec logits = random_vec(std::size_t(rows) * classes, seed);
+    for (double& z : logits) z *= 4.0;  // confident rows and wrong ones both
+    check_softmax_xent(rows, classes, logits, seed + 1);
+    seed += 2;
+  }
+}
+
+TEST(ModelKernels, SoftmaxXentTiesGoToTheFirstMaximum) {
+  // Logits of 2 levels over 10 classes: most rows tie; the count must follow the reference's rule
+  // (the lowest index among the maxima), and so must the shift of every row's exponentials.
+  for (int levels : {2, 1}) check_softmax_xent(300, 10, integer_vec(3000, 21, levels), 22);
+}
+
+// The grid-stride kernels of a step, each from the same inputs with both grids: the same bits,
+// and the reference's values (single float operations, exact but for SGD's product, which the
+// GPU may fuse into one rounding).
+TEST(ModelKernels, ElementwiseUpdateAndGatherKernelsMatchReference) {
+  const int rows = 37, cols = 29;  // sizes no grid divides
+  const std::size_t n = std::size_t(rows) * cols;
+  const auto x = to_float(random_vec(n, 31)), dy = to_float(random_vec(n, 32));
+  const auto b = to_float(random_vec(std::size_t(cols), 33));
+  const float lr = 0.0625f;
+  const std::vector<float> lr_on_device{lr};
+  const auto nn = static_cast<int64_t>(n);
+  std::vector<std::vector<float>> outs[6];
+  for (const auto& [grid, block] : kGrids) {
+    std::vector<float> y(n, 7.0f), dx(n, 7.0f), biased = x, p = x, p_at = x, sum = x;
+    std::vector<float> in_place = x;
+    emulate(grid, block, cuda::own::relu_forward_k, x.data(), y.data(), nn);
+    emulate(grid, block, cuda::own::relu_forward_k, in_place.data(), in_place.data(), nn);
+    emulate(grid, block, cuda::own::relu_backward_k, y.data(), dy.data(), dx.data(), nn);
+    emulate(grid, block, cuda::own::add_bias_rows_k, biased.data(), b.data(), int64_t{rows},
+            int64_t{cols});
+    emulate(grid, block, cuda::own::sgd_k, p.data(), dy.data(), lr, nn);
+    emulate(grid, block, cuda::own::sgd_at_k, p_at.data(), dy.data(), lr_on_device.data(), nn);
+    emulate(grid, block, cuda::own::add_k, sum.data(), dy.data(), nn);
+    EXPECT_TRUE(bits_equal(y, in_place)) << "ReLU in place differs from ReLU into y";
+    int i = 0;
+    for (const std::vector<float>* v : {&y, &dx, &biased, &p, &p_at, &sum}) outs[i++].push_back(*v);
+  }
+  for (int i = 0; i < 6; ++i)
+    EXPECT_TRUE(bits_equal(outs[i][0], outs[i][1])) << "grids differ in output " << i;
+  ref::Vec ry(n), rdx(n), rbiased(n), rp(n), rsum(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    ry[i] = std::max(0.0, double{x[i]});
+    rdx[i] = x[i] > 0.0f ? dy[i] : 0.0;
+    rbiased[i] = double{x[i]} + b[i % cols];
+    rp[i] = double{x[i]} - double{lr} * dy[i];
+    rsum[i] = double{x[i]} + dy[i];
+  }
+  EXPECT_TRUE(all_close(outs[0][0], ry, 0.0, 0.0)) << "ReLU forward";
+  EXPECT_TRUE(all_close(outs[1][0], rdx, 0.0, 0.0)) << "ReLU backward";
+  EXPECT_TRUE(all_close(outs[2][0], rbiased, 1e-6, 1e-6)) << "bias rows";
+  EXPECT_TRUE(all_close(outs[3][0], rp, 1e-6, 1e-6)) << "SGD";
+  EXPECT_TRUE(bits_equal(outs[3][0], outs[4][0])) << "SGD with the step read on the device";
+  EXPECT_TRUE(all_close(outs[5][0], rsum, 1e-6, 1e-6)) << "add";
+
+  // The minibatch gather: rows picked by index, repeats and the last row included, each label
+  // with its row.
+  const int images = 9, row = 13;
+  const auto pool = to_float(random_vec(std::size_t(images) * row, 34));
+  std::vector<int32_t> labels(images);
+  for (int i = 0; i < images; ++i) labels[std::size_t(i)] = 100 + i;
+  const std::vector<int32_t> idx{8, 0, 3, 3, 7, 1};
+  const auto count = static_cast<int64_t>(idx.size());
+  std::vector<std::vector<float>> xs;
+  for (const auto& [grid, block] : kGrids) {
+    std::vector<float> xb(idx.size() * row, 7.0f);
+    std::vector<int32_t> yb(idx.size(), -1);
+    emulate(grid, block, cuda::own::gather_k, pool.data(), labels.data(), idx.data(), count,
+            int64_t{row}, xb.data(), yb.data());
+    for (std::size_t r = 0; r < idx.size(); ++r) {
+      EXPECT_EQ(yb[r], 100 + idx[r]) << "label of row " << r;
+      EXPECT_EQ(std::memcmp(xb.data() + r * row, pool.data() + std::size_t(idx[r]) * row,
+                            row * sizeof(float)),
+                0)
+          << "row " << r;
+    }
+    xs.push_back(xb);
+  }
+  EXPECT_TRUE(bits_equal(xs[0], xs[1]));
 }
 
 }  // namespace

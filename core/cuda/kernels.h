@@ -1,5 +1,6 @@
-// Launchers of the CUDA backend's own kernels (kernels.cu). Each takes an explicit stream and
-// checks the launch; the kernels themselves are private to kernels.cu.
+// Launchers of the CUDA backend's own kernels (kernels.cu; the kernels are in kernels.cuh and
+// column_sums.cuh, private to it and to the CPU emulation tests). Each takes an explicit stream
+// and checks the launch.
 #pragma once
 
 #include <cuda_runtime.h>

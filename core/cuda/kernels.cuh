@@ -1,0 +1,108 @@
+// The CUDA backend's elementwise, loss, update and gather kernels, private to kernels.cu and to
+// the CPU emulation test (tests/test_model_kernels.cpp); the same restricted CUDA as
+// conv_relu_pool_kernels.cuh (no warp shuffles, atomics or dynamic shared memory). Every kernel
+// but softmax_xent is a grid-stride loop, so any grid gives the same bits; softmax_xent runs as
+// one block of kThreads threads and sums in a fixed order.
+#pragma once
+
+#include <cstdint>
+
+namespace paralab::cuda::own {
+
+// softmax_xent's block size (its shared arrays' length; a power of two for the tree).
+constexpr int kThreads = 256;
+
+__global__ void relu_forward_k(const float* x, float* y, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{blockDim.x} * gridDim.x)
+    y[i] = fmaxf(x[i], 0.0f);
+}
+
+__global__ void relu_backward_k(const float* y, const float* dy, float* dx, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{blockDim.x} * gridDim.x)
+    dx[i] = y[i] > 0.0f ? dy[i] : 0.0f;
+}
+
+__global__ void add_bias_rows_k(float* y, const float* b, int64_t rows, int64_t cols) {
+  const int64_t n = rows * cols;
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{blockDim.x} * gridDim.x)
+    y[i] += b[i % cols];
+}
+
+// One block: each thread handles rows strided by the block size, then a fixed-order tree
+// reduction in shared memory makes the totals independent of scheduling.
+__global__ void softmax_xent_k(const float* z, const int32_t* labels, float* dz, float* stats,
+                               int64_t rows, int64_t classes) {
+  __shared__ double loss_sh[kThreads];
+  __shared__ double correct_sh[kThreads];
+  double loss = 0.0, correct = 0.0;
+  for (int64_t r = threadIdx.x; r < rows; r += blockDim.x) {
+    const float* row = z + r * classes;
+    int64_t best = 0;
+    for (int64_t c = 1; c < classes; ++c)
+      if (row[c] > row[best]) best = c;
+    const float m = row[best];
+    float sum = 0.0f;
+    for (int64_t c = 0; c < classes; ++c) sum += expf(row[c] - m);
+    const int32_t label = labels[r];
+    loss += static_cast<double>(logf(sum) + m - row[label]);
+    correct += best == label ? 1.0 : 0.0;
+    if (dz) {
+      float* drow = dz + r * classes;
+      const float inv = 1.0f / sum;
+      for (int64_t c = 0; c < classes; ++c) drow[c] = expf(row[c] - m) * inv;
+      drow[label] -= 1.0f;
+    }
+  }
+  loss_sh[threadIdx.x] = loss;
+  correct_sh[threadIdx.x] = correct;
+  __syncthreads();
+  for (unsigned stride = blockDim.x / 2; stride > 0; stride /= 2) {
+    if (threadIdx.x < stride) {
+      loss_sh[threadIdx.x] += loss_sh[threadIdx.x + stride];
+      correct_sh[threadIdx.x] += correct_sh[threadIdx.x + stride];
+    }
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) {
+    stats[0] = static_cast<float>(loss_sh[0]);
+    stats[1] = static_cast<float>(correct_sh[0]);
+  }
+}
+
+__global__ void sgd_k(float* p, const float* g, float step, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{blockDim.x} * gridDim.x)
+    p[i] -= step * g[i];
+}
+
+__global__ void sgd_at_k(float* p, const float* g, const float* step, int64_t n) {
+  const float s = *step;
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{blockDim.x} * gridDim.x)
+    p[i] -= s * g[i];
+}
+
+__global__ void set_scalar_k(float* p, float value) { *p = value; }
+
+__global__ void add_k(float* d, const float* x, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{blockDim.x} * gridDim.x)
+    d[i] += x[i];
+}
+
+__global__ void gather_k(const float* images, const int32_t* labels, const int32_t* idx,
+                         int64_t count, int64_t row, float* x, int32_t* y) {
+  const int64_t n = count * row;
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{blockDim.x} * gridDim.x) {
+    const int64_t r = i / row, c = i % row;
+    const int64_t src = idx[r];
+    x[i] = images[src * row + c];
+    if (c == 0) y[r] = labels[src];
+  }
+}
+
+}  // namespace paralab::cuda::own
