@@ -3,7 +3,7 @@
 # goals of the GPU core (issue 13) and of the GPU collectives and multi-device steps (issue 14),
 # one PASS/FAIL line per goal in $OUT/summary.txt (default ./gpu-check-out).
 #
-#   OUT=DIR scripts/gpu-check.sh [--budget SECONDS] [--list] [PART...]
+#   OUT=DIR scripts/gpu-check.sh [--budget SECONDS] [--list] [--build-only] [PART...]
 #
 # Parts, in the default order (most decisive first; "core" = determinism seeds speed sanitizers
 # ncu, "all" = the default list; models (issue 17's) and sweep (issue 16's) run only when named):
@@ -32,7 +32,10 @@
 # a timeout that stops at the budget, and a part that the time left cannot hold is not started;
 # it is reported as "NOT RUN: <part> ..." and fails the check like a FAIL. Each part logs the
 # seconds it took, so the next run can be planned; the parts not reached run in a second call
-# (scripts/gpu-check.sh seeds speed ...). --list prints the plan and exits.
+# (scripts/gpu-check.sh seeds speed ...). --list prints the plan and exits. --build-only configures
+# and builds as the device call will, then stops before the GPU tests: run it here, after
+# scripts/make-gpu-bundle.sh, so that a build the device would refuse fails before the device time
+# is spent (build-gpu/ is ignored by git and does not travel; the device builds its own).
 #
 # What comes back: $OUT holds two files, summary.txt and gpu-check-files.tar.gz (every log,
 # results file and plot), packed again after each part, so that a run on a remote host that
@@ -77,15 +80,17 @@ declare -A goals_of=(
 die() { echo "gpu-check.sh: $*" >&2; exit 2; }
 budget=${GPU_CHECK_BUDGET_S:-480}
 list=0
+build_only=0
 parts=()
 while (($#)); do
   case $1 in
     --budget) (($# >= 2)) || die "--budget needs a number of seconds"; budget=$2; shift 2 ;;
     --budget=*) budget=${1#--budget=}; shift ;;
     --list) list=1; shift ;;
+    --build-only) build_only=1; shift ;;
     core) parts+=(determinism seeds speed sanitizers ncu); shift ;;
     all) parts+=("${default_parts[@]}"); shift ;;
-    -*) die "unknown option '$1' (known: --budget SECONDS, --list)" ;;
+    -*) die "unknown option '$1' (known: --budget SECONDS, --list, --build-only)" ;;
     *)
       [[ -n ${needs[$1]:-} ]] || die "unknown part '$1' (known: ${known_parts[*]}, core, all)"
       parts+=("$1"); shift ;;
@@ -224,6 +229,11 @@ if [[ -f $FILES/configure.log ]] && ! grep -q "CUDA backend ON" "$FILES/configur
 fi
 log "built in $(( $(date +%s) - t0 )) s"
 log "built from: $(grep -hE '^#define PARALAB_BUILD_(COMMIT|DIRTY|COMMIT_ORIGIN) ' "$BUILD/generated/paralab_build_info.h" 2>/dev/null | awk '{print $3}' | tr '\n' ' ')(commit, dirty, origin; run scripts/stamp-source.sh and carry .paralab-source-commit where the copy has no .git)"
+if ((build_only)); then
+  log "PASS: built (--build-only: no GPU test or part run)"
+  pack
+  exit 0
+fi
 
 # GPU tests: every backend test on cuda; collectives (NCCL included), data_parallel, layer_split
 # and channel_split on virtual devices.

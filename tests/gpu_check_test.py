@@ -68,6 +68,22 @@ class Plan(unittest.TestCase):
             self.assertEqual(os.listdir(tmp), [])
 
 
+    def test_build_only_stops_after_the_build_and_runs_no_test_or_part(self):
+        # With a named build there is nothing to build: the call reports it built and stops,
+        # before the GPU tests (whose logs would be in the packed files) and every part.
+        with tempfile.TemporaryDirectory() as tmp:
+            out, files = os.path.join(tmp, "out"), os.path.join(tmp, "files")
+            proc = gpu_check(["--build-only", "determinism"], out, files)
+            self.assertEqual(proc.returncode, 0, proc.stdout + proc.stderr)
+            summary = lines_of(os.path.join(out, "summary.txt"))
+            self.assertIn("gpu-check: PASS: built (--build-only: no GPU test or part run)", summary)
+            self.assertFalse([line for line in summary if "took" in line or "test_" in line],
+                             summary)
+            self.assertEqual(sorted(os.listdir(out)), ["gpu-check-files.tar.gz", "summary.txt"])
+            self.assertFalse(any(name.startswith("test_") for name in os.listdir(files)),
+                             os.listdir(files))
+
+
 class Budget(unittest.TestCase):
     def test_a_spent_budget_reports_every_part_not_run_and_packs_two_files(self):
         with tempfile.TemporaryDirectory() as tmp:
