@@ -222,6 +222,11 @@ std::string resolve_backend(const std::string& backend);
 // Empty when `backend` can make devices here; otherwise why not ("not built", "no usable GPU:
 // CUDA driver version is insufficient ..."). GPU tests skip with this reason.
 std::string backend_unavailable(const std::string& backend);
+// GPUs this process can use (0 in builds without the CUDA backend, or without a usable GPU).
+int usable_gpu_count();
+// Why `ranks_on_node` processes of one node that each take the GPU of their node-local rank (CUDA
+// ranks under mpirun) cannot each have one of its `gpus`; "" when they can.
+std::string gpu_per_rank_shortfall(int ranks_on_node, int gpus);
 // Library versions linked into the build, e.g. {"onednn": "2.6.3"}.
 nlohmann::json backend_versions();
 // The instruction set the CPU backend's oneDNN kernels use ("avx2", ...; see ONEDNN_MAX_CPU_ISA),

@@ -83,6 +83,25 @@ std::string backend_unavailable(const std::string& backend) {
   return "backend '" + backend + "' is not built into this ParaLab";
 }
 
+int usable_gpu_count() {
+#if PARALAB_HAVE_CUDA
+  return cuda::usable_gpus();
+#else
+  return 0;
+#endif
+}
+
+std::string gpu_per_rank_shortfall(int ranks_on_node, int gpus) {
+  if (ranks_on_node <= gpus) return "";
+  if (gpus <= 0) return "cuda: no usable GPU on this node";
+  return "cuda: " + std::to_string(ranks_on_node) + " ranks on this node and " +
+         std::to_string(gpus) +
+         " GPU(s): under mpirun each rank takes the GPU of its node-local rank, and no two ranks "
+         "share one (start at most " +
+         std::to_string(gpus) + " per node, e.g. mpirun --map-by ppr:" + std::to_string(gpus) +
+         ":node; virtual devices on one GPU are for one process: bench_runner without mpirun)";
+}
+
 nlohmann::json backend_versions() {
   nlohmann::json v = nlohmann::json::object();
 #if PARALAB_HAVE_CPU

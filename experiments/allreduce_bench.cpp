@@ -635,8 +635,18 @@ int allreduce_bench_main(int argc, char** argv,
       rest.push_back(argv[i]);
   }
   const std::vector<int64_t> byte_sizes = message_sizes(sizes);
-  if (const std::string why = backend_unavailable(g_backend); !why.empty())
-    throw Error("--backend=" + g_backend + ": " + why);
+  std::string lacking = backend_unavailable(g_backend);
+  if (!lacking.empty()) lacking = "--backend=" + g_backend + ": " + lacking;
+#if PARALAB_HAVE_MPI
+  // Under mpirun a GPU rank takes the GPU of its node-local rank; what any node lacks stops every
+  // rank, and rank 0 (which alone speaks) says which rank saw it.
+  if (g_mpi) {
+    if (lacking.empty() && g_backend == "cuda")
+      lacking = gpu_per_rank_shortfall(MpiWorld::get().local_size(), usable_gpu_count());
+    lacking = MpiWorld::get().first_reason(lacking);
+  }
+#endif
+  if (!lacking.empty()) throw Error(lacking);
   if (g_mpi) {
     // The group is the world: one rank per process.
     if (world < 2)

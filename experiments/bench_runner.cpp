@@ -343,7 +343,10 @@ int run(int argc, char** argv) {
   base.rank = rank;
   base.world = world;
 #if PARALAB_HAVE_MPI
-  if (mpi) base.local_rank = paralab::MpiWorld::get().local_rank();
+  if (mpi) {
+    base.local_rank = paralab::MpiWorld::get().local_rank();
+    base.local_size = paralab::MpiWorld::get().local_size();
+  }
 #endif
   // --resume: run i's ok run in the earlier file, moved into this one; false when it has none.
   const auto keep = [&](std::size_t i) {

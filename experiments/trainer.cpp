@@ -154,6 +154,21 @@ std::string fixed(double v, int digits) {
   return buf;
 }
 
+// What this machine cannot give a run: its backend, or under mpirun with CUDA a GPU for each rank
+// of this node; "" when it can. Under mpirun the ranks agree (the lowest rank's reason, on every
+// rank): a rank that skipped alone would leave its peers waiting in the run's first collective.
+std::string unavailable_here(const std::string& backend, const RunContext& ctx) {
+  std::string why = backend_unavailable(backend);
+  if (!why.empty())
+    why = backend + ": " + why;
+  else if (ctx.mpi && backend == "cuda")
+    why = gpu_per_rank_shortfall(ctx.local_size, usable_gpu_count());
+#if PARALAB_HAVE_MPI
+  if (ctx.mpi) why = MpiWorld::get().first_reason(why);
+#endif
+  return why;
+}
+
 }  // namespace
 
 int64_t global_batch(const RunSpec& run) {
@@ -296,9 +311,9 @@ json run_training(const RunSpec& run, const RunContext& ctx) {
     status = "skipped";
     reason = mpi_why_not;
     ctx.progress->line(prefix + ": skipped: " + reason);
-  } else if (const std::string missing = backend_unavailable(backend); !missing.empty()) {
+  } else if (const std::string missing = unavailable_here(backend, ctx); !missing.empty()) {
     status = "skipped";
-    reason = backend + ": " + missing;
+    reason = missing;
     ctx.progress->line(prefix + ": skipped: " + reason);
   } else if (oversubscribed && !run.allow_oversubscription && !ctx.mpi) {
     status = "skipped";

@@ -27,6 +27,7 @@ struct RunContext {
   bool mpi = false;
   int rank = 0, world = 1;
   int local_rank = 0;  // among the ranks on this node
+  int local_size = 1;  // ranks on this node
   bool pin = true;     // CPU ranks under mpirun pinned to cores of their own (cpu_binding.h)
 };
 

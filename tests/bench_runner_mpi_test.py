@@ -132,6 +132,28 @@ def main():
             else:
                 check(all(h.startswith("not pinned: ") for h in hows), f"one CPU: {hows}")
 
+        # A CUDA run this machine cannot give (no GPU, or more ranks on the node than GPUs) is
+        # skipped by every rank alike, with the reason and the rank that saw it, and the next run
+        # still runs: a rank that went on alone would wait in its first collective for ever.
+        # (On a machine whose every node has a GPU per rank the CUDA run is ok instead.)
+        d = json.loads(json.dumps(DESCRIPTOR))
+        d["backend"] = "auto"
+        d["training"]["epochs"] = 1
+        d["runs"] = [{"strategy": "data_parallel", "devices": "cuda:0,cuda:1"},
+                     {"strategy": "data_parallel", "devices": 2}]
+        (tmp / "gpu.json").write_text(json.dumps(d))
+        proc = subprocess.run([*mpirun, "-np", "2", args.bench_runner, "gpu.json", "--out",
+                               "gpu-out.json", "--quiet"], cwd=tmp, capture_output=True,
+                              text=True, timeout=120)
+        check(proc.returncode == 0, f"cuda then cpu: exit {proc.returncode}: {proc.stderr}")
+        if proc.returncode == 0:
+            runs = json.loads((tmp / "gpu-out.json").read_text())["runs"]
+            statuses = [(r["status"], r["reason"]) for r in runs]
+            check(runs[0]["status"] == "ok" or (
+                runs[0]["status"] == "skipped" and runs[0]["reason"].startswith("rank ") and
+                "cuda: " in runs[0]["reason"]), f"cuda then cpu: {statuses}")
+            check(runs[1]["status"] == "ok", f"cuda then cpu: {statuses}")
+
         # Kill rank 1 while the third run trains: the job ends, rank 0's file keeps two runs.
         d = json.loads(json.dumps(DESCRIPTOR))
         d["training"]["epochs"] = 200

@@ -1,7 +1,8 @@
 // The MPI transport under mpirun -np K: every collective (naive, ring, tree; ring reduce-scatter
 // and all-gather) between K processes against the same collective in one process (K threads
 // over the in-process transport), bit for bit, at several sizes and piece sizes; then a message
-// of the wrong size, which must be an Error naming both sizes, not a hang or a truncation.
+// of the wrong size, which must be an Error naming both sizes, not a hang or a truncation; and
+// MpiWorld::first_reason, which makes a reason some ranks see every rank's.
 //
 //   mpirun -np 3 build/tests/mpi_transport_test       (ctest: mpi_transport_np2, _np3_tcp)
 //
@@ -118,6 +119,20 @@ int run() {
       transport->recv(0, five);
     }
   }
+  // A reason only some ranks see (a node's GPUs) becomes every rank's: the lowest such rank's,
+  // named; none when no rank has one.
+  auto agreed = [&](const std::string& got, const std::string& want) {
+    ++checks;
+    if (got != want) {
+      std::fprintf(stderr, "mpi_transport_test: rank %d: first_reason gave '%s', not '%s'\n", me,
+                   got.c_str(), want.c_str());
+      ++failures;
+    }
+  };
+  agreed(world.first_reason(""), "");
+  agreed(world.first_reason(me >= k - 2 ? "no GPU on node " + std::to_string(me) : ""),
+         "rank " + std::to_string(k - 2) + ": no GPU on node " + std::to_string(k - 2));
+  agreed(world.first_reason(me == k - 1 ? "last" : ""), "rank " + std::to_string(k - 1) + ": last");
   transport->barrier();
   const int64_t total = world.sum(failures);
   if (me == 0)

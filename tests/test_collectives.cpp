@@ -184,6 +184,27 @@ TEST(Allreduce, CudaVirtualDevicesMatchReferenceAndAreExactOnExactData) {
       }
 }
 
+// CUDA ranks under mpirun take the GPU of their node-local rank: a node with more ranks than
+// GPUs is refused with one line that says how to start them (trainer.cpp and allreduce_bench
+// make every rank agree on it through MpiWorld::first_reason, tested by mpi_transport_test).
+TEST(GpuRanks, MoreRanksOnANodeThanGpusIsOneLineThatSaysHowToStartThem) {
+  EXPECT_EQ(gpu_per_rank_shortfall(1, 1), "");
+  EXPECT_EQ(gpu_per_rank_shortfall(8, 8), "");
+  EXPECT_EQ(gpu_per_rank_shortfall(2, 8), "");
+  const std::string two_on_one = gpu_per_rank_shortfall(2, 1);
+  EXPECT_EQ(two_on_one.rfind("cuda: 2 ranks on this node and 1 GPU(s): ", 0), 0u) << two_on_one;
+  EXPECT_NE(two_on_one.find("start at most 1 per node, e.g. mpirun --map-by ppr:1:node"),
+            std::string::npos)
+      << two_on_one;
+  EXPECT_EQ(two_on_one.find('\n'), std::string::npos);
+  EXPECT_EQ(gpu_per_rank_shortfall(3, 0), "cuda: no usable GPU on this node");
+  // This process's count: none where the CUDA backend cannot make a device.
+  if (!backend_unavailable("cuda").empty()) {
+    EXPECT_EQ(usable_gpu_count(), 0);
+  }
+  EXPECT_GE(usable_gpu_count(), 0);
+}
+
 TEST(VirtualDevices, CudaGreenContextsGiveEqualDisjointSmSharesOrSayWhyNot) {
   if (const std::string why = backend_unavailable("cuda"); !why.empty())
     GTEST_SKIP() << "cuda: " << why;

@@ -201,6 +201,14 @@ std::string MpiWorld::broadcast(const std::string& text) {
   return out;
 }
 
+std::string MpiWorld::first_reason(const std::string& text) {
+  const std::vector<std::string> all = gather(text);
+  std::string first;
+  for (std::size_t r = 0; r < all.size() && first.empty(); ++r)
+    if (!all[r].empty()) first = "rank " + std::to_string(r) + ": " + all[r];
+  return broadcast(first);
+}
+
 std::vector<std::string> MpiWorld::gather(const std::string& text) {
   const int n = static_cast<int>(text.size());
   std::vector<int> sizes(static_cast<std::size_t>(size_)), offsets(sizes.size(), 0);

@@ -46,6 +46,10 @@ class MpiWorld {
   std::string broadcast(const std::string& text);
   // Every rank's `text`, in rank order, on rank 0 (empty elsewhere).
   std::vector<std::string> gather(const std::string& text);
+  // The lowest rank's non-empty `text` as "rank R: text", on every rank ("" when every rank's is
+  // empty): what one node sees (its GPUs, its backend) made the whole world's decision, so that
+  // no rank goes on alone into a collective its peers never reach.
+  std::string first_reason(const std::string& text);
   // Ends every rank of the world: a rank that cannot go on must not leave its peers waiting.
   [[noreturn]] void abort(int code);
 
