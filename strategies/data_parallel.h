@@ -11,8 +11,9 @@
 //   "overlap": false           start each bucket's allreduce as soon as backward has produced
 //                              it, on a communication thread per device
 //   "chunk_bytes": 262144      piece size for the ring's and tree's pipelines
-//   "cuda_graphs": true        with nccl on CUDA devices (no overlap): capture each rank's whole
-//                              step once and replay it
+//   "cuda_graphs": true        on CUDA devices: capture the step once and replay it (with
+//                              nccl, a graph per rank; with naive, ring or tree, one graph over
+//                              a GPU's virtual devices; overlap's communication stream included)
 //   "uneven_shards": false     allow a global batch not divisible by k (shards differ by one;
 //                              the summed loss weights every example equally either way)
 #pragma once

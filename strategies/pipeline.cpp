@@ -83,8 +83,11 @@ PipelineMarks queue_pipeline(Transport& t, Device& device, const std::vector<Pip
   for (const PipelinePass& p : passes) {
     const int slot = p.microbatch % stage.slots;
     settle(p.forward, slot, p.microbatch >= stage.slots);
-    if (p.forward && s > 0) timed([&] { t.recv(s - 1, stage.input(p.microbatch)); });
-    if (!p.forward && s < k - 1) timed([&] { t.recv(s + 1, stage.output_grad(p.microbatch)); });
+    // Every send noted so far goes with the receive (Transport::recv_after_sends): a stage that
+    // held one back would wait for a reply its peer cannot compute without it.
+    if (p.forward && s > 0) timed([&] { t.recv_after_sends(s - 1, stage.input(p.microbatch)); });
+    if (!p.forward && s < k - 1)
+      timed([&] { t.recv_after_sends(s + 1, stage.output_grad(p.microbatch)); });
     const TimeMark a = device.mark();
     const Tensor& out = p.forward ? stage.forward(p.microbatch) : stage.backward(p.microbatch);
     marks.passes.push_back({p, a, device.mark()});

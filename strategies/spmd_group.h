@@ -124,6 +124,9 @@ inline std::unique_ptr<SpmdGroup> make_group(const std::vector<Device*>& devices
   if (mine.kind() == DeviceKind::Cuda) {
     // GPUs between processes: NCCL's point-to-point, its communicator made from rank 0's id.
     MpiWorld& world = MpiWorld::get();
+    // Every rank first: a build without NCCL is refused on all of them alike, not on rank 0
+    // alone while the others wait in the broadcast.
+    check_native_collectives("nccl", {&mine});
     const std::string id = world.broadcast(world.rank() == 0 ? native_unique_id("nccl") : "");
     auto p2p = make_native_point_to_point("nccl", mine, id, world.rank(), world.size());
     return std::make_unique<SpmdGroup>(

@@ -25,12 +25,15 @@
 #include "strategies/collectives/transport.h"
 #include "strategies/rank_group.h"
 #include "strategies/spmd_group.h"
+#include "tests/fake_nccl.h"
 #include "tests/test_util.h"
 
 namespace paralab {
 namespace {
 
 using testing::all_close;
+using testing::FakeNcclPointToPoint;
+using testing::Wire;
 
 // k devices (CPU, or CUDA devices that may share GPUs) and their SPMD group.
 struct Group {
@@ -488,105 +491,6 @@ TEST(AutoChunk, OneMessagePerRingStepOnOneGpu) {
     EXPECT_EQ(out[0][7], float(3 * (7 % 5 + 1)));
   }
 }
-
-// NCCL's point-to-point semantics on CPU devices, for the grouped transport: a send completes
-// only when its receive is posted (a rendezvous), so a transport that issued a ring's sends
-// before, and apart from, its receives would deadlock here (reported as an Error after 10 s).
-class Wire {
- public:
-  explicit Wire(int k) : offers_(static_cast<std::size_t>(k * k)) {}
-  struct Offer {
-    std::vector<float> data;
-    bool taken = false;
-  };
-  std::mutex mu;
-  std::condition_variable cv;
-  std::deque<std::shared_ptr<Offer>>& box(int from, int to, int k) {
-    return offers_[static_cast<std::size_t>(from * k + to)];
-  }
-
- private:
-  std::vector<std::deque<std::shared_ptr<Offer>>> offers_;
-};
-
-class FakeNcclPointToPoint final : public NativePointToPoint {
- public:
-  FakeNcclPointToPoint(Wire& wire, int rank, int size) : wire_(wire), rank_(rank), size_(size) {}
-  int rank() const override { return rank_; }
-  int size() const override { return size_; }
-  void group_start() override {
-    ASSERT_FALSE(in_group_) << "nested group";
-    in_group_ = true;
-  }
-  void send(const Tensor& buf, int peer) override {
-    ASSERT_TRUE(in_group_) << "rank " << rank_ << ": a send outside a group";
-    sends_.push_back({peer, buf.to_host_f32()});
-  }
-  void recv(Tensor& buf, int peer) override {
-    ASSERT_TRUE(in_group_) << "rank " << rank_ << ": a receive outside a group";
-    recvs_.push_back({peer, &buf});
-  }
-  void group_end() override {
-    using namespace std::chrono_literals;
-    std::unique_lock lock(wire_.mu);
-    std::vector<std::shared_ptr<Wire::Offer>> mine;
-    for (auto& [peer, data] : sends_) {
-      mine.push_back(std::make_shared<Wire::Offer>(Wire::Offer{std::move(data)}));
-      wire_.box(rank_, peer, size_).push_back(mine.back());
-    }
-    wire_.cv.notify_all();
-    for (auto& [peer, buf] : recvs_) {
-      auto& box = wire_.box(peer, rank_, size_);
-      if (!wire_.cv.wait_for(lock, 10s, [&] { return !box.empty(); }))
-        throw Error("rank " + std::to_string(rank_) + ": deadlock waiting for rank " +
-                    std::to_string(peer));
-      auto offer = box.front();
-      box.pop_front();
-      if (static_cast<int64_t>(offer->data.size()) != buf->numel()) throw Error("size mismatch");
-      buf->copy_from_host(offer->data);
-      offer->taken = true;
-    }
-    wire_.cv.notify_all();
-    for (auto& offer : mine)
-      if (!wire_.cv.wait_for(lock, 10s, [&] { return offer->taken; }))
-        throw Error("rank " + std::to_string(rank_) + ": deadlock, a send never received");
-    sends_.clear();
-    recvs_.clear();
-    in_group_ = false;
-    ++groups;
-  }
-  // NCCL's allreduce over the same wire: every rank's buffer to every other, then the sum in
-  // rank order on each rank (the same bits everywhere).
-  void allreduce_sum(Tensor& buf) override {
-    ASSERT_FALSE(in_group_) << "an allreduce inside a group";
-    ++allreduces;
-    std::vector<Tensor> from(static_cast<std::size_t>(size_));
-    group_start();
-    for (int p = 0; p < size_; ++p) {
-      if (p == rank_) continue;
-      send(buf, p);
-      from[static_cast<std::size_t>(p)] = Tensor::empty(buf.device(), {buf.numel()});
-      recv(from[static_cast<std::size_t>(p)], p);
-    }
-    group_end();
-    from[static_cast<std::size_t>(rank_)] = buf;
-    std::vector<float> sum(static_cast<std::size_t>(buf.numel()), 0.0f);
-    for (const Tensor& part : from) {
-      const auto v = part.to_host_f32();
-      for (std::size_t i = 0; i < sum.size(); ++i) sum[i] += v[i];
-    }
-    buf.copy_from_host(sum);
-  }
-  int groups = 0;
-  int allreduces = 0;
-
- private:
-  Wire& wire_;
-  int rank_, size_;
-  bool in_group_ = false;
-  std::vector<std::pair<int, std::vector<float>>> sends_;
-  std::vector<std::pair<int, Tensor*>> recvs_;
-};
 
 TEST(PointToPoint, GroupedSendsRunEveryCollectiveWithTheSameBits) {
   for (int k : {2, 3, 4}) {

@@ -3,6 +3,7 @@
 #include <nccl.h>
 
 #include <algorithm>
+#include <exception>
 #include <map>
 
 #include "core/cuda/check.h"
@@ -69,8 +70,15 @@ class NcclPointToPoint final : public NativePointToPoint {
     device.bind_thread();
     PARALAB_NCCL(ncclCommInitRank(&comm_, size, id, rank));
   }
+  // Gone while an error unwinds (this rank failed; its peers may wait for a message it will
+  // never send): ncclCommAbort, which does not wait for the communicator's work, so that the
+  // rank reaches MPI_Abort and ends the job; ncclCommDestroy waits for it, and would hang on a
+  // receive no peer answers.
   ~NcclPointToPoint() override {
-    if (comm_ && ncclCommDestroy(comm_) != ncclSuccess) log_error("nccl: ncclCommDestroy failed");
+    if (!comm_) return;
+    const bool failing = std::uncaught_exceptions() > 0;
+    if ((failing ? ncclCommAbort(comm_) : ncclCommDestroy(comm_)) != ncclSuccess)
+      log_error(failing ? "nccl: ncclCommAbort failed" : "nccl: ncclCommDestroy failed");
   }
   int rank() const override { return rank_; }
   int size() const override { return size_; }

@@ -43,6 +43,7 @@ class PointToPointTransport final : public Transport {
   }
 
   void recv(int peer, Tensor& buf) override { group(&buf, peer, 1); }
+  void recv_after_sends(int peer, Tensor& buf) override { group(&buf, peer, pending_.size()); }
 
   void recv_reduce(int peer, Tensor& buf) override {
     Tensor part = scratch(device_, buf.numel());
@@ -64,10 +65,24 @@ class PointToPointTransport final : public Transport {
   // group holding every send would wait for receives the peer queues only after its own such
   // group). Why every send at wait(): a tree's leaf notes all its chunks for the parent and only
   // then receives the total; the parent takes those chunks one by one before it sends anything.
+  // A pipeline's stage (recv_after_sends) may hold several sends before a receive: after two
+  // forwards, two activations, which its peer needs both of before it sends the gradient the
+  // stage waits for; they all go with that receive. A failed send or receive still ends the
+  // group, so that the thread's later NCCL calls are not left inside it.
   void group(Tensor* into, int peer, std::size_t sends) {
     if (into) check_peer(peer);
     sends = std::min(sends, pending_.size());
     p2p_->group_start();
+    struct End {
+      NativePointToPoint& p2p;
+      bool ended = false;
+      ~End() {
+        if (!ended) try {
+            p2p.group_end();
+          } catch (...) {  // the error being thrown is the one to report
+          }
+      }
+    } end{*p2p_};
     for (std::size_t i = 0; i < sends; ++i) {
       PendingSend& s = *pending_[i];
       if (s.buf.numel()) p2p_->send(s.buf, s.peer);
@@ -75,6 +90,7 @@ class PointToPointTransport final : public Transport {
     }
     pending_.erase(pending_.begin(), pending_.begin() + static_cast<std::ptrdiff_t>(sends));
     if (into && into->numel()) p2p_->recv(*into, peer);
+    end.ended = true;
     p2p_->group_end();
   }
 

@@ -42,6 +42,12 @@ class Transport {
   virtual void wait(const Handle& handle) = 0;
   // buf = message
   virtual void recv(int peer, Tensor& buf) = 0;
+  // recv(), with every send isend() noted before it on its way too. A pipeline stage calls it:
+  // after two forwards it has two activations to send and then waits for a gradient that its
+  // peer computes only once it has both. Transports whose isend() is already under way (in one
+  // process, MPI) receive as recv() does; the point-to-point one, which holds sends back to issue
+  // each with a receive (p2p_transport.h), issues them all with this one.
+  virtual void recv_after_sends(int peer, Tensor& buf) { recv(peer, buf); }
   // buf += message (element-wise float32 sum, on this rank's device)
   virtual void recv_reduce(int peer, Tensor& buf) = 0;
   virtual void barrier() = 0;
