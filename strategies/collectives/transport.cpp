@@ -29,8 +29,15 @@ Transport::ReceiveTimes Transport::receive_times(Device& device) const {
 }
 
 Tensor Transport::scratch(Device& device, int64_t n) {
-  if (!scratch_.defined() || scratch_.numel() < n)
-    scratch_ = Tensor::empty(device, {std::max<int64_t>(n, 1)});
+  if (!scratch_.defined() || scratch_.numel() < n) {
+    // The buffer it replaces may still be read by queued work (a receive and its add, on a
+    // device that queues work, perhaps on its communication stream, which the allocator does
+    // not order against): kept for the transport's life, not handed back. Doubling bounds what
+    // is kept by the size of the newest buffer.
+    const int64_t had = scratch_.defined() ? scratch_.numel() : 0;
+    if (had) retired_scratch_.push_back(std::move(scratch_));
+    scratch_ = Tensor::empty(device, {std::max<int64_t>({n, 2 * had, 1})});
+  }
   return scratch_.view(0, {n});
 }
 

@@ -96,6 +96,7 @@ class Transport {
 
  private:
   Tensor scratch_;
+  std::vector<Tensor> retired_scratch_;  // scratch_'s earlier, smaller buffers (scratch())
   bool receive_timing_ = false;
   std::vector<std::array<TimeMark, 3>> receive_marks_;
 };
