@@ -5,7 +5,8 @@
 #   1. AddressSanitizer + UndefinedBehaviorSanitizer (build-asan/): every test that runs C++,
 #      but the report's and the model session's smoke tests (Python chains whose bench_runner
 #      and allreduce_bench runs cli_test, fault_test and the strategy suites cover: 84 s under
-#      ASan on 2 cores);
+#      ASan on 2 cores) and gpu_check_script (gpu-check.sh's plan, budget and verdicts, whose
+#      bench_runner calls fail at once without a GPU: 67 s under ASan, 2026-12-04);
 #   2. ThreadSanitizer (build-tsan/): the multi-threaded tests (transport, collectives, every
 #      strategy), with one OpenMP thread per device, and the own CUDA kernels under the CPU
 #      emulator that share memory within a block (the conv stages, column sums, softmax
@@ -35,7 +36,7 @@ for kind in "${kinds[@]}"; do
         LSAN_OPTIONS=suppressions=$supp/lsan.supp \
         UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
         ctest --output-on-failure --timeout 900 -j "$(nproc)" \
-          -E '^(plotting_test|model_test|baselines_test|report_short|model_session_short)$')
+          -E '^(plotting_test|model_test|baselines_test|report_short|model_session_short|gpu_check_script)$')
       ;;
     tsan)
       # Only the binaries that hold the suites run below (the rest of the build is not used).
