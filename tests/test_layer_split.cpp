@@ -164,9 +164,12 @@ TEST(Pipeline, MeasuredBubbleOfEqualStagesIsGPipes) {
 // cannot give. Before recv_after_sends, GPipe with 2 micro-batches deadlocked there: stage 0
 // held its second activation back behind the gradient stage 1 needed it for.
 TEST(Pipeline, EveryScheduleRunsOverTheGroupedPointToPointTransport) {
+  // One slot per micro-batch (training) and one slot for all of them (evaluation's reuse: a
+  // slot's send is waited for before its next micro-batch).
   for (const char* schedule : {"gpipe", "1f1b", "forward"})
     for (int k : {2, 3, 4})
-      for (int m : {1, 2, 4}) {
+      for (const std::pair<int, int>& ms : {std::pair{1, 1}, {2, 2}, {2, 1}, {4, 4}, {4, 1}}) {
+        const int m = ms.first, slots = ms.second;  // named: the lambdas below capture them
         auto owned = make_devices("cpu", k, {});
         std::vector<Device*> devices;
         for (auto& d : owned) devices.push_back(d.get());
@@ -193,7 +196,7 @@ TEST(Pipeline, EveryScheduleRunsOverTheGroupedPointToPointTransport) {
                            std::to_string(got.to_host_f32()[0]);
             };
             PipelineStage st;
-            st.slots = m;
+            st.slots = slots;
             st.input = [&](int mb) -> Tensor& { return in[mb]; };
             st.output_grad = [&](int mb) -> Tensor& { return grad[mb]; };
             st.forward = [&](int mb) -> const Tensor& {
@@ -212,10 +215,12 @@ TEST(Pipeline, EveryScheduleRunsOverTheGroupedPointToPointTransport) {
                          std::chrono::steady_clock::now());
           });
         } catch (const Error& e) {
-          ADD_FAILURE() << schedule << " k=" << k << " m=" << m << ": " << e.what();
+          ADD_FAILURE() << schedule << " k=" << k << " m=" << m << " slots=" << slots << ": "
+                        << e.what();
         }
         for (int r = 0; r < k; ++r)
-          EXPECT_EQ(wrong[r], "") << schedule << " k=" << k << " m=" << m << " stage " << r;
+          EXPECT_EQ(wrong[r], "") << schedule << " k=" << k << " m=" << m << " slots=" << slots
+                                  << " stage " << r;
       }
 }
 
