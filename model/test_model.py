@@ -289,6 +289,35 @@ class Fits(unittest.TestCase):
         self.assertEqual(fit.to_json()["copy_non_temporal_threshold_bytes"], threshold)
         self.assertAlmostEqual(fit.to_json()["copy_ms_at_bytes"]["k=2"][str(256 << 20)], rows[2][3], places=12)
 
+    def test_a_threshold_whose_drop_the_copy_does_not_show_is_not_applied(self):
+        # As on the AVX-512 EPYC VM: a threshold of 127 MiB recorded, the copy at one cost per byte
+        # on both sides of it. Held out, 64 and 128 MiB come back from their neighbours; converting
+        # at the threshold regardless would put them +22 and -20 % off.
+        threshold = 133169152
+        sizes = [16 << 20, 32 << 20, 64 << 20, 128 << 20, 256 << 20]
+        rows = [("p2p", n, 2, 6.5e-8 * n) for n in sizes]
+        rows += [(op, n, 2, 0.01 + 2e-10 * n) for op in ("naive", "ring", "tree") for n in [4, 1024] + sizes]
+        self.assertIsNone(perf.non_temporal_step(rows, threshold))
+        for n, off in ((64 << 20, 0.22), (128 << 20, -0.2)):
+            ms = 6.5e-8 * n
+            rest = [r for r in rows if r[:3] != ("p2p", n, 2)]
+            fit = perf.Link.fit_size_dependent(rest, non_temporal=threshold)
+            self.assertAlmostEqual(fit.time("p2p", n, 2) / ms, 1.0, places=9, msg=n)
+            self.assertIsNone(fit.to_json()["copy_non_temporal_threshold_bytes"])
+            self.assertEqual(fit.to_json()["copy_non_temporal_threshold_not_seen_bytes"], threshold)
+            copy = {m: t / perf.NON_TEMPORAL_TRAFFIC if m >= threshold else t
+                    for op, m, _, t in rest if op == "p2p"}
+            forced = perf.Link(fit.params, copy={2: copy}, non_temporal=threshold)
+            self.assertAlmostEqual(forced.time("p2p", n, 2) / ms - 1, off, delta=0.02, msg=n)
+        # Rows that show the drop keep it; rows with no size near the threshold on one side leave
+        # the documented behaviour; and so does no threshold at all.
+        drop = [("p2p", n, 2, 1.3e-7 * n * (2 / 3 if n >= threshold else 1)) for n in sizes]
+        self.assertEqual(perf.non_temporal_step(drop, threshold), threshold)
+        self.assertEqual(perf.non_temporal_step([r for r in rows if r[1] < threshold], threshold), threshold)
+        self.assertEqual(perf.non_temporal_step([r for r in rows if r[1] != 64 << 20 and r[1] != 32 << 20],
+                                                threshold), threshold)  # 16 MiB: too far below
+        self.assertIsNone(perf.non_temporal_step(rows, None))
+
     def test_memcpy_threshold_is_read_where_every_file_records_the_same(self):
         with tempfile.TemporaryDirectory() as d:
             def write(name, context):
