@@ -266,7 +266,24 @@ void* CudaDevice::allocate(std::size_t bytes) {
   // The calling thread's current device is this one afterwards, as when every allocation was a
   // cudaMalloc: code that allocates and then launches may count on it.
   PARALAB_CUDA(cudaSetDevice(gpu_));
-  return allocator_->allocate(bytes);
+  void* ptr = allocator_->allocate(bytes);
+  // On the communication thread the block may come from the cache with its last users still
+  // queued on stream_ (freed on the compute thread, in stream_'s order): the communication
+  // stream's first use of it waits for stream_'s work so far. A buffer grows a few times per run
+  // (readable()'s staging, a transport's scratch for received messages), so this costs nothing
+  // per message. Not in a capture: a block handed out there was freed before it began, and the
+  // replays start after stream_'s earlier work.
+  if (comm_thread_ == this && !capturing_) {
+    try {
+      PooledEvent<cudaEvent_t> freed(order_events_);  // CudaEvent, below
+      PARALAB_CUDA(cudaEventRecord(freed.get(), stream_));
+      PARALAB_CUDA(cudaStreamWaitEvent(comm_stream_, freed.get(), 0));
+    } catch (...) {
+      allocator_->deallocate(ptr);
+      throw;
+    }
+  }
+  return ptr;
 }
 
 // Why a freed block can go to the next allocation with no event and no wait: every write to this
@@ -288,10 +305,11 @@ void* CudaDevice::allocate(std::size_t bytes) {
 // hands them to the graph, which restores them to the cache when it is destroyed. The
 // communication stream (bind_comm_thread) writes only into buffers that live through the whole
 // run (the replicas' gradients, for data_parallel's overlapped buckets), and the compute stream
-// waits for its last event before it uses them again; the one block it writes that is freed
-// during a run, its staging buffer (readable()) when that grows, is freed after stream_ has been
-// made to wait for the communication stream's work so far, and its new one is first written
-// after the communication stream has been made to wait for stream_'s.
+// waits for its last event before it uses them again. Every block the communication thread
+// allocates (its staging buffer, readable(); a transport's scratch, which the transport keeps for
+// its life) is first used after the communication stream has been made to wait for stream_'s
+// work so far (allocate), and the one it frees during a run, its staging buffer when that grows,
+// is freed after stream_ has been made to wait for the communication stream's work so far.
 void CudaDevice::deallocate(void* ptr) noexcept { allocator_->deallocate(ptr); }
 
 void CudaDevice::copy_from_host(void* dst, const void* src, std::size_t bytes) {
@@ -380,16 +398,8 @@ const void* CudaDevice::readable(const void* src, std::size_t bytes) {
     }
     allocator_->deallocate(staging.ptr);
     staging = {};
-    staging.ptr = allocate(bytes);
+    staging.ptr = allocate(bytes);  // on the communication thread, ordered after stream_
     staging.bytes = bytes;
-    if (comm) {
-      // The new block may come from the cache with its last users still queued on stream_
-      // (the free was on the compute thread, in stream_'s order): the communication stream's
-      // first write into it waits for stream_'s work so far.
-      CudaEvent freed(order_events_);
-      PARALAB_CUDA(cudaEventRecord(freed.get(), stream_));
-      PARALAB_CUDA(cudaStreamWaitEvent(comm_stream_, freed.get(), 0));
-    }
   }
   PARALAB_CUDA(cudaMemcpyAsync(staging.ptr, src, bytes, cudaMemcpyDefault, stream()));
   return staging.ptr;
