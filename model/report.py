@@ -1093,15 +1093,17 @@ OTHER_SESSION_TEXT = {
         "/ 18.9 %, against the rounds' own spread of median 14.5 %, max 29.5 % (the single step at "
         "batch 256: 37.6-45.9 ms in the four profiles, 36.6-44.5 ms in the strategy runs). Two devices "
         "computing at once ran no slower than one (x0.993). allreduce_bench: configurations median "
-        "3.7 %, max 42.1 %, 11 of 168 beyond 15 %: 7 of them all-gather and reduce-scatter at 0.5, 32 "
-        "and 128 MiB, each priced by the other's time where their costs per byte part (all-gather 32 "
-        "MiB +42 %, reduce-scatter 32 MiB -23 %), naive at 16 B and 1 MiB, tree at 1 KiB and ring at "
-        "16 MiB (+16 %). Its memcpy shows no drop at the C library's non-temporal threshold (127 MiB "
-        "here): 0.063, 0.066 and 0.066 ns/B at 64, 128 and 256 MiB, already the AVX2 EPYC's "
-        "non-temporal level below it. Converting at the threshold regardless, as every recorded "
-        "threshold was until the copy's rows had to show the drop (perf.non_temporal_step), put "
-        "memcpy 64 and 128 MiB at +22 and -20 % (now -1 and -3 %) and naive 64 MiB at +9 % (now "
-        "-0.4 %); configurations median 3.8 -> 3.7 %, 155 -> 157 within 15 %."),
+        "3.7 %, max 21.4 %, 7 of 168 beyond 15 %: all-gather and reduce-scatter at 32 MiB (+21, "
+        "-19 %) and all-gather at 128 MiB (+16 %), where the two's costs per byte part (reduce-"
+        "scatter 2.0x all-gather at 32 MiB, 1.8x and 1.4x at 16 and 64 MiB), naive at 16 B and 1 "
+        "MiB, tree at 1 KiB and ring at 16 MiB (+16 %). Priced by each other alone (before item 9"
+        " of \"where the errors come from\"), all-gather 32 MiB was +42 % and the configurations'"
+        " max 42.1 %, 13 beyond 15 %. Its memcpy shows no drop at the C library's non-temporal "
+        "threshold (127 MiB here): 0.063, 0.066 and 0.066 ns/B at 64, 128 and 256 MiB, already "
+        "the AVX2 EPYC's non-temporal level below it. Converting at the threshold regardless, as "
+        "every recorded threshold was until the copy's rows had to show the drop (item 8 there, "
+        "perf.non_temporal_step), put memcpy 64 and 128 MiB at +22 and -20 % (now -1 and -3 %) "
+        "and naive 64 MiB at +9 % (now -0.4 %)."),
     "cpu-2core-epyc-avx2/session-2026-12-02": (
         "What the AVX2 AMD EPYC session shows (2026-12-02, 4 rounds in 11.1 minutes on a 2-core AMD EPYC VM "
         "without AVX-512, about 2.4 times slower per step than the AVX-512 EPYC: the single step at batch "
@@ -1165,16 +1167,17 @@ OTHER_SESSION_TEXT = {
         "configurations 1.8 / 4.3 %, against the rounds' own spread of 1.0 / 3.8 % (the single "
         "step at batch 256 74.0-76.8 ms; x1.002 for two devices at once; data_parallel x2 ring at "
         "0.51 of the single step, channel_split x2 0.58, layer_split m8 x2 0.84, as an hour before). "
-        "allreduce_bench: configurations' medians median 4.1 %, max 29.3 %, 157 of 168 within 15 % "
-        "(samples 6.1 / 96.5 %, against the rounds' own spread of 5.6 % median and, at the worst, a "
+        "allreduce_bench: configurations' medians median 4.0 %, max 29.3 %, 157 of 168 within 15 % "
+        "(samples 5.8 / 96.5 %, against the rounds' own spread of 5.6 % median and, at the worst, a "
         "wake-up 29x slower). Sampled by 2x, each algorithm's own per-byte cost at n/2 and 2n "
         "prices it where the shared one cannot: past the caches (naive 0.103 ns/B at 128 MiB "
         "against ring's 0.134; at 256 MiB 0.080 and 0.142) and at the sweep's end (256 MiB priced "
         "at 128 MiB's cost per byte): naive and ring at 256 MiB go from +55 % and -35 % (the shared "
         "cost, without the non-temporal copies) to +8 % and -4 %. What is left sits on the caches' "
         "steps, sharper than 2x: naive 8 MiB +29 % (0.037 ns/B at 4 and 8 MiB, 0.060 at 16), ring "
-        "2 MiB -29 %, all-gather 16 MiB +28 %, ring 8 MiB +26 %, and tiny rows (reduce-scatter 4 B "
-        "+22 %)."),
+        "2 MiB -29 %, ring 8 MiB +26 %, and tiny rows (reduce-scatter 4 B +22 %); all-gather 16 "
+        "MiB, +28 % when priced by reduce-scatter alone, is +15 % with its own curve beside it "
+        "(item 9 of \"where the errors come from\")."),
     "cpu-2core-xeon/session-2026-12-02": (
         "What the second Xeon session shows (2026-12-02, the clean session's VM kind a day later, "
         "4 rounds in 9.1 minutes with the concurrent profile, nothing else running; the load average "
@@ -1372,7 +1375,16 @@ WHY_ERRORS = (
     "2026-12-04: none at its 127 MiB), so it is applied only where the copy's own rows allow it: "
     "where they lie on both sides of the threshold, the nearest size at or above it must cost at "
     "most 5/6 of the nearest size below it per byte (perf.non_temporal_step); where a side has no "
-    "measured size, as for a held-out 256 MiB on the AVX2 EPYC, the documented behaviour stands.")
+    "measured size, as for a held-out 256 MiB on the AVX2 EPYC, the documented behaviour stands. "
+    "(9) CPU all-gather and reduce-scatter, kept: where an algorithm's own sizes lie at most 4x "
+    "apart around n (the sweep by 2x), priced at the geometric mean of the partner's time with the "
+    "adds (item 5) and its own time there (log-log), which halves either's error in log terms: "
+    "the pair fails where one of the two alone steps at a size (the AVX-512 EPYC, 2026-12-04: "
+    "reduce-scatter 2.0x all-gather at 32 MiB, 1.8x and 1.4x at 16 and 64 MiB; all-gather 32 MiB "
+    "+42 %), its own curve at a cache step between its neighbours. Configurations' medians: that "
+    "session 3.7 / 42.1 -> 3.7 / 21.4 % (155 -> 161 of 168 within 15 %), the AVX2 EPYC's of "
+    "2026-12-03 12:14 4.1 / 29.3 -> 4.0 / 29.3 %; the sessions swept by 4x, where a held-out "
+    "size's neighbours lie 16x apart, and the committed files keep the pair alone (unchanged).")
 
 if __name__ == "__main__":
     sys.exit(main())
