@@ -67,27 +67,30 @@ CHUNK_BYTES = 262144  # data_parallel's and the collectives' default chunk_bytes
 # MiB; allreduce_bench memcpy, GLIBC_TUNABLES moving it): 0.080 against 0.127 ns/B at 256 MiB,
 # 0.072-0.085 against 0.127-0.131 at 64 MiB; the clean Xeon session's 256 / 64 MiB: 0.093 / 0.148.
 NON_TEMPORAL_TRAFFIC = 2.0 / 3.0
-# Not every machine shows that drop: on the AVX-512 AMD EPYC VM (session 2026-12-04, threshold 127
-# MiB) the copy cost 0.063, 0.066 and 0.066 ns/B at 64, 128 and 256 MiB, already at the other VMs'
-# non-temporal level below the threshold. So the drop is taken only where the copy's rows allow
-# it: where they lie on both sides of the threshold, the nearest size at or above it must cost at
-# most STEP_SEEN of the nearest size below it per byte (halfway between no drop and the full 2/3;
-# the AVX2 EPYC VM: 0.58), the size below being within NEAR_THRESHOLD of it (farther down, the
-# caches make a copy cheaper per byte).
+# Not every machine shows that drop, and not in every algorithm: on the AVX-512 AMD EPYC VM
+# (threshold 127 MiB) memcpy cost 0.063, 0.066 and 0.066 ns/B at 64, 128 and 256 MiB in the
+# morning session of 2026-12-04, already at the other VMs' non-temporal level below the threshold,
+# and 0.058, 0.062, 0.061 in the afternoon's, while naive's cost per byte fell from 0.199 to 0.130
+# between 64 and 128 MiB that afternoon (its copies and adds share the memory). So the drop is
+# taken for an algorithm only where its own rows allow it: where they lie on both sides of the
+# threshold, the nearest size at or above it must cost at most STEP_SEEN of the nearest size
+# below it per byte (halfway between no drop and the full 2/3; the AVX2 EPYC VM's memcpy: 0.58),
+# the size below being within NEAR_THRESHOLD of it (farther down, the caches make a copy cheaper
+# per byte).
 STEP_SEEN = (1.0 + NON_TEMPORAL_TRAFFIC) / 2.0
 NEAR_THRESHOLD = 4.0
 
 
-def non_temporal_step(rows, threshold):
-    """The threshold (bytes) where allreduce_bench rows [(op, n, k, ms)] leave the copy's drop in
-    cost per byte at it possible: its rows ("p2p") show the drop, or have no measured size near it
-    on one side (the C library's documented behaviour then stands); None where they show no drop
-    (the median over k of the ratio), or where no threshold is known."""
+def non_temporal_step(rows, threshold, op="p2p"):
+    """The threshold (bytes) where allreduce_bench rows [(op, n, k, ms)] leave the drop in op's
+    cost per byte at it possible (default: the copy, "p2p"): op's rows show the drop, or have no
+    measured size near it on one side (the C library's documented behaviour then stands); None
+    where they show no drop (the median over k of the ratio), or where no threshold is known."""
     if not threshold:
         return None
     ratios = []
-    for k in sorted({r[2] for r in rows if r[0] == "p2p"}):
-        t = {n: ms for op, n, kk, ms in rows if op == "p2p" and kk == k}
+    for k in sorted({r[2] for r in rows if r[0] == op}):
+        t = {n: ms for o, n, kk, ms in rows if o == op and kk == k}
         below = [n for n in t if threshold / NEAR_THRESHOLD <= n < threshold]
         above = [n for n in t if n >= threshold]
         if below and above:
@@ -379,7 +382,7 @@ class Link:
 
     def __init__(self, params, contention=None, chunk=CHUNK_BYTES, note="", host_bound=False,
                  size_beta=None, step_alpha=None, pair=None, copy=None, non_temporal=None,
-                 own_beta=None, non_temporal_unseen=None):
+                 own_beta=None, non_temporal_for=None, non_temporal_recorded=None):
         self.params = {op: ({int(k): tuple(x) for k, x in v.items()} if isinstance(v, dict) else {0: tuple(v)})
                        for op, v in params.items()}
         self.contention = list(contention) if contention else None
@@ -402,9 +405,11 @@ class Link:
         # cache-allocating copy's equivalent (divided by NON_TEMPORAL_TRAFFIC), and time() converts
         # back (fit_size_dependent, copy_time).
         self.non_temporal = int(non_temporal) if non_temporal else None
-        # non_temporal_unseen: a threshold the files recorded whose drop the copy's rows did not
-        # show (non_temporal_step), so not applied; for the record only.
-        self.non_temporal_unseen = int(non_temporal_unseen) if non_temporal_unseen else None
+        # non_temporal_for: {op: threshold or None} per algorithm whose own rows decided it
+        # (fit_size_dependent, non_temporal_step); an algorithm not in it takes non_temporal.
+        # non_temporal_recorded: the threshold the files recorded, for the record.
+        self.non_temporal_for = dict(non_temporal_for or {})
+        self.non_temporal_recorded = int(non_temporal_recorded) if non_temporal_recorded else None
         # own_beta: {(op, k): {n: ms per byte}} of each algorithm in step_alpha at its own measured
         # sizes on k devices (fit_size_dependent): where they sample its curve finely around n
         # (own_beta_at), time() prices op at n by its own per-byte cost instead of the shared beta(n).
@@ -454,7 +459,7 @@ class Link:
             if beta is None:
                 beta = self.beta_at(n)
             return self.step_alpha[op] * latency_steps(op, k) + beta * traffic_bytes(
-                op, n, k, self.chunk, self.non_temporal)
+                op, n, k, self.chunk, self.non_temporal_for.get(op, self.non_temporal))
         if op == "p2p" and len(self.copy.get(k, {})) >= 2:
             return self.copy_time(k, n)
         if self.pair and op in PAIR and (PAIR[op], k) in self.pair["times"] and k in self.pair["adds"]:
@@ -526,8 +531,9 @@ class Link:
                 "copy_ms_at_bytes": None if not self.copy else {
                     "k=%d" % k: {str(n): self.copy_time(k, n) for n in sorted(v)} for k, v in sorted(self.copy.items())},
                 "copy_non_temporal_threshold_bytes": self.non_temporal,
-                **({"copy_non_temporal_threshold_not_seen_bytes": self.non_temporal_unseen}
-                   if self.non_temporal_unseen else {}),
+                **({"non_temporal_threshold_recorded_bytes": self.non_temporal_recorded,
+                    "non_temporal_threshold_per_algorithm": self.non_temporal_for}
+                   if self.non_temporal_recorded else {}),
                 "size_dependent": None if not self.size_beta else {
                     "algorithms_ms_per_latency_step": self.step_alpha,
                     "beta_ms_per_byte_at_bytes": {str(n): b for n, b in sorted(self.size_beta.items())},
@@ -571,7 +577,9 @@ class Link:
         memcpy ("p2p") also its measured time per size, which time() interpolates (module doc);
         non_temporal: the memcpy threshold of the files' machine (Link), None where not recorded."""
         base = Link.fit(rows, note=note)
-        recorded, non_temporal = non_temporal, non_temporal_step(rows, non_temporal)
+        recorded = non_temporal
+        nt_for = {op: non_temporal_step(rows, recorded, op) for op in ("p2p",) + tuple(group)}
+        non_temporal = nt_for["p2p"]
         alpha = {}
         for op in group:
             xs = [t / latency_steps(op, k) for o, n, k, t in rows if o == op and n <= small]
@@ -582,7 +590,7 @@ class Link:
         shared, mine = {}, {}
         for o, n, k, t in sorted(rows):
             if o in alpha and n > small:
-                b = (t - alpha[o] * latency_steps(o, k)) / traffic_bytes(o, n, k, non_temporal=non_temporal)
+                b = (t - alpha[o] * latency_steps(o, k)) / traffic_bytes(o, n, k, non_temporal=nt_for[o])
                 shared.setdefault(n, []).append(b)
                 mine.setdefault((o, k), {}).setdefault(n, []).append(b)
         beta = {n: max(float(np.median(v)), 1e-15) for n, v in shared.items()}
@@ -596,8 +604,8 @@ class Link:
                 nt = non_temporal and n >= non_temporal
                 copy.setdefault(k, {})[n] = t / NON_TEMPORAL_TRAFFIC if nt else t
         return Link(base.params, note=note, size_beta=beta, step_alpha=alpha, pair=fit_pair(rows),
-                    copy=copy, non_temporal=non_temporal, own_beta=own,
-                    non_temporal_unseen=recorded if recorded and not non_temporal else None)
+                    copy=copy, non_temporal=non_temporal, own_beta=own, non_temporal_for=nt_for,
+                    non_temporal_recorded=recorded)
 
     @staticmethod
     def fit_host_bound(rows, contention=None, note=""):
