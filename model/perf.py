@@ -575,7 +575,9 @@ class Link:
         (memcpy, all-gather, reduce-scatter alone: their sources are not rewritten between
         repetitions, or are written by the producer outside the timed part) keep their own fit;
         memcpy ("p2p") also its measured time per size, which time() interpolates (module doc);
-        non_temporal: the memcpy threshold of the files' machine (Link), None where not recorded."""
+        non_temporal: the memcpy threshold of the files' machine (Link), None where not recorded;
+        each algorithm's own rows decide whether its drop at the threshold applies
+        (non_temporal_step)."""
         base = Link.fit(rows, note=note)
         recorded = non_temporal
         nt_for = {op: non_temporal_step(rows, recorded, op) for op in ("p2p",) + tuple(group)}
