@@ -8,9 +8,11 @@
 #      ASan on 2 cores) and gpu_check_script (gpu-check.sh's plan, budget and verdicts, whose
 #      bench_runner calls fail at once without a GPU: 67 s under ASan, 2026-12-04);
 #   2. ThreadSanitizer (build-tsan/): the multi-threaded tests (transport, collectives, every
-#      strategy), with one OpenMP thread per device, and the own CUDA kernels under the CPU
-#      emulator that share memory within a block (the conv stages, column sums, softmax
-#      cross-entropy; one thread per CUDA thread: a missing __syncthreads() is a race TSan reports).
+#      strategy; each strategy's comparison with one device for 3 steps, PARALAB_TEST_MAX_STEPS in
+#      tests/strategy_harness.h: the suite 228 -> 121 s on 2 cores, 2026-12-04), with one OpenMP
+#      thread per device, and the own CUDA kernels under the CPU emulator that share memory
+#      within a block (the conv stages, column sums, softmax cross-entropy; one thread per CUDA
+#      thread: a missing __syncthreads() is a race TSan reports).
 # Any report fails its test. Suppressions, each with why it is a false positive, are in
 # tests/sanitizers/. Part of .ci/run; on 2 cores from scratch, 19 minutes (asan 12.9, tsan 6.0)
 # on an AMD EPYC VM, 2026-12-01.
@@ -46,7 +48,7 @@ for kind in "${kinds[@]}"; do
       echo "sanitize.sh: the multi-threaded tests under TSan"
       (cd build-tsan &&
         TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:suppressions=$supp/tsan.supp \
-        OMP_NUM_THREADS=1 \
+        OMP_NUM_THREADS=1 PARALAB_TEST_MAX_STEPS=3 \
         ctest --output-on-failure --timeout 900 -j "$(nproc)" --no-tests=error \
           -R '^(Transport|RankGroup|Allreduce|ReduceScatterAllgather|DataParallel|LayerSplit|Pipeline|ChannelSplit)\.|^FusedKernels\.(GemmForward|DirectBackward|ColumnSums)|^ModelKernels\.SoftmaxXent')
       ;;

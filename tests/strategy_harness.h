@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <functional>
 #include <string>
 #include <vector>
@@ -207,10 +208,27 @@ constexpr double kGradientAtolOfMax = 1e-4;
 // layers (128 ReLU positions per example instead of 17,698).
 // model: null for LeNet (from test_initial_parameters()); another model starts from its own
 // initial_parameters(3, 0.1).
+//
+// PARALAB_TEST_MAX_STEPS=N (scripts/sanitize.sh's TSan run: 3) caps `steps`: what TSan looks for,
+// a race in a step's hand-offs between rank threads, is in every step from the first on, and each
+// further step costs the suites there seconds; every other run compares the full count.
+inline int capped_steps(int steps) {
+  const char* cap = std::getenv("PARALAB_TEST_MAX_STEPS");
+  if (!cap || !*cap) return steps;
+  char* end = nullptr;
+  const long n = std::strtol(cap, &end, 10);
+  if (*end || n < 1) {
+    ADD_FAILURE() << "PARALAB_TEST_MAX_STEPS='" << cap << "' is not a whole number >= 1";
+    return steps;
+  }
+  return static_cast<int>(std::min<long>(steps, n));
+}
+
 inline ::testing::AssertionResult tracks_single(
     const std::string& strategy, int devices, const json& options, int steps, int64_t batch,
     const std::string& backend = "cpu", const std::shared_ptr<const Model>& model = nullptr) {
   const float lr = 0.05f;
+  steps = capped_steps(steps);
   Session s(strategy, devices, options,
             model ? model->initial_parameters(3, 0.1) : test_initial_parameters(), batch, backend,
             model);
