@@ -472,11 +472,7 @@ class Link:
             # Where its own sizes sample the curve finely around n (OWN_SPAN, as own_beta_at),
             # also its own time there, log-log between them: the geometric mean of the two.
             own = self.pair["times"].get((op, k)) or {}
-            lo = max((x for x in own if x < n), default=None)
-            hi = min((x for x in own if x > n), default=None)
-            if n in own or (lo and hi and hi / lo <= self.OWN_SPAN * 1.001):
-                return math.sqrt(paired * _loglog(own, n))
-            return paired
+            return math.sqrt(paired * _loglog(own, n)) if self._spanned(own, n) else paired
         alpha, beta, gamma, *start = self._p(op, k)
         if ranks and ranks != k and self.contention:
             alpha *= self._threads(ranks) / self._threads(k)
@@ -507,6 +503,13 @@ class Link:
     # and 4n, too coarse for the caches' steps, and the shared beta(n) prices it instead.
     OWN_SPAN = 4.0
 
+    @classmethod
+    def _spanned(cls, sizes, n):
+        """Whether measured sizes lie on both sides of n (or at n) at most OWN_SPAN apart."""
+        lo = max((x for x in sizes if x <= n), default=None)
+        hi = min((x for x in sizes if x >= n), default=None)
+        return lo is not None and hi is not None and hi / lo <= cls.OWN_SPAN * 1.001
+
     def own_beta_at(self, op, n, k):
         """op's own per-byte cost at n bytes on k devices: its measured value at n, log-log between its
         measured sizes on either side of n when they are at most OWN_SPAN apart, or beyond its
@@ -517,7 +520,7 @@ class Link:
         # Between sizes at most OWN_SPAN apart (or at one of them); at the sweep's ends (n held
         # out at its largest size, say) the nearest size within half the span, held flat.
         half = math.sqrt(self.OWN_SPAN) * 1.001
-        near = (lo is not None and hi is not None and hi / lo <= self.OWN_SPAN * 1.001) or \
+        near = self._spanned(own, n) or \
             (hi is None and lo is not None and n / lo <= half) or \
             (lo is None and hi is not None and hi / n <= half)
         return self._per_byte(own, n) if near else None
