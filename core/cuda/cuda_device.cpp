@@ -8,6 +8,18 @@
 
 namespace paralab::cuda {
 
+namespace {
+
+// A pooled event (core/event_pool.h), back in its pool when the last Event or TimeMark holding it
+// goes. Recording it again then is safe even if a stream's wait on it is still pending: "Other
+// APIs such as cudaStreamWaitEvent() use the most recently captured state at the time of the API
+// call, and are not affected by later calls to cudaEventRecord()" (CUDA Runtime API,
+// cudaEventRecord; cuda_runtime_api.h of CUDA 13). Timing reads (elapsed_ms) hold their
+// TimeMarks, so a timing event is not recorded anew while it is read.
+using CudaEvent = PooledEvent<cudaEvent_t>;
+
+}  // namespace
+
 const char* cublas_status_name(cublasStatus_t status) {
   switch (status) {
     case CUBLAS_STATUS_SUCCESS:
@@ -275,7 +287,7 @@ void* CudaDevice::allocate(std::size_t bytes) {
   // replays start after stream_'s earlier work.
   if (comm_thread_ == this && !capturing_) {
     try {
-      PooledEvent<cudaEvent_t> freed(order_events_);  // CudaEvent, below
+      CudaEvent freed(order_events_);
       PARALAB_CUDA(cudaEventRecord(freed.get(), stream_));
       PARALAB_CUDA(cudaStreamWaitEvent(comm_stream_, freed.get(), 0));
     } catch (...) {
@@ -359,14 +371,6 @@ class CudaGraph final : public CapturedWork {
   CachingAllocator& allocator_;
   std::vector<CachingAllocator::Block> blocks_;
 };
-
-// A pooled event (core/event_pool.h), back in its pool when the last Event or TimeMark holding it
-// goes. Recording it again then is safe even if a stream's wait on it is still pending: "Other
-// APIs such as cudaStreamWaitEvent() use the most recently captured state at the time of the API
-// call, and are not affected by later calls to cudaEventRecord()" (CUDA Runtime API,
-// cudaEventRecord; cuda_runtime_api.h of CUDA 13). Timing reads (elapsed_ms) hold their
-// TimeMarks, so a timing event is not recorded anew while it is read.
-using CudaEvent = PooledEvent<cudaEvent_t>;
 
 }  // namespace
 
