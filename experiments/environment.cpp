@@ -97,8 +97,11 @@ nlohmann::json describe_environment(int argc, char** argv, const std::string& ut
 nlohmann::json used_gpu_models(const nlohmann::json& runs) {
   nlohmann::json models = nlohmann::json::array();
   for (const auto& run : runs) {
-    const auto list = run.find("device_list");
-    if (list == run.end() || !list->is_array()) continue;
+    // Each run lists its devices in its config (trainer.cpp); a failed run may list none.
+    const auto config = run.find("config");
+    if (config == run.end() || !config->is_object()) continue;
+    const auto list = config->find("device_list");
+    if (list == config->end() || !list->is_array()) continue;
     for (const auto& device : *list) {
       const auto model = device.find("gpu_model");
       if (model == device.end() || !model->is_string()) continue;

@@ -24,20 +24,24 @@ TEST(ParametersDigest, ChangesWithAnyBitAndNothingElse) {
 }
 
 TEST(UsedGpuModels, ListsEachModelOnceInOrderOfFirstUse) {
+  // As bench_runner writes runs: the devices under config.device_list.
   const json runs = json::parse(R"([
-    {"device_list": [{"name": "cpu:0", "kind": "cpu", "threads": 1}]},
+    {"config": {"device_list": [{"name": "cpu:0", "kind": "cpu", "threads": 1}]}},
     {"status": "failed"},
-    {"device_list": [{"name": "cuda:0", "gpu_model": "NVIDIA H200"},
-                     {"name": "cuda:1", "gpu_model": "NVIDIA H200"}]},
-    {"device_list": [{"name": "cuda:0", "gpu_model": "NVIDIA A100-SXM4-80GB"},
-                     {"name": "cuda:1", "gpu_model": "NVIDIA H200"}]}
+    {"config": {"device_list": [{"name": "cuda:0", "gpu_model": "NVIDIA H200"},
+                                {"name": "cuda:1", "gpu_model": "NVIDIA H200"}]}},
+    {"config": {"device_list": [{"name": "cuda:0", "gpu_model": "NVIDIA A100-SXM4-80GB"},
+                                {"name": "cuda:1", "gpu_model": "NVIDIA H200"}]}}
   ])");
   EXPECT_EQ(used_gpu_models(runs), json({"NVIDIA H200", "NVIDIA A100-SXM4-80GB"}));
 }
 
 TEST(UsedGpuModels, IsNullWhenNoRunUsedAGpu) {
   EXPECT_EQ(used_gpu_models(json::array()), json(nullptr));
-  EXPECT_EQ(used_gpu_models(json::parse(R"([{"device_list": [{"name": "cpu:0"}]}])")),
+  EXPECT_EQ(used_gpu_models(json::parse(R"([{"config": {"device_list": [{"name": "cpu:0"}]}}])")),
+            json(nullptr));
+  // A device list outside the config is not where runs keep it.
+  EXPECT_EQ(used_gpu_models(json::parse(R"([{"device_list": [{"gpu_model": "NVIDIA H200"}]}])")),
             json(nullptr));
 }
 
