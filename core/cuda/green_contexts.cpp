@@ -72,6 +72,9 @@ struct GraphApi {
   PFN_cuStreamGetCtx_v9020 stream_ctx = nullptr;
   PFN_cuCtxFromGreenCtx_v12040 from_green = nullptr;
   std::string missing;
+  // Kernel names for the description only (12.3): a driver without them leaves names empty.
+  PFN_cuFuncGetName_v12030 func_name = nullptr;
+  PFN_cuKernelGetName_v12030 kernel_name = nullptr;
 };
 
 const GraphApi& graph_api() {
@@ -82,6 +85,9 @@ const GraphApi& graph_api() {
     PARALAB_DRIVER(kernel_params, cuGraphKernelNodeGetParams, 12000);
     PARALAB_DRIVER(stream_ctx, cuStreamGetCtx, 9020);
     PARALAB_DRIVER(from_green, cuCtxFromGreenCtx, 12040);
+    std::string optional;  // not required: a missing one costs the names only
+    find("cuFuncGetName", 12030, g.func_name, optional);
+    find("cuKernelGetName", 12030, g.kernel_name, optional);
     return g;
   }();
   return a;
@@ -198,7 +204,8 @@ CUcontext work_context(const SmShare& share, cudaStream_t stream, std::string* w
   return ctx;
 }
 
-std::vector<CUcontext> kernel_contexts(cudaGraph_t graph, std::string* why) {
+std::vector<CUcontext> kernel_contexts(cudaGraph_t graph, std::string* why,
+                                       std::vector<std::string>* names) {
   const GraphApi& g = graph_api();
   if (!g.missing.empty()) {
     *why = g.missing;
@@ -227,6 +234,15 @@ std::vector<CUcontext> kernel_contexts(cudaGraph_t graph, std::string* why) {
       return {};
     }
     out.push_back(params.ctx);
+    if (names) {
+      const char* name = nullptr;
+      if (params.func && g.func_name && g.func_name(&name, params.func) != CUDA_SUCCESS)
+        name = nullptr;
+      if (!name && params.kern && g.kernel_name &&
+          g.kernel_name(&name, params.kern) != CUDA_SUCCESS)
+        name = nullptr;
+      names->push_back(name ? name : "");
+    }
   }
   return out;
 }

@@ -39,7 +39,9 @@ void release(SmShare& share) noexcept;
 CUcontext work_context(const SmShare& share, cudaStream_t stream, std::string* why);
 // The context of each kernel node of `graph` (cuGraphKernelNodeGetParams): whether a graph
 // captured from several devices' streams keeps each device's kernels on its own SM share. Empty,
-// with *why set, if the driver cannot say.
-std::vector<CUcontext> kernel_contexts(cudaGraph_t graph, std::string* why);
+// with *why set, if the driver cannot say. With `names`, each node's kernel name too, in the same
+// order (as the driver gives it, mangled; empty where the driver cannot say).
+std::vector<CUcontext> kernel_contexts(cudaGraph_t graph, std::string* why,
+                                       std::vector<std::string>* names = nullptr);
 
 }  // namespace paralab::cuda

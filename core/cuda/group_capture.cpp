@@ -23,8 +23,10 @@
 // check that a graph over virtual devices still models k smaller GPUs.
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <condition_variable>
 #include <exception>
+#include <map>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -346,7 +348,8 @@ class CudaGroupCapture final : public GroupCapture {
   // set" (cuda.h, CUDA_KERNEL_NODE_PARAMS_v2::ctx).
   nlohmann::json contexts(cudaGraph_t graph) const {
     std::string why;
-    const std::vector<CUcontext> kernels = kernel_contexts(graph, &why);
+    std::vector<std::string> names;
+    const std::vector<CUcontext> kernels = kernel_contexts(graph, &why, &names);
     if (!why.empty()) return {{"kernel_contexts", "unknown: " + why}};
     std::vector<CUcontext> own;
     for (const CudaDevice* d : devices_) {
@@ -367,9 +370,18 @@ class CudaGroupCapture final : public GroupCapture {
       if (!shared) entry["kernels"] = n;
       per_device.push_back(std::move(entry));
     }
+    // The kernels outside every device's context, by name: which launches escape the SM shares.
+    std::map<std::string, int64_t> outside;
+    for (std::size_t i = 0; i < kernels.size(); ++i) {
+      if (kernels[i] == nullptr || std::find(own.begin(), own.end(), kernels[i]) != own.end())
+        continue;
+      const std::string& name = i < names.size() && !names[i].empty() ? names[i] : "(unnamed)";
+      ++outside[name.substr(0, 120)];
+    }
     return {{"kernel_nodes", kernels.size()},
             {"kernels_per_device_context", per_device},
             {"kernels_in_no_device_context", kernels.size() - matched - unknown},
+            {"kernels_in_no_device_context_by_name", outside},
             {"kernels_context_unknown", unknown}};
   }
 
