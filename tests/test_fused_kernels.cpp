@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <tuple>
 #include <vector>
 
 #include "tests/reference/reference.h"
@@ -17,6 +18,7 @@
 #include "core/cuda/conv_relu_pool_kernels.cuh"
 #include "core/cuda/column_sums.cuh"
 // clang-format on
+#include "core/cuda/channel_sums_plan.h"
 
 namespace paralab {
 namespace {
@@ -265,6 +267,50 @@ TEST(FusedKernels, ColumnSumsMatchReference) {
       for (int c = 0; c < cols; ++c) want[c] += dy[std::size_t(r) * cols + c];
     EXPECT_TRUE(all_close(db, want, kAtol, kRtol)) << rows << "x" << cols;
   }
+}
+
+// channel_sums' two kernels as its launcher runs them (kernels.cu), on a partition into parts of
+// `chunk` examples: the partial sums per part, then the parts in order.
+std::vector<float> channel_sums(const std::vector<float>& dy, int n, int c, int hw, int chunk) {
+  const int parts = (n + chunk - 1) / chunk;
+  std::vector<float> partial(std::size_t(parts) * c, -7.0f), db(std::size_t(c), -1.0f);
+  emulate(dim3(unsigned(c), unsigned(parts)), dim3(256), cuda::channel_sums_partial<256>, dy.data(),
+          partial.data(), n, c, hw, chunk);
+  emulate(dim3(1), dim3(256), cuda::channel_sums_finish, partial.data(), db.data(), c, parts);
+  return db;
+}
+
+TEST(FusedKernels, ChannelSumsMatchReference) {
+  // Small batches, so that the emulator (one host thread per CUDA thread) stays quick: parts of
+  // several examples with a shorter last one, a plane larger than a block (LeNet's conv1: 676),
+  // one smaller (conv2: 81), one part, and the launcher's own partition of a small batch.
+  for (const auto& [n, c, hw, chunk] :
+       {std::tuple{7, 3, 300, 3}, std::tuple{5, 2, 676, 2}, std::tuple{4, 5, 81, 4},
+        std::tuple{1, 1, 5, 1},
+        std::tuple{3, 4, 50, int(cuda::channel_sums_partition(3, 4).chunk)}}) {
+    const auto dy = random_floats(std::size_t(n) * c * hw, 67);
+    const auto db = channel_sums(dy, n, c, hw, chunk);
+    std::vector<double> want(std::size_t(c), 0.0);
+    for (int e = 0; e < n; ++e)
+      for (int ch = 0; ch < c; ++ch)
+        for (int q = 0; q < hw; ++q) want[ch] += dy[(std::size_t(e) * c + ch) * hw + q];
+    EXPECT_TRUE(all_close(db, want, kAtol, kRtol))
+        << n << "x" << c << "x" << hw << " chunk " << chunk;
+  }
+}
+
+TEST(FusedKernels, ChannelSumsPartitionCoversTheBatch) {
+  for (int64_t n : {1, 2, 7, 32, 255, 256, 1000})
+    for (int64_t c : {1, 3, 20, 50, 384, 2000}) {
+      const cuda::ChannelSumsPartition p = cuda::channel_sums_partition(n, c);
+      ASSERT_GE(p.chunk * p.parts, n) << n << " " << c;
+      ASSERT_LT(p.chunk * (p.parts - 1), n) << n << " " << c << ": an empty last part";
+      EXPECT_LE(p.parts * c, std::max<int64_t>(1024 + c, c)) << n << " " << c;
+    }
+  // LeNet's conv1 at batch 256: 52 parts of 5 examples, 1040 blocks.
+  EXPECT_EQ(cuda::channel_sums_partition(256, 20).chunk, 5);
+  EXPECT_EQ(cuda::channel_sums_partition(256, 20).parts, 52);
+  EXPECT_EQ(cuda::channel_sums_partition(0, 20).parts, 0);
 }
 
 }  // namespace

@@ -1,8 +1,9 @@
 // CUDA 2-D convolution (stride, padding, bias) on cuDNN, NCHW throughout: descriptors, the
 // algorithms and their workspace made once per input shape. The algorithms follow the rule of
 // cudnn_algorithms.h (cuDNN's heuristic ranking, first deterministic non-Winograd one), recorded
-// in the device's kernel log; bias added by cudnnAddTensor, its gradient by
-// cudnnConvolutionBackwardBias (no atomics, so results repeat to the bit).
+// in the device's kernel log; bias added by cudnnAddTensor, its gradient by ParaLab's own
+// fixed-order channel sum (kernels.h channel_sums; cuDNN's bias gradient runs one block per
+// channel, 216 us for LeNet's conv1 on an H200, results/reference/h200-2026-12-04).
 #include <algorithm>
 #include <map>
 #include <tuple>
@@ -11,6 +12,7 @@
 #include "core/cuda/cuda_device.h"
 #include "core/cuda/cudnn_algorithms.h"
 #include "core/cuda/kernel_log.h"
+#include "core/cuda/kernels.h"
 
 namespace paralab::cuda {
 
@@ -35,6 +37,7 @@ struct Plan {
   // it): FMA when TF32 is off; with it on, a direction's algorithm may need tensor-op math.
   ConvAlgorithms algos;
   Tensor workspace;
+  Tensor bias_partial;  // channel_sums' per-part sums
 };
 
 class CudaConv2d final : public Conv2d {
@@ -60,7 +63,8 @@ class CudaConv2d final : public Conv2d {
     Plan& p = plan(x, w);
     const float one = 1.0f, zero = 0.0f;
     cudnnHandle_t h = d_.cudnn();
-    PARALAB_CUDNN(cudnnConvolutionBackwardBias(h, &one, p.y, dy.raw(), &zero, p.bias, db.raw()));
+    channel_sums(dy.f32(), db.f32(), p.bias_partial.f32(), dy.dim(0), dy.dim(1),
+                 dy.dim(2) * dy.dim(3), d_.stream());
     PARALAB_CUDNN(cudnnSetConvolutionMathType(p.conv, p.algos.filter_math));
     PARALAB_CUDNN(cudnnConvolutionBackwardFilter(h, &one, p.x, x.raw(), p.y, dy.raw(), p.conv,
                                                  p.algos.filter, p.workspace.raw(),
@@ -110,6 +114,8 @@ class CudaConv2d final : public Conv2d {
                   std::to_string(q.pad_h) + "x" + std::to_string(q.pad_w),
               describe(p->algos, d_.tf32()));
     p->workspace = Tensor::empty(d_, {static_cast<int64_t>((ws + 3) / 4)});
+    p->bias_partial = Tensor::empty(
+        d_, {std::max<int64_t>(channel_sums_partition(ys[0], ys[1]).parts * ys[1], 1)});
     return *plans_.emplace(key, std::move(p)).first->second;
   }
 

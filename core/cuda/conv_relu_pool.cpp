@@ -9,6 +9,11 @@
 // process rounded differently; and WINOGRAD_NONFUSED, which won some searches, errs by 2.3e-3
 // (weight gradient) and 4.6e-3 (forward) of the tensor's maximum against fp64, 1,000x the others
 // (`../shared/gpu-runs/2026-11-30-h200/FINDINGS.md`). The choices are recorded (Ops::describe).
+//
+// The bias gradient is ParaLab's own fixed-order channel sum (kernels.h channel_sums), not
+// cudnnConvolutionBackwardBias: on an H200 cuDNN's took 216 us for conv1's 20 channels at batch
+// 256 (one block per channel), a third of the step (results/reference/h200-2026-12-04).
+#include <algorithm>
 #include <map>
 #include <tuple>
 
@@ -16,6 +21,7 @@
 #include "core/cuda/cuda_device.h"
 #include "core/cuda/cudnn_algorithms.h"
 #include "core/cuda/kernel_log.h"
+#include "core/cuda/kernels.h"
 
 namespace paralab::cuda {
 
@@ -44,6 +50,7 @@ struct Plan {
   // it): FMA when TF32 is off; with it on, a direction's algorithm may need tensor-op math.
   ConvAlgorithms algos;
   Tensor workspace, activation, d_activation;
+  Tensor bias_partial;           // channel_sums' per-part sums
   const void* last_y = nullptr;  // the pooled output of the last training forward
   bool has_forward = false;
 };
@@ -88,7 +95,8 @@ class CudaConvReluPool final : public ConvReluPool {
     // ReLU's gradient from its output: relu(a) > 0 exactly where a > 0.
     PARALAB_CUDNN(cudnnActivationBackward(h, p.relu, &one, p.act, act, p.act, dact, p.act, act,
                                           &zero, p.act, dact));
-    PARALAB_CUDNN(cudnnConvolutionBackwardBias(h, &one, p.act, dact, &zero, p.bias, db.raw()));
+    channel_sums(p.d_activation.f32(), db.f32(), p.bias_partial.f32(), x.dim(0), w.dim(0),
+                 p.d_activation.dim(2) * p.d_activation.dim(3), d_.stream());
     PARALAB_CUDNN(cudnnSetConvolutionMathType(p.conv, p.algos.filter_math));
     PARALAB_CUDNN(cudnnConvolutionBackwardFilter(h, &one, p.x, x.raw(), p.act, dact, p.conv,
                                                  p.algos.filter, p.workspace.raw(),
@@ -140,6 +148,8 @@ class CudaConvReluPool final : public ConvReluPool {
     // their gradient must be 0 whether or not cudnnPoolingBackward writes cells no window covers
     // (the in-place ReLU backward then keeps a 0 at 0).
     p->d_activation = Tensor::zeros(d_, {n, k, oh, ow});
+    p->bias_partial =
+        Tensor::empty(d_, {std::max<int64_t>(channel_sums_partition(n, k).parts * k, 1)});
     return *plans_.emplace(key, std::move(p)).first->second;
   }
 

@@ -1,4 +1,8 @@
 // Launchers of the CUDA backend's own kernels (kernels.cuh, column_sums.cuh).
+#include <algorithm>
+#include <climits>
+#include <string>
+
 #include "core/cuda/check.h"
 #include "core/cuda/column_sums.cuh"
 #include "core/cuda/kernels.cuh"
@@ -38,6 +42,25 @@ void column_sums(const float* dy, float* db, int64_t rows, int64_t cols, cudaStr
   if (cols == 0) return;  // no columns: nothing to sum (and a grid of 0 blocks is refused)
   column_sums_tree<kLanes>
       <<<static_cast<unsigned>((cols + 31) / 32), 32 * kLanes, 0, s>>>(dy, db, rows, cols);
+  PARALAB_CUDA_LAUNCHED();
+}
+
+void channel_sums(const float* dy, float* db, float* partial, int64_t n, int64_t c, int64_t hw,
+                  cudaStream_t s) {
+  if (c == 0) return;
+  const ChannelSumsPartition part = channel_sums_partition(n, c);
+  PARALAB_REQUIRE(part.chunk * hw <= INT32_MAX && c <= 65535 && n <= INT32_MAX,
+                  "channel_sums: " + std::to_string(n) + " x " + std::to_string(c) + " x " +
+                      std::to_string(hw) + " is beyond its 32-bit indexing");
+  if (part.parts > 0) {
+    channel_sums_partial<kThreads>
+        <<<dim3(static_cast<unsigned>(c), static_cast<unsigned>(part.parts)), kThreads, 0, s>>>(
+            dy, partial, static_cast<int>(n), static_cast<int>(c), static_cast<int>(hw),
+            static_cast<int>(part.chunk));
+    PARALAB_CUDA_LAUNCHED();
+  }
+  channel_sums_finish<<<blocks_for(c), kThreads, 0, s>>>(partial, db, static_cast<int>(c),
+                                                         static_cast<int>(part.parts));
   PARALAB_CUDA_LAUNCHED();
 }
 

@@ -7,6 +7,8 @@
 
 #include <cstdint>
 
+#include "core/cuda/channel_sums_plan.h"
+
 namespace paralab::cuda {
 
 // y = max(x, 0); y may alias x.
@@ -18,6 +20,11 @@ void add_bias_rows(float* y, const float* b, int64_t rows, int64_t cols, cudaStr
 // db (cols) = sum over rows of dy (rows,cols): 16 row lanes each sum rows lane, lane + 16, ... in
 // order, then a fixed tree over the lanes (deterministic; column_sums.cuh).
 void column_sums(const float* dy, float* db, int64_t rows, int64_t cols, cudaStream_t s);
+// db (c) = sums of dy (n, c, hw) over examples and positions (a convolution's bias gradient), in
+// a fixed order: per part of channel_sums_partition(n, c), then over the parts in order
+// (column_sums.cuh). partial holds channel_sums_partition(n, c).parts * c floats.
+void channel_sums(const float* dy, float* db, float* partial, int64_t n, int64_t c, int64_t hw,
+                  cudaStream_t s);
 // Softmax cross-entropy summed over rows: stats[0] = loss, stats[1] = correct count;
 // dlogits = softmax - onehot unless null. One thread block; deterministic.
 void softmax_xent(const float* logits, const int32_t* labels, float* dlogits, float* stats,
