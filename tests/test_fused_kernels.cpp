@@ -256,6 +256,15 @@ TEST(FusedKernels, PartitionCoversTheBatchInFixedChunks) {
   EXPECT_EQ(partition(256).parts, 32);
 }
 
+TEST(FusedKernels, IndexesFitInt32OnlyBelowTwoToThe31) {
+  EXPECT_TRUE(indexes_fit_int32(make_geometry(256, 1, 28, 28, 20, 3, 3)));
+  EXPECT_TRUE(indexes_fit_int32(make_geometry(1000, 20, 13, 13, 50, 5, 5)));
+  // 2,800,000 x 784 input values: past 2^31.
+  EXPECT_FALSE(indexes_fit_int32(make_geometry(2'800'000, 1, 28, 28, 20, 3, 3)));
+  // The input fits (1.3e8 values) but conv1's 20 x 26 x 26 positions per example do not.
+  EXPECT_FALSE(indexes_fit_int32(make_geometry(170'000, 1, 28, 28, 20, 3, 3)));
+}
+
 TEST(FusedKernels, ColumnSumsMatchReference) {
   for (const auto& [rows, cols] : {std::pair{256, 128}, std::pair{37, 10}, std::pair{1, 33}}) {
     const auto dy = random_floats(std::size_t(rows) * cols, 61);

@@ -1,3 +1,5 @@
+#include <string>
+
 #include "core/cuda/check.h"
 #include "core/cuda/conv_relu_pool_fused.h"
 #include "core/cuda/conv_relu_pool_kernels.cuh"
@@ -8,10 +10,19 @@ namespace {
 
 constexpr Tile F = kForwardTile, W = kFilterTile, D = kDataTile;
 
+void require_int32(const Geometry& g) {
+  PARALAB_REQUIRE(indexes_fit_int32(g),
+                  "conv_relu_pool (own kernels): x (" + std::to_string(g.n) + "," +
+                      std::to_string(g.c) + "," + std::to_string(g.h) + "," + std::to_string(g.w) +
+                      ") with " + std::to_string(g.k) +
+                      " filters is beyond the kernels' 32-bit indexing (split the batch)");
+}
+
 }  // namespace
 
 void forward(const Geometry& g, const float* x, const float* w, const float* b, float* y,
              uint8_t* mask, cudaStream_t s) {
+  require_int32(g);
   if (direct(g)) {
     const int64_t outputs = int64_t{g.n} * g.k * g.ph * g.pw;
     forward_direct<<<element_blocks(outputs), kElementThreads, 0, s>>>(g, x, w, b, y, mask);
@@ -25,6 +36,7 @@ void forward(const Geometry& g, const float* x, const float* w, const float* b, 
 
 void conv_grads(const Geometry& g, const float* dy, const uint8_t* mask, float* dconv,
                 cudaStream_t s) {
+  require_int32(g);
   const int64_t positions = int64_t{g.n} * g.k * g.oh * g.ow;
   conv_grad_all<<<element_blocks(positions), kElementThreads, 0, s>>>(g, dy, mask, dconv);
   PARALAB_CUDA_LAUNCHED();
@@ -32,6 +44,7 @@ void conv_grads(const Geometry& g, const float* dy, const uint8_t* mask, float* 
 
 void backward_weights(const Geometry& g, const float* x, const float* dy, const uint8_t* mask,
                       float* dconv, float* partial, float* dw, float* db, cudaStream_t s) {
+  require_int32(g);
   const Partition part = partition(g.n);
   if (direct(g)) {
     const dim3 grid(static_cast<unsigned>(g.k), static_cast<unsigned>(part.parts));
@@ -56,6 +69,7 @@ void backward_weights(const Geometry& g, const float* x, const float* dy, const 
 
 void backward_data(const Geometry& g, const float* dconv, const float* w, float* dx,
                    cudaStream_t s) {
+  require_int32(g);
   const dim3 grid(static_cast<unsigned>(ceil_div(data_rows(g), D.bm)),
                   static_cast<unsigned>(ceil_div(g.c, D.bn)));
   data_gemm<D.bm, D.bn, D.bk, D.tm, D.tn><<<grid, D.threads(), 0, s>>>(g, dconv, w, dx);

@@ -12,6 +12,10 @@
 // (2 ph + dh, 2 pw + dw) plus its bias was > 0, i.e. ReLU passed it; backward needs nothing else.
 // dconv (N,K,OH,OW) = d(loss)/d(conv output) over the positions the pool reads.
 //
+// Indices: every tensor of a stage holds fewer than 2^31 elements (the launchers check it), so
+// index arithmetic is 32-bit (a 64-bit division costs several times a 32-bit one on a GPU), and
+// the GEMM tiles' loaders step (c, r, s) along the reduction instead of dividing per element.
+//
 // Arithmetic, identical in the direct and the GEMM kernels (so that they agree to the bit): a
 // conv output is fmaf-accumulated over j = (c, r, s) in ascending order from 0, then the bias is
 // added, ReLU applied, and the four window values summed as (v0 + v1) + (v2 + v3), times 0.25.
@@ -52,24 +56,24 @@ __device__ __forceinline__ float pool_window(const float (&acc)[4], float bias, 
 __global__ void forward_direct(Geometry g, const float* __restrict__ x, const float* __restrict__ w,
                                const float* __restrict__ b, float* __restrict__ y,
                                uint8_t* __restrict__ mask) {
-  const int64_t total = int64_t{g.n} * g.k * g.ph * g.pw;
-  const int64_t stride = int64_t{blockDim.x} * gridDim.x;
-  for (int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; i < total; i += stride) {
-    const int pw = static_cast<int>(i % g.pw);
-    int64_t t = i / g.pw;
-    const int ph = static_cast<int>(t % g.ph);
+  const int total = g.n * g.k * g.ph * g.pw;
+  const int stride = static_cast<int>(blockDim.x * gridDim.x);
+  for (int i = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x); i < total; i += stride) {
+    int t = i / g.pw;
+    const int pw = i - t * g.pw;
+    const int ph = t % g.ph;
     t /= g.ph;
-    const int k = static_cast<int>(t % g.k);
-    const int64_t n = t / g.k;
-    const float* wk = w + int64_t{k} * g.crs;
-    const float* xw = x + n * g.c * g.h * g.w + int64_t{2 * ph} * g.w + 2 * pw;
+    const int k = t % g.k;
+    const int n = t / g.k;
+    const float* wk = w + k * g.crs;
+    const float* xw = x + n * g.c * g.h * g.w + 2 * ph * g.w + 2 * pw;
     float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
     int j = 0;
     for (int c = 0; c < g.c; ++c)
       for (int r = 0; r < g.r; ++r)
         for (int s = 0; s < g.s; ++s, ++j) {
           const float wv = wk[j];
-          const float* p = xw + int64_t{c} * g.h * g.w + r * g.w + s;
+          const float* p = xw + (c * g.h + r) * g.w + s;
           acc[0] = fmaf(p[0], wv, acc[0]);
           acc[1] = fmaf(p[1], wv, acc[1]);
           acc[2] = fmaf(p[g.w], wv, acc[2]);
@@ -88,11 +92,11 @@ __global__ void forward_direct(Geometry g, const float* __restrict__ x, const fl
 // columns are tx, tx + BN/TN, ... (consecutive threads, consecutive banks).
 template <int BM, int BN, int BK, int TM, int TN, typename LoadA, typename LoadB>
 __device__ __forceinline__ void gemm_mainloop(float (&As)[BK][BM + 1], float (&Bs)[BK][BN],
-                                              int64_t l_begin, int64_t l_end, const LoadA& load_a,
+                                              int l_begin, int l_end, const LoadA& load_a,
                                               const LoadB& load_b, float (&acc)[TM][TN]) {
   constexpr int kCols = BN / TN;
   const int tx = static_cast<int>(threadIdx.x) % kCols, ty = static_cast<int>(threadIdx.x) / kCols;
-  for (int64_t l0 = l_begin; l0 < l_end; l0 += BK) {
+  for (int l0 = l_begin; l0 < l_end; l0 += BK) {
     load_a(l0, As);
     load_b(l0, Bs);
     __syncthreads();
@@ -115,17 +119,22 @@ template <int BM, int BN, int BK, int TM, int TN>
 struct ForwardLoadA {
   const Geometry& g;
   const float* x;
-  int64_t row_base;  // this thread's row of the tile: offset of x[n,0,2ph+dh,2pw+dw], or -1
-  __device__ void operator()(int64_t j0, float (&As)[BK][BM + 1]) const {
+  int row_base;  // this thread's row of the tile: offset of x[n,0,2ph+dh,2pw+dw], or -1
+  __device__ void operator()(int j0, float (&As)[BK][BM + 1]) const {
+    // j = (c, r, s) of j0 once, then stepped along the BK consecutive j.
     const int rs = g.r * g.s;
-    for (int kk = 0; kk < BK; ++kk) {
-      const int64_t j = j0 + kk;
+    int c = j0 / rs, r = (j0 - c * rs) / g.s, s = j0 - c * rs - r * g.s;
+    for (int kk = 0, j = j0; kk < BK; ++kk, ++j) {
       float v = 0.0f;
-      if (row_base >= 0 && j < g.crs) {
-        const int c = static_cast<int>(j / rs), rem = static_cast<int>(j % rs);
-        v = x[row_base + int64_t{c} * g.h * g.w + (rem / g.s) * g.w + rem % g.s];
-      }
+      if (row_base >= 0 && j < g.crs) v = x[row_base + (c * g.h + r) * g.w + s];
       As[kk][threadIdx.x] = v;
+      if (++s == g.s) {
+        s = 0;
+        if (++r == g.r) {
+          r = 0;
+          ++c;
+        }
+      }
     }
   }
 };
@@ -135,12 +144,12 @@ struct WeightLoadB {  // B[j][k] = w[k * crs + j] for the block's columns n0 ...
   const float* w;
   int crs, k_count, n0;
   int threads;
-  __device__ void operator()(int64_t j0, float (&Bs)[BK][BN]) const {
+  __device__ void operator()(int j0, float (&Bs)[BK][BN]) const {
     for (int e = static_cast<int>(threadIdx.x); e < BK * BN; e += threads) {
       const int kk = e / BN, col = e % BN;
-      const int64_t j = j0 + kk;
+      const int j = j0 + kk;
       const int k = n0 + col;
-      Bs[kk][col] = j < crs && k < k_count ? w[int64_t{k} * crs + j] : 0.0f;
+      Bs[kk][col] = j < crs && k < k_count ? w[k * crs + j] : 0.0f;
     }
   }
 };
@@ -154,20 +163,20 @@ __global__ void __launch_bounds__((BM / TM) * (BN / TN))
   static_assert(TM % 4 == 0, "a thread's rows are whole pool windows");
   __shared__ float As[BK][BM + 1];
   __shared__ float Bs[BK][BN];
-  const int64_t rows = forward_rows(g);
-  const int64_t m0 = int64_t{blockIdx.x} * BM;
+  const int rows = static_cast<int>(forward_rows(g));
+  const int m0 = static_cast<int>(blockIdx.x) * BM;
   const int n0 = static_cast<int>(blockIdx.y) * BN;
 
   // The row this thread loads: window (n,ph,pw) and position q of m0 + threadIdx.x.
-  int64_t row_base = -1;
-  if (const int64_t m = m0 + threadIdx.x; m < rows) {
-    const int q = static_cast<int>(m % 4);
-    int64_t t = m / 4;
-    const int pw = static_cast<int>(t % g.pw);
+  int row_base = -1;
+  if (const int m = m0 + static_cast<int>(threadIdx.x); m < rows) {
+    const int q = m % 4;
+    int t = m / 4;
+    const int pw = t % g.pw;
     t /= g.pw;
-    const int ph = static_cast<int>(t % g.ph);
-    const int64_t n = t / g.ph;
-    row_base = n * g.c * g.h * g.w + int64_t{2 * ph + q / 2} * g.w + 2 * pw + q % 2;
+    const int ph = t % g.ph;
+    const int n = t / g.ph;
+    row_base = n * g.c * g.h * g.w + (2 * ph + q / 2) * g.w + 2 * pw + q % 2;
   }
   float acc[TM][TN] = {};
   gemm_mainloop<BM, BN, BK, TM, TN>(As, Bs, 0, g.crs,
@@ -177,19 +186,19 @@ __global__ void __launch_bounds__((BM / TM) * (BN / TN))
   constexpr int kCols = BN / TN;
   const int tx = static_cast<int>(threadIdx.x) % kCols, ty = static_cast<int>(threadIdx.x) / kCols;
   for (int win = 0; win < TM / 4; ++win) {
-    const int64_t window = (m0 + ty * TM + win * 4) / 4;  // (n, ph, pw) flattened
+    const int window = (m0 + ty * TM + win * 4) / 4;  // (n, ph, pw) flattened
     if (window * 4 >= rows) break;
-    const int pw = static_cast<int>(window % g.pw);
-    const int64_t t = window / g.pw;
-    const int ph = static_cast<int>(t % g.ph);
-    const int64_t n = t / g.ph;
+    const int pw = window % g.pw;
+    const int t = window / g.pw;
+    const int ph = t % g.ph;
+    const int n = t / g.ph;
     for (int jj = 0; jj < TN; ++jj) {
       const int k = n0 + tx + jj * kCols;
       if (k >= g.k) continue;
       const float sums[4] = {acc[win * 4][jj], acc[win * 4 + 1][jj], acc[win * 4 + 2][jj],
                              acc[win * 4 + 3][jj]};
       uint8_t bits;
-      const int64_t o = ((n * g.k + k) * g.ph + ph) * g.pw + pw;
+      const int o = ((n * g.k + k) * g.ph + ph) * g.pw + pw;
       y[o] = pool_window(sums, b[k], bits);
       mask[o] = bits;
     }
@@ -201,8 +210,8 @@ __global__ void __launch_bounds__((BM / TM) * (BN / TN))
 // d(loss)/d(conv output) at (n,k,oh,ow), oh < OH, ow < OW: the pool spreads dy/4 over its window,
 // ReLU passes it where its bit is set.
 __device__ __forceinline__ float conv_grad(const Geometry& g, const float* dy, const uint8_t* mask,
-                                           int64_t n, int k, int oh, int ow) {
-  const int64_t o = ((n * g.k + k) * g.ph + oh / 2) * g.pw + ow / 2;
+                                           int n, int k, int oh, int ow) {
+  const int o = ((n * g.k + k) * g.ph + oh / 2) * g.pw + ow / 2;
   const int q = (oh & 1) * 2 + (ow & 1);
   return (mask[o] >> q) & 1 ? dy[o] * 0.25f : 0.0f;
 }
@@ -242,10 +251,10 @@ __global__ void __launch_bounds__(kThreads)
   for (int j = 0; j <= kMax; ++j) acc[j] = 0.0f;
   const int n_begin = p * chunk, n_end = imin(g.n, n_begin + chunk);
   const int per_n = g.oh * g.ow;
-  const int64_t count = int64_t{n_end - n_begin} * per_n;
-  for (int64_t i = threadIdx.x; i < count; i += kThreads) {
-    const int64_t n = n_begin + i / per_n;
-    const int pos = static_cast<int>(i % per_n), oh = pos / g.ow, ow = pos % g.ow;
+  const int count = (n_end - n_begin) * per_n;
+  for (int i = static_cast<int>(threadIdx.x); i < count; i += kThreads) {
+    const int e = i / per_n, pos = i - e * per_n, n = n_begin + e;
+    const int oh = pos / g.ow, ow = pos - oh * g.ow;
     const float d = conv_grad(g, dy, mask, n, k, oh, ow);
     if (d == 0.0f) continue;  // adds nothing (ReLU closed, or dy 0)
     const float* xp = x + n * g.c * g.h * g.w + oh * g.w + ow;
@@ -259,21 +268,21 @@ __global__ void __launch_bounds__(kThreads)
     if (j < g.crs) red[j][threadIdx.x] = acc[j];
   red[g.crs][threadIdx.x] = acc[kMax];
   block_tree_sum<kMax + 1, kThreads>(red, g.crs + 1);
-  float* out = partial + (int64_t{p} * g.k + k) * (g.crs + 1);
+  float* out = partial + (p * g.k + k) * (g.crs + 1);
   for (int j = static_cast<int>(threadIdx.x); j <= g.crs; j += kThreads) out[j] = red[j][0];
 }
 
 // dconv (N,K,OH,OW) for the GEMM paths.
 __global__ void conv_grad_all(Geometry g, const float* __restrict__ dy,
                               const uint8_t* __restrict__ mask, float* __restrict__ dconv) {
-  const int64_t total = int64_t{g.n} * g.k * g.oh * g.ow;
-  const int64_t stride = int64_t{blockDim.x} * gridDim.x;
-  for (int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; i < total; i += stride) {
-    const int ow = static_cast<int>(i % g.ow);
-    int64_t t = i / g.ow;
-    const int oh = static_cast<int>(t % g.oh);
+  const int total = g.n * g.k * g.oh * g.ow;
+  const int stride = static_cast<int>(blockDim.x * gridDim.x);
+  for (int i = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x); i < total; i += stride) {
+    int t = i / g.ow;
+    const int ow = i - t * g.ow;
+    const int oh = t % g.oh;
     t /= g.oh;
-    dconv[i] = conv_grad(g, dy, mask, t / g.k, static_cast<int>(t % g.k), oh, ow);
+    dconv[i] = conv_grad(g, dy, mask, t / g.k, t % g.k, oh, ow);
   }
 }
 
@@ -287,15 +296,15 @@ __global__ void __launch_bounds__(kThreads)
   const int k = static_cast<int>(blockIdx.x), p = static_cast<int>(blockIdx.y);
   const int n_begin = p * chunk, n_end = imin(g.n, n_begin + chunk);
   const int per_n = g.oh * g.ow;
-  const int64_t count = int64_t{n_end - n_begin} * per_n;
+  const int count = (n_end - n_begin) * per_n;
   float acc = 0.0f;
-  for (int64_t i = threadIdx.x; i < count; i += kThreads) {
-    const int64_t n = n_begin + i / per_n;
-    acc += dconv[(n * g.k + k) * per_n + i % per_n];
+  for (int i = static_cast<int>(threadIdx.x); i < count; i += kThreads) {
+    const int e = i / per_n;
+    acc += dconv[((n_begin + e) * g.k + k) * per_n + i - e * per_n];
   }
   red[0][threadIdx.x] = acc;
   block_tree_sum<1, kThreads>(red, 1);
-  if (threadIdx.x == 0) partial[(int64_t{p} * g.k + k) * (g.crs + 1) + g.crs] = red[0][0];
+  if (threadIdx.x == 0) partial[(p * g.k + k) * (g.crs + 1) + g.crs] = red[0][0];
 }
 
 // Weight gradient as an implicit GEMM per chunk: rows the K filters, columns j = (c,r,s), the
@@ -307,15 +316,16 @@ struct FilterLoadA {
   const Geometry& g;
   const float* dconv;
   int threads;
-  __device__ void operator()(int64_t l0, float (&As)[BK][BM + 1]) const {
+  __device__ void operator()(int l0, float (&As)[BK][BM + 1]) const {
     const int per_n = g.oh * g.ow;
-    const int64_t l_end = int64_t{g.n} * per_n;
+    const int l_end = g.n * per_n;
     const int k0 = static_cast<int>(blockIdx.y) * BM;
     for (int e = static_cast<int>(threadIdx.x); e < BK * BM; e += threads) {
       const int ll = e % BK, row = e / BK;  // consecutive threads, consecutive positions
-      const int64_t l = l0 + ll;
+      const int l = l0 + ll;
       const int k = k0 + row;
-      As[ll][row] = l < l_end && k < g.k ? dconv[(l / per_n * g.k + k) * per_n + l % per_n] : 0.0f;
+      const int n = l / per_n;
+      As[ll][row] = l < l_end && k < g.k ? dconv[(n * g.k + k) * per_n + l - n * per_n] : 0.0f;
     }
   }
 };
@@ -324,21 +334,20 @@ template <int BM, int BN, int BK>
 struct FilterLoadB {
   const Geometry& g;
   const float* x;
-  int64_t l_end;  // the chunk's end: positions beyond it belong to the next chunk
+  int l_end;  // the chunk's end: positions beyond it belong to the next chunk
   int threads;
-  __device__ void operator()(int64_t l0, float (&Bs)[BK][BN]) const {
+  __device__ void operator()(int l0, float (&Bs)[BK][BN]) const {
     const int per_n = g.oh * g.ow, rs = g.r * g.s;
     const int j0 = static_cast<int>(blockIdx.x) * BN;
     for (int e = static_cast<int>(threadIdx.x); e < BK * BN; e += threads) {
       const int ll = e / BN, col = e % BN;
-      const int64_t l = l0 + ll;
+      const int l = l0 + ll;
       const int j = j0 + col;
       float v = 0.0f;
       if (l < l_end && j < g.crs) {
-        const int64_t n = l / per_n;
-        const int pos = static_cast<int>(l % per_n), oh = pos / g.ow, ow = pos % g.ow;
-        const int c = j / rs, rem = j % rs;
-        v = x[((n * g.c + c) * g.h + oh + rem / g.s) * g.w + ow + rem % g.s];
+        const int n = l / per_n, pos = l - n * per_n, oh = pos / g.ow, ow = pos - oh * g.ow;
+        const int c = j / rs, rem = j - c * rs, r = rem / g.s;
+        v = x[((n * g.c + c) * g.h + oh + r) * g.w + ow + rem - r * g.s];
       }
       Bs[ll][col] = v;
     }
@@ -355,8 +364,8 @@ __global__ void __launch_bounds__((BM / TM) * (BN / TN))
   // blockIdx.x: column tile (weights), blockIdx.y: row tile (filters), blockIdx.z: chunk.
   const int p = static_cast<int>(blockIdx.z);
   const int per_n = g.oh * g.ow;
-  const int64_t l_begin = int64_t{p} * chunk * per_n;
-  const int64_t l_end = int64_t{imin(g.n, (p + 1) * chunk)} * per_n;
+  const int l_begin = p * chunk * per_n;
+  const int l_end = imin(g.n, (p + 1) * chunk) * per_n;
   float acc[TM][TN] = {};
   gemm_mainloop<BM, BN, BK, TM, TN>(As, Bs, l_begin, l_end,
                                     FilterLoadA<BM, BN, BK>{g, dconv, kThreads},
@@ -366,7 +375,7 @@ __global__ void __launch_bounds__((BM / TM) * (BN / TN))
   for (int i = 0; i < TM; ++i) {
     const int k = static_cast<int>(blockIdx.y) * BM + ty * TM + i;
     if (k >= g.k) break;
-    float* out = partial + (int64_t{p} * g.k + k) * (g.crs + 1);
+    float* out = partial + (p * g.k + k) * (g.crs + 1);
     for (int jj = 0; jj < TN; ++jj) {
       const int j = static_cast<int>(blockIdx.x) * BN + tx + jj * kCols;
       if (j < g.crs) out[j] = acc[i][jj];
@@ -377,13 +386,13 @@ __global__ void __launch_bounds__((BM / TM) * (BN / TN))
 // dw (K, C R S) and db (K) from partial[p][k][0 .. crs], summed over p = 0, 1, ... in order.
 __global__ void sum_partials(Geometry g, int parts, const float* __restrict__ partial,
                              float* __restrict__ dw, float* __restrict__ db) {
-  const int64_t width = int64_t{g.k} * (g.crs + 1);
-  const int64_t stride = int64_t{blockDim.x} * gridDim.x;
-  for (int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; i < width; i += stride) {
+  const int width = g.k * (g.crs + 1);
+  const int stride = static_cast<int>(blockDim.x * gridDim.x);
+  for (int i = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x); i < width; i += stride) {
     float s = 0.0f;
     for (int p = 0; p < parts; ++p) s += partial[p * width + i];
-    const int64_t k = i / (g.crs + 1);
-    const int j = static_cast<int>(i % (g.crs + 1));
+    const int k = i / (g.crs + 1);
+    const int j = i - k * (g.crs + 1);
     if (j < g.crs)
       dw[k * g.crs + j] = s;
     else
@@ -399,21 +408,27 @@ template <int BM, int BN, int BK>
 struct DataLoadA {
   const Geometry& g;
   const float* dconv;
-  int64_t n;  // this thread's row: pixel (n, ih, iw), or n < 0 past the end
+  int n;  // this thread's row: pixel (n, ih, iw), or n < 0 past the end
   int ih, iw;
-  __device__ void operator()(int64_t j0, float (&As)[BK][BM + 1]) const {
-    const int rs = g.r * g.s;
-    const int64_t krs = int64_t{g.k} * rs;
-    for (int kk = 0; kk < BK; ++kk) {
-      const int64_t j = j0 + kk;
+  __device__ void operator()(int j0, float (&As)[BK][BM + 1]) const {
+    // j = (k, r, s) of j0 once, then stepped along the BK consecutive j.
+    const int rs = g.r * g.s, krs = g.k * rs;
+    int k = j0 / rs, r = (j0 - k * rs) / g.s, s = j0 - k * rs - r * g.s;
+    for (int kk = 0, j = j0; kk < BK; ++kk, ++j) {
       float v = 0.0f;
       if (n >= 0 && j < krs) {
-        const int k = static_cast<int>(j / rs), rem = static_cast<int>(j % rs);
-        const int oh = ih - rem / g.s, ow = iw - rem % g.s;
+        const int oh = ih - r, ow = iw - s;
         if (oh >= 0 && oh < g.oh && ow >= 0 && ow < g.ow)
           v = dconv[((n * g.k + k) * g.oh + oh) * g.ow + ow];
       }
       As[kk][threadIdx.x] = v;
+      if (++s == g.s) {
+        s = 0;
+        if (++r == g.r) {
+          r = 0;
+          ++k;
+        }
+      }
     }
   }
 };
@@ -423,18 +438,17 @@ struct DataLoadB {  // B[j][c] = w[k, c, r, s], j = (k, r, s)
   const Geometry& g;
   const float* w;
   int threads;
-  __device__ void operator()(int64_t j0, float (&Bs)[BK][BN]) const {
-    const int rs = g.r * g.s;
-    const int64_t krs = int64_t{g.k} * rs;
+  __device__ void operator()(int j0, float (&Bs)[BK][BN]) const {
+    const int rs = g.r * g.s, krs = g.k * rs;
     const int c0 = static_cast<int>(blockIdx.y) * BN;
     for (int e = static_cast<int>(threadIdx.x); e < BK * BN; e += threads) {
       const int kk = e / BN, col = e % BN;
-      const int64_t j = j0 + kk;
+      const int j = j0 + kk;
       const int c = c0 + col;
       float v = 0.0f;
       if (j < krs && c < g.c) {
-        const int64_t k = j / rs;
-        v = w[(k * g.c + c) * rs + j % rs];
+        const int k = j / rs;
+        v = w[(k * g.c + c) * rs + j - k * rs];
       }
       Bs[kk][col] = v;
     }
@@ -449,23 +463,23 @@ __global__ void __launch_bounds__((BM / TM) * (BN / TN))
   static_assert(kThreads == BM, "each thread loads one row of the A tile");
   __shared__ float As[BK][BM + 1];
   __shared__ float Bs[BK][BN];
-  const int64_t rows = data_rows(g);
-  const int64_t m0 = int64_t{blockIdx.x} * BM;
+  const int rows = static_cast<int>(data_rows(g));
+  const int m0 = static_cast<int>(blockIdx.x) * BM;
   DataLoadA<BM, BN, BK> load_a{g, dconv, -1, 0, 0};
-  if (const int64_t m = m0 + threadIdx.x; m < rows) {
-    load_a.iw = static_cast<int>(m % g.w);
-    load_a.ih = static_cast<int>(m / g.w % g.h);
-    load_a.n = m / (int64_t{g.h} * g.w);
+  if (const int m = m0 + static_cast<int>(threadIdx.x); m < rows) {
+    load_a.iw = m % g.w;
+    load_a.ih = m / g.w % g.h;
+    load_a.n = m / (g.h * g.w);
   }
   float acc[TM][TN] = {};
-  gemm_mainloop<BM, BN, BK, TM, TN>(As, Bs, 0, int64_t{g.k} * g.r * g.s, load_a,
+  gemm_mainloop<BM, BN, BK, TM, TN>(As, Bs, 0, g.k * g.r * g.s, load_a,
                                     DataLoadB<BM, BN, BK>{g, w, kThreads}, acc);
   constexpr int kCols = BN / TN;
   const int tx = static_cast<int>(threadIdx.x) % kCols, ty = static_cast<int>(threadIdx.x) / kCols;
   for (int i = 0; i < TM; ++i) {
-    const int64_t m = m0 + ty * TM + i;
+    const int m = m0 + ty * TM + i;
     if (m >= rows) break;
-    const int64_t n = m / (int64_t{g.h} * g.w), pixel = m % (int64_t{g.h} * g.w);
+    const int n = m / (g.h * g.w), pixel = m - n * (g.h * g.w);
     for (int jj = 0; jj < TN; ++jj) {
       const int c = static_cast<int>(blockIdx.y) * BN + tx + jj * kCols;
       if (c < g.c) dx[(n * g.c + c) * g.h * g.w + pixel] = acc[i][jj];

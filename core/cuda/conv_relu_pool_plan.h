@@ -5,6 +5,7 @@
 #pragma once
 
 #include <algorithm>
+#include <climits>
 #include <cstdint>
 
 // Helpers the kernels call too.
@@ -76,6 +77,16 @@ PARALAB_HOST_DEVICE inline int64_t data_rows(const Geometry& g) { return int64_t
 // Floats of the partial sums: P chunks x K filters x (C R S weights + 1 bias).
 inline int64_t partial_floats(const Geometry& g) {
   return int64_t{partition(g.n).parts} * g.k * (g.crs + 1);
+}
+
+// Whether every index the kernels compute fits in 32 bits (they index with int): the input, the
+// conv positions the pool reads and the pooled output, the GEMMs' rows and the partial sums.
+inline bool indexes_fit_int32(const Geometry& g) {
+  constexpr int64_t kMax = INT32_MAX;
+  const int64_t n = g.n;
+  return n * g.c * g.h * g.w < kMax && n * g.k * g.oh * g.ow < kMax && n * g.k * g.h * g.w < kMax &&
+         forward_rows(g) + 64 * 4 < kMax && data_rows(g) + 256 < kMax &&
+         int64_t{g.k} * (g.crs + 1) * 64 < kMax;
 }
 
 // The grid of a grid-stride elementwise kernel over `count` items.
