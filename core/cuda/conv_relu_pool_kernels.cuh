@@ -330,24 +330,24 @@ struct FilterLoadA {
   }
 };
 
+// The block's threads are a multiple of BN, so a thread loads one column j of the tile in every
+// step: its x offset (c H + r) W + s is worked out once (x_col, -1 past the filter's values).
 template <int BM, int BN, int BK>
 struct FilterLoadB {
   const Geometry& g;
   const float* x;
   int l_end;  // the chunk's end: positions beyond it belong to the next chunk
   int threads;
+  int x_col;
   __device__ void operator()(int l0, float (&Bs)[BK][BN]) const {
-    const int per_n = g.oh * g.ow, rs = g.r * g.s;
-    const int j0 = static_cast<int>(blockIdx.x) * BN;
-    for (int e = static_cast<int>(threadIdx.x); e < BK * BN; e += threads) {
-      const int ll = e / BN, col = e % BN;
+    const int per_n = g.oh * g.ow;
+    const int col = static_cast<int>(threadIdx.x) % BN;
+    for (int ll = static_cast<int>(threadIdx.x) / BN; ll < BK; ll += threads / BN) {
       const int l = l0 + ll;
-      const int j = j0 + col;
       float v = 0.0f;
-      if (l < l_end && j < g.crs) {
+      if (l < l_end && x_col >= 0) {
         const int n = l / per_n, pos = l - n * per_n, oh = pos / g.ow, ow = pos - oh * g.ow;
-        const int c = j / rs, rem = j - c * rs, r = rem / g.s;
-        v = x[((n * g.c + c) * g.h + oh + r) * g.w + ow + rem - r * g.s];
+        v = x[n * g.c * g.h * g.w + oh * g.w + ow + x_col];
       }
       Bs[ll][col] = v;
     }
@@ -359,6 +359,7 @@ __global__ void __launch_bounds__((BM / TM) * (BN / TN))
     filter_gemm_partial(Geometry g, int chunk, const float* __restrict__ x,
                         const float* __restrict__ dconv, float* __restrict__ partial) {
   constexpr int kThreads = (BM / TM) * (BN / TN);
+  static_assert(kThreads % BN == 0, "each thread loads one column of the B tile");
   __shared__ float As[BK][BM + 1];
   __shared__ float Bs[BK][BN];
   // blockIdx.x: column tile (weights), blockIdx.y: row tile (filters), blockIdx.z: chunk.
@@ -366,10 +367,16 @@ __global__ void __launch_bounds__((BM / TM) * (BN / TN))
   const int per_n = g.oh * g.ow;
   const int l_begin = p * chunk * per_n;
   const int l_end = imin(g.n, (p + 1) * chunk) * per_n;
+  int x_col = -1;  // this thread's column j = (c, r, s) of the B tile, as an x offset
+  if (const int j = static_cast<int>(blockIdx.x) * BN + static_cast<int>(threadIdx.x) % BN;
+      j < g.crs) {
+    const int rs = g.r * g.s, c = j / rs, r = (j - c * rs) / g.s;
+    x_col = (c * g.h + r) * g.w + j - c * rs - r * g.s;
+  }
   float acc[TM][TN] = {};
   gemm_mainloop<BM, BN, BK, TM, TN>(As, Bs, l_begin, l_end,
                                     FilterLoadA<BM, BN, BK>{g, dconv, kThreads},
-                                    FilterLoadB<BM, BN, BK>{g, x, l_end, kThreads}, acc);
+                                    FilterLoadB<BM, BN, BK>{g, x, l_end, kThreads, x_col}, acc);
   constexpr int kCols = BN / TN;
   const int tx = static_cast<int>(threadIdx.x) % kCols, ty = static_cast<int>(threadIdx.x) / kCols;
   for (int i = 0; i < TM; ++i) {
