@@ -17,7 +17,8 @@
 #                at 1-8 (virtual) devices, exposed communication, CUDA graphs per strategy
 #   bench        experiments/gpu-check.json: the 10-epoch bar, overlap, eager against one graph
 #   seeds        the 10-epoch accuracy bar for seeds 0-4 with the default kernels
-#   speed        cuDNN against the own kernels, alternating: the default must be the faster
+#   speed        cuDNN against the own kernels (both tile sets), alternating: the default must be
+#                the faster, and the tile sets must give the same bits
 #   sanitizers   compute-sanitizer memcheck and racecheck (conv stages, linear, LeNet step, one
 #                graph over the group), synccheck and initcheck (own conv kernels), and the own
 #                kernels under the CPU emulation
@@ -72,7 +73,7 @@ declare -A goals_of=(
   [main]="main command runs and plots; every strategy at its device counts; ring exposed communication <= 15 %; CUDA graphs per strategy"
   [bench]="benchmark exit 0; 10-epoch bar; overlap hides communication x2 x4"
   [seeds]="10-epoch accuracy bar, seeds 0-4"
-  [speed]="the default kernels are the faster"
+  [speed]="the default kernels are the faster; the own kernels' tile sets give the same bits"
   [sanitizers]="memcheck; racecheck; synccheck; initcheck; memcheck over one graph over the group; own kernels under the CPU emulation"
   [ncu]="ncu per-kernel breakdown (cudnn, fused)"
   [models]="AlexNet >= 0.85 in 10 epochs; AlexNet strategies on 2 and 4 virtual devices"
@@ -340,29 +341,50 @@ done
 }
 
 part_speed() {
-# cuDNN against the own kernels, alternating, 3 full epochs each (epoch 2 timed): the default
-# should be the faster.
+# cuDNN against the own kernels with each tile set (conv_relu_pool_plan.h: wide, the default, and
+# narrow, picked by PARALAB_OWN_TILES), alternating, 3 x 2 epochs each (epoch 2 timed): the
+# default should be the faster, and the two tile sets must give the same bits.
 for rep in 1 2 3; do
-  for k in cudnn fused; do
-    lenet "$work/speed-$k-$rep.json" --set kernels=$k --set training.epochs=2 --set training.warmup_iterations=235
+  for k in cudnn fused fused-narrow; do
+    if [[ $k == fused-narrow ]]; then
+      export PARALAB_OWN_TILES=narrow
+      lenet "$work/speed-$k-$rep.json" --set kernels=fused --set training.epochs=2 --set training.warmup_iterations=235
+      unset PARALAB_OWN_TILES
+    else
+      lenet "$work/speed-$k-$rep.json" --set kernels=$k --set training.epochs=2 --set training.warmup_iterations=235
+    fi
   done
 done
-detail=$(python3 - "$work" <<'PY'
+goal_lines < <(python3 - "$work" <<'PY'
 import glob, json, statistics, sys
-ms = {}
-for k in ("cudnn", "fused"):
+ms, digests, tiles = {}, {}, {}
+for k in ("cudnn", "fused", "fused-narrow"):
     steps = []
     for path in sorted(glob.glob(f"{sys.argv[1]}/speed-{k}-*.json")):
-        run = json.load(open(path))["runs"][0]
+        try:
+            run = json.load(open(path))["runs"][0]
+        except (OSError, ValueError, KeyError, IndexError):
+            continue
+        if run.get("status") != "ok":
+            continue
         steps.append(statistics.median(i["total_ms"] for i in run["iterations"]))
-    ms[k] = statistics.median(steps) if steps else float("nan")
+        digests.setdefault(k, set()).add(run.get("parameters_digest"))
+        for d in run["config"].get("device_list") or []:
+            for choice in ((d.get("ops") or {}).get("choices") or {}).values():
+                if "tiles" in choice:
+                    tiles.setdefault(k, set()).add(choice["tiles"])
+    ms[k] = statistics.median(steps) if steps else float("inf")
 faster = min(ms, key=ms.get)
-print(f"median step: cudnn {ms['cudnn']:.4f} ms, fused {ms['fused']:.4f} ms; faster: {faster}; "
-      f"epoch (234.375 steps): {ms[faster] * 234.375:.1f} ms")
-sys.exit(0 if faster == "cudnn" else 1)  # "cudnn" is the default (descriptor key kernels)
+line = "; ".join(f"{k} {v:.4f} ms" for k, v in ms.items())
+print(("PASS" if faster == "cudnn" else "FAIL") + f": the default kernels (cudnn) are the faster "
+      f"(median step: {line}; faster: {faster}; epoch (234.375 steps): {ms[faster] * 234.375:.1f} ms)")
+same = (len(digests.get("fused", ())) == 1 and digests.get("fused") == digests.get("fused-narrow")
+        and None not in digests.get("fused", {None}))
+print(("PASS" if same and tiles.get("fused") == {"wide"} and tiles.get("fused-narrow") == {"narrow"}
+       else "FAIL") + f": the own kernels' tile sets give the same bits (digests {digests.get('fused')} / "
+      f"{digests.get('fused-narrow')}; tiles recorded {tiles.get('fused')} / {tiles.get('fused-narrow')})")
 PY
 )
-goal "the default kernels (cudnn) are the faster" $? "$detail"
 }
 
 part_sanitizers() {

@@ -68,15 +68,20 @@ struct Stage {
 };
 
 // The forward kernels, as the launcher would run them (direct or GEMM chosen by the caller).
-void run_forward(Stage& st, bool gemm) {
+void run_forward(Stage& st, bool gemm, const TileSet& tiles = kDefaultTiles) {
   st.y.assign(st.pooled(), -1.0f);
   st.mask.assign(st.pooled(), 0xff);
   const Geometry& g = st.g;
   if (!gemm) {
     emulate(dim3(element_blocks(int64_t(st.pooled()))), dim3(kElementThreads), forward_direct, g,
             st.x.data(), st.w.data(), st.b.data(), st.y.data(), st.mask.data());
+  } else if (&tiles == &kNarrowTiles) {
+    constexpr Tile F = kNarrowTiles.forward;
+    emulate(dim3(unsigned(ceil_div(forward_rows(g), F.bm)), unsigned(ceil_div(g.k, F.bn))),
+            dim3(F.threads()), forward_gemm<F.bm, F.bn, F.bk, F.tm, F.tn>, g, st.x.data(),
+            st.w.data(), st.b.data(), st.y.data(), st.mask.data());
   } else {
-    constexpr Tile F = kForwardTile;
+    constexpr Tile F = kWideTiles.forward;
     emulate(dim3(unsigned(ceil_div(forward_rows(g), F.bm)), unsigned(ceil_div(g.k, F.bn))),
             dim3(F.threads()), forward_gemm<F.bm, F.bn, F.bk, F.tm, F.tn>, g, st.x.data(),
             st.w.data(), st.b.data(), st.y.data(), st.mask.data());
@@ -87,8 +92,27 @@ struct Grads {
   std::vector<float> dw, db, dconv, dx;
 };
 
+// backward_data's GEMM as the launcher runs it: dx from dconv.
+std::vector<float> run_data_gemm(const Stage& st, const std::vector<float>& dconv,
+                                 const TileSet& tiles) {
+  const Geometry& g = st.g;
+  std::vector<float> dx(std::size_t(g.n) * g.c * g.h * g.w, -1.0f);
+  if (&tiles == &kNarrowTiles) {
+    constexpr Tile D = kNarrowTiles.data;
+    emulate(dim3(unsigned(ceil_div(data_rows(g), D.bm)), unsigned(ceil_div(g.c, D.bn))),
+            dim3(D.threads()), data_gemm<D.bm, D.bn, D.bk, D.tm, D.tn>, g, dconv.data(),
+            st.w.data(), dx.data());
+  } else {
+    constexpr Tile D = kWideTiles.data;
+    emulate(dim3(unsigned(ceil_div(data_rows(g), D.bm)), unsigned(ceil_div(g.c, D.bn))),
+            dim3(D.threads()), data_gemm<D.bm, D.bn, D.bk, D.tm, D.tn>, g, dconv.data(),
+            st.w.data(), dx.data());
+  }
+  return dx;
+}
+
 // backward_weights and backward_data as the launcher runs them.
-Grads run_backward(const Stage& st, bool gemm) {
+Grads run_backward(const Stage& st, bool gemm, const TileSet& tiles = kDefaultTiles) {
   const Geometry& g = st.g;
   Grads out;
   out.dw.assign(std::size_t(g.k) * g.crs, -1.0f);
@@ -106,7 +130,13 @@ Grads run_backward(const Stage& st, bool gemm) {
   } else {
     emulate(per_filter, dim3(kReduceThreads), bias_partial<kReduceThreads>, g, part.chunk,
             static_cast<const float*>(out.dconv.data()), partial.data());
-    constexpr Tile W = kFilterTile;
+    static_assert(kWideTiles.filter.bm == kNarrowTiles.filter.bm &&
+                      kWideTiles.filter.bn == kNarrowTiles.filter.bn &&
+                      kWideTiles.filter.bk == kNarrowTiles.filter.bk &&
+                      kWideTiles.filter.tm == kNarrowTiles.filter.tm &&
+                      kWideTiles.filter.tn == kNarrowTiles.filter.tn,
+                  "one filter tile for both sets: a second set would need a branch here");
+    constexpr Tile W = kWideTiles.filter;
     emulate(
         dim3(unsigned(ceil_div(g.crs, W.bn)), unsigned(ceil_div(g.k, W.bm)), unsigned(part.parts)),
         dim3(W.threads()), filter_gemm_partial<W.bm, W.bn, W.bk, W.tm, W.tn>, g, part.chunk,
@@ -114,10 +144,7 @@ Grads run_backward(const Stage& st, bool gemm) {
   }
   emulate(dim3(element_blocks(int64_t(g.k) * (g.crs + 1))), dim3(kElementThreads), sum_partials, g,
           part.parts, static_cast<const float*>(partial.data()), out.dw.data(), out.db.data());
-  constexpr Tile D = kDataTile;
-  emulate(dim3(unsigned(ceil_div(data_rows(g), D.bm)), unsigned(ceil_div(g.c, D.bn))),
-          dim3(D.threads()), data_gemm<D.bm, D.bn, D.bk, D.tm, D.tn>, g,
-          static_cast<const float*>(out.dconv.data()), st.w.data(), out.dx.data());
+  out.dx = run_data_gemm(st, out.dconv, tiles);
   return out;
 }
 
@@ -225,6 +252,38 @@ TEST(FusedKernels, GemmBackwardMatchesReference) {
   expect_backward_matches_reference(kOdd, true);
   expect_backward_matches_reference(kWide, true);
   expect_backward_matches_reference(kDeep, true);
+}
+
+TEST(FusedKernels, NarrowTilesGiveTheWideTilesBits) {
+  // Every tile computes each output with the same operations in the same order: the narrow set
+  // (several threads loading each row of A, one pool window per thread) changes no bit.
+  // The weight gradient's tile is one for both sets (run_backward's static_assert): only the
+  // forward and input-gradient GEMMs differ, so only they run twice (the emulator is slow).
+  for (const Shape7& s : {kConv2, kOdd, kWide, kDeep}) {
+    Stage wide = make_stage(s, 71), narrow = make_stage(s, 71);
+    run_forward(wide, true, kWideTiles);
+    run_forward(narrow, true, kNarrowTiles);
+    EXPECT_TRUE(bits_equal(wide.y, narrow.y)) << "forward, K=" << s.k << " C=" << s.c;
+    EXPECT_EQ(wide.mask, narrow.mask) << "K=" << s.k << " C=" << s.c;
+  }
+  for (const Shape7& s : {kOdd, kWide, kDeep}) {
+    Stage st = make_stage(s, 73);
+    run_forward(st, true);
+    std::vector<float> dconv(std::size_t(st.g.n) * st.g.k * st.g.oh * st.g.ow, -1.0f);
+    emulate(dim3(element_blocks(int64_t(dconv.size()))), dim3(kElementThreads), conv_grad_all, st.g,
+            st.dy.data(), st.mask.data(), dconv.data());
+    EXPECT_TRUE(
+        bits_equal(run_data_gemm(st, dconv, kWideTiles), run_data_gemm(st, dconv, kNarrowTiles)))
+        << "dx, K=" << s.k << " C=" << s.c;
+  }
+}
+
+TEST(FusedKernels, TileSetsAreFoundByTheirExactName) {
+  EXPECT_EQ(find_tile_set("wide"), &kWideTiles);
+  EXPECT_EQ(find_tile_set("narrow"), &kNarrowTiles);
+  EXPECT_EQ(find_tile_set("Wide"), nullptr);
+  EXPECT_EQ(find_tile_set(""), nullptr);
+  EXPECT_EQ(find_tile_set("narrow "), nullptr);
 }
 
 TEST(FusedKernels, BackwardSumsChunksOfSeveralExamples) {

@@ -8,7 +8,42 @@ namespace paralab::cuda::crp {
 
 namespace {
 
-constexpr Tile F = kForwardTile, W = kFilterTile, D = kDataTile;
+// Whether `tiles` is the narrow set (else the wide one): the kernels are templates on their
+// tiles, so each launcher below has one branch per set.
+bool narrow(const TileSet& tiles) {
+  PARALAB_REQUIRE(
+      &tiles == &kNarrowTiles || &tiles == &kWideTiles,
+      std::string("conv_relu_pool: unknown tile set ") + (tiles.name ? tiles.name : "(unnamed)"));
+  return &tiles == &kNarrowTiles;
+}
+
+template <const TileSet& T>
+void forward_gemm_on(const Geometry& g, const float* x, const float* w, const float* b, float* y,
+                     uint8_t* mask, cudaStream_t s) {
+  constexpr Tile F = T.forward;
+  const dim3 grid(static_cast<unsigned>(ceil_div(forward_rows(g), F.bm)),
+                  static_cast<unsigned>(ceil_div(g.k, F.bn)));
+  forward_gemm<F.bm, F.bn, F.bk, F.tm, F.tn><<<grid, F.threads(), 0, s>>>(g, x, w, b, y, mask);
+}
+
+template <const TileSet& T>
+void filter_gemm_on(const Geometry& g, const Partition& part, const float* x, const float* dconv,
+                    float* partial, cudaStream_t s) {
+  constexpr Tile W = T.filter;
+  const dim3 grid(static_cast<unsigned>(ceil_div(g.crs, W.bn)),
+                  static_cast<unsigned>(ceil_div(g.k, W.bm)), static_cast<unsigned>(part.parts));
+  filter_gemm_partial<W.bm, W.bn, W.bk, W.tm, W.tn>
+      <<<grid, W.threads(), 0, s>>>(g, part.chunk, x, dconv, partial);
+}
+
+template <const TileSet& T>
+void data_gemm_on(const Geometry& g, const float* dconv, const float* w, float* dx,
+                  cudaStream_t s) {
+  constexpr Tile D = T.data;
+  const dim3 grid(static_cast<unsigned>(ceil_div(data_rows(g), D.bm)),
+                  static_cast<unsigned>(ceil_div(g.c, D.bn)));
+  data_gemm<D.bm, D.bn, D.bk, D.tm, D.tn><<<grid, D.threads(), 0, s>>>(g, dconv, w, dx);
+}
 
 void require_int32(const Geometry& g) {
   PARALAB_REQUIRE(indexes_fit_int32(g),
@@ -20,16 +55,17 @@ void require_int32(const Geometry& g) {
 
 }  // namespace
 
-void forward(const Geometry& g, const float* x, const float* w, const float* b, float* y,
-             uint8_t* mask, cudaStream_t s) {
+void forward(const Geometry& g, const TileSet& tiles, const float* x, const float* w,
+             const float* b, float* y, uint8_t* mask, cudaStream_t s) {
   require_int32(g);
   if (direct(g)) {
     const int64_t outputs = int64_t{g.n} * g.k * g.ph * g.pw;
     forward_direct<<<element_blocks(outputs), kElementThreads, 0, s>>>(g, x, w, b, y, mask);
   } else {
-    const dim3 grid(static_cast<unsigned>(ceil_div(forward_rows(g), F.bm)),
-                    static_cast<unsigned>(ceil_div(g.k, F.bn)));
-    forward_gemm<F.bm, F.bn, F.bk, F.tm, F.tn><<<grid, F.threads(), 0, s>>>(g, x, w, b, y, mask);
+    if (narrow(tiles))
+      forward_gemm_on<kNarrowTiles>(g, x, w, b, y, mask, s);
+    else
+      forward_gemm_on<kWideTiles>(g, x, w, b, y, mask, s);
   }
   PARALAB_CUDA_LAUNCHED();
 }
@@ -42,8 +78,9 @@ void conv_grads(const Geometry& g, const float* dy, const uint8_t* mask, float* 
   PARALAB_CUDA_LAUNCHED();
 }
 
-void backward_weights(const Geometry& g, const float* x, const float* dy, const uint8_t* mask,
-                      float* dconv, float* partial, float* dw, float* db, cudaStream_t s) {
+void backward_weights(const Geometry& g, const TileSet& tiles, const float* x, const float* dy,
+                      const uint8_t* mask, float* dconv, float* partial, float* dw, float* db,
+                      cudaStream_t s) {
   require_int32(g);
   const Partition part = partition(g.n);
   if (direct(g)) {
@@ -56,10 +93,10 @@ void backward_weights(const Geometry& g, const float* x, const float* dy, const 
     bias_partial<kReduceThreads>
         <<<bias_grid, kReduceThreads, 0, s>>>(g, part.chunk, dconv, partial);
     PARALAB_CUDA_LAUNCHED();
-    const dim3 grid(static_cast<unsigned>(ceil_div(g.crs, W.bn)),
-                    static_cast<unsigned>(ceil_div(g.k, W.bm)), static_cast<unsigned>(part.parts));
-    filter_gemm_partial<W.bm, W.bn, W.bk, W.tm, W.tn>
-        <<<grid, W.threads(), 0, s>>>(g, part.chunk, x, dconv, partial);
+    if (narrow(tiles))
+      filter_gemm_on<kNarrowTiles>(g, part, x, dconv, partial, s);
+    else
+      filter_gemm_on<kWideTiles>(g, part, x, dconv, partial, s);
   }
   PARALAB_CUDA_LAUNCHED();
   sum_partials<<<element_blocks(int64_t{g.k} * (g.crs + 1)), kElementThreads, 0, s>>>(
@@ -67,12 +104,13 @@ void backward_weights(const Geometry& g, const float* x, const float* dy, const 
   PARALAB_CUDA_LAUNCHED();
 }
 
-void backward_data(const Geometry& g, const float* dconv, const float* w, float* dx,
-                   cudaStream_t s) {
+void backward_data(const Geometry& g, const TileSet& tiles, const float* dconv, const float* w,
+                   float* dx, cudaStream_t s) {
   require_int32(g);
-  const dim3 grid(static_cast<unsigned>(ceil_div(data_rows(g), D.bm)),
-                  static_cast<unsigned>(ceil_div(g.c, D.bn)));
-  data_gemm<D.bm, D.bn, D.bk, D.tm, D.tn><<<grid, D.threads(), 0, s>>>(g, dconv, w, dx);
+  if (narrow(tiles))
+    data_gemm_on<kNarrowTiles>(g, dconv, w, dx, s);
+  else
+    data_gemm_on<kWideTiles>(g, dconv, w, dx, s);
   PARALAB_CUDA_LAUNCHED();
 }
 

@@ -12,15 +12,17 @@
 namespace paralab::cuda::crp {
 
 // y (N,K,PH,PW) and mask (N,K,PH,PW) bytes from x (N,C,H,W), w (K,C,R,S), b (K): the direct
-// kernel for small filters, the implicit GEMM otherwise.
-void forward(const Geometry& g, const float* x, const float* w, const float* b, float* y,
-             uint8_t* mask, cudaStream_t s);
+// kernel for small filters, the implicit GEMM otherwise. `tiles` is one of kTileSets (every set
+// gives the same bits).
+void forward(const Geometry& g, const TileSet& tiles, const float* x, const float* w,
+             const float* b, float* y, uint8_t* mask, cudaStream_t s);
 
 // dw (K,C,R,S) and db (K). partial holds partial_floats(g) floats. dconv (N,K,OH,OW) is written
 // and used by the GEMM path (filters of more than kDirectMaxCrs values) and ignored by the direct
 // one, which may be given null.
-void backward_weights(const Geometry& g, const float* x, const float* dy, const uint8_t* mask,
-                      float* dconv, float* partial, float* dw, float* db, cudaStream_t s);
+void backward_weights(const Geometry& g, const TileSet& tiles, const float* x, const float* dy,
+                      const uint8_t* mask, float* dconv, float* partial, float* dw, float* db,
+                      cudaStream_t s);
 
 // dconv (N,K,OH,OW) from dy and mask: what backward_data reads. backward_weights' GEMM path
 // writes it too; call this one when that path did not run (small filters).
@@ -28,7 +30,7 @@ void conv_grads(const Geometry& g, const float* dy, const uint8_t* mask, float* 
                 cudaStream_t s);
 
 // dx (N,C,H,W) from dconv (N,K,OH,OW) and w (K,C,R,S).
-void backward_data(const Geometry& g, const float* dconv, const float* w, float* dx,
-                   cudaStream_t s);
+void backward_data(const Geometry& g, const TileSet& tiles, const float* dconv, const float* w,
+                   float* dx, cudaStream_t s);
 
 }  // namespace paralab::cuda::crp

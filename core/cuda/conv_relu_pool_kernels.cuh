@@ -85,6 +85,19 @@ __global__ void forward_direct(Geometry g, const float* __restrict__ x, const fl
   }
 }
 
+// Steps a reduction index j kept as its digits (a, r, s) -- a over channels or filters, then the
+// filter's rows r < r_count and columns s < s_count -- forward by `by` positions.
+__device__ __forceinline__ void step_ars(int& a, int& r, int& s, int by, int r_count, int s_count) {
+  s += by;
+  while (s >= s_count) {
+    s -= s_count;
+    if (++r == r_count) {
+      r = 0;
+      ++a;
+    }
+  }
+}
+
 // The main loop shared by the implicit GEMMs: C (BM x BN, TM x TN per thread) += A (BM x L) B (L x
 // BN) over the reduction range [l_begin, l_end), BK at a time. load_a(l0, As) and load_b(l0, Bs)
 // fill the block's tiles (zeros outside the matrices), each thread its share; As is stored
@@ -115,26 +128,24 @@ __device__ __forceinline__ void gemm_mainloop(float (&As)[BK][BM + 1], float (&B
 // four positions q = 2 dh + dw, columns the K filters, reduction j = (c,r,s):
 //   A[m][j] = x[n, c, 2ph+dh+r, 2pw+dw+s],  B[j][k] = w[k, j],
 // with bias, ReLU, pooling and the mask in the epilogue: only the pooled output leaves the block.
-template <int BM, int BN, int BK, int TM, int TN>
+// The A tiles' loaders: kThreads / BM threads share a row (thread t loads row t % BM at steps
+// kk = t / BM, t / BM + kThreads / BM, ...), working out (c, r, s) once per tile and stepping it.
+template <int BM, int BK, int kThreads>
 struct ForwardLoadA {
+  static_assert(kThreads % BM == 0 && BK % (kThreads / BM) == 0, "whole rows per thread group");
+  static constexpr int kPerRow = kThreads / BM;
   const Geometry& g;
   const float* x;
   int row_base;  // this thread's row of the tile: offset of x[n,0,2ph+dh,2pw+dw], or -1
   __device__ void operator()(int j0, float (&As)[BK][BM + 1]) const {
-    // j = (c, r, s) of j0 once, then stepped along the BK consecutive j.
-    const int rs = g.r * g.s;
-    int c = j0 / rs, r = (j0 - c * rs) / g.s, s = j0 - c * rs - r * g.s;
-    for (int kk = 0, j = j0; kk < BK; ++kk, ++j) {
+    const int row = static_cast<int>(threadIdx.x) % BM, first = static_cast<int>(threadIdx.x) / BM;
+    const int rs = g.r * g.s, j1 = j0 + first;
+    int c = j1 / rs, r = (j1 - c * rs) / g.s, s = j1 - c * rs - r * g.s;
+    for (int kk = first, j = j1; kk < BK; kk += kPerRow, j += kPerRow) {
       float v = 0.0f;
       if (row_base >= 0 && j < g.crs) v = x[row_base + (c * g.h + r) * g.w + s];
-      As[kk][threadIdx.x] = v;
-      if (++s == g.s) {
-        s = 0;
-        if (++r == g.r) {
-          r = 0;
-          ++c;
-        }
-      }
+      As[kk][row] = v;
+      step_ars(c, r, s, kPerRow, g.r, g.s);
     }
   }
 };
@@ -159,7 +170,6 @@ __global__ void __launch_bounds__((BM / TM) * (BN / TN))
     forward_gemm(Geometry g, const float* __restrict__ x, const float* __restrict__ w,
                  const float* __restrict__ b, float* __restrict__ y, uint8_t* __restrict__ mask) {
   constexpr int kThreads = (BM / TM) * (BN / TN);
-  static_assert(kThreads == BM, "each thread loads one row of the A tile");
   static_assert(TM % 4 == 0, "a thread's rows are whole pool windows");
   __shared__ float As[BK][BM + 1];
   __shared__ float Bs[BK][BN];
@@ -167,9 +177,9 @@ __global__ void __launch_bounds__((BM / TM) * (BN / TN))
   const int m0 = static_cast<int>(blockIdx.x) * BM;
   const int n0 = static_cast<int>(blockIdx.y) * BN;
 
-  // The row this thread loads: window (n,ph,pw) and position q of m0 + threadIdx.x.
+  // The row this thread loads: window (n,ph,pw) and position q of m0 + threadIdx.x % BM.
   int row_base = -1;
-  if (const int m = m0 + static_cast<int>(threadIdx.x); m < rows) {
+  if (const int m = m0 + static_cast<int>(threadIdx.x) % BM; m < rows) {
     const int q = m % 4;
     int t = m / 4;
     const int pw = t % g.pw;
@@ -180,7 +190,7 @@ __global__ void __launch_bounds__((BM / TM) * (BN / TN))
   }
   float acc[TM][TN] = {};
   gemm_mainloop<BM, BN, BK, TM, TN>(As, Bs, 0, g.crs,
-                                    ForwardLoadA<BM, BN, BK, TM, TN>{g, x, row_base},
+                                    ForwardLoadA<BM, BK, kThreads>{g, x, row_base},
                                     WeightLoadB<BM, BN, BK>{w, g.crs, g.k, n0, kThreads}, acc);
 
   constexpr int kCols = BN / TN;
@@ -411,31 +421,27 @@ __global__ void sum_partials(Geometry g, int parts, const float* __restrict__ pa
 // channels, reduction j = (k, r, s) over the filters:
 //   A[m][j] = dconv[n, k, ih-r, iw-s] (0 outside the positions the pool reads),
 //   B[j][c] = w[k, c, r, s].
-template <int BM, int BN, int BK>
-struct DataLoadA {
+template <int BM, int BK, int kThreads>
+struct DataLoadA {  // as ForwardLoadA: kThreads / BM threads per row, (k, r, s) stepped
+  static_assert(kThreads % BM == 0 && BK % (kThreads / BM) == 0, "whole rows per thread group");
+  static constexpr int kPerRow = kThreads / BM;
   const Geometry& g;
   const float* dconv;
   int n;  // this thread's row: pixel (n, ih, iw), or n < 0 past the end
   int ih, iw;
   __device__ void operator()(int j0, float (&As)[BK][BM + 1]) const {
-    // j = (k, r, s) of j0 once, then stepped along the BK consecutive j.
-    const int rs = g.r * g.s, krs = g.k * rs;
-    int k = j0 / rs, r = (j0 - k * rs) / g.s, s = j0 - k * rs - r * g.s;
-    for (int kk = 0, j = j0; kk < BK; ++kk, ++j) {
+    const int row = static_cast<int>(threadIdx.x) % BM, first = static_cast<int>(threadIdx.x) / BM;
+    const int rs = g.r * g.s, krs = g.k * rs, j1 = j0 + first;
+    int k = j1 / rs, r = (j1 - k * rs) / g.s, s = j1 - k * rs - r * g.s;
+    for (int kk = first, j = j1; kk < BK; kk += kPerRow, j += kPerRow) {
       float v = 0.0f;
       if (n >= 0 && j < krs) {
         const int oh = ih - r, ow = iw - s;
         if (oh >= 0 && oh < g.oh && ow >= 0 && ow < g.ow)
           v = dconv[((n * g.k + k) * g.oh + oh) * g.ow + ow];
       }
-      As[kk][threadIdx.x] = v;
-      if (++s == g.s) {
-        s = 0;
-        if (++r == g.r) {
-          r = 0;
-          ++k;
-        }
-      }
+      As[kk][row] = v;
+      step_ars(k, r, s, kPerRow, g.r, g.s);
     }
   }
 };
@@ -467,13 +473,12 @@ __global__ void __launch_bounds__((BM / TM) * (BN / TN))
     data_gemm(Geometry g, const float* __restrict__ dconv, const float* __restrict__ w,
               float* __restrict__ dx) {
   constexpr int kThreads = (BM / TM) * (BN / TN);
-  static_assert(kThreads == BM, "each thread loads one row of the A tile");
   __shared__ float As[BK][BM + 1];
   __shared__ float Bs[BK][BN];
   const int rows = static_cast<int>(data_rows(g));
   const int m0 = static_cast<int>(blockIdx.x) * BM;
-  DataLoadA<BM, BN, BK> load_a{g, dconv, -1, 0, 0};
-  if (const int m = m0 + static_cast<int>(threadIdx.x); m < rows) {
+  DataLoadA<BM, BK, kThreads> load_a{g, dconv, -1, 0, 0};
+  if (const int m = m0 + static_cast<int>(threadIdx.x) % BM; m < rows) {
     load_a.iw = m % g.w;
     load_a.ih = m / g.w % g.h;
     load_a.n = m / (g.h * g.w);

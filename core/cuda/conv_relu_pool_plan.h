@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <climits>
 #include <cstdint>
+#include <string_view>
 
 // Helpers the kernels call too.
 #ifdef __CUDACC__
@@ -46,9 +47,32 @@ struct Tile {
   int bm, bn, bk, tm, tn;
   constexpr int threads() const { return (bm / tm) * (bn / tn); }
 };
-inline constexpr Tile kForwardTile{128, 64, 8, 8, 8};  // rows: pool windows x 4; cols: K
-inline constexpr Tile kFilterTile{64, 64, 16, 4, 4};   // rows: K; cols: C R S; reduction: positions
-inline constexpr Tile kDataTile{128, 32, 8, 8, 4};     // rows: input pixels; cols: C
+
+// Two sets: "wide" (128-row tiles, 8x8 or 8x4 outputs per thread) and "narrow" (64-row tiles, 4x8
+// or 4x4 per thread: twice the blocks, for batches whose wide grid leaves SMs idle; LeNet's conv2
+// forward at batch 256 is 128 wide blocks on a 132-SM GPU). Every tile computes each output with
+// the same operations in the same order, so both sets give the same bits
+// (tests/test_fused_kernels.cpp checks it); which is faster is measured (scripts/gpu-check.sh
+// speed), and PARALAB_OWN_TILES=wide|narrow picks one (own_tiles in fused_conv_relu_pool.cpp).
+struct TileSet {
+  const char* name;
+  Tile forward;  // rows: pool windows x 4; cols: K
+  Tile filter;   // rows: K; cols: C R S; reduction: positions
+  Tile data;     // rows: input pixels; cols: C
+};
+inline constexpr TileSet kWideTiles{
+    "wide", {128, 64, 8, 8, 8}, {64, 64, 16, 4, 4}, {128, 32, 8, 8, 4}};
+inline constexpr TileSet kNarrowTiles{
+    "narrow", {64, 64, 8, 4, 8}, {64, 64, 16, 4, 4}, {64, 32, 8, 4, 4}};
+inline constexpr const TileSet* kTileSets[] = {&kWideTiles, &kNarrowTiles};
+inline constexpr const TileSet& kDefaultTiles = kWideTiles;
+
+// The set of that name, or null.
+inline const TileSet* find_tile_set(std::string_view name) {
+  for (const TileSet* t : kTileSets)
+    if (name == t->name) return t;
+  return nullptr;
+}
 
 inline constexpr int kReduceThreads = 256;  // weights_direct_partial, bias_partial
 inline constexpr int kElementThreads = 256;

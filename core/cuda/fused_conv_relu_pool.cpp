@@ -4,7 +4,9 @@
 // have a fixed order, so results repeat to the bit and a shard of a batch sees exactly the
 // activations the whole batch sees. cuDNN's stage (conv_relu_pool.cpp) stays as the reference
 // path ("kernels": "cudnn").
+#include <cstdlib>
 #include <map>
+#include <string>
 #include <tuple>
 
 #include "core/cuda/check.h"
@@ -24,8 +26,22 @@ struct Plan {
   Tensor eval_mask;  // where a forward that is not for training writes its bits
   Tensor dconv;      // (N,K,OH,OW), for the GEMM paths
   Tensor partial;    // partial_floats(g)
+  const crp::TileSet* tiles = &crp::kDefaultTiles;
   bool has_forward = false;
 };
+
+// The GEMM tiles: crp::kDefaultTiles, or the set PARALAB_OWN_TILES names (wide, narrow), for
+// measuring one against the other (every set gives the same bits; conv_relu_pool_plan.h).
+const crp::TileSet& own_tiles() {
+  const char* v = std::getenv("PARALAB_OWN_TILES");
+  if (!v || !*v) return crp::kDefaultTiles;
+  if (const crp::TileSet* t = crp::find_tile_set(v)) return *t;
+  std::string known;
+  for (const crp::TileSet* t : crp::kTileSets)
+    known += (known.empty() ? "" : ", ") + std::string(t->name);
+  throw Error("PARALAB_OWN_TILES: unknown tile set '" + std::string(v) + "' (known: " + known +
+              ")");
+}
 
 std::string tile_name(const char* what, const crp::Tile& t) {
   return std::string(what) + " " + std::to_string(t.bm) + "x" + std::to_string(t.bn) + "x" +
@@ -42,7 +58,7 @@ class FusedConvReluPool final : public ConvReluPool {
     check_forward(x, w, b, y);
     Plan& p = plan(x, w);
     Tensor& mask = training ? p.mask : eval_mask(p);
-    crp::forward(p.g, x.f32(), w.f32(), b.f32(), y.f32(), bytes(mask), d_.stream());
+    crp::forward(p.g, *p.tiles, x.f32(), w.f32(), b.f32(), y.f32(), bytes(mask), d_.stream());
     if (training) p.has_forward = true;
   }
 
@@ -55,11 +71,12 @@ class FusedConvReluPool final : public ConvReluPool {
     const bool gemm = !crp::direct(p.g);
     if ((gemm || dx) && !p.dconv.defined())
       p.dconv = Tensor::empty(d_, {p.g.n, p.g.k, p.g.oh, p.g.ow});
-    crp::backward_weights(p.g, x.f32(), dy.f32(), bytes(p.mask), gemm ? p.dconv.f32() : nullptr,
-                          p.partial.f32(), dw.f32(), db.f32(), d_.stream());
+    crp::backward_weights(p.g, *p.tiles, x.f32(), dy.f32(), bytes(p.mask),
+                          gemm ? p.dconv.f32() : nullptr, p.partial.f32(), dw.f32(), db.f32(),
+                          d_.stream());
     if (!dx) return;
     if (!gemm) crp::conv_grads(p.g, dy.f32(), bytes(p.mask), p.dconv.f32(), d_.stream());
-    crp::backward_data(p.g, p.dconv.f32(), w.f32(), dx->f32(), d_.stream());
+    crp::backward_data(p.g, *p.tiles, p.dconv.f32(), w.f32(), dx->f32(), d_.stream());
   }
 
  private:
@@ -83,20 +100,23 @@ class FusedConvReluPool final : public ConvReluPool {
     auto dim = [](const Tensor& t, int i) { return static_cast<int>(t.dim(i)); };
     p->g = crp::make_geometry(dim(x, 0), dim(x, 1), dim(x, 2), dim(x, 3), dim(w, 0), dim(w, 2),
                               dim(w, 3));
+    p->tiles = &own_tiles();
     p->mask = mask_tensor(p->g);
     p->partial = Tensor::empty(d_, {crp::partial_floats(p->g)});
     const crp::Partition part = crp::partition(p->g.n);
     const bool direct = crp::direct(p->g);
     const std::string chunks = "summed in " + std::to_string(part.parts) + " chunks of " +
                                std::to_string(part.chunk) + " examples, then in order";
-    log_.note(conv_key(x, w),
-              {{"kernels", "fused"},
-               {"forward", direct ? std::string("direct, one thread per pooled output")
-                                  : tile_name("implicit GEMM", crp::kForwardTile)},
-               {"backward_filter",
-                (direct ? std::string("direct") : tile_name("implicit GEMM", crp::kFilterTile)) +
-                    ", " + chunks},
-               {"backward_data", tile_name("implicit GEMM", crp::kDataTile)}});
+    const crp::TileSet& t = *p->tiles;
+    log_.note(
+        conv_key(x, w),
+        {{"kernels", "fused"},
+         {"tiles", t.name},
+         {"forward", direct ? std::string("direct, one thread per pooled output")
+                            : tile_name("implicit GEMM", t.forward)},
+         {"backward_filter",
+          (direct ? std::string("direct") : tile_name("implicit GEMM", t.filter)) + ", " + chunks},
+         {"backward_data", tile_name("implicit GEMM", t.data)}});
     return *plans_.emplace(key, std::move(p)).first->second;
   }
 
