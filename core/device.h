@@ -153,13 +153,15 @@ class Device {
 };
 
 struct DeviceOptions {
-  int threads_per_device = 1;     // CPU: worker threads each device owns
-  bool virtual_devices = false;   // CUDA: allow more devices than GPUs (they share GPUs)
-  bool tf32 = false;              // CUDA: TF32 tensor-core math (off: float32 like the CPU)
-  bool green_contexts = true;     // CUDA: virtual devices get equal SM shares where possible
-  std::string kernels = "cudnn";  // CUDA: conv stages on cuDNN ("cudnn") or own kernels ("fused")
-  std::vector<int> gpus;          // CUDA: the GPU of each device (a device list); empty: round
-                                  // robin over the GPUs
+  int threads_per_device = 1;    // CPU: worker threads each device owns
+  bool virtual_devices = false;  // CUDA: allow more devices than GPUs (they share GPUs)
+  bool tf32 = false;             // CUDA: TF32 tensor-core math (off: float32 like the CPU)
+  bool green_contexts = true;    // CUDA: virtual devices get equal SM shares where possible
+  // CUDA: conv stages on cuDNN ("cudnn"), own kernels ("fused"), or own kernels for small filters
+  // and cuDNN for the others ("mixed")
+  std::string kernels = "cudnn";
+  std::vector<int> gpus;  // CUDA: the GPU of each device (a device list); empty: round
+                          // robin over the GPUs
 };
 
 // Creates `count` devices of the named backend ("cpu", "cuda"; "auto" = cuda when a GPU is

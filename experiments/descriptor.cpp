@@ -542,8 +542,8 @@ Descriptor parse_descriptor(json doc, const std::string& file) {
   else if (v != "auto")
     r.fail("communication_split", "must be \"auto\", true or false, got " + v.dump());
   d.kernels = r.string(doc["kernels"], "kernels");
-  if (d.kernels != "cudnn" && d.kernels != "fused")
-    r.fail("kernels", "unknown kernels '" + d.kernels + "' (known: cudnn, fused)");
+  if (d.kernels != "cudnn" && d.kernels != "fused" && d.kernels != "mixed")
+    r.fail("kernels", "unknown kernels '" + d.kernels + "' (known: cudnn, fused, mixed)");
 
   // The model is built once here so that a bad name or layer list fails before any run.
   try {

@@ -56,7 +56,8 @@ struct Descriptor {
   // is queued (the CPU, where a mark is a clock read), not where they queue it (GPUs, where each
   // mark is an event recorded by the host in every step).
   std::optional<bool> communication_split;
-  std::string kernels = "cudnn";  // CUDA: the conv stages on "cudnn" or on "fused" own kernels
+  std::string kernels =
+      "cudnn";  // CUDA: the conv stages on "cudnn", "fused" own kernels, or "mixed"
   std::optional<std::string> data_dir;
   std::optional<int64_t> train_limit, test_limit;
   // The model every run trains (core/model.h, make_model): a built-in's name ("lenet",

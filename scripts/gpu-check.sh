@@ -62,10 +62,13 @@ cd "$(dirname "$0")/.."
 start=$(date +%s)
 known_parts=(determinism pytorch collectives main bench seeds speed sanitizers ncu models sweep)
 default_parts=(determinism pytorch collectives main bench seeds speed sanitizers ncu)
-# What each part needs to be worth starting, in seconds on one H200 (estimates until a run
-# times them: each part's "took" line in summary.txt), and its goals, for --list.
-declare -A needs=([determinism]=40 [pytorch]=60 [collectives]=90 [main]=150 [bench]=60
-  [seeds]=40 [speed]=40 [sanitizers]=150 [ncu]=60 [models]=240 [sweep]=150)
+# What each part needs to be worth starting, in seconds on one H200 (each part's "took" line in
+# summary.txt times it), and its goals, for --list.
+# Measured on 2026-12-04 (results/reference/h200-2026-12-04/summary-call*.txt: determinism 17,
+# pytorch 56, collectives 21, main 27, bench 17, seeds 26, speed 11 with two kernel sets,
+# sanitizers 65, ncu 10 with two, sweep 155), with a margin; models never ran yet.
+declare -A needs=([determinism]=25 [pytorch]=70 [collectives]=30 [main]=40 [bench]=25
+  [seeds]=35 [speed]=35 [sanitizers]=85 [ncu]=25 [models]=240 [sweep]=180)
 declare -A goals_of=(
   [determinism]="same seed, same bits (cudnn); same seed, same bits (fused); steps read once per epoch"
   [pytorch]="a full epoch <= 50 ms; >= 2.5x the graphed PyTorch baseline"
@@ -75,7 +78,7 @@ declare -A goals_of=(
   [seeds]="10-epoch accuracy bar, seeds 0-4"
   [speed]="the default kernels are the faster; the own kernels' tile sets give the same bits"
   [sanitizers]="memcheck; racecheck; synccheck; initcheck; memcheck over one graph over the group; own kernels under the CPU emulation"
-  [ncu]="ncu per-kernel breakdown (cudnn, fused)"
+  [ncu]="ncu per-kernel breakdown (cudnn, fused, mixed)"
   [models]="AlexNet >= 0.85 in 10 epochs; AlexNet strategies on 2 and 4 virtual devices"
   [sweep]="the model's collective sweep: every algorithm at every size on 2, 4 and 8 devices")
 die() { echo "gpu-check.sh: $*" >&2; exit 2; }
@@ -342,10 +345,11 @@ done
 
 part_speed() {
 # cuDNN against the own kernels with each tile set (conv_relu_pool_plan.h: wide, the default, and
-# narrow, picked by PARALAB_OWN_TILES), alternating, 3 x 2 epochs each (epoch 2 timed): the
-# default should be the faster, and the two tile sets must give the same bits.
+# narrow, picked by PARALAB_OWN_TILES) and against "mixed" (own conv1, cuDNN conv2), alternating,
+# 3 x 2 epochs each (epoch 2 timed): the default should be the faster, and the two tile sets must
+# give the same bits.
 for rep in 1 2 3; do
-  for k in cudnn fused fused-narrow; do
+  for k in cudnn fused fused-narrow mixed; do
     if [[ $k == fused-narrow ]]; then
       export PARALAB_OWN_TILES=narrow
       lenet "$work/speed-$k-$rep.json" --set kernels=fused --set training.epochs=2 --set training.warmup_iterations=235
@@ -358,7 +362,7 @@ done
 goal_lines < <(python3 - "$work" <<'PY'
 import glob, json, statistics, sys
 ms, digests, tiles = {}, {}, {}
-for k in ("cudnn", "fused", "fused-narrow"):
+for k in ("cudnn", "fused", "fused-narrow", "mixed"):
     steps = []
     for path in sorted(glob.glob(f"{sys.argv[1]}/speed-{k}-*.json")):
         try:
@@ -432,7 +436,7 @@ part_ncu() {
 # Where a step's time goes: every kernel of three eager steps under ncu, per kernel set; the clocks
 # left as they are (--clock-control none: never change the card's settings).
 if command -v ncu > /dev/null; then
-  for k in cudnn fused; do
+  for k in cudnn fused mixed; do
     capped 120 ncu --clock-control none --csv --metrics gpu__time_duration.sum --launch-skip 400 --launch-count 60 \
       $BUILD/bench_runner experiments/lenet-10epochs.json --quiet --out "$work/ncu-$k.json" \
       --set backend=cuda --set kernels=$k --set training.epochs=1 \

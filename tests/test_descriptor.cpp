@@ -122,6 +122,8 @@ TEST(Descriptor, RejectsBadInputWithFileAndPath) {
       {with("/green_contexts", "yes"),
        "d.json: green_contexts: must be true or false, got a string"},
       {with("/tf32", 1), "d.json: tf32: must be true or false, got an integer"},
+      {with("/kernels", "cudnn8"),
+       "d.json: kernels: unknown kernels 'cudnn8' (known: cudnn, fused, mixed)"},
       {with("/communication_split", "yes"),
        "d.json: communication_split: must be \"auto\", true or false, got \"yes\""},
       {with("/name", "a b"), "name: 'a b' must be 1-64 characters"},

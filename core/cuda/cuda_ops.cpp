@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/cuda/check.h"
+#include "core/cuda/conv_relu_pool_plan.h"
 #include "core/cuda/cuda_device.h"
 #include "core/cuda/dropout.h"
 #include "core/cuda/kernel_log.h"
@@ -20,6 +21,34 @@ namespace paralab::cuda {
 
 std::unique_ptr<ConvReluPool> make_cudnn_conv_relu_pool(CudaDevice& device, KernelLog& log);
 std::unique_ptr<ConvReluPool> make_fused_conv_relu_pool(CudaDevice& device, KernelLog& log);
+
+// "mixed": the own kernels for stages whose filters take the direct kernels (crp::direct: at most
+// kDirectMaxCrs values, LeNet's conv1), cuDNN for the others (conv2). Each shape goes to one of
+// the two, always the same, so a backward meets the forward it follows. On an H200 at batch 256
+// the own conv1 stage took 130 us of kernel time a step against cuDNN's 153 (bias gradient
+// excluded), cuDNN's conv2 stage 261 against the own 1,003 (ncu,
+// results/reference/h200-2026-12-04/ncu-step-*.txt).
+class MixedConvReluPool final : public ConvReluPool {
+ public:
+  MixedConvReluPool(CudaDevice& d, KernelLog& log)
+      : own_(make_fused_conv_relu_pool(d, log)), cudnn_(make_cudnn_conv_relu_pool(d, log)) {}
+  void forward(const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y,
+               bool training) override {
+    pick(w).forward(x, w, b, y, training);
+  }
+  void backward(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor* dx, Tensor& dw,
+                Tensor& db) override {
+    pick(w).backward(x, w, dy, dx, dw, db);
+  }
+
+ private:
+  ConvReluPool& pick(const Tensor& w) {
+    PARALAB_REQUIRE(w.shape().size() == 4,
+                    "conv_relu_pool: w must be (K,C,R,S), got " + shape_string(w.shape()));
+    return w.dim(1) * w.dim(2) * w.dim(3) <= crp::kDirectMaxCrs ? *own_ : *cudnn_;
+  }
+  std::unique_ptr<ConvReluPool> own_, cudnn_;
+};
 std::unique_ptr<Conv2d> make_cudnn_conv2d(CudaDevice& device, KernelLog& log,
                                           const Conv2dParams& params);
 std::unique_ptr<Linear> make_cuda_linear(CudaDevice& device, KernelLog& log, bool relu);
@@ -165,8 +194,9 @@ class CudaOps final : public Ops {
  public:
   CudaOps(CudaDevice& d, std::string kernels) : d_(d), kernels_(std::move(kernels)) {}
   std::unique_ptr<ConvReluPool> make_conv_relu_pool() override {
-    return kernels_ == "fused" ? make_fused_conv_relu_pool(d_, log_)
-                               : make_cudnn_conv_relu_pool(d_, log_);
+    if (kernels_ == "fused") return make_fused_conv_relu_pool(d_, log_);
+    if (kernels_ == "mixed") return std::make_unique<MixedConvReluPool>(d_, log_);
+    return make_cudnn_conv_relu_pool(d_, log_);
   }
   nlohmann::json describe() const override {
     return {{"kernels", kernels_}, {"choices", log_.entries()}};
@@ -229,14 +259,14 @@ class CudaOps final : public Ops {
 }  // namespace
 
 const std::vector<std::string>& known_kernels() {
-  static const std::vector<std::string> names = {"cudnn", "fused"};
+  static const std::vector<std::string> names = {"cudnn", "fused", "mixed"};
   return names;
 }
 
 std::unique_ptr<Ops> make_ops(CudaDevice& device, const std::string& kernels) {
   const auto& known = known_kernels();
   if (std::find(known.begin(), known.end(), kernels) == known.end())
-    throw Error("cuda: unknown kernels \"" + kernels + "\" (known: cudnn, fused)");
+    throw Error("cuda: unknown kernels \"" + kernels + "\" (known: cudnn, fused, mixed)");
   return std::make_unique<CudaOps>(device, kernels);
 }
 

@@ -287,9 +287,10 @@ def parse_args(argv):
     p.add_argument("--epoch-goal-ms", type=positive(float), default=50.0,
                    help="cuda only: ParaLab's full epoch must take at most this (default 50)")
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
-    p.add_argument("--kernels", choices=("cudnn", "fused"), default="cudnn",
-                   help="ParaLab's conv stages on CUDA: cuDNN or its own kernels (descriptor key "
-                        "'kernels'; ignored on the CPU)")
+    p.add_argument("--kernels", choices=("cudnn", "fused", "mixed"), default="cudnn",
+                   help="ParaLab's conv stages on CUDA: cuDNN, its own kernels, or its own for "
+                        "small filters and cuDNN for the rest (descriptor key 'kernels'; ignored "
+                        "on the CPU)")
     p.add_argument("--python", default=sys.executable,
                    help="interpreter with torch for the baselines (default: this one)")
     p.add_argument("--data-dir", default=None)
