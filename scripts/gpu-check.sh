@@ -562,14 +562,15 @@ PY
 # In one allreduce_bench run, ring and tree at 16 and 64 MiB on 2, 4 and 8 devices against the
 # memcpy of the same bytes (goals: <= 4x, 11x, 26x), the LeNet gradient on 2 (<= 1.5x), and the
 # ring at 16 MiB cut into pieces of four sizes: the slope of time against messages per rank is
-# the host's cost per message (goal <= 5 us for every k). Only the rows the goals read (33): the
-# default pieces everywhere, the four piece sizes for the ring at 16 MiB alone.
+# the host's cost per message (goal <= 5 us for every k). Only the rows the goals read, and the
+# tree at 16 MiB in the same pieces (whether its pipeline pays between virtual devices; figures,
+# not goals): the default pieces everywhere, the four piece sizes at 16 MiB.
 part_collectives() {
   local t0
   t0=$(date +%s)
   capped 240 $BUILD/allreduce_bench --backend=cuda --devices=2,4,8 --sizes=sweep \
     --chunk-bytes=auto,0,1048576,262144,65536 \
-    --benchmark_filter='^(allreduce/(ring|tree)/devices:[248]/bytes:(516272|16777216|67108864)/chunk:-1/|allreduce/ring/devices:[248]/bytes:16777216/chunk:|memcpy/devices:2/bytes:(516272|16777216|67108864)/)' \
+    --benchmark_filter='^(allreduce/(ring|tree)/devices:[248]/bytes:(516272|16777216|67108864)/chunk:-1/|allreduce/(ring|tree)/devices:[248]/bytes:16777216/chunk:|memcpy/devices:2/bytes:(516272|16777216|67108864)/)' \
     --benchmark_out="$FILES/allreduce-cuda.json" --benchmark_out_format=json \
     > "$FILES/allreduce_bench.log" 2>&1
   local rc=$?
@@ -627,6 +628,25 @@ for k in (2, 4, 8):
           f": per-message cost x{k} <= 5 us (fitted {slope:.2f} us over {n} chunk sizes)")
 PY
 )
+  # The tree at 16 MiB by piece size (chunk 0: whole messages, the automatic choice on one GPU):
+  # whether its pipeline pays between virtual devices. Figures, not goals.
+  python3 - "$FILES/allreduce-cuda.json" <<'PY' | while IFS= read -r l; do log "$l"; done
+import json, re, sys
+try:
+    rows = json.load(open(sys.argv[1]))["benchmarks"]
+except (OSError, ValueError, KeyError):
+    sys.exit()
+by = {}
+for r in rows:
+    f = dict(re.findall(r"(devices|bytes|chunk):(-?\d+)", r["name"]))
+    if (r.get("error_occurred") or "real_time" not in r or not r["name"].startswith("allreduce/tree/")
+            or f.get("bytes") != "16777216"):
+        continue
+    by.setdefault(int(f["devices"]), []).append((int(r.get("chunk_bytes", -1)), r["real_time"]))
+for k, pts in sorted(by.items()):
+    print(f"tree x{k} 16 MiB by piece size: " +
+          ", ".join(f"{'whole' if c == 0 else str(c >> 10) + ' KiB'} {us:.1f} us" for c, us in sorted(pts)))
+PY
   # The same ring rows without graphs (--graphs=off: every message's host work in the timing),
   # beside the graphed ones above: what one graph per collective saves. Figures, not goals.
   t0=$(date +%s)
