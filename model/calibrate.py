@@ -58,6 +58,15 @@ def median(xs):
     return statistics.median(xs) if xs else float("nan")
 
 
+def run_kernels(config):
+    """The CUDA kernel set a run's devices used (device_list[].ops.kernels): "cudnn", "fused",
+    "mixed"; "cudnn" for runs recorded before there was a choice; None off CUDA."""
+    if config.get("backend") != "cuda":
+        return None
+    devices = config.get("device_list") or [{}]
+    return (devices[0].get("ops") or {}).get("kernels") or "cudnn"
+
+
 # ---------------------------------------------------------------------------------------------
 # allreduce_bench rows
 
@@ -222,7 +231,7 @@ def cpu_compute(profile_paths, concurrent_paths=()):
 def h200_compute(gpu_check_path=None):
     path = gpu_check_path or os.path.join(H200_REF, "gpu-check.json")
     d = load(path)
-    layers, step, graphed, group = [], None, None, None
+    layers, step, graphed, group, kernels = [], None, None, None, None
     for r in d["runs"]:
         if r["status"] != "ok":
             continue
@@ -233,6 +242,7 @@ def h200_compute(gpu_check_path=None):
             mb = c["global_batch"] / rep["microbatches"]
             layers.append((mb * H200_SMS / share, rep["profiled_layer_ms"]))
         if c["strategy"] == "single" and not (c.get("options") or {}).get("cuda_graphs", True):
+            kernels = run_kernels(c)
             its = r["iterations"]
             step = (c["global_batch"], r["timing"]["median_iteration_ms"],
                     median([i["backward_ms"] / (i["forward_ms"] + i["backward_ms"]) for i in its]))
@@ -259,7 +269,7 @@ def h200_compute(gpu_check_path=None):
                              "batch x = batch * 132 / SMs; host term: that step's time as launches, "
                              "each 4.3 us with one host thread, 9.5 us with 8 (FINDINGS.md)",
                         host=(step[1], launch), graph_factor=graphed / step[1],
-                        group_overhead=group - graphed)
+                        group_overhead=group - graphed, kernels=kernels)
 
 
 # The CPU's collectives: naive, ring and tree share a size-dependent per-byte cost (perf's module
@@ -364,10 +374,13 @@ def _point(kind, source, label, config, measured, predicted, breakdown, held_out
             "note": note}
 
 
-def validate_runs(kind, path, comp, link, effective=None, own_level=True):
+def validate_runs(kind, path, comp, link, effective=None, own_level=True, kernels=None,
+                  not_predicted=None):
     """Predict every ok run of a results file; `effective` maps a config to the batch scale.
     own_level (CPU): each single run sets the speed level of the runs after it; without it the
-    profile's level holds for the whole file (a session measured with its profile)."""
+    profile's level holds for the whole file (a session measured with its profile).
+    kernels: the kernel set the compute profile was measured with (CUDA); a run on another set
+    is not predicted (its compute was never profiled) and is listed in not_predicted instead."""
     d = load(path)
     src = os.path.relpath(path, ROOT)
     points = []
@@ -375,6 +388,11 @@ def validate_runs(kind, path, comp, link, effective=None, own_level=True):
     runs = [r for r in d["runs"] if r["status"] == "ok" and r["timing"]["median_iteration_ms"]]
     for r in runs:
         c = dict(r["config"])
+        if kernels is not None and run_kernels(c) not in (None, kernels):
+            if not_predicted is not None:
+                not_predicted.append("%s: %s (kernels %s; the compute profile is %s's)" % (
+                    src, r["label"], run_kernels(c), kernels))
+            continue
         net = nets.for_config(c, r.get("strategy_report"))
         measured = r["timing"]["median_iteration_ms"]
         scale = effective(c) if effective else 1.0

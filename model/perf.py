@@ -197,7 +197,7 @@ class Compute:
     """
 
     def __init__(self, line, layers, backward_fraction, note="", host=None, width_efficiency=None,
-                 graph_factor=1.0, group_overhead=0.0, names=None, concurrency=None):
+                 graph_factor=1.0, group_overhead=0.0, names=None, concurrency=None, kernels=None):
         self.names = tuple(names) if names else LAYERS[:len(layers)] if len(layers) == len(LAYERS) else \
             tuple("layer%d" % i for i in range(len(layers)))
         # width_efficiency: {k: measured channel_split compute / the layer model's at 1/k of the
@@ -221,11 +221,14 @@ class Compute:
         # 1, 2, 4, 8 host threads]) for devices whose step is bounded by the host's launches
         # (virtual devices, one host thread each; interpolated linearly in threads, flat beyond).
         self.host = host
+        # kernels: the CUDA kernel set the profile was measured with ("cudnn", ...; None off CUDA)
+        self.kernels = kernels
 
     def scaled(self, level):
         return Compute((self.line[0] * level, self.line[1] * level), self.layers,
                        self.backward_fraction, self.note, self.host, self.width_efficiency,
-                       self.graph_factor, self.group_overhead, self.names, self.concurrency)
+                       self.graph_factor, self.group_overhead, self.names, self.concurrency,
+                       self.kernels)
 
     def width_factor(self, k):
         if not self.width_efficiency or k <= 1:

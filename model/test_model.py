@@ -611,6 +611,27 @@ class H200Runs(unittest.TestCase):
             with self.assertRaisesRegex(ValueError, "no single chunk_bytes"):
                 calibrate.h200_link(path)
 
+    def test_runs_on_another_kernel_set_than_the_profile_are_not_predicted(self):
+        # The compute profile comes from gpu-check.json's single runs, on cuDNN (the default
+        # kernels); a run on the own kernels computes at another speed the model never profiled.
+        d = os.path.join(calibrate.REFERENCE, "h200-2026-12-04")
+        comp = calibrate.h200_compute(os.path.join(d, "gpu-check.json"))
+        self.assertEqual(comp.kernels, "cudnn")
+        self.assertEqual(comp.scaled(2.0).kernels, "cudnn")
+        link = calibrate.h200_link(os.path.join(d, "allreduce-cuda-sweep.json"))[0]
+        skipped = []
+        got = {k: calibrate.validate_runs("h200", os.path.join(d, "lenet-10epochs-seeds-%s.json" % k),
+                                          comp, link, calibrate.h200_effective, kernels=comp.kernels,
+                                          not_predicted=skipped) for k in ("cudnn", "fused")}
+        self.assertEqual((len(got["cudnn"]), len(got["fused"])), (5, 0))
+        self.assertEqual(len(skipped), 5)
+        self.assertIn("kernels fused; the compute profile is cudnn's", skipped[0])
+        # Without a kernel set every run is predicted, as before there was a choice.
+        self.assertEqual(len(calibrate.validate_runs("h200", os.path.join(d, "lenet-10epochs-seeds-fused.json"),
+                                                     comp, link, calibrate.h200_effective)), 5)
+        self.assertIsNone(calibrate.run_kernels({"backend": "cpu"}))
+        self.assertEqual(calibrate.run_kernels({"backend": "cuda", "device_list": [{"name": "cuda:0"}]}), "cudnn")
+
     def test_an_eager_file_is_fitted_host_bound(self):
         link, rows, fit = calibrate.h200_link(os.path.join(calibrate.H200_FIRST, "allreduce-cuda.json"))
         self.assertTrue(link.host_bound)
