@@ -179,7 +179,8 @@ constexpr double kMinTime = 0.2;
 constexpr double kMaxWall = 0.5;
 std::map<std::string, AllreduceFactory> g_algorithms;  // naive, ring, tree, and any extras
 // --chunk-bytes: the ring's and tree's piece sizes to time; -1 is "auto" (auto_chunk_bytes of
-// the group: whole messages between virtual devices on one GPU, 256 KiB otherwise).
+// the group: whole messages between virtual devices on one GPU, 256 KiB otherwise). All-gather
+// and reduce-scatter take the first (their rows carry no chunk in their names).
 std::vector<int64_t> g_chunks{-1};
 
 // The allreduce to time: a built-in one with the benchmark's piece size, or an extra as given.
@@ -240,15 +241,15 @@ std::string first_error(const std::vector<std::string>& errors) {
 }
 
 // Runs `op` once on every rank over fresh exact data and checks every rank's result.
-std::string check(Op op, Allreduce* ar, BenchGroup& g, int64_t n) {
+std::string check(Op op, Allreduce* ar, BenchGroup& g, int64_t n, int64_t chunk_bytes) {
   const int k = g.size;
   const auto bounds = equal_segments(n, k);
   std::vector<std::string> errors(k);
   g.run([&](int r, Transport& t) {
     Tensor buf = Tensor::from_host(g.device(r), {n}, exact_input(n, r));
     if (op == Op::Allreduce) ar->run(t, buf);
-    if (op == Op::ReduceScatter) reduce_scatter_ring(t, buf, bounds);
-    if (op == Op::Allgather) allgather_ring(t, buf, bounds);
+    if (op == Op::ReduceScatter) reduce_scatter_ring(t, buf, bounds, chunk_bytes);
+    if (op == Op::Allgather) allgather_ring(t, buf, bounds, chunk_bytes);
     errors[r] = verify(op, k, r, buf.to_host_f32());
   });
   return first_error(errors);
@@ -386,14 +387,14 @@ void run_collective(benchmark::State& state, Op op, const std::string& algorithm
   const int64_t bytes = state.range(1);
   const int64_t n = bytes / 4;
   BenchGroup& g = group(k);
-  const int64_t chunk = g_chunks.size() > 1 ? state.range(2) : g_chunks[0];
+  const int64_t chunk = op == Op::Allreduce && g_chunks.size() > 1 ? state.range(2) : g_chunks[0];
   const int64_t used_chunk = chunk < 0 ? auto_chunk_bytes(g.ptrs) : chunk;
   std::unique_ptr<Allreduce> ar;
   if (op == Op::Allreduce) {
     ar = make_timed_allreduce(algorithm, chunk, g.ptrs);
     ar->prepare(g.ptrs);
   }
-  if (failed(state, check(op, ar.get(), g, n))) return;
+  if (failed(state, check(op, ar.get(), g, n, used_chunk))) return;
   std::vector<Tensor> bufs(k);
   const auto bounds = equal_segments(n, k);
   g.run([&](int r, Transport&) { bufs[r] = Tensor::zeros(g.device(r), {n}); });
@@ -412,8 +413,8 @@ void run_collective(benchmark::State& state, Op op, const std::string& algorithm
       state, g, [](int) {},
       [&](int r, Transport& t) {
         if (op == Op::Allreduce) ar->run(t, bufs[r]);
-        if (op == Op::ReduceScatter) reduce_scatter_ring(t, bufs[r], bounds);
-        if (op == Op::Allgather) allgather_ring(t, bufs[r], bounds);
+        if (op == Op::ReduceScatter) reduce_scatter_ring(t, bufs[r], bounds, used_chunk);
+        if (op == Op::Allgather) allgather_ring(t, bufs[r], bounds, used_chunk);
       },
       check_replay);
   set_counters(state, k, static_cast<double>(n * 4), bus_factor(op, k),
@@ -421,8 +422,7 @@ void run_collective(benchmark::State& state, Op op, const std::string& algorithm
                : op == Op::Allgather ? "allgather"
                                      : "reduce_scatter");
   // The piece size used (0: whole messages), for fits of time against messages per rank.
-  state.counters["chunk_bytes"] =
-      static_cast<double>(op == Op::Allreduce ? used_chunk : kDefaultChunkBytes);
+  state.counters["chunk_bytes"] = static_cast<double>(used_chunk);
 }
 
 // The same bytes from device 0's buffer into device 1's, by device 1's thread (the transport's
@@ -567,7 +567,8 @@ void print_help() {
       "                            (fine) with it, or these byte counts (multiples of 4)\n"
       "  --chunk-bytes=auto|N[,N...]  ring/tree piece sizes (default auto: whole messages\n"
       "                            between virtual devices on one GPU, 262144 otherwise; 0:\n"
-      "                            whole messages); several values time each\n"
+      "                            whole messages); several values time each; all-gather\n"
+      "                            and reduce-scatter take the first\n"
       "  --graphs=auto|on|off      time each collective as one CUDA graph over the group\n"
       "                            (auto: where it can be, virtual devices of one GPU)\n"
       "  --help                    this text\n"

@@ -75,6 +75,10 @@ class ChannelSplit final : public Strategy {
     model_ = s.model ? s.model : default_model();
     seed_ = s.seed;
     plan(group_->size());
+    // Pieces as data_parallel cuts them (auto_chunk_bytes): whole messages between virtual
+    // devices of one GPU, where cutting pipelines nothing and multiplies the messages.
+    chunk_bytes_ = auto_chunk_bytes(s.devices);
+    allreduce_ = make_allreduce(o_.allreduce, {chunk_bytes_});
     if (o_.pairing == "megatron" && !plan_.allreduce.empty()) allreduce_->prepare(s.devices);
     const int k = group_->size();
     ranks_ = std::vector<Rank>(static_cast<std::size_t>(k));
@@ -269,7 +273,8 @@ class ChannelSplit final : public Strategy {
                 {"allgather", list(plan_.allgather)},
                 {"reduce_scatter", list(plan_.reduce_scatter)},
                 {"allreduce", list(plan_.allreduce)},
-                {"bytes_per_example", plan_.bytes(1, k)}};
+                {"bytes_per_example", plan_.bytes(1, k)},
+                {"chunk_bytes", chunk_bytes_}};
     if (o_.cuda_graphs)
       report_graphs(out, graphs_, capture_.get(), k, ranks_[mine()].graph.captures(),
                     ranks_[mine()].graph.replays());
@@ -581,7 +586,7 @@ class ChannelSplit final : public Strategy {
   void gather_output(Rank& me, int b, int64_t n) {
     const auto at = static_cast<std::size_t>(b);
     comm(me, [&] {
-      allgather_ring(*me.t, me.packed[at], packed_bounds(b, n));
+      allgather_ring(*me.t, me.packed[at], packed_bounds(b, n), chunk_bytes_);
       repack(*me.dev, b, n, me.packed[at], me.full[at], /*to_packed=*/false);
     });
   }
@@ -591,7 +596,7 @@ class ChannelSplit final : public Strategy {
     const auto at = static_cast<std::size_t>(b);
     comm(me, [&] {
       repack(*me.dev, b, n, me.dfull[at], me.dpacked[at], /*to_packed=*/true);
-      reduce_scatter_ring(*me.t, me.dpacked[at], packed_bounds(b, n));
+      reduce_scatter_ring(*me.t, me.dpacked[at], packed_bounds(b, n), chunk_bytes_);
     });
   }
 
@@ -822,6 +827,7 @@ class ChannelSplit final : public Strategy {
   std::vector<int64_t> per_channel_;
   CommPlan plan_;
   std::unique_ptr<Allreduce> allreduce_;
+  int64_t chunk_bytes_ = kDefaultChunkBytes;  // the collectives' pieces (setup: auto_chunk_bytes)
   std::unique_ptr<SpmdGroup> group_;
   std::vector<Rank> ranks_;
   std::string graphs_ = "not set up";      // empty: the step is one CUDA graph over the group

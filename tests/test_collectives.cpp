@@ -337,6 +337,27 @@ TEST(ReduceScatterAllgather, UnevenSegmentsMatchReference) {
   }
 }
 
+TEST(ReduceScatterAllgather, PieceSizeChangesNoBit) {
+  // channel_split passes auto_chunk_bytes (whole messages on one GPU, 256 KiB elsewhere): each
+  // element's sum follows the ring's steps, not the pieces, so every piece size gives the bits.
+  const int k = 3;
+  const auto bounds = segments_from_counts(std::vector<int64_t>{700, 700, 600});
+  const int64_t n = bounds.back();
+  std::vector<std::vector<float>> first;
+  for (int64_t chunk : {int64_t{0}, int64_t{4}, int64_t{400}, kDefaultChunkBytes}) {
+    Group g(k);
+    std::vector<std::vector<float>> got(k);
+    g.run([&](int r, Transport& t) {
+      Tensor buf = Tensor::from_host(*g.ptrs[r], {n}, random_data(n, 70 + r));
+      reduce_scatter_ring(t, buf, bounds, chunk);
+      allgather_ring(t, buf, bounds, chunk);
+      got[r] = buf.to_host_f32();
+    });
+    if (first.empty()) first = got;
+    for (int r = 0; r < k; ++r) EXPECT_EQ(got[r], first[r]) << "chunk " << chunk << " rank " << r;
+  }
+}
+
 TEST(ReduceScatterAllgather, AllgatherMovesEachRanksSegmentExactly) {
   const int k = 3;
   const auto bounds = segments_from_counts(std::vector<int64_t>{7, 7, 6});

@@ -213,15 +213,16 @@ const std::map<std::string, Factory>& registry() {
 
 }  // namespace
 
-void reduce_scatter_ring(Transport& t, Tensor& buf, std::span<const int64_t> bounds) {
+void reduce_scatter_ring(Transport& t, Tensor& buf, std::span<const int64_t> bounds,
+                         int64_t chunk_bytes) {
   check_bounds(t, buf, bounds);
-  if (t.size() > 1)
-    reduce_scatter_impl(t, buf, bounds, piece_elems(AllreduceOptions{}.chunk_bytes));
+  if (t.size() > 1) reduce_scatter_impl(t, buf, bounds, piece_elems(chunk_bytes));
 }
 
-void allgather_ring(Transport& t, Tensor& buf, std::span<const int64_t> bounds) {
+void allgather_ring(Transport& t, Tensor& buf, std::span<const int64_t> bounds,
+                    int64_t chunk_bytes) {
   check_bounds(t, buf, bounds);
-  if (t.size() > 1) allgather_impl(t, buf, bounds, piece_elems(AllreduceOptions{}.chunk_bytes));
+  if (t.size() > 1) allgather_impl(t, buf, bounds, piece_elems(chunk_bytes));
 }
 
 int64_t auto_chunk_bytes(const std::vector<Device*>& devices) {

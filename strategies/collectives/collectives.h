@@ -26,11 +26,17 @@ std::vector<int64_t> equal_segments(int64_t n, int k);
 // Boundaries from explicit segment sizes (uneven splits such as 7/7/6 channels).
 std::vector<int64_t> segments_from_counts(std::span<const int64_t> counts);
 
+// The pieces messages are cut into by default (AllreduceOptions::chunk_bytes, auto_chunk_bytes).
+inline constexpr int64_t kDefaultChunkBytes = int64_t{1} << 18;
+
 // Ring reduce-scatter: afterwards rank r's segment r of buf holds the sum over ranks of that
-// segment (other segments hold partial sums). bounds: size()+1 boundaries over buf.
-void reduce_scatter_ring(Transport& t, Tensor& buf, std::span<const int64_t> bounds);
+// segment (other segments hold partial sums). bounds: size()+1 boundaries over buf. Each
+// segment travels in pieces of at most chunk_bytes (0: whole); the sums do not depend on it.
+void reduce_scatter_ring(Transport& t, Tensor& buf, std::span<const int64_t> bounds,
+                         int64_t chunk_bytes = kDefaultChunkBytes);
 // Ring all-gather: rank r contributes segment r of buf; afterwards every rank holds all segments.
-void allgather_ring(Transport& t, Tensor& buf, std::span<const int64_t> bounds);
+void allgather_ring(Transport& t, Tensor& buf, std::span<const int64_t> bounds,
+                    int64_t chunk_bytes = kDefaultChunkBytes);
 
 // buf = sum over ranks of buf; every rank ends with bit-identical contents.
 class Allreduce {
@@ -42,8 +48,6 @@ class Allreduce {
   virtual void prepare(const std::vector<Device*>& devices) { (void)devices; }
   virtual void run(Transport& t, Tensor& buf) = 0;
 };
-
-inline constexpr int64_t kDefaultChunkBytes = int64_t{1} << 18;
 
 struct AllreduceOptions {
   // Messages are cut into pieces of at most this many bytes so that consecutive hops overlap
