@@ -98,14 +98,27 @@ def _explicit_chunk(b):
     return bool(m) and int(m.group(1)) != -1
 
 
-def bench_chunk(path, graphs=True):
-    """The piece size (bytes; 0: whole messages) that a file's ring and tree allreduce rows, of
-    the kind `graphs` selects, were timed with: the one value of their chunk_bytes counter, or
-    None where there are no such rows or they differ (a --chunk-bytes list)."""
+def bench_chunk(path, graphs=True, families=("allreduce/ring", "allreduce/tree")):
+    """The piece size (bytes; 0: whole messages) that a file's rows of `families` (default: the
+    ring and tree allreduces), of the kind `graphs` selects, were timed with: the one value of
+    their chunk_bytes counter, or None where there are no such rows or they differ (a
+    --chunk-bytes list)."""
     values = {int(b["chunk_bytes"]) for b in _bench_entries(load(path))
               if (b.get("graph") == 1) == graphs and "chunk_bytes" in b and not _explicit_chunk(b) and
-              b["name"].split("/devices")[0] in ("allreduce/ring", "allreduce/tree")}
+              b["name"].split("/devices")[0] in families}
     return values.pop() if len(values) == 1 else None
+
+
+def bench_op_chunks(path, chunk, graphs=True):
+    """{op: piece size} for all-gather and reduce-scatter where their rows in the file were timed
+    with another piece size than the allreduces' `chunk` (before they took the automatic size,
+    they were cut into 256 KiB pieces between virtual devices of one GPU too)."""
+    out = {}
+    for op, family in (("allgather", "allgather/ring"), ("reduce_scatter", "reduce_scatter/ring")):
+        c = bench_chunk(path, graphs, (family,))
+        if c is not None and c != chunk:
+            out[op] = c
+    return out
 
 
 def bench_samples(path, include_timeshared=False, graphs=False):
@@ -296,14 +309,16 @@ def h200_link(path=None):
         if chunk is None:
             raise ValueError("%s: the graphed ring and tree rows have no single chunk_bytes "
                              "(time one piece size to fit the model)" % name)
+        op_chunk = bench_op_chunks(path, chunk)
         note = ("device-side collectives fitted on %s (%s virtual devices on one H200, each "
-                "collective one CUDA graph, %s): alpha per message, beta per byte, gamma per byte "
+                "collective one CUDA graph, %s%s): alpha per message, beta per byte, gamma per byte "
                 "added, per algorithm and k; other k extrapolated geometrically in k" %
                 (name, ", ".join(str(k) for k in sorted({r[2] for r in rows})),
-                 "whole messages" if chunk == 0 else "%d-byte pieces" % chunk))
+                 "whole messages" if chunk == 0 else "%d-byte pieces" % chunk,
+                 "".join("; %s in %d-byte pieces" % (op, c) for op, c in sorted(op_chunk.items()))))
 
         def fit(r):
-            return perf.Link.fit(r, per_k=True, note=note, chunk=chunk)
+            return perf.Link.fit(r, per_k=True, note=note, chunk=chunk, op_chunk=op_chunk)
     else:
         rows = bench_rows(path)
         note = ("host-bound model fitted on %s (%s virtual devices on one H200, eager): copy per "

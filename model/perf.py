@@ -385,11 +385,15 @@ class Link:
 
     def __init__(self, params, contention=None, chunk=CHUNK_BYTES, note="", host_bound=False,
                  size_beta=None, step_alpha=None, pair=None, copy=None, non_temporal=None,
-                 own_beta=None, non_temporal_for=None, non_temporal_recorded=None):
+                 own_beta=None, non_temporal_for=None, non_temporal_recorded=None, op_chunk=None):
         self.params = {op: ({int(k): tuple(x) for k, x in v.items()} if isinstance(v, dict) else {0: tuple(v)})
                        for op, v in params.items()}
         self.contention = list(contention) if contention else None
         self.chunk = chunk
+        # op_chunk: {op: piece size} for algorithms timed (and run) with pieces of another size than
+        # `chunk`: all-gather and reduce-scatter cut into 256 KiB pieces on one GPU too until they
+        # took the automatic size (their allreduce_bench rows record it: chunk_bytes).
+        self.op_chunk = {op: int(c) for op, c in (op_chunk or {}).items()}
         self.note = note
         # host_bound: the host's message calls overlap the device's copies (see the module doc)
         self.host_bound = host_bound
@@ -456,7 +460,7 @@ class Link:
         at once (a point-to-point hand-off is k = 2 between two of them)."""
         if k <= 1 or n <= 0:
             return 0.0
-        m, nb, r = collective_features(op, n, k, self.chunk)
+        m, nb, r = collective_features(op, n, k, self.chunk_of(op))
         if op in self.step_alpha and self.size_beta:
             beta = self.own_beta_at(op, n, k)
             if beta is None:
@@ -482,6 +486,10 @@ class Link:
         if self.host_bound:
             return max(sum(start) + alpha * m, beta * nb + gamma * r)
         return alpha * m + beta * nb + gamma * r
+
+    def chunk_of(self, op):
+        """The piece size op runs with (op_chunk, else chunk)."""
+        return self.op_chunk.get(op, self.chunk)
 
     def copy_time(self, k, n):
         """The one-thread copy's ms at n bytes: its measured times, log-log between measured sizes
@@ -552,25 +560,29 @@ class Link:
                                              "start_host_bound"), x))
                                    for k, x in v.items()} for op, v in self.params.items()},
                 "host_contention_us_1_2_4_8_threads": self.contention, "chunk_bytes": self.chunk,
+                "chunk_bytes_per_algorithm": dict(sorted(self.op_chunk.items())),
                 "host_bound_max_of_host_and_device": self.host_bound, "note": self.note}
 
     @staticmethod
-    def fit(rows, per_k=False, contention=None, note="", chunk=CHUNK_BYTES):
+    def fit(rows, per_k=False, contention=None, note="", chunk=CHUNK_BYTES, op_chunk=None):
         """rows: [(op, n, k, measured_ms)] from allreduce_bench; one fit per op, or per (op, k);
-        chunk: the piece size the rows were timed with (0: whole messages)."""
+        chunk: the piece size the rows were timed with (0: whole messages); op_chunk: {op: piece
+        size} where an algorithm's rows were timed with another."""
+        op_chunk = dict(op_chunk or {})
         params = {}
         for op in sorted({r[0] for r in rows}):
             ks = sorted({r[2] for r in rows if r[0] == op}) if per_k else [None]
             params[op] = {}
             for k in ks:
                 sel = [r for r in rows if r[0] == op and (k is None or r[2] == k)]
-                f = np.array([collective_features(o, n, kk, chunk) for o, n, kk, _ in sel])
+                f = np.array([collective_features(o, n, kk, op_chunk.get(o, chunk))
+                              for o, n, kk, _ in sel])
                 y = np.array([r[3] for r in sel])
                 used = f.any(axis=0)
                 x = np.zeros(3)
                 x[used] = relative_fit(f[:, used], y)
                 params[op][k or 0] = tuple(x)
-        return Link(params, contention, chunk=chunk, note=note)
+        return Link(params, contention, chunk=chunk, note=note, op_chunk=op_chunk)
 
     @staticmethod
     def fit_size_dependent(rows, group=("naive", "ring", "tree"), small=4096, note="", non_temporal=None):

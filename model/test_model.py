@@ -486,16 +486,19 @@ class H200Runs(unittest.TestCase):
     collectives on the device) as alpha-beta-gamma at their piece size, eager rows host-bound."""
 
     @staticmethod
-    def bench_file(path, rows, chunk=0):
+    def bench_file(path, rows, chunk=0, op_chunks=None):
         # allreduce_bench's JSON as Google Benchmark writes it: one entry per repetition.
         names = {"naive": "allreduce/naive", "ring": "allreduce/ring", "tree": "allreduce/tree",
-                 "p2p": "memcpy", "allgather": "allgather/ring"}
+                 "p2p": "memcpy", "allgather": "allgather/ring",
+                 "reduce_scatter": "reduce_scatter/ring"}
         benchmarks = []
         for op, n, k, ms, graph in rows:
             b = {"name": "%s/devices:%d/bytes:%d" % (names[op], k, n), "run_type": "iteration",
                  "real_time": ms * 1e3, "time_unit": "us", "bytes": n, "devices": k, "graph": graph}
             if op in ("ring", "tree"):
                 b["chunk_bytes"] = chunk if graph else perf.CHUNK_BYTES
+            if op in (op_chunks or {}):
+                b["chunk_bytes"] = op_chunks[op]
             benchmarks.append(b)
         with open(path, "w") as f:
             json.dump({"context": {}, "benchmarks": benchmarks}, f)
@@ -631,6 +634,35 @@ class H200Runs(unittest.TestCase):
                                                      comp, link, calibrate.h200_effective)), 5)
         self.assertIsNone(calibrate.run_kernels({"backend": "cpu"}))
         self.assertEqual(calibrate.run_kernels({"backend": "cuda", "device_list": [{"name": "cuda:0"}]}), "cudnn")
+
+    def test_allgather_timed_in_pieces_is_priced_in_those_pieces(self):
+        # Until all-gather and reduce-scatter took the automatic piece size, they were cut into
+        # 256 KiB pieces between virtual devices of one GPU too, while the allreduces moved whole
+        # messages; their rows record it (chunk_bytes), and the fit and its prices follow it.
+        truth = perf.Link({"ring": {2: (0.003, 4e-10, 1e-10), 4: (0.003, 5e-10, 1e-10)},
+                           "allgather": {2: (0.004, 3e-10, 0.0), 4: (0.005, 3e-10, 0.0)}},
+                          chunk=0, op_chunk={"allgather": 262144})
+        self.assertEqual(truth.chunk_of("allgather"), 262144)
+        self.assertEqual(truth.chunk_of("ring"), 0)
+        rows = [(op, n, k, truth.time(op, n, k), 1) for op in ("ring", "allgather") for k in (2, 4)
+                for n in [4 ** i for i in range(1, 15)]]
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "allreduce-cuda-sweep.json")
+            self.bench_file(path, rows, op_chunks={"allgather": 262144})
+            self.assertEqual(calibrate.bench_op_chunks(path, 0), {"allgather": 262144})
+            link = calibrate.h200_link(path)[0]
+            self.assertEqual(link.op_chunk, {"allgather": 262144})
+            self.assertIn("allgather in 262144-byte pieces", link.note)
+            for k in (2, 4):
+                self.assertAlmostEqual(link.time("allgather", 1 << 26, k) / truth.time("allgather", 1 << 26, k),
+                                       1.0, places=6)
+            # Rows in whole messages, as the allreduces: no override.
+            self.bench_file(path, rows, op_chunks={"allgather": 0})
+            self.assertEqual(calibrate.bench_op_chunks(path, 0), {})
+            # Priced in whole messages, the 64 MiB all-gather on 4 devices (64 pieces per step) is
+            # far cheaper than it was measured.
+            whole = perf.Link(truth.params, chunk=0)
+            self.assertLess(whole.time("allgather", 1 << 26, 4), 0.5 * truth.time("allgather", 1 << 26, 4))
 
     def test_an_eager_file_is_fitted_host_bound(self):
         link, rows, fit = calibrate.h200_link(os.path.join(calibrate.H200_FIRST, "allreduce-cuda.json"))
