@@ -25,8 +25,8 @@ std::unique_ptr<ConvReluPool> make_fused_conv_relu_pool(CudaDevice& device, Kern
 // "mixed": the own kernels for stages whose filters take the direct kernels (crp::direct: at most
 // kDirectMaxCrs values, LeNet's conv1), cuDNN for the others (conv2). Each shape goes to one of
 // the two, always the same, so a backward meets the forward it follows. On an H200 at batch 256
-// the own conv1 stage took 130 us of kernel time a step against cuDNN's 153 (bias gradient
-// excluded), cuDNN's conv2 stage 261 against the own 1,003 (ncu,
+// the own conv1 stage took 131 us of kernel time a step against cuDNN's 148 without its bias
+// gradient (which took 217 more), cuDNN's conv2 stage 256 without it against the own 1,003 (ncu,
 // results/reference/h200-2026-12-04/ncu-step-*.txt).
 class MixedConvReluPool final : public ConvReluPool {
  public:
