@@ -70,7 +70,7 @@ default_parts=(determinism pytorch collectives main bench seeds speed sanitizers
 declare -A needs=([determinism]=25 [pytorch]=70 [collectives]=30 [main]=40 [bench]=25
   [seeds]=35 [speed]=35 [sanitizers]=85 [ncu]=25 [models]=240 [sweep]=180)
 declare -A goals_of=(
-  [determinism]="same seed, same bits (cudnn); same seed, same bits (fused); steps read once per epoch"
+  [determinism]="same seed, same bits (cudnn, fused, mixed); steps read once per epoch"
   [pytorch]="a full epoch <= 50 ms; >= 2.5x the graphed PyTorch baseline"
   [collectives]="ring/tree x2/x4/x8 at 16 and 64 MiB <= 4x/11x/26x memcpy; LeNet gradient x2 <= 1.5x; per-message cost <= 5 us"
   [main]="main command runs and plots; every strategy at its device counts; ring exposed communication <= 15 %; CUDA graphs per strategy"
@@ -277,12 +277,12 @@ sys.exit(0 if a and a == b and da and da == db else 1)
 PY
 }
 # ---- The GPU core (issue 13) -------------------------------------------------------------------
-# Same seed => same bits: two 2-epoch runs per kernel set, each in a process of its own (the
-# algorithm choice is made afresh in each), every epoch's losses and accuracies and the final
-# parameters' digest compared exactly. Then steps read once per epoch against steps read one by
-# one.
+# Same seed => same bits: two 2-epoch runs per kernel set (cudnn, fused, mixed), each in a
+# process of its own (the algorithm choice is made afresh in each), every epoch's losses and
+# accuracies and the final parameters' digest compared exactly. Then steps read once per epoch
+# against steps read one by one.
 part_determinism() {
-for k in cudnn fused; do
+for k in cudnn fused mixed; do
   lenet "$work/det-$k-1.json" --set training.epochs=2 --set kernels=$k &&
     lenet "$work/det-$k-2.json" --set training.epochs=2 --set kernels=$k
   detail=$(same_epochs "$work/det-$k-1.json" "$work/det-$k-2.json" 2>&1)
