@@ -1,5 +1,4 @@
 // Launchers of the CUDA backend's own kernels (kernels.cuh, column_sums.cuh).
-#include <algorithm>
 #include <climits>
 #include <string>
 
