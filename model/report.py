@@ -990,9 +990,13 @@ HOLD_OUT_RULE = (
     "reduce-scatter as alpha + beta*bytes + gamma*reduced per algorithm over its other sizes; then "
     "all-gather and reduce-scatter, where both are measured, each at the other's time at n (log-log "
     "between the measured sizes) less or plus the adds, a + gamma*reduced fitted on the sizes where "
-    "both are measured (the held-out size is out of it). H200 (host-bound virtual devices): max(start + alpha*messages, beta*bytes + "
-    "gamma*reduced) per algorithm and k, with beta the memcpy rows' per-byte time (a memcpy row is "
-    "itself predicted from the memcpy rows of the other sizes).")
+    "both are measured (the held-out size is out of it). H200, rows timed as one CUDA graph per "
+    "collective (the fitted 2026-12-04 run): alpha*messages + beta*bytes + gamma*reduced per "
+    "algorithm and k, each algorithm in the pieces its rows were timed with (whole messages for the "
+    "allreduces; 256 KiB for that run's all-gather and reduce-scatter), other k extrapolated "
+    "geometrically in k; eager rows (the 2026-11-30 run, host-bound): max(start + alpha*messages, "
+    "beta*bytes + gamma*reduced) per algorithm and k, with beta the memcpy rows' per-byte time (a "
+    "memcpy row is itself predicted from the memcpy rows of the other sizes).")
 
 BOOK_TEXT = (
     "The book's trainer (d2l's `train_batch` over `split_batch`) runs every GPU's forward, backward "
