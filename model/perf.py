@@ -466,7 +466,7 @@ class Link:
             if beta is None:
                 beta = self.beta_at(n)
             return self.step_alpha[op] * latency_steps(op, k) + beta * traffic_bytes(
-                op, n, k, self.chunk, self.non_temporal_for.get(op, self.non_temporal))
+                op, n, k, self.chunk_of(op), self.non_temporal_for.get(op, self.non_temporal))
         if op == "p2p" and len(self.copy.get(k, {})) >= 2:
             return self.copy_time(k, n)
         if self.pair and op in PAIR and (PAIR[op], k) in self.pair["times"] and k in self.pair["adds"]:

@@ -65,8 +65,7 @@ struct StepMarks {
 
 class ChannelSplit final : public Strategy {
  public:
-  explicit ChannelSplit(Options o)
-      : o_(std::move(o)), allreduce_(make_allreduce(o_.allreduce, {})) {}
+  explicit ChannelSplit(Options o) : o_(std::move(o)) {}
 
   bool supports_mpi() const override { return true; }
 
@@ -826,7 +825,7 @@ class ChannelSplit final : public Strategy {
   std::vector<std::vector<int64_t>> bounds_;
   std::vector<int64_t> per_channel_;
   CommPlan plan_;
-  std::unique_ptr<Allreduce> allreduce_;
+  std::unique_ptr<Allreduce> allreduce_;      // made in setup, with the group's piece size
   int64_t chunk_bytes_ = kDefaultChunkBytes;  // the collectives' pieces (setup: auto_chunk_bytes)
   std::unique_ptr<SpmdGroup> group_;
   std::vector<Rank> ranks_;

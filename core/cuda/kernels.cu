@@ -48,7 +48,8 @@ void channel_sums(const float* dy, float* db, float* partial, int64_t n, int64_t
                   cudaStream_t s) {
   if (c == 0) return;
   const ChannelSumsPartition part = channel_sums_partition(n, c);
-  PARALAB_REQUIRE(part.chunk * hw <= INT32_MAX && c <= 65535 && n <= INT32_MAX,
+  // Channels on the grid's x (2^31 - 1 blocks), parts on its y (at most 1024 here).
+  PARALAB_REQUIRE(part.chunk * hw <= INT32_MAX && c <= INT32_MAX && n <= INT32_MAX,
                   "channel_sums: " + std::to_string(n) + " x " + std::to_string(c) + " x " +
                       std::to_string(hw) + " is beyond its 32-bit indexing");
   if (part.parts > 0) {
