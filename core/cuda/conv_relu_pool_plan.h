@@ -108,7 +108,7 @@ inline int64_t partial_floats(const Geometry& g) {
 inline bool indexes_fit_int32(const Geometry& g) {
   constexpr int64_t kMax = INT32_MAX;
   const int64_t n = g.n;
-  return n * g.c * g.h * g.w < kMax && n * g.k * g.oh * g.ow < kMax && n * g.k * g.h * g.w < kMax &&
+  return n * g.c * g.h * g.w < kMax && n * g.k * g.oh * g.ow < kMax &&
          forward_rows(g) + 64 * 4 < kMax && data_rows(g) + 256 < kMax &&
          int64_t{g.k} * (g.crs + 1) * 64 < kMax;
 }
