@@ -94,10 +94,10 @@ TEST_P(Backend, ConvReluPoolLeNetShapesMatchReference) {
 }
 
 TEST_P(Backend, ConvReluPoolGemmTilesAndTailsMatchReference) {
-  // LeNet's conv2 fits one tile of the own kernels' implicit GEMM in each direction; these take
-  // several row tiles (K = 70, 130 filters), several column tiles of the input gradient (C = 40,
-  // 70 channels), tails in both, an odd batch split into uneven chunks and crs past the direct
-  // path's limit, so that the GPU runs (and compute-sanitizer sees) multi-tile grids.
+  // LeNet's conv2 at this batch fits one tile of the own kernels' forward GEMM in each direction;
+  // these take several row tiles (K = 70, 130 filters), several row tiles of the input gradient's
+  // columns (C R S = 360, 630), tails in both, an odd batch split into uneven chunks and crs past
+  // the direct path's limit, so that the GPU runs (and compute-sanitizer sees) multi-tile grids.
   check_stage(*dev_, 5, 40, 12, 11, 70, 3, 3, 13, 0.05);
   check_stage(*dev_, 3, 70, 9, 10, 130, 3, 3, 17, 0.04);
 }

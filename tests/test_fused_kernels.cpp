@@ -92,21 +92,32 @@ struct Grads {
   std::vector<float> dw, db, dconv, dx;
 };
 
-// backward_data's GEMM as the launcher runs it: dx from dconv.
+// backward_data as the launcher runs it: dx from dconv, the columns GEMM and col2im per slice of
+// the batch (slices of at most max_floats columns; the launcher's default bound by default).
+template <const TileSet& T>
+void run_data_slice(const Geometry& g, int n_begin, int n_count, const std::vector<float>& dconv,
+                    const std::vector<float>& w, std::vector<float>& cols) {
+  constexpr Tile D = T.data;
+  emulate(dim3(unsigned(ceil_div(int64_t{n_count} * g.oh * g.ow, D.bn)),
+               unsigned(ceil_div(g.crs, D.bm))),
+          dim3(D.threads()), data_cols_gemm<D.bm, D.bn, D.bk, D.tm, D.tn>, g, n_begin, n_count,
+          dconv.data(), w.data(), cols.data());
+}
+
 std::vector<float> run_data_gemm(const Stage& st, const std::vector<float>& dconv,
-                                 const TileSet& tiles) {
+                                 const TileSet& tiles, int64_t max_floats = kColsMaxFloats) {
   const Geometry& g = st.g;
   std::vector<float> dx(std::size_t(g.n) * g.c * g.h * g.w, -1.0f);
-  if (&tiles == &kNarrowTiles) {
-    constexpr Tile D = kNarrowTiles.data;
-    emulate(dim3(unsigned(ceil_div(data_rows(g), D.bm)), unsigned(ceil_div(g.c, D.bn))),
-            dim3(D.threads()), data_gemm<D.bm, D.bn, D.bk, D.tm, D.tn>, g, dconv.data(),
-            st.w.data(), dx.data());
-  } else {
-    constexpr Tile D = kWideTiles.data;
-    emulate(dim3(unsigned(ceil_div(data_rows(g), D.bm)), unsigned(ceil_div(g.c, D.bn))),
-            dim3(D.threads()), data_gemm<D.bm, D.bn, D.bk, D.tm, D.tn>, g, dconv.data(),
-            st.w.data(), dx.data());
+  std::vector<float> cols(std::size_t(cols_floats(g, max_floats)), -1.0f);
+  const Slices slices = data_slices(g, max_floats);
+  for (int n_begin = 0; n_begin < g.n; n_begin += slices.examples) {
+    const int n_count = std::min(slices.examples, g.n - n_begin);
+    if (&tiles == &kNarrowTiles)
+      run_data_slice<kNarrowTiles>(g, n_begin, n_count, dconv, st.w, cols);
+    else
+      run_data_slice<kWideTiles>(g, n_begin, n_count, dconv, st.w, cols);
+    emulate(dim3(element_blocks(int64_t{n_count} * g.c * g.h * g.w)), dim3(kElementThreads),
+            col2im_sum, g, n_begin, n_count, static_cast<const float*>(cols.data()), dx.data());
   }
   return dx;
 }
@@ -256,7 +267,8 @@ TEST(FusedKernels, GemmBackwardMatchesReference) {
 
 TEST(FusedKernels, NarrowTilesGiveTheWideTilesBits) {
   // Every tile computes each output with the same operations in the same order: the narrow set
-  // (several threads loading each row of A, one pool window per thread) changes no bit.
+  // (several threads loading each row of A, one pool window per thread; smaller tiles of the
+  // input gradient's columns) changes no bit.
   // The weight gradient's tile is one for both sets (run_backward's static_assert): only the
   // forward and input-gradient GEMMs differ, so only they run twice (the emulator is slow).
   for (const Shape7& s : {kConv2, kOdd, kWide, kDeep}) {
@@ -276,6 +288,39 @@ TEST(FusedKernels, NarrowTilesGiveTheWideTilesBits) {
         bits_equal(run_data_gemm(st, dconv, kWideTiles), run_data_gemm(st, dconv, kNarrowTiles)))
         << "dx, K=" << s.k << " C=" << s.c;
   }
+}
+
+TEST(FusedKernels, InputGradientInSlicesHasTheBitsOfOneSlice) {
+  // Each example's dx depends on its own columns only: a columns buffer bounded to one example,
+  // or to two (the last slice shorter), gives the bits of the whole batch at once.
+  Stage st = make_stage(kOddBatch, 79);
+  run_forward(st, true);
+  std::vector<float> dconv(std::size_t(st.g.n) * st.g.k * st.g.oh * st.g.ow, -1.0f);
+  emulate(dim3(element_blocks(int64_t(dconv.size()))), dim3(kElementThreads), conv_grad_all, st.g,
+          st.dy.data(), st.mask.data(), dconv.data());
+  const int64_t per_example = int64_t{st.g.crs} * st.g.oh * st.g.ow;
+  ASSERT_EQ(data_slices(st.g).count, 1);
+  ASSERT_EQ(data_slices(st.g, per_example).count, st.g.n);
+  ASSERT_EQ(data_slices(st.g, 2 * per_example + 1).examples, 2);
+  ASSERT_EQ(data_slices(st.g, 2 * per_example + 1).count, (st.g.n + 1) / 2);
+  const auto whole = run_data_gemm(st, dconv, kDefaultTiles);
+  EXPECT_TRUE(bits_equal(whole, run_data_gemm(st, dconv, kDefaultTiles, per_example)));
+  EXPECT_TRUE(bits_equal(whole, run_data_gemm(st, dconv, kNarrowTiles, 2 * per_example + 1)));
+}
+
+TEST(FusedKernels, DataSlicesBoundTheColumnsBuffer) {
+  // LeNet's conv2 at batch 256: 500 x 64 columns per example, the whole batch in one slice.
+  const Geometry lenet = make_geometry(256, 20, 13, 13, 50, 5, 5);
+  EXPECT_EQ(data_slices(lenet).count, 1);
+  EXPECT_EQ(cols_floats(lenet), 256 * 500 * 64);
+  // At batch 1,000 the buffer would be 32 M floats: 524 examples a slice, two slices.
+  const Geometry big = make_geometry(1000, 20, 13, 13, 50, 5, 5);
+  EXPECT_EQ(data_slices(big).examples, int(kColsMaxFloats / (500 * 64)));
+  EXPECT_EQ(data_slices(big).count, 2);
+  EXPECT_LE(cols_floats(big), kColsMaxFloats);
+  // One example larger than the bound still makes a slice of one.
+  EXPECT_EQ(data_slices(lenet, 10).examples, 1);
+  EXPECT_EQ(data_slices(lenet, 10).count, 256);
 }
 
 TEST(FusedKernels, TileSetsAreFoundByTheirExactName) {
@@ -322,6 +367,10 @@ TEST(FusedKernels, IndexesFitInt32OnlyBelowTwoToThe31) {
   EXPECT_FALSE(indexes_fit_int32(make_geometry(2'800'000, 1, 28, 28, 20, 3, 3)));
   // The input fits (1.3e8 values) but conv1's 20 x 26 x 26 positions per example do not.
   EXPECT_FALSE(indexes_fit_int32(make_geometry(170'000, 1, 28, 28, 20, 3, 3)));
+  // Everything else fits, but one example's input-gradient columns (128 x 5 x 5 values at each
+  // of 1020 x 1020 positions, 3.3e9) do not, and a slice holds at least one example.
+  EXPECT_TRUE(indexes_fit_int32(make_geometry(1, 64, 1024, 1024, 1, 5, 5)));
+  EXPECT_FALSE(indexes_fit_int32(make_geometry(1, 128, 1024, 1024, 1, 5, 5)));
 }
 
 TEST(FusedKernels, ColumnSumsMatchReference) {

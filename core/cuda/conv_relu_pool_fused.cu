@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <string>
 
 #include "core/cuda/check.h"
@@ -37,12 +38,13 @@ void filter_gemm_on(const Geometry& g, const Partition& part, const float* x, co
 }
 
 template <const TileSet& T>
-void data_gemm_on(const Geometry& g, const float* dconv, const float* w, float* dx,
-                  cudaStream_t s) {
+void data_cols_gemm_on(const Geometry& g, int n_begin, int n_count, const float* dconv,
+                       const float* w, float* cols, cudaStream_t s) {
   constexpr Tile D = T.data;
-  const dim3 grid(static_cast<unsigned>(ceil_div(data_rows(g), D.bm)),
-                  static_cast<unsigned>(ceil_div(g.c, D.bn)));
-  data_gemm<D.bm, D.bn, D.bk, D.tm, D.tn><<<grid, D.threads(), 0, s>>>(g, dconv, w, dx);
+  const dim3 grid(static_cast<unsigned>(ceil_div(int64_t{n_count} * g.oh * g.ow, D.bn)),
+                  static_cast<unsigned>(ceil_div(g.crs, D.bm)));
+  data_cols_gemm<D.bm, D.bn, D.bk, D.tm, D.tn>
+      <<<grid, D.threads(), 0, s>>>(g, n_begin, n_count, dconv, w, cols);
 }
 
 void require_int32(const Geometry& g) {
@@ -105,13 +107,23 @@ void backward_weights(const Geometry& g, const TileSet& tiles, const float* x, c
 }
 
 void backward_data(const Geometry& g, const TileSet& tiles, const float* dconv, const float* w,
-                   float* dx, cudaStream_t s) {
+                   float* cols, float* dx, cudaStream_t s) {
   require_int32(g);
-  if (narrow(tiles))
-    data_gemm_on<kNarrowTiles>(g, dconv, w, dx, s);
-  else
-    data_gemm_on<kWideTiles>(g, dconv, w, dx, s);
-  PARALAB_CUDA_LAUNCHED();
+  const Slices slices = data_slices(g);
+  const bool no_positions = g.oh == 0 || g.ow == 0;  // dx is all zeros: col2im adds nothing
+  for (int n_begin = 0; n_begin < g.n; n_begin += slices.examples) {
+    const int n_count = std::min(slices.examples, g.n - n_begin);
+    if (!no_positions) {
+      if (narrow(tiles))
+        data_cols_gemm_on<kNarrowTiles>(g, n_begin, n_count, dconv, w, cols, s);
+      else
+        data_cols_gemm_on<kWideTiles>(g, n_begin, n_count, dconv, w, cols, s);
+      PARALAB_CUDA_LAUNCHED();
+    }
+    col2im_sum<<<element_blocks(int64_t{n_count} * g.c * g.h * g.w), kElementThreads, 0, s>>>(
+        g, n_begin, n_count, cols, dx);
+    PARALAB_CUDA_LAUNCHED();
+  }
 }
 
 }  // namespace paralab::cuda::crp

@@ -29,8 +29,9 @@ void backward_weights(const Geometry& g, const TileSet& tiles, const float* x, c
 void conv_grads(const Geometry& g, const float* dy, const uint8_t* mask, float* dconv,
                 cudaStream_t s);
 
-// dx (N,C,H,W) from dconv (N,K,OH,OW) and w (K,C,R,S).
+// dx (N,C,H,W) from dconv (N,K,OH,OW) and w (K,C,R,S), through cols, a buffer of
+// cols_floats(g) floats (the columns of one slice of the batch at a time).
 void backward_data(const Geometry& g, const TileSet& tiles, const float* dconv, const float* w,
-                   float* dx, cudaStream_t s);
+                   float* cols, float* dx, cudaStream_t s);
 
 }  // namespace paralab::cuda::crp

@@ -417,85 +417,106 @@ __global__ void sum_partials(Geometry g, int parts, const float* __restrict__ pa
   }
 }
 
-// Input gradient as an implicit GEMM: rows m = input pixels (n, ih, iw), columns the C input
-// channels, reduction j = (k, r, s) over the filters:
-//   A[m][j] = dconv[n, k, ih-r, iw-s] (0 outside the positions the pool reads),
-//   B[j][c] = w[k, c, r, s].
-template <int BM, int BK, int kThreads>
-struct DataLoadA {  // as ForwardLoadA: kThreads / BM threads per row, (k, r, s) stepped
-  static_assert(kThreads % BM == 0 && BK % (kThreads / BM) == 0, "whole rows per thread group");
-  static constexpr int kPerRow = kThreads / BM;
-  const Geometry& g;
-  const float* dconv;
-  int n;  // this thread's row: pixel (n, ih, iw), or n < 0 past the end
-  int ih, iw;
-  __device__ void operator()(int j0, float (&As)[BK][BM + 1]) const {
-    const int row = static_cast<int>(threadIdx.x) % BM, first = static_cast<int>(threadIdx.x) / BM;
-    const int rs = g.r * g.s, krs = g.k * rs, j1 = j0 + first;
-    int k = j1 / rs, r = (j1 - k * rs) / g.s, s = j1 - k * rs - r * g.s;
-    for (int kk = first, j = j1; kk < BK; kk += kPerRow, j += kPerRow) {
-      float v = 0.0f;
-      if (n >= 0 && j < krs) {
-        const int oh = ih - r, ow = iw - s;
-        if (oh >= 0 && oh < g.oh && ow >= 0 && ow < g.ow)
-          v = dconv[((n * g.k + k) * g.oh + oh) * g.ow + ow];
-      }
-      As[kk][row] = v;
-      step_ars(k, r, s, kPerRow, g.r, g.s);
-    }
-  }
-};
-
-template <int BM, int BN, int BK>
-struct DataLoadB {  // B[j][c] = w[k, c, r, s], j = (k, r, s)
+// Input gradient, in two kernels per slice of the batch (examples n_begin .. n_begin + count;
+// data_slices in conv_relu_pool_plan.h bounds the buffer between them):
+// (1) the columns GEMM: rows j = (c,r,s), columns m = (n - n_begin, oh, ow) over the conv
+//     positions the pool reads, reduction over the K filters,
+//       cols[j][m] = sum over k of w[k, j] dconv[n, k, oh, ow],
+//     fmaf-accumulated over k ascending from 0: only the products the input gradient needs (an
+//     implicit GEMM over input pixels and (k,r,s) multiplies about 4x as many, the zeros of dconv
+//     outside the window and the padding of C to a tile, at LeNet's conv2);
+// (2) col2im: dx[n, c, ih, iw] = the sum over (r, s) ascending of cols[(c,r,s)][(n, ih-r, iw-s)]
+//     where that conv position is one the pool reads, added in that order from 0.
+// The columns are stored j-major (cols[j * columns + m]), so that the GEMM's consecutive threads
+// write, and col2im's consecutive threads (consecutive iw) read, consecutive floats.
+template <int BM, int BK>
+struct ColsLoadA {  // A[j][k] = w[k * crs + j], for the block's rows j0 ...
   const Geometry& g;
   const float* w;
   int threads;
-  __device__ void operator()(int j0, float (&Bs)[BK][BN]) const {
-    const int rs = g.r * g.s, krs = g.k * rs;
-    const int c0 = static_cast<int>(blockIdx.y) * BN;
-    for (int e = static_cast<int>(threadIdx.x); e < BK * BN; e += threads) {
-      const int kk = e / BN, col = e % BN;
-      const int j = j0 + kk;
-      const int c = c0 + col;
-      float v = 0.0f;
-      if (j < krs && c < g.c) {
-        const int k = j / rs;
-        v = w[(k * g.c + c) * rs + j - k * rs];
-      }
-      Bs[kk][col] = v;
+  __device__ void operator()(int k0, float (&As)[BK][BM + 1]) const {
+    const int j0 = static_cast<int>(blockIdx.y) * BM;
+    for (int e = static_cast<int>(threadIdx.x); e < BK * BM; e += threads) {
+      const int kk = e / BM, row = e % BM;  // consecutive threads, consecutive weights
+      const int j = j0 + row, k = k0 + kk;
+      As[kk][row] = j < g.crs && k < g.k ? w[k * g.crs + j] : 0.0f;
     }
   }
 };
 
+// The block's threads are a multiple of BN, so a thread loads one column m of the B tile in
+// every step: its dconv offset at k = 0 is worked out once (col_base, -1 past the slice).
+template <int BN, int BK>
+struct ColsLoadB {  // B[k][m] = dconv[n, k, oh, ow]
+  const Geometry& g;
+  const float* dconv;
+  int threads;
+  int col_base;
+  __device__ void operator()(int k0, float (&Bs)[BK][BN]) const {
+    const int per_n = g.oh * g.ow, col = static_cast<int>(threadIdx.x) % BN;
+    for (int kk = static_cast<int>(threadIdx.x) / BN; kk < BK; kk += threads / BN) {
+      const int k = k0 + kk;
+      Bs[kk][col] = col_base >= 0 && k < g.k ? dconv[col_base + k * per_n] : 0.0f;
+    }
+  }
+};
+
+// Rows (j) on blockIdx.y, columns (m) on blockIdx.x.
 template <int BM, int BN, int BK, int TM, int TN>
 __global__ void __launch_bounds__((BM / TM) * (BN / TN))
-    data_gemm(Geometry g, const float* __restrict__ dconv, const float* __restrict__ w,
-              float* __restrict__ dx) {
+    data_cols_gemm(Geometry g, int n_begin, int n_count, const float* __restrict__ dconv,
+                   const float* __restrict__ w, float* __restrict__ cols) {
   constexpr int kThreads = (BM / TM) * (BN / TN);
+  static_assert(kThreads % BN == 0, "each thread loads one column of the B tile");
   __shared__ float As[BK][BM + 1];
   __shared__ float Bs[BK][BN];
-  const int rows = static_cast<int>(data_rows(g));
-  const int m0 = static_cast<int>(blockIdx.x) * BM;
-  DataLoadA<BM, BK, kThreads> load_a{g, dconv, -1, 0, 0};
-  if (const int m = m0 + static_cast<int>(threadIdx.x) % BM; m < rows) {
-    load_a.iw = m % g.w;
-    load_a.ih = m / g.w % g.h;
-    load_a.n = m / (g.h * g.w);
+  const int per_n = g.oh * g.ow, columns = n_count * per_n;
+  const int m0 = static_cast<int>(blockIdx.x) * BN;
+  int col_base = -1;
+  if (const int m = m0 + static_cast<int>(threadIdx.x) % BN; m < columns) {
+    const int e = m / per_n;
+    col_base = (n_begin + e) * g.k * per_n + m - e * per_n;
   }
   float acc[TM][TN] = {};
-  gemm_mainloop<BM, BN, BK, TM, TN>(As, Bs, 0, g.k * g.r * g.s, load_a,
-                                    DataLoadB<BM, BN, BK>{g, w, kThreads}, acc);
+  gemm_mainloop<BM, BN, BK, TM, TN>(As, Bs, 0, g.k, ColsLoadA<BM, BK>{g, w, kThreads},
+                                    ColsLoadB<BN, BK>{g, dconv, kThreads, col_base}, acc);
   constexpr int kCols = BN / TN;
   const int tx = static_cast<int>(threadIdx.x) % kCols, ty = static_cast<int>(threadIdx.x) / kCols;
   for (int i = 0; i < TM; ++i) {
-    const int m = m0 + ty * TM + i;
-    if (m >= rows) break;
-    const int n = m / (g.h * g.w), pixel = m - n * (g.h * g.w);
+    const int j = static_cast<int>(blockIdx.y) * BM + ty * TM + i;
+    if (j >= g.crs) break;
     for (int jj = 0; jj < TN; ++jj) {
-      const int c = static_cast<int>(blockIdx.y) * BN + tx + jj * kCols;
-      if (c < g.c) dx[(n * g.c + c) * g.h * g.w + pixel] = acc[i][jj];
+      const int m = m0 + tx + jj * kCols;
+      if (m < columns) cols[j * columns + m] = acc[i][jj];
     }
+  }
+}
+
+// dx of examples n_begin .. n_begin + n_count from their columns (above): one thread per value.
+__global__ void col2im_sum(Geometry g, int n_begin, int n_count, const float* __restrict__ cols,
+                           float* __restrict__ dx) {
+  const int per_n = g.oh * g.ow, columns = n_count * per_n;
+  const int total = n_count * g.c * g.h * g.w;
+  const int stride = static_cast<int>(blockDim.x * gridDim.x);
+  float* out = dx + n_begin * g.c * g.h * g.w;
+  for (int i = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x); i < total; i += stride) {
+    int t = i / g.w;
+    const int iw = i - t * g.w;
+    const int ih = t % g.h;
+    t /= g.h;
+    const int c = t % g.c, e = t / g.c;
+    const float* col = cols + e * per_n;
+    float acc = 0.0f;
+    for (int r = 0; r < g.r; ++r) {
+      const int oh = ih - r;
+      if (oh < 0 || oh >= g.oh) continue;
+      for (int s = 0; s < g.s; ++s) {
+        const int ow = iw - s;
+        if (ow < 0 || ow >= g.ow) continue;
+        acc += col[((c * g.r + r) * g.s + s) * columns + oh * g.ow + ow];
+      }
+    }
+    out[i] = acc;
   }
 }
 

@@ -58,12 +58,12 @@ struct TileSet {
   const char* name;
   Tile forward;  // rows: pool windows x 4; cols: K
   Tile filter;   // rows: K; cols: C R S; reduction: positions
-  Tile data;     // rows: input pixels; cols: C
+  Tile data;     // the input gradient's columns GEMM: rows C R S; cols: positions; reduction: K
 };
 inline constexpr TileSet kWideTiles{
-    "wide", {128, 64, 8, 8, 8}, {64, 64, 16, 4, 4}, {128, 32, 8, 8, 4}};
+    "wide", {128, 64, 8, 8, 8}, {64, 64, 16, 4, 4}, {64, 128, 8, 4, 8}};
 inline constexpr TileSet kNarrowTiles{
-    "narrow", {64, 64, 8, 4, 8}, {64, 64, 16, 4, 4}, {64, 32, 8, 4, 4}};
+    "narrow", {64, 64, 8, 4, 8}, {64, 64, 16, 4, 4}, {64, 64, 8, 4, 4}};
 inline constexpr const TileSet* kTileSets[] = {&kWideTiles, &kNarrowTiles};
 inline constexpr const TileSet& kDefaultTiles = kWideTiles;
 
@@ -95,8 +95,24 @@ inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 PARALAB_HOST_DEVICE inline int64_t forward_rows(const Geometry& g) {
   return int64_t{g.n} * g.ph * g.pw * 4;
 }
-// Rows of the backward-data GEMM: every input pixel.
-PARALAB_HOST_DEVICE inline int64_t data_rows(const Geometry& g) { return int64_t{g.n} * g.h * g.w; }
+// The input gradient's columns (C R S values per conv position the pool reads) for a slice of
+// the batch at a time, so that their buffer stays within max_floats (64 MiB by default; LeNet's
+// conv2 at batch 256 takes 31 MiB, one slice). Each example's dx depends on its own columns only,
+// so the slicing changes no bit (tests/test_fused_kernels.cpp checks it).
+inline constexpr int64_t kColsMaxFloats = int64_t{1} << 24;
+struct Slices {
+  int examples, count;  // examples per slice (the last may have fewer), slices
+};
+inline Slices data_slices(const Geometry& g, int64_t max_floats = kColsMaxFloats) {
+  const int64_t per_example = int64_t{g.crs} * g.oh * g.ow;
+  const int64_t fit = per_example > 0 ? std::max<int64_t>(1, max_floats / per_example) : g.n;
+  const int examples = static_cast<int>(std::min<int64_t>(g.n, fit));
+  return {examples, examples > 0 ? (g.n + examples - 1) / examples : 0};
+}
+// Floats of the columns buffer: one slice's.
+inline int64_t cols_floats(const Geometry& g, int64_t max_floats = kColsMaxFloats) {
+  return int64_t{data_slices(g, max_floats).examples} * g.crs * g.oh * g.ow;
+}
 
 // Floats of the partial sums: P chunks x K filters x (C R S weights + 1 bias).
 inline int64_t partial_floats(const Geometry& g) {
@@ -104,12 +120,13 @@ inline int64_t partial_floats(const Geometry& g) {
 }
 
 // Whether every index the kernels compute fits in 32 bits (they index with int): the input, the
-// conv positions the pool reads and the pooled output, the GEMMs' rows and the partial sums.
+// conv positions the pool reads and the pooled output, the GEMMs' rows, the input gradient's
+// columns (one slice's, rounded up to a tile) and the partial sums.
 inline bool indexes_fit_int32(const Geometry& g) {
   constexpr int64_t kMax = INT32_MAX;
   const int64_t n = g.n;
   return n * g.c * g.h * g.w < kMax && n * g.k * g.oh * g.ow < kMax &&
-         forward_rows(g) + 64 * 4 < kMax && data_rows(g) + 256 < kMax &&
+         forward_rows(g) + 64 * 4 < kMax && (cols_floats(g) + int64_t{g.crs} * 256) < kMax &&
          int64_t{g.k} * (g.crs + 1) * 64 < kMax;
 }
 

@@ -4,6 +4,7 @@
 // have a fixed order, so results repeat to the bit and a shard of a batch sees exactly the
 // activations the whole batch sees. cuDNN's stage (conv_relu_pool.cpp) stays as the reference
 // path ("kernels": "cudnn").
+#include <algorithm>
 #include <cstdlib>
 #include <map>
 #include <string>
@@ -26,6 +27,7 @@ struct Plan {
   Tensor eval_mask;  // where a forward that is not for training writes its bits
   Tensor dconv;      // (N,K,OH,OW), for the GEMM paths
   Tensor partial;    // partial_floats(g)
+  Tensor cols;       // cols_floats(g): the input gradient's columns, when dx is asked for
   const crp::TileSet* tiles = &crp::kDefaultTiles;
   bool has_forward = false;
 };
@@ -47,6 +49,12 @@ std::string tile_name(const char* what, const crp::Tile& t) {
   return std::string(what) + " " + std::to_string(t.bm) + "x" + std::to_string(t.bn) + "x" +
          std::to_string(t.bk) + ", " + std::to_string(t.tm) + "x" + std::to_string(t.tn) +
          " per thread";
+}
+
+std::string slice_note(const crp::Geometry& g) {
+  const crp::Slices sl = crp::data_slices(g);
+  return std::to_string(sl.count) + (sl.count == 1 ? " slice" : " slices") + " of " +
+         std::to_string(sl.examples) + " examples";
 }
 
 class FusedConvReluPool final : public ConvReluPool {
@@ -76,7 +84,9 @@ class FusedConvReluPool final : public ConvReluPool {
                           d_.stream());
     if (!dx) return;
     if (!gemm) crp::conv_grads(p.g, dy.f32(), bytes(p.mask), p.dconv.f32(), d_.stream());
-    crp::backward_data(p.g, *p.tiles, p.dconv.f32(), w.f32(), dx->f32(), d_.stream());
+    if (!p.cols.defined())
+      p.cols = Tensor::empty(d_, {std::max<int64_t>(1, crp::cols_floats(p.g))});
+    crp::backward_data(p.g, *p.tiles, p.dconv.f32(), w.f32(), p.cols.f32(), dx->f32(), d_.stream());
   }
 
  private:
@@ -116,7 +126,8 @@ class FusedConvReluPool final : public ConvReluPool {
                             : tile_name("implicit GEMM", t.forward)},
          {"backward_filter",
           (direct ? std::string("direct") : tile_name("implicit GEMM", t.filter)) + ", " + chunks},
-         {"backward_data", tile_name("implicit GEMM", t.data)}});
+         {"backward_data", tile_name("columns GEMM", t.data) + " over the positions the pool " +
+                               "reads, then col2im; " + slice_note(p->g)}});
     return *plans_.emplace(key, std::move(p)).first->second;
   }
 
