@@ -87,8 +87,12 @@ void backward_weights(const Geometry& g, const TileSet& tiles, const float* x, c
   const Partition part = partition(g.n);
   if (direct(g)) {
     const dim3 grid(static_cast<unsigned>(g.k), static_cast<unsigned>(part.parts));
-    weights_direct_partial<kReduceThreads>
-        <<<grid, kReduceThreads, 0, s>>>(g, part.chunk, x, dy, mask, partial);
+    if (direct_small(g))
+      weights_direct_partial<kReduceThreads, kDirectSmallSlots>
+          <<<grid, kReduceThreads, 0, s>>>(g, part.chunk, x, dy, mask, partial);
+    else
+      weights_direct_partial<kReduceThreads, kDirectSlots>
+          <<<grid, kReduceThreads, 0, s>>>(g, part.chunk, x, dy, mask, partial);
   } else {
     conv_grads(g, dy, mask, dconv, s);
     const dim3 bias_grid(static_cast<unsigned>(g.k), static_cast<unsigned>(part.parts));

@@ -237,16 +237,29 @@ __device__ __forceinline__ void block_tree_sum(float (&red)[kRows][kThreads], in
   }
 }
 
-// Direct weight and bias gradients of a small filter: block (k, p) sums, over the conv positions
-// of chunk p's examples, dconv * x for each of filter k's C R S weights and dconv for its bias,
-// into partial[p][k][0 .. crs] (crs + 1 values). The chunks are summed by sum_partials.
-template <int kThreads>
+// The four conv-output gradients of pooled output o = (n,k,ph,pw), in the order q = 2 dh + dw:
+// conv_grad of its window, from one load of dy and one of the mask.
+__device__ __forceinline__ void window_grads(const float* dy, const uint8_t* mask, int o,
+                                             float (&d)[4]) {
+  const float v = dy[o] * 0.25f;
+  const int bits = mask[o];
+  for (int q = 0; q < 4; ++q) d[q] = (bits >> q) & 1 ? v : 0.0f;
+}
+
+// Direct weight and bias gradients of a small filter (crs <= kSlots - 1): block (k, p) sums, over
+// the pool windows of chunk p's examples, dconv * x for each of filter k's C R S weights and
+// dconv for its bias, into partial[p][k][0 .. crs] (crs + 1 values). The chunks are summed by
+// sum_partials. A thread takes whole windows (windows tid, tid + kThreads, ...; in each, the
+// positions q = 0..3), so that one load of dy and of the mask serves four positions and the
+// window's x values are loaded together; it skips positions whose gradient is 0 (ReLU closed, or
+// dy 0), adding nothing, as bias_partial adds their zeros (same bits).
+template <int kThreads, int kSlots>
 __global__ void __launch_bounds__(kThreads)
     weights_direct_partial(Geometry g, int chunk, const float* __restrict__ x,
                            const float* __restrict__ dy, const uint8_t* __restrict__ mask,
                            float* __restrict__ partial) {
-  constexpr int kMax = kDirectMaxCrs;
-  __shared__ float red[kMax + 1][kThreads];
+  constexpr int kMax = kSlots - 1;  // weights; the last slot is the bias
+  __shared__ float red[kSlots][kThreads];
   __shared__ int offset[kMax];  // x offset of weight j = (c,r,s): c H W + r W + s
   const int k = static_cast<int>(blockIdx.x), p = static_cast<int>(blockIdx.y);
   for (int j = static_cast<int>(threadIdx.x); j < g.crs; j += kThreads) {
@@ -256,28 +269,38 @@ __global__ void __launch_bounds__(kThreads)
   __syncthreads();
   // Every index into acc is a constant after unrolling (the loops run to kMax, predicated on
   // crs), so that acc lives in registers rather than in local memory.
-  float acc[kMax + 1];
+  float acc[kSlots];
   PARALAB_UNROLL
-  for (int j = 0; j <= kMax; ++j) acc[j] = 0.0f;
+  for (int j = 0; j < kSlots; ++j) acc[j] = 0.0f;
   const int n_begin = p * chunk, n_end = imin(g.n, n_begin + chunk);
-  const int per_n = g.oh * g.ow;
+  const int per_n = g.ph * g.pw;
   const int count = (n_end - n_begin) * per_n;
   for (int i = static_cast<int>(threadIdx.x); i < count; i += kThreads) {
-    const int e = i / per_n, pos = i - e * per_n, n = n_begin + e;
-    const int oh = pos / g.ow, ow = pos - oh * g.ow;
-    const float d = conv_grad(g, dy, mask, n, k, oh, ow);
-    if (d == 0.0f) continue;  // adds nothing (ReLU closed, or dy 0)
-    const float* xp = x + n * g.c * g.h * g.w + oh * g.w + ow;
+    const int e = i / per_n, window = i - e * per_n, n = n_begin + e;
+    const int ph = window / g.pw, pw = window - ph * g.pw;
+    float d[4];
+    window_grads(dy, mask, ((n * g.k + k) * g.ph + ph) * g.pw + pw, d);
+    const float* xw = x + n * g.c * g.h * g.w + 2 * ph * g.w + 2 * pw;
     PARALAB_UNROLL
-    for (int j = 0; j < kMax; ++j)
-      if (j < g.crs) acc[j] = fmaf(d, xp[offset[j]], acc[j]);
-    acc[kMax] += d;
+    for (int q = 0; q < 4; ++q) {
+      const float* xp = xw + (q >> 1) * g.w + (q & 1);
+      const bool open = d[q] != 0.0f;
+      // The loads are unconditional (every position is inside x), so that they issue together;
+      // a closed position keeps acc as it is.
+      PARALAB_UNROLL
+      for (int j = 0; j < kMax; ++j)
+        if (j < g.crs) {
+          const float v = xp[offset[j]];
+          acc[j] = open ? fmaf(d[q], v, acc[j]) : acc[j];
+        }
+      acc[kMax] = open ? acc[kMax] + d[q] : acc[kMax];
+    }
   }
   PARALAB_UNROLL
   for (int j = 0; j < kMax; ++j)
     if (j < g.crs) red[j][threadIdx.x] = acc[j];
   red[g.crs][threadIdx.x] = acc[kMax];
-  block_tree_sum<kMax + 1, kThreads>(red, g.crs + 1);
+  block_tree_sum<kSlots, kThreads>(red, g.crs + 1);
   float* out = partial + (p * g.k + k) * (g.crs + 1);
   for (int j = static_cast<int>(threadIdx.x); j <= g.crs; j += kThreads) out[j] = red[j][0];
 }
@@ -297,7 +320,8 @@ __global__ void conv_grad_all(Geometry g, const float* __restrict__ dy,
 }
 
 // Bias gradient partials for the GEMM path: block (k, p) sums dconv over chunk p's positions
-// into partial[p][k][crs] (the slot after filter k's weights).
+// into partial[p][k][crs] (the slot after filter k's weights), window by window in the order
+// weights_direct_partial takes them (so both paths give the same bits).
 template <int kThreads>
 __global__ void __launch_bounds__(kThreads)
     bias_partial(Geometry g, int chunk, const float* __restrict__ dconv,
@@ -305,12 +329,17 @@ __global__ void __launch_bounds__(kThreads)
   __shared__ float red[1][kThreads];
   const int k = static_cast<int>(blockIdx.x), p = static_cast<int>(blockIdx.y);
   const int n_begin = p * chunk, n_end = imin(g.n, n_begin + chunk);
-  const int per_n = g.oh * g.ow;
+  const int per_n = g.ph * g.pw;
   const int count = (n_end - n_begin) * per_n;
   float acc = 0.0f;
   for (int i = static_cast<int>(threadIdx.x); i < count; i += kThreads) {
-    const int e = i / per_n;
-    acc += dconv[((n_begin + e) * g.k + k) * per_n + i - e * per_n];
+    const int e = i / per_n, window = i - e * per_n;
+    const int ph = window / g.pw, pw = window - ph * g.pw;
+    const float* d = dconv + (((n_begin + e) * g.k + k) * g.oh + 2 * ph) * g.ow + 2 * pw;
+    acc += d[0];
+    acc += d[1];
+    acc += d[g.ow];
+    acc += d[g.ow + 1];
   }
   red[0][threadIdx.x] = acc;
   block_tree_sum<1, kThreads>(red, 1);

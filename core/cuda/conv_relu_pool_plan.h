@@ -75,6 +75,11 @@ inline const TileSet* find_tile_set(std::string_view name) {
 }
 
 inline constexpr int kReduceThreads = 256;  // weights_direct_partial, bias_partial
+// weights_direct_partial keeps crs + 1 sums per thread in registers: 16 slots for filters of up
+// to 15 values (LeNet's conv1: 9), 33 up to kDirectMaxCrs.
+inline constexpr int kDirectSmallSlots = 16;
+inline constexpr int kDirectSlots = kDirectMaxCrs + 1;
+inline bool direct_small(const Geometry& g) { return g.crs < kDirectSmallSlots; }
 inline constexpr int kElementThreads = 256;
 
 // The batch cut into P chunks of `chunk` examples (the last may be shorter). Weight and bias
