@@ -99,20 +99,32 @@ __device__ __forceinline__ void step_ars(int& a, int& r, int& s, int by, int r_c
 }
 
 // The main loop shared by the implicit GEMMs: C (BM x BN, TM x TN per thread) += A (BM x L) B (L x
-// BN) over the reduction range [l_begin, l_end), BK at a time. load_a(l0, As) and load_b(l0, Bs)
-// fill the block's tiles (zeros outside the matrices), each thread its share; As is stored
-// transposed (As[l][m]) so that a thread reads its TM rows of one step side by side. A thread's
-// columns are tx, tx + BN/TN, ... (consecutive threads, consecutive banks).
+// BN) over the reduction range [l_begin, l_end), BK at a time. Each loader takes the thread's
+// share of a tile in two halves: fetch(l0) reads it from global memory into the loader's
+// registers (zeros outside the matrices), store(tile) writes them to shared memory. The next
+// step's fetch is issued before this step's arithmetic, so that its loads are in flight while the
+// block multiplies (a double buffer in registers); loaders that step their indices expect the
+// fetches in order, l_begin, l_begin + BK, ... As is stored transposed (As[l][m]) so that a thread
+// reads its TM rows of one step side by side. A thread's columns are tx, tx + BN/TN, ...
+// (consecutive threads, consecutive banks).
 template <int BM, int BN, int BK, int TM, int TN, typename LoadA, typename LoadB>
 __device__ __forceinline__ void gemm_mainloop(float (&As)[BK][BM + 1], float (&Bs)[BK][BN],
-                                              int l_begin, int l_end, const LoadA& load_a,
-                                              const LoadB& load_b, float (&acc)[TM][TN]) {
+                                              int l_begin, int l_end, LoadA& load_a, LoadB& load_b,
+                                              float (&acc)[TM][TN]) {
   constexpr int kCols = BN / TN;
   const int tx = static_cast<int>(threadIdx.x) % kCols, ty = static_cast<int>(threadIdx.x) / kCols;
+  if (l_begin < l_end) {
+    load_a.fetch(l_begin);
+    load_b.fetch(l_begin);
+  }
   for (int l0 = l_begin; l0 < l_end; l0 += BK) {
-    load_a(l0, As);
-    load_b(l0, Bs);
+    load_a.store(As);
+    load_b.store(Bs);
     __syncthreads();
+    if (l0 + BK < l_end) {
+      load_a.fetch(l0 + BK);
+      load_b.fetch(l0 + BK);
+    }
     for (int kk = 0; kk < BK; ++kk) {
       float a[TM], bv[TN];
       for (int i = 0; i < TM; ++i) a[i] = As[kk][ty * TM + i];
@@ -124,43 +136,73 @@ __device__ __forceinline__ void gemm_mainloop(float (&As)[BK][BM + 1], float (&B
   }
 }
 
+// A loader whose thread takes elements e = tid, tid + kThreads, ... of a BK x kWidth tile laid out
+// row by row (e = kk * kWidth + col; kWidth a power of two in every tile, so / and % are shifts).
+template <int BK, int kWidth, int kThreads>
+struct StridedTile {
+  static_assert((BK * kWidth) % kThreads == 0, "the threads share the tile evenly");
+  static constexpr int kPer = BK * kWidth / kThreads;
+  float v[kPer];
+  template <int kRowLength>  // kWidth, or kWidth + 1 for a padded A tile
+  __device__ void store(float (&tile)[BK][kRowLength]) const {
+    PARALAB_UNROLL
+    for (int t = 0; t < kPer; ++t) {
+      const int e = static_cast<int>(threadIdx.x) + t * kThreads;
+      tile[e / kWidth][e % kWidth] = v[t];
+    }
+  }
+};
+
 // Forward as an implicit GEMM: rows m = 4 window + q over the pool windows (n,ph,pw) and their
 // four positions q = 2 dh + dw, columns the K filters, reduction j = (c,r,s):
 //   A[m][j] = x[n, c, 2ph+dh+r, 2pw+dw+s],  B[j][k] = w[k, j],
 // with bias, ReLU, pooling and the mask in the epilogue: only the pooled output leaves the block.
 // The A tiles' loaders: kThreads / BM threads share a row (thread t loads row t % BM at steps
-// kk = t / BM, t / BM + kThreads / BM, ...), working out (c, r, s) once per tile and stepping it.
+// kk = t / BM, t / BM + kThreads / BM, ...), keeping (c, r, s) of their next element and stepping
+// it (no division after the first).
 template <int BM, int BK, int kThreads>
 struct ForwardLoadA {
   static_assert(kThreads % BM == 0 && BK % (kThreads / BM) == 0, "whole rows per thread group");
-  static constexpr int kPerRow = kThreads / BM;
+  static constexpr int kPerRow = kThreads / BM, kPer = BK / kPerRow;
   const Geometry& g;
   const float* x;
   int row_base;  // this thread's row of the tile: offset of x[n,0,2ph+dh,2pw+dw], or -1
-  __device__ void operator()(int j0, float (&As)[BK][BM + 1]) const {
-    const int row = static_cast<int>(threadIdx.x) % BM, first = static_cast<int>(threadIdx.x) / BM;
-    const int rs = g.r * g.s, j1 = j0 + first;
-    int c = j1 / rs, r = (j1 - c * rs) / g.s, s = j1 - c * rs - r * g.s;
-    for (int kk = first, j = j1; kk < BK; kk += kPerRow, j += kPerRow) {
-      float v = 0.0f;
-      if (row_base >= 0 && j < g.crs) v = x[row_base + (c * g.h + r) * g.w + s];
-      As[kk][row] = v;
+  int c, r, s;   // the digits of j0 + t / BM, j0 the next fetch's
+  float v[kPer];
+  __device__ ForwardLoadA(const Geometry& g_, const float* x_, int row_base_)
+      : g(g_), x(x_), row_base(row_base_) {
+    const int first = static_cast<int>(threadIdx.x) / BM, rs = g.r * g.s;
+    c = first / rs;
+    r = (first - c * rs) / g.s;
+    s = first - c * rs - r * g.s;
+  }
+  __device__ void fetch(int j0) {
+    int j = j0 + static_cast<int>(threadIdx.x) / BM;
+    PARALAB_UNROLL
+    for (int t = 0; t < kPer; ++t, j += kPerRow) {
+      v[t] = row_base >= 0 && j < g.crs ? x[row_base + (c * g.h + r) * g.w + s] : 0.0f;
       step_ars(c, r, s, kPerRow, g.r, g.s);
     }
   }
+  __device__ void store(float (&As)[BK][BM + 1]) const {
+    const int row = static_cast<int>(threadIdx.x) % BM, first = static_cast<int>(threadIdx.x) / BM;
+    PARALAB_UNROLL
+    for (int t = 0; t < kPer; ++t) As[first + t * kPerRow][row] = v[t];
+  }
 };
 
-template <int BM, int BN, int BK>
-struct WeightLoadB {  // B[j][k] = w[k * crs + j] for the block's columns n0 ...
+template <int BN, int BK, int kThreads>
+struct WeightLoadB : StridedTile<BK, BN, kThreads> {  // B[j][k] = w[k * crs + j], columns n0 ...
   const float* w;
   int crs, k_count, n0;
-  int threads;
-  __device__ void operator()(int j0, float (&Bs)[BK][BN]) const {
-    for (int e = static_cast<int>(threadIdx.x); e < BK * BN; e += threads) {
-      const int kk = e / BN, col = e % BN;
-      const int j = j0 + kk;
-      const int k = n0 + col;
-      Bs[kk][col] = j < crs && k < k_count ? w[k * crs + j] : 0.0f;
+  __device__ WeightLoadB(const float* w_, int crs_, int k_count_, int n0_)
+      : w(w_), crs(crs_), k_count(k_count_), n0(n0_) {}
+  __device__ void fetch(int j0) {
+    PARALAB_UNROLL
+    for (int t = 0; t < this->kPer; ++t) {
+      const int e = static_cast<int>(threadIdx.x) + t * kThreads;
+      const int j = j0 + e / BN, k = n0 + e % BN;
+      this->v[t] = j < crs && k < k_count ? w[k * crs + j] : 0.0f;
     }
   }
 };
@@ -189,9 +231,9 @@ __global__ void __launch_bounds__((BM / TM) * (BN / TN))
     row_base = n * g.c * g.h * g.w + (2 * ph + q / 2) * g.w + 2 * pw + q % 2;
   }
   float acc[TM][TN] = {};
-  gemm_mainloop<BM, BN, BK, TM, TN>(As, Bs, 0, g.crs,
-                                    ForwardLoadA<BM, BK, kThreads>{g, x, row_base},
-                                    WeightLoadB<BM, BN, BK>{w, g.crs, g.k, n0, kThreads}, acc);
+  ForwardLoadA<BM, BK, kThreads> load_a(g, x, row_base);
+  WeightLoadB<BN, BK, kThreads> load_b(w, g.crs, g.k, n0);
+  gemm_mainloop<BM, BN, BK, TM, TN>(As, Bs, 0, g.crs, load_a, load_b, acc);
 
   constexpr int kCols = BN / TN;
   const int tx = static_cast<int>(threadIdx.x) % kCols, ty = static_cast<int>(threadIdx.x) / kCols;
@@ -350,46 +392,80 @@ __global__ void __launch_bounds__(kThreads)
 // reduction over chunk p's conv positions l = (n, oh, ow):
 //   A[k][l] = dconv[n, k, oh, ow],  B[l][j] = x[n, c, oh+r, ow+s],
 // into partial[p][k][j] (row stride crs + 1: the bias sits after the weights).
-template <int BM, int BN, int BK>
+// The block's threads are a multiple of BK, so a thread loads one position l of the A tile in
+// every step (rows tid / BK, + kThreads / BK, ...): it keeps l as (n, pos) and steps it by BK.
+template <int BM, int BK, int kThreads>
 struct FilterLoadA {
+  static_assert(kThreads % BK == 0 && (BK * BM) % kThreads == 0, "one position per thread");
+  static constexpr int kPer = BK * BM / kThreads;
   const Geometry& g;
   const float* dconv;
-  int threads;
-  __device__ void operator()(int l0, float (&As)[BK][BM + 1]) const {
+  int l_end;      // the batch's end (the B tile is zero past the chunk's)
+  int l, n, pos;  // this thread's position of the next fetch: l = n OH OW + pos
+  float v[kPer];
+  __device__ FilterLoadA(const Geometry& g_, const float* dconv_, int l_begin)
+      : g(g_), dconv(dconv_), l_end(g_.n * g_.oh * g_.ow) {
     const int per_n = g.oh * g.ow;
-    const int l_end = g.n * per_n;
-    const int k0 = static_cast<int>(blockIdx.y) * BM;
-    for (int e = static_cast<int>(threadIdx.x); e < BK * BM; e += threads) {
-      const int ll = e % BK, row = e / BK;  // consecutive threads, consecutive positions
-      const int l = l0 + ll;
-      const int k = k0 + row;
-      const int n = l / per_n;
-      As[ll][row] = l < l_end && k < g.k ? dconv[(n * g.k + k) * per_n + l - n * per_n] : 0.0f;
+    l = l_begin + static_cast<int>(threadIdx.x) % BK;
+    n = l / per_n;
+    pos = l - n * per_n;
+  }
+  __device__ void fetch(int /*l0: the position is stepped*/) {
+    const int per_n = g.oh * g.ow;
+    const int k0 = static_cast<int>(blockIdx.y) * BM + static_cast<int>(threadIdx.x) / BK;
+    PARALAB_UNROLL
+    for (int t = 0; t < kPer; ++t) {
+      const int k = k0 + t * (kThreads / BK);
+      v[t] = l < l_end && k < g.k ? dconv[(n * g.k + k) * per_n + pos] : 0.0f;
     }
+    l += BK;
+    for (pos += BK; pos >= per_n; pos -= per_n) ++n;
+  }
+  __device__ void store(float (&As)[BK][BM + 1]) const {
+    const int ll = static_cast<int>(threadIdx.x) % BK, row = static_cast<int>(threadIdx.x) / BK;
+    PARALAB_UNROLL
+    for (int t = 0; t < kPer; ++t) As[ll][row + t * (kThreads / BK)] = v[t];
   }
 };
 
 // The block's threads are a multiple of BN, so a thread loads one column j of the tile in every
-// step: its x offset (c H + r) W + s is worked out once (x_col, -1 past the filter's values).
-template <int BM, int BN, int BK>
+// step: its x offset (c H + r) W + s is worked out once (x_col, -1 past the filter's values). Its
+// rows ll = tid / BN, + kThreads / BN, ... are positions it keeps as (n, oh, ow), stepped by BK.
+template <int BN, int BK, int kThreads>
 struct FilterLoadB {
+  static_assert(kThreads % BN == 0 && BK % (kThreads / BN) == 0, "whole columns per thread");
+  static constexpr int kPerCol = kThreads / BN, kPer = BK / kPerCol;
   const Geometry& g;
   const float* x;
   int l_end;  // the chunk's end: positions beyond it belong to the next chunk
-  int threads;
   int x_col;
-  __device__ void operator()(int l0, float (&Bs)[BK][BN]) const {
+  int l[kPer], n[kPer], oh[kPer], ow[kPer];
+  float v[kPer];
+  __device__ FilterLoadB(const Geometry& g_, const float* x_, int l_begin, int l_end_, int x_col_)
+      : g(g_), x(x_), l_end(l_end_), x_col(x_col_) {
     const int per_n = g.oh * g.ow;
-    const int col = static_cast<int>(threadIdx.x) % BN;
-    for (int ll = static_cast<int>(threadIdx.x) / BN; ll < BK; ll += threads / BN) {
-      const int l = l0 + ll;
-      float v = 0.0f;
-      if (l < l_end && x_col >= 0) {
-        const int n = l / per_n, pos = l - n * per_n, oh = pos / g.ow, ow = pos - oh * g.ow;
-        v = x[n * g.c * g.h * g.w + oh * g.w + ow + x_col];
-      }
-      Bs[ll][col] = v;
+    PARALAB_UNROLL
+    for (int t = 0; t < kPer; ++t) {
+      l[t] = l_begin + static_cast<int>(threadIdx.x) / BN + t * kPerCol;
+      n[t] = l[t] / per_n;
+      const int pos = l[t] - n[t] * per_n;
+      oh[t] = pos / g.ow;
+      ow[t] = pos - oh[t] * g.ow;
     }
+  }
+  __device__ void fetch(int /*l0: the positions are stepped*/) {
+    PARALAB_UNROLL
+    for (int t = 0; t < kPer; ++t) {
+      v[t] = l[t] < l_end && x_col >= 0 ? x[n[t] * g.c * g.h * g.w + oh[t] * g.w + ow[t] + x_col]
+                                        : 0.0f;
+      l[t] += BK;
+      step_ars(n[t], oh[t], ow[t], BK, g.oh, g.ow);
+    }
+  }
+  __device__ void store(float (&Bs)[BK][BN]) const {
+    const int col = static_cast<int>(threadIdx.x) % BN, first = static_cast<int>(threadIdx.x) / BN;
+    PARALAB_UNROLL
+    for (int t = 0; t < kPer; ++t) Bs[first + t * kPerCol][col] = v[t];
   }
 };
 
@@ -398,7 +474,6 @@ __global__ void __launch_bounds__((BM / TM) * (BN / TN))
     filter_gemm_partial(Geometry g, int chunk, const float* __restrict__ x,
                         const float* __restrict__ dconv, float* __restrict__ partial) {
   constexpr int kThreads = (BM / TM) * (BN / TN);
-  static_assert(kThreads % BN == 0, "each thread loads one column of the B tile");
   __shared__ float As[BK][BM + 1];
   __shared__ float Bs[BK][BN];
   // blockIdx.x: column tile (weights), blockIdx.y: row tile (filters), blockIdx.z: chunk.
@@ -413,9 +488,9 @@ __global__ void __launch_bounds__((BM / TM) * (BN / TN))
     x_col = (c * g.h + r) * g.w + j - c * rs - r * g.s;
   }
   float acc[TM][TN] = {};
-  gemm_mainloop<BM, BN, BK, TM, TN>(As, Bs, l_begin, l_end,
-                                    FilterLoadA<BM, BN, BK>{g, dconv, kThreads},
-                                    FilterLoadB<BM, BN, BK>{g, x, l_end, kThreads, x_col}, acc);
+  FilterLoadA<BM, BK, kThreads> load_a(g, dconv, l_begin);
+  FilterLoadB<BN, BK, kThreads> load_b(g, x, l_begin, l_end, x_col);
+  gemm_mainloop<BM, BN, BK, TM, TN>(As, Bs, l_begin, l_end, load_a, load_b, acc);
   constexpr int kCols = BN / TN;
   const int tx = static_cast<int>(threadIdx.x) % kCols, ty = static_cast<int>(threadIdx.x) / kCols;
   for (int i = 0; i < TM; ++i) {
@@ -458,35 +533,46 @@ __global__ void sum_partials(Geometry g, int parts, const float* __restrict__ pa
 //     where that conv position is one the pool reads, added in that order from 0.
 // The columns are stored j-major (cols[j * columns + m]), so that the GEMM's consecutive threads
 // write, and col2im's consecutive threads (consecutive iw) read, consecutive floats.
-template <int BM, int BK>
-struct ColsLoadA {  // A[j][k] = w[k * crs + j], for the block's rows j0 ...
+template <int BM, int BK, int kThreads>
+struct ColsLoadA : StridedTile<BK, BM, kThreads> {  // A[j][k] = w[k * crs + j], rows j0 ...
   const Geometry& g;
   const float* w;
-  int threads;
-  __device__ void operator()(int k0, float (&As)[BK][BM + 1]) const {
+  __device__ ColsLoadA(const Geometry& g_, const float* w_) : g(g_), w(w_) {}
+  __device__ void fetch(int k0) {
     const int j0 = static_cast<int>(blockIdx.y) * BM;
-    for (int e = static_cast<int>(threadIdx.x); e < BK * BM; e += threads) {
-      const int kk = e / BM, row = e % BM;  // consecutive threads, consecutive weights
-      const int j = j0 + row, k = k0 + kk;
-      As[kk][row] = j < g.crs && k < g.k ? w[k * g.crs + j] : 0.0f;
+    PARALAB_UNROLL
+    for (int t = 0; t < this->kPer; ++t) {
+      const int e = static_cast<int>(threadIdx.x) + t * kThreads;  // consecutive weights
+      const int j = j0 + e % BM, k = k0 + e / BM;
+      this->v[t] = j < g.crs && k < g.k ? w[k * g.crs + j] : 0.0f;
     }
   }
 };
 
 // The block's threads are a multiple of BN, so a thread loads one column m of the B tile in
 // every step: its dconv offset at k = 0 is worked out once (col_base, -1 past the slice).
-template <int BN, int BK>
+template <int BN, int BK, int kThreads>
 struct ColsLoadB {  // B[k][m] = dconv[n, k, oh, ow]
+  static_assert(kThreads % BN == 0 && BK % (kThreads / BN) == 0, "whole columns per thread");
+  static constexpr int kPerCol = kThreads / BN, kPer = BK / kPerCol;
   const Geometry& g;
   const float* dconv;
-  int threads;
   int col_base;
-  __device__ void operator()(int k0, float (&Bs)[BK][BN]) const {
-    const int per_n = g.oh * g.ow, col = static_cast<int>(threadIdx.x) % BN;
-    for (int kk = static_cast<int>(threadIdx.x) / BN; kk < BK; kk += threads / BN) {
-      const int k = k0 + kk;
-      Bs[kk][col] = col_base >= 0 && k < g.k ? dconv[col_base + k * per_n] : 0.0f;
+  float v[kPer];
+  __device__ ColsLoadB(const Geometry& g_, const float* dconv_, int col_base_)
+      : g(g_), dconv(dconv_), col_base(col_base_) {}
+  __device__ void fetch(int k0) {
+    const int per_n = g.oh * g.ow, first = static_cast<int>(threadIdx.x) / BN;
+    PARALAB_UNROLL
+    for (int t = 0; t < kPer; ++t) {
+      const int k = k0 + first + t * kPerCol;
+      v[t] = col_base >= 0 && k < g.k ? dconv[col_base + k * per_n] : 0.0f;
     }
+  }
+  __device__ void store(float (&Bs)[BK][BN]) const {
+    const int col = static_cast<int>(threadIdx.x) % BN, first = static_cast<int>(threadIdx.x) / BN;
+    PARALAB_UNROLL
+    for (int t = 0; t < kPer; ++t) Bs[first + t * kPerCol][col] = v[t];
   }
 };
 
@@ -507,8 +593,9 @@ __global__ void __launch_bounds__((BM / TM) * (BN / TN))
     col_base = (n_begin + e) * g.k * per_n + m - e * per_n;
   }
   float acc[TM][TN] = {};
-  gemm_mainloop<BM, BN, BK, TM, TN>(As, Bs, 0, g.k, ColsLoadA<BM, BK>{g, w, kThreads},
-                                    ColsLoadB<BN, BK>{g, dconv, kThreads, col_base}, acc);
+  ColsLoadA<BM, BK, kThreads> load_a(g, w);
+  ColsLoadB<BN, BK, kThreads> load_b(g, dconv, col_base);
+  gemm_mainloop<BM, BN, BK, TM, TN>(As, Bs, 0, g.k, load_a, load_b, acc);
   constexpr int kCols = BN / TN;
   const int tx = static_cast<int>(threadIdx.x) % kCols, ty = static_cast<int>(threadIdx.x) / kCols;
   for (int i = 0; i < TM; ++i) {

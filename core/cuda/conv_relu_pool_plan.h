@@ -48,10 +48,10 @@ struct Tile {
   constexpr int threads() const { return (bm / tm) * (bn / tn); }
 };
 
-// Two sets: "wide" (128-row tiles, 8x8 or 8x4 outputs per thread) and "narrow" (64-row tiles, 4x8
-// or 4x4 per thread: twice the blocks, for batches whose wide grid leaves SMs idle; LeNet's conv2
-// forward at batch 256 is 128 wide blocks on a 132-SM GPU). Every tile computes each output with
-// the same operations in the same order, so both sets give the same bits
+// Two sets: "wide" (large tiles, 8x8 or 4x8 outputs per thread) and "narrow" (small tiles, 4x4
+// per thread: more blocks and warps, for grids that leave SMs idle; LeNet's conv2 forward at
+// batch 256 is 128 wide blocks of 4 warps on a 132-SM GPU, 512 narrow ones). Every tile computes
+// each output with the same operations in the same order, so both sets give the same bits
 // (tests/test_fused_kernels.cpp checks it); which is faster is measured (scripts/gpu-check.sh
 // speed), and PARALAB_OWN_TILES=wide|narrow picks one (own_tiles in fused_conv_relu_pool.cpp).
 struct TileSet {
@@ -63,7 +63,7 @@ struct TileSet {
 inline constexpr TileSet kWideTiles{
     "wide", {128, 64, 8, 8, 8}, {64, 64, 16, 4, 4}, {64, 128, 8, 4, 8}};
 inline constexpr TileSet kNarrowTiles{
-    "narrow", {64, 64, 8, 4, 8}, {64, 64, 16, 4, 4}, {64, 64, 8, 4, 4}};
+    "narrow", {64, 32, 8, 4, 4}, {64, 64, 16, 4, 4}, {64, 64, 8, 4, 4}};
 inline constexpr const TileSet* kTileSets[] = {&kWideTiles, &kNarrowTiles};
 inline constexpr const TileSet& kDefaultTiles = kWideTiles;
 
