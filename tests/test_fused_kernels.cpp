@@ -329,6 +329,57 @@ TEST(FusedKernels, DataSlicesBoundTheColumnsBuffer) {
   EXPECT_EQ(data_slices(lenet, 10).count, 256);
 }
 
+// The cuDNN path's passes around cuDNN's convolutions (conv_relu_pool.cpp): bias, ReLU and pool
+// over a conv output computed elsewhere, and the conv output's gradient from dy and the mask.
+TEST(FusedKernels, BiasReluPoolOverAConvOutputMatchesReference) {
+  // conv2's 9 x 9 output pools in floor mode: its last row and column are read by no window.
+  for (const Shape7& shape : {kConv1, kConv2, kOdd}) {
+    Stage st = make_stage(shape, 83);
+    const Geometry& g = st.g;
+    const std::vector<float> conv = to_float(ref::conv2d_forward(
+        to_double(st.x), to_double(st.w), std::vector<double>(std::size_t(g.k), 0.0), g.n, g.c, g.h,
+        g.w, g.k, g.r, g.s));
+    ASSERT_EQ(int64_t(conv.size()), conv_output_floats(g));
+    std::vector<float> y(st.pooled(), -1.0f);
+    std::vector<uint8_t> mask(st.pooled(), 0xff);
+    emulate(dim3(element_blocks(int64_t(st.pooled()))), dim3(kElementThreads), bias_relu_pool_k, g,
+            conv.data(), st.b.data(), y.data(), mask.data());
+    EXPECT_TRUE(all_close(y, st.reference().y, kAtol, kRtol)) << "K=" << g.k;
+    // The ReLU bits agree with the own forward kernel's, which sums in float: with these data no
+    // pre-activation lies within rounding of 0.
+    run_forward(st, g.crs > kDirectMaxCrs);
+    int differ = 0;
+    for (std::size_t i = 0; i < mask.size(); ++i) differ += mask[i] != st.mask[i];
+    EXPECT_EQ(differ, 0) << "K=" << g.k;
+  }
+}
+
+TEST(FusedKernels, ReluPoolBackwardFillsTheWholeConvOutput) {
+  for (const Shape7& shape : {kConv2, kOdd}) {
+    Stage st = make_stage(shape, 89);
+    run_forward(st, true);
+    const Geometry& g = st.g;
+    std::vector<float> dconv(std::size_t(g.n) * g.k * g.oh * g.ow, -1.0f);
+    emulate(dim3(element_blocks(int64_t(dconv.size()))), dim3(kElementThreads), conv_grad_all, g,
+            st.dy.data(), st.mask.data(), dconv.data());
+    std::vector<float> full(std::size_t(conv_output_floats(g)), -1.0f);
+    emulate(dim3(element_blocks(conv_output_floats(g))), dim3(kElementThreads),
+            relu_pool_backward_k, g, st.dy.data(), st.mask.data(), full.data());
+    const int ch = g.h - g.r + 1, cw = g.w - g.s + 1;
+    ASSERT_TRUE(ch > g.oh || cw > g.ow) << "a shape with a row or column no window reads";
+    int wrong = 0;
+    for (int nk = 0; nk < g.n * g.k; ++nk)
+      for (int oh = 0; oh < ch; ++oh)
+        for (int ow = 0; ow < cw; ++ow) {
+          const float got = full[(std::size_t(nk) * ch + oh) * cw + ow];
+          const float want =
+              oh < g.oh && ow < g.ow ? dconv[(std::size_t(nk) * g.oh + oh) * g.ow + ow] : 0.0f;
+          wrong += std::memcmp(&got, &want, sizeof got) != 0;
+        }
+    EXPECT_EQ(wrong, 0) << "K=" << g.k;
+  }
+}
+
 TEST(FusedKernels, TileSetsAreFoundByTheirExactName) {
   EXPECT_EQ(find_tile_set("wide"), &kWideTiles);
   EXPECT_EQ(find_tile_set("narrow"), &kNarrowTiles);

@@ -1,6 +1,10 @@
-// CUDA conv -> ReLU -> avgpool stage on cuDNN: convolution algorithms chosen once per shape by a
-// fixed rule (core/cuda/cudnn_algorithms.h), cached with their descriptors and workspace; bias,
-// ReLU and pooling as cuDNN ops on the stage's own activation buffer, which backward reuses.
+// CUDA conv -> ReLU -> avgpool stage on cuDNN's convolutions: algorithms chosen once per shape by
+// a fixed rule (core/cuda/cudnn_algorithms.h), cached with their descriptors and workspace. Bias,
+// ReLU and pooling are one pass of ParaLab's own over the conv output (crp::bias_relu_pool),
+// which also keeps a byte of ReLU bits per pooled value; backward makes the conv output's
+// gradient from dy and those bits in one pass (crp::relu_pool_backward). cuDNN's ops took three
+// passes forward (add the bias, ReLU, pool) and two backward over conv1's 13.8 MB activation:
+// 90 of the 664 us step on an H200 (ncu, results/reference/h200-2026-12-04).
 //
 // The rule, not a timed search: cuDNN's heuristic ranking for the shape (cudnnGet*_v7, a pure
 // function of cuDNN's version, the GPU and the shape), the first algorithm that is deterministic
@@ -18,6 +22,7 @@
 #include <tuple>
 
 #include "core/cuda/check.h"
+#include "core/cuda/conv_relu_pool_fused.h"
 #include "core/cuda/cuda_device.h"
 #include "core/cuda/cudnn_algorithms.h"
 #include "core/cuda/kernel_log.h"
@@ -34,26 +39,27 @@ struct Plan {
   Plan(const Plan&) = delete;
   Plan& operator=(const Plan&) = delete;
   ~Plan() {
-    for (auto t : {x, act, y, bias})
+    for (auto t : {x, act})
       if (t) cudnnDestroyTensorDescriptor(t);
     if (w) cudnnDestroyFilterDescriptor(w);
     if (conv) cudnnDestroyConvolutionDescriptor(conv);
-    if (pool) cudnnDestroyPoolingDescriptor(pool);
-    if (relu) cudnnDestroyActivationDescriptor(relu);
   }
-  cudnnTensorDescriptor_t x = nullptr, act = nullptr, y = nullptr, bias = nullptr;
+  crp::Geometry g{};
+  cudnnTensorDescriptor_t x = nullptr, act = nullptr;
   cudnnFilterDescriptor_t w = nullptr;
   cudnnConvolutionDescriptor_t conv = nullptr;
-  cudnnPoolingDescriptor_t pool = nullptr;
-  cudnnActivationDescriptor_t relu = nullptr;
   // The algorithm per direction and the math type each was ranked with (the heuristics report
   // it): FMA when TF32 is off; with it on, a direction's algorithm may need tensor-op math.
   ConvAlgorithms algos;
-  Tensor workspace, activation, d_activation;
-  Tensor bias_partial;           // channel_sums' per-part sums
-  const void* last_y = nullptr;  // the pooled output of the last training forward
+  Tensor workspace;
+  Tensor activation;    // the conv output without bias (N,K,OH,OW); its gradient, backward
+  Tensor mask;          // ReLU bits of the last training forward, (N,K,PH,PW) bytes
+  Tensor eval_mask;     // where a forward that is not for training writes its bits
+  Tensor bias_partial;  // channel_sums' per-part sums
   bool has_forward = false;
 };
+
+uint8_t* bytes(const Tensor& t) { return static_cast<uint8_t*>(t.raw()); }
 
 class CudaConvReluPool final : public ConvReluPool {
  public:
@@ -69,15 +75,9 @@ class CudaConvReluPool final : public ConvReluPool {
     PARALAB_CUDNN(cudnnConvolutionForward(h, &one, p.x, x.raw(), p.w, w.raw(), p.conv, p.algos.fwd,
                                           p.workspace.raw(), p.workspace.bytes(), &zero, p.act,
                                           p.activation.raw()));
-    PARALAB_CUDNN(cudnnAddTensor(h, &one, p.bias, b.raw(), &one, p.act, p.activation.raw()));
-    PARALAB_CUDNN(cudnnActivationForward(h, p.relu, &one, p.act, p.activation.raw(), &zero, p.act,
-                                         p.activation.raw()));
-    PARALAB_CUDNN(
-        cudnnPoolingForward(h, p.pool, &one, p.act, p.activation.raw(), &zero, p.y, y.raw()));
-    if (training) {
-      p.last_y = y.raw();
-      p.has_forward = true;
-    }
+    Tensor& mask = training ? p.mask : eval_mask(p);
+    crp::bias_relu_pool(p.g, p.activation.f32(), b.f32(), y.f32(), bytes(mask), d_.stream());
+    if (training) p.has_forward = true;
   }
 
   void backward(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor* dx, Tensor& dw,
@@ -88,23 +88,18 @@ class CudaConvReluPool final : public ConvReluPool {
                                        shape_string(x.shape()));
     const float one = 1.0f, zero = 0.0f;
     cudnnHandle_t h = d_.cudnn();
-    void* act = p.activation.raw();
-    void* dact = p.d_activation.raw();
-    PARALAB_CUDNN(cudnnPoolingBackward(h, p.pool, &one, p.y, p.last_y, p.y, dy.raw(), p.act, act,
-                                       &zero, p.act, dact));
-    // ReLU's gradient from its output: relu(a) > 0 exactly where a > 0.
-    PARALAB_CUDNN(cudnnActivationBackward(h, p.relu, &one, p.act, act, p.act, dact, p.act, act,
-                                          &zero, p.act, dact));
-    channel_sums(p.d_activation.f32(), db.f32(), p.bias_partial.f32(), x.dim(0), w.dim(0),
-                 p.d_activation.dim(2) * p.d_activation.dim(3), d_.stream());
+    // The activation buffer's forward values are spent: its gradient takes its place.
+    crp::relu_pool_backward(p.g, dy.f32(), bytes(p.mask), p.activation.f32(), d_.stream());
+    channel_sums(p.activation.f32(), db.f32(), p.bias_partial.f32(), x.dim(0), w.dim(0),
+                 p.activation.dim(2) * p.activation.dim(3), d_.stream());
     PARALAB_CUDNN(cudnnSetConvolutionMathType(p.conv, p.algos.filter_math));
-    PARALAB_CUDNN(cudnnConvolutionBackwardFilter(h, &one, p.x, x.raw(), p.act, dact, p.conv,
-                                                 p.algos.filter, p.workspace.raw(),
+    PARALAB_CUDNN(cudnnConvolutionBackwardFilter(h, &one, p.x, x.raw(), p.act, p.activation.raw(),
+                                                 p.conv, p.algos.filter, p.workspace.raw(),
                                                  p.workspace.bytes(), &zero, p.w, dw.raw()));
     if (dx) {
       PARALAB_CUDNN(cudnnSetConvolutionMathType(p.conv, p.algos.data_math));
-      PARALAB_CUDNN(cudnnConvolutionBackwardData(h, &one, p.w, w.raw(), p.act, dact, p.conv,
-                                                 p.algos.data, p.workspace.raw(),
+      PARALAB_CUDNN(cudnnConvolutionBackwardData(h, &one, p.w, w.raw(), p.act, p.activation.raw(),
+                                                 p.conv, p.algos.data, p.workspace.raw(),
                                                  p.workspace.bytes(), &zero, p.x, dx->raw()));
     }
   }
@@ -120,8 +115,6 @@ class CudaConvReluPool final : public ConvReluPool {
                   ow = x.dim(3) - w.dim(3) + 1;
     p->x = tensor4(n, x.dim(1), x.dim(2), x.dim(3));
     p->act = tensor4(n, k, oh, ow);
-    p->y = tensor4(n, k, oh / 2, ow / 2);
-    p->bias = tensor4(1, k, 1, 1);
     PARALAB_CUDNN(cudnnCreateFilterDescriptor(&p->w));
     PARALAB_CUDNN(cudnnSetFilter4dDescriptor(p->w, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, int(k),
                                              int(w.dim(1)), int(w.dim(2)), int(w.dim(3))));
@@ -132,25 +125,26 @@ class CudaConvReluPool final : public ConvReluPool {
     // TF32 for float on Ampere and later).
     PARALAB_CUDNN(
         cudnnSetConvolutionMathType(p->conv, d_.tf32() ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH));
-    PARALAB_CUDNN(cudnnCreatePoolingDescriptor(&p->pool));
-    // Floor mode: cuDNN's output size floor((9 - 2) / 2) + 1 = 4 drops the last row and column.
-    PARALAB_CUDNN(cudnnSetPooling2dDescriptor(p->pool, CUDNN_POOLING_AVERAGE_COUNT_EXCLUDE_PADDING,
-                                              CUDNN_NOT_PROPAGATE_NAN, 2, 2, 0, 0, 2, 2));
-    PARALAB_CUDNN(cudnnCreateActivationDescriptor(&p->relu));
-    PARALAB_CUDNN(
-        cudnnSetActivationDescriptor(p->relu, CUDNN_ACTIVATION_RELU, CUDNN_NOT_PROPAGATE_NAN, 0.0));
     p->algos = choose_conv_algorithms(d_.cudnn(), p->x, p->w, p->conv, p->act, d_.tf32());
     const std::size_t ws = p->algos.workspace_bytes;
     log_.note(conv_key(x, w), describe(p->algos, d_.tf32()));
     p->workspace = Tensor::empty(d_, {static_cast<int64_t>((ws + 3) / 4)});
     p->activation = Tensor::empty(d_, {n, k, oh, ow});
-    // Zeroed once: with floor-mode pooling no window covers conv2's last row and column, and
-    // their gradient must be 0 whether or not cudnnPoolingBackward writes cells no window covers
-    // (the in-place ReLU backward then keeps a 0 at 0).
-    p->d_activation = Tensor::zeros(d_, {n, k, oh, ow});
+    p->g = crp::make_geometry(int(n), int(x.dim(1)), int(x.dim(2)), int(x.dim(3)), int(k),
+                              int(w.dim(2)), int(w.dim(3)));
+    p->mask = mask_tensor(p->g);
     p->bias_partial =
         Tensor::empty(d_, {std::max<int64_t>(channel_sums_partition(n, k).parts * k, 1)});
     return *plans_.emplace(key, std::move(p)).first->second;
+  }
+
+  // Bytes for (N,K,PH,PW) ReLU bits, in an int32 tensor (the interface has no byte type).
+  Tensor mask_tensor(const crp::Geometry& g) {
+    return Tensor::empty(d_, {(int64_t{g.n} * g.k * g.ph * g.pw + 3) / 4}, DType::I32);
+  }
+  Tensor& eval_mask(Plan& p) {
+    if (!p.eval_mask.defined()) p.eval_mask = mask_tensor(p.g);
+    return p.eval_mask;
   }
 
   CudaDevice& d_;

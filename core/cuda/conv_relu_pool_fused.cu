@@ -130,4 +130,20 @@ void backward_data(const Geometry& g, const TileSet& tiles, const float* dconv, 
   }
 }
 
+void bias_relu_pool(const Geometry& g, const float* conv, const float* b, float* y, uint8_t* mask,
+                    cudaStream_t s) {
+  require_int32(g);
+  const int64_t outputs = int64_t{g.n} * g.k * g.ph * g.pw;
+  bias_relu_pool_k<<<element_blocks(outputs), kElementThreads, 0, s>>>(g, conv, b, y, mask);
+  PARALAB_CUDA_LAUNCHED();
+}
+
+void relu_pool_backward(const Geometry& g, const float* dy, const uint8_t* mask, float* dconv,
+                        cudaStream_t s) {
+  require_int32(g);
+  relu_pool_backward_k<<<element_blocks(conv_output_floats(g)), kElementThreads, 0, s>>>(
+      g, dy, mask, dconv);
+  PARALAB_CUDA_LAUNCHED();
+}
+
 }  // namespace paralab::cuda::crp

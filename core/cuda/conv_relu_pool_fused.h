@@ -34,4 +34,14 @@ void conv_grads(const Geometry& g, const float* dy, const uint8_t* mask, float* 
 void backward_data(const Geometry& g, const TileSet& tiles, const float* dconv, const float* w,
                    float* cols, float* dx, cudaStream_t s);
 
+// Around another library's convolution (the cuDNN path): conv is the whole conv output
+// (N,K,H-R+1,W-S+1) without bias. y (N,K,PH,PW) and mask (N,K,PH,PW) bytes from it and b, in
+// one pass.
+void bias_relu_pool(const Geometry& g, const float* conv, const float* b, float* y, uint8_t* mask,
+                    cudaStream_t s);
+
+// d(loss)/d(conv output) (N,K,H-R+1,W-S+1) from dy and mask, 0 where no pool window reads.
+void relu_pool_backward(const Geometry& g, const float* dy, const uint8_t* mask, float* dconv,
+                        cudaStream_t s);
+
 }  // namespace paralab::cuda::crp

@@ -257,6 +257,32 @@ __global__ void __launch_bounds__((BM / TM) * (BN / TN))
   }
 }
 
+// ---- around another library's convolution (the cuDNN path, conv_relu_pool.cpp) -------------
+// conv is the whole conv output (N,K,CH,CW), CH = H-R+1 and CW = W-S+1, computed without bias
+// elsewhere: its rows and columns OH, OW and beyond (floor mode) are read by no pool window.
+
+// Bias, ReLU and the 2x2 average pool in one pass, one thread per pooled output: y and the mask
+// as forward_direct writes them (pool_window), in place of three passes over conv (add the bias,
+// ReLU, pool) and a stored activation.
+__global__ void bias_relu_pool_k(Geometry g, const float* __restrict__ conv,
+                                 const float* __restrict__ b, float* __restrict__ y,
+                                 uint8_t* __restrict__ mask) {
+  const int ch = g.h - g.r + 1, cw = g.w - g.s + 1;
+  const int total = g.n * g.k * g.ph * g.pw;
+  const int stride = static_cast<int>(blockDim.x * gridDim.x);
+  for (int i = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x); i < total; i += stride) {
+    int t = i / g.pw;
+    const int pw = i - t * g.pw;
+    const int ph = t % g.ph;
+    t /= g.ph;  // n K + k
+    const float* c = conv + (t * ch + 2 * ph) * cw + 2 * pw;
+    const float sums[4] = {c[0], c[1], c[cw], c[cw + 1]};
+    uint8_t bits;
+    y[i] = pool_window(sums, b[t % g.k], bits);
+    mask[i] = bits;
+  }
+}
+
 // ---- backward ------------------------------------------------------------------------------
 
 // d(loss)/d(conv output) at (n,k,oh,ow), oh < OH, ow < OW: the pool spreads dy/4 over its window,
@@ -266,6 +292,23 @@ __device__ __forceinline__ float conv_grad(const Geometry& g, const float* dy, c
   const int o = ((n * g.k + k) * g.ph + oh / 2) * g.pw + ow / 2;
   const int q = (oh & 1) * 2 + (ow & 1);
   return (mask[o] >> q) & 1 ? dy[o] * 0.25f : 0.0f;
+}
+
+// d(loss)/d(conv output) over the whole conv output (N,K,CH,CW) from dy and the mask, for
+// another library's backward convolutions: conv_grad where a pool window reads, 0 in the rows
+// and columns none reads (written every time, so the buffer needs no zeroing).
+__global__ void relu_pool_backward_k(Geometry g, const float* __restrict__ dy,
+                                     const uint8_t* __restrict__ mask, float* __restrict__ dconv) {
+  const int ch = g.h - g.r + 1, cw = g.w - g.s + 1;
+  const int total = g.n * g.k * ch * cw;
+  const int stride = static_cast<int>(blockDim.x * gridDim.x);
+  for (int i = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x); i < total; i += stride) {
+    int t = i / cw;
+    const int ow = i - t * cw;
+    const int oh = t % ch;
+    t /= ch;  // n K + k
+    dconv[i] = oh < g.oh && ow < g.ow ? conv_grad(g, dy, mask, t / g.k, t % g.k, oh, ow) : 0.0f;
+  }
 }
 
 // Sums red[j][0 .. kThreads) into red[j][0] for j < count, in a fixed tree.

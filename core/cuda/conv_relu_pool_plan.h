@@ -124,13 +124,19 @@ inline int64_t partial_floats(const Geometry& g) {
   return int64_t{partition(g.n).parts} * g.k * (g.crs + 1);
 }
 
+// Values of the whole conv output (N,K,H-R+1,W-S+1), which the cuDNN path's bias_relu_pool and
+// relu_pool_backward index.
+inline int64_t conv_output_floats(const Geometry& g) {
+  return int64_t{g.n} * g.k * (g.h - g.r + 1) * (g.w - g.s + 1);
+}
+
 // Whether every index the kernels compute fits in 32 bits (they index with int): the input, the
-// conv positions the pool reads and the pooled output, the GEMMs' rows, the input gradient's
-// columns (one slice's, rounded up to a tile) and the partial sums.
+// whole conv output (so also the positions the pool reads and the pooled output), the GEMMs' rows,
+// the input gradient's columns (one slice's, rounded up to a tile) and the partial sums.
 inline bool indexes_fit_int32(const Geometry& g) {
   constexpr int64_t kMax = INT32_MAX;
   const int64_t n = g.n;
-  return n * g.c * g.h * g.w < kMax && n * g.k * g.oh * g.ow < kMax &&
+  return n * g.c * g.h * g.w < kMax && conv_output_floats(g) < kMax &&
          forward_rows(g) + 64 * 4 < kMax && (cols_floats(g) + int64_t{g.crs} * 256) < kMax &&
          int64_t{g.k} * (g.crs + 1) * 64 < kMax;
 }
