@@ -345,24 +345,25 @@ done
 
 part_speed() {
 # cuDNN against the own kernels with each tile set (conv_relu_pool_plan.h: wide, the default, and
-# narrow, picked by PARALAB_OWN_TILES) and against "mixed" (own conv1, cuDNN conv2), alternating,
-# 3 x 2 epochs each (epoch 2 timed): the default should be the faster, and the two tile sets must
-# give the same bits.
+# narrow, picked by PARALAB_OWN_TILES), against "mixed" (own conv1, cuDNN conv2) and against cuDNN
+# with cuBLASLt's split-K excluded (PARALAB_CUBLASLT_SPLIT_K=off, linear.cpp), alternating, 3 x 2
+# epochs each (epoch 2 timed): the default should be the faster, and the two tile sets must give
+# the same bits.
 for rep in 1 2 3; do
-  for k in cudnn fused fused-narrow mixed; do
-    if [[ $k == fused-narrow ]]; then
-      export PARALAB_OWN_TILES=narrow
-      lenet "$work/speed-$k-$rep.json" --set kernels=fused --set training.epochs=2 --set training.warmup_iterations=235
-      unset PARALAB_OWN_TILES
-    else
-      lenet "$work/speed-$k-$rep.json" --set kernels=$k --set training.epochs=2 --set training.warmup_iterations=235
-    fi
+  for k in cudnn fused fused-narrow mixed cudnn-nosplitk; do
+    case $k in
+      fused-narrow) export PARALAB_OWN_TILES=narrow; kernels=fused ;;
+      cudnn-nosplitk) export PARALAB_CUBLASLT_SPLIT_K=off; kernels=cudnn ;;
+      *) kernels=$k ;;
+    esac
+    lenet "$work/speed-$k-$rep.json" --set kernels=$kernels --set training.epochs=2 --set training.warmup_iterations=235
+    unset PARALAB_OWN_TILES PARALAB_CUBLASLT_SPLIT_K
   done
 done
 goal_lines < <(python3 - "$work" <<'PY'
 import glob, json, statistics, sys
 ms, digests, tiles = {}, {}, {}
-for k in ("cudnn", "fused", "fused-narrow", "mixed"):
+for k in ("cudnn", "fused", "fused-narrow", "mixed", "cudnn-nosplitk"):
     steps = []
     for path in sorted(glob.glob(f"{sys.argv[1]}/speed-{k}-*.json")):
         try:

@@ -5,7 +5,10 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <functional>
+#include <optional>
+#include <string>
 
 #include "core/device.h"
 #include "core/error.h"
@@ -249,6 +252,74 @@ TEST_P(Backend, LinearWithBiasUnder16ByteAlignedMatchesReference) {
   check_linear(*dev_, false, 256, 400, 120, 95, 2);
   check_linear(*dev_, true, 7, 33, 17, 99, 2);
 }
+
+#if PARALAB_HAVE_CUDA
+// An environment variable set for one test, restored after it.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old;
+    ::setenv(name, value, 1);
+  }
+  ~ScopedEnv() { old_ ? (void)::setenv(name_, old_->c_str(), 1) : (void)::unsetenv(name_); }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+ private:
+  const char* name_;
+  std::optional<std::string> old_;
+};
+
+std::unique_ptr<Device> cuda_device_or_skip(const std::string& kernels = "") {
+  if (!backend_unavailable("cuda").empty()) return nullptr;
+  DeviceOptions options;
+  if (!kernels.empty()) options.kernels = kernels;
+  auto devices = make_devices("cuda", 1, options);
+  devices[0]->bind_thread();
+  return std::move(devices[0]);
+}
+
+// The measuring switches of the CUDA ops (scripts/gpu-check.sh speed): cuBLASLt without split-K
+// gives the same sums to float32 rounding; a value the switch does not know is an error naming
+// it, raised where the op is planned.
+TEST(CudaBackend, LinearWithoutSplitKMatchesReference) {
+  ScopedEnv env("PARALAB_CUBLASLT_SPLIT_K", "off");
+  auto dev = cuda_device_or_skip();
+  if (!dev) GTEST_SKIP() << backend_unavailable("cuda");
+  check_linear(*dev, true, 256, 800, 128, 97, 2);
+}
+
+TEST(CudaBackend, UnknownMeasuringSwitchesAreErrorsNamingThem) {
+  {
+    ScopedEnv env("PARALAB_CUBLASLT_SPLIT_K", "maybe");
+    auto dev = cuda_device_or_skip();
+    if (!dev) GTEST_SKIP() << backend_unavailable("cuda");
+    auto fc = dev->ops().make_linear();
+    Tensor x = Tensor::zeros(*dev, {4, 8}), w = Tensor::zeros(*dev, {8, 3}),
+           b = Tensor::zeros(*dev, {3}), y = Tensor::empty(*dev, {4, 3});
+    try {
+      fc->forward(x, w, b, y);
+      ADD_FAILURE() << "no error for PARALAB_CUBLASLT_SPLIT_K=maybe";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("PARALAB_CUBLASLT_SPLIT_K"), std::string::npos)
+          << e.what();
+    }
+  }
+  {
+    ScopedEnv env("PARALAB_OWN_TILES", "huge");
+    auto dev = cuda_device_or_skip("fused");
+    auto stage = dev->ops().make_conv_relu_pool();
+    Tensor x = Tensor::zeros(*dev, {2, 20, 13, 13}), w = Tensor::zeros(*dev, {50, 20, 5, 5}),
+           b = Tensor::zeros(*dev, {50}), y = Tensor::empty(*dev, {2, 50, 4, 4});
+    try {
+      stage->forward(x, w, b, y, /*training=*/true);
+      ADD_FAILURE() << "no error for PARALAB_OWN_TILES=huge";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("PARALAB_OWN_TILES"), std::string::npos) << e.what();
+    }
+  }
+}
+#endif
 
 // The fused op computes what the two ops give one after the other: on the CPU the very bits.
 TEST(CpuBackend, LinearWithReluIsTheTwoOpsBitForBit) {

@@ -10,9 +10,15 @@
 //   backward data      dx^T (in,N)  = W (in,out) g^T (out,N)      no epilogue
 // with g = dy, or with the ReLU dy masked where the forward's y > 0 (relu_backward).
 //
-// Reproducible: each shape's algorithm is cuBLASLt's first heuristic answer, asked once per op
-// with split-K reductions excluded (CUBLASLT_REDUCTION_SCHEME_NONE: every dot product and the
-// bias gradient summed in one sequence), so the same shapes on the same GPU give the same bits.
+// Reproducible: each shape's algorithm is cuBLASLt's first heuristic answer, asked once per op,
+// so the same shapes on the same GPU give the same bits. Split-K is allowed with the reduction
+// schemes that keep the partial products in the workspace and add them in a separate step
+// (CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE, _OUTPUT_TYPE: a fixed order, no atomics), not "in
+// place" (counters in the workspace, which cuBLAS shares on the stream). Without split-K the
+// heuristic gave fc1's forward (m 128, n 256, k 800) 32 blocks of 32 x 32 outputs, each through
+// all 800 products: 30 us on an H200 for 26 MFLOP (ncu, results/reference/h200-2026-12-04).
+// PARALAB_CUBLASLT_SPLIT_K=off excludes split-K (CUBLASLT_REDUCTION_SCHEME_NONE), for measuring
+// one rule against the other; the scheme is recorded with the algorithm.
 // The heuristic is told the pointers' real alignment: weights and biases are views into one
 // flat parameter buffer, not 256-byte aligned. Its preferences cover A, B, C and D but not the
 // epilogue's bias vector, which a kernel it picks may load or store 16 bytes at a time ("misaligned
@@ -21,9 +27,11 @@
 // vector of the layer's own, one device-to-device copy of `out` floats per pass.
 #include <array>
 #include <cstdint>
+#include <cstdlib>
 #include <map>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <tuple>
 #include <utility>
 
@@ -56,6 +64,30 @@ const char* epilogue_name(cublasLtEpilogue_t e) {
     default:
       return "DEFAULT";
   }
+}
+
+const char* reduction_scheme_name(uint32_t scheme) {
+  switch (scheme) {
+    case CUBLASLT_REDUCTION_SCHEME_NONE:
+      return "none";
+    case CUBLASLT_REDUCTION_SCHEME_INPLACE:
+      return "inplace";
+    case CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE:
+      return "compute_type";
+    case CUBLASLT_REDUCTION_SCHEME_OUTPUT_TYPE:
+      return "output_type";
+    default:
+      return "unknown";
+  }
+}
+
+// Whether the heuristic may answer with split-K (the default), or not: PARALAB_CUBLASLT_SPLIT_K
+// "on" or "off"; any other value is an error naming the variable.
+bool split_k_allowed() {
+  const char* v = std::getenv("PARALAB_CUBLASLT_SPLIT_K");
+  if (!v || !*v || std::string_view(v) == "on") return true;
+  if (std::string_view(v) == "off") return false;
+  throw Error("PARALAB_CUBLASLT_SPLIT_K: '" + std::string(v) + "' is neither on nor off");
 }
 
 // One column-major GEMM D (m,n) = op(A) op(B) with an epilogue, planned once: descriptors and
@@ -118,14 +150,17 @@ class LtGemm {
         !check(cublasLtMatmulPreferenceCreate(&pref), "cublasLtMatmulPreferenceCreate"))
       return;  // ok_ stays false
     const std::size_t workspace = CudaDevice::kCublasWorkspace;
-    const uint32_t no_split_k = CUBLASLT_REDUCTION_SCHEME_NONE;
+    const uint32_t reductions = split_k_allowed()
+                                    ? uint32_t{CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE |
+                                               CUBLASLT_REDUCTION_SCHEME_OUTPUT_TYPE}
+                                    : uint32_t{CUBLASLT_REDUCTION_SCHEME_NONE};
     cublasStatus_t status = CUBLAS_STATUS_SUCCESS;
     const auto set = [&](cublasLtMatmulPreferenceAttributes_t attr, const void* v, std::size_t n) {
       if (status == CUBLAS_STATUS_SUCCESS)
         status = cublasLtMatmulPreferenceSetAttribute(pref, attr, v, n);
     };
     set(CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace, sizeof workspace);
-    set(CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &no_split_k, sizeof no_split_k);
+    set(CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &reductions, sizeof reductions);
     set(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &s.align[0], sizeof(uint32_t));
     set(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &s.align[1], sizeof(uint32_t));
     set(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &s.align[2], sizeof(uint32_t));
@@ -156,16 +191,20 @@ class LtGemm {
   // What the results record: the epilogue and the algorithm's id, tile and split-K setting.
   nlohmann::json describe() const {
     int id = -1, tile = -1, split_k = -1;
+    uint32_t scheme = 0;
     cublasLtMatmulAlgoConfigGetAttribute(&result_.algo, CUBLASLT_ALGO_CONFIG_ID, &id, sizeof id,
                                          nullptr);
     cublasLtMatmulAlgoConfigGetAttribute(&result_.algo, CUBLASLT_ALGO_CONFIG_TILE_ID, &tile,
                                          sizeof tile, nullptr);
     cublasLtMatmulAlgoConfigGetAttribute(&result_.algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &split_k,
                                          sizeof split_k, nullptr);
+    cublasLtMatmulAlgoConfigGetAttribute(&result_.algo, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME,
+                                         &scheme, sizeof scheme, nullptr);
     return {{"epilogue", epilogue_name(spec_.epilogue)},
             {"algo_id", id},
             {"tile_id", tile},
             {"split_k", split_k},
+            {"reduction_scheme", reduction_scheme_name(scheme)},
             {"sm_count_target", sm_target_ > 0 ? nlohmann::json(sm_target_) : nlohmann::json()}};
   }
 
