@@ -434,7 +434,8 @@ goal "own kernels under the CPU emulation" $rc \
 }
 
 part_ncu() {
-# Where a step's time goes: every kernel of three eager steps under ncu, per kernel set; the clocks
+# Where a step's time goes: every kernel of 2-3 eager steps under ncu, per kernel set, and one whole
+# step (gather to gather) in launch order; the clocks
 # left as they are (--clock-control none: never change the card's settings).
 if command -v ncu > /dev/null; then
   for k in cudnn fused mixed; do
@@ -456,11 +457,27 @@ for r in rows:
              "ns": 1e-3, "us": 1.0, "ms": 1e3, "s": 1e6}.get(r[unit], float("nan"))
     total[r[name][:90]] += float(r[value].replace(",", "")) * scale
 all_us = sum(total.values())
-print(f"{len(rows)} kernels, {all_us:.1f} us (about 3 steps)")
 if not rows or not 0 < all_us < float("inf"):
     sys.exit(f"no usable kernel times (units seen: {sorted({r[unit] for r in rows})})")
+# One whole step: the kernels from one minibatch gather to the next (each step starts with one).
+starts = [i for i, r in enumerate(rows) if "gather_k" in r[name]]
+if len(starts) >= 2:
+    step = rows[starts[0]:starts[1]]
+    step_us = sum(float(r[value].replace(",", "")) * {"nsecond": 1e-3, "usecond": 1.0,
+                  "msecond": 1e3, "ns": 1e-3, "us": 1.0, "ms": 1e3}.get(r[unit], float("nan"))
+                  for r in step)
+    print(f"one step: {len(step)} kernels, {step_us:.1f} us; the window: {len(rows)} kernels, "
+          f"{all_us:.1f} us ({all_us / step_us:.1f} steps)")
+else:
+    print(f"{len(rows)} kernels, {all_us:.1f} us (no two step starts in the window)")
 for k, us in total.most_common():
     print(f"{us:10.1f} us {100 * us / all_us:5.1f} %  {k}")
+if len(starts) >= 2:
+    print("one step, in launch order:")
+    for r in step:
+        us = float(r[value].replace(",", "")) * {"nsecond": 1e-3, "usecond": 1.0, "msecond": 1e3,
+                                                  "ns": 1e-3, "us": 1.0, "ms": 1e3}.get(r[unit], float("nan"))
+        print(f"{us:10.1f} us  {r[name][:90]}")
 PY
     goal "ncu per-kernel breakdown ($k)" $((rc || $?)) "$(head -1 "$FILES/ncu-step-$k.txt")"
   done

@@ -4,7 +4,7 @@
 // which also keeps a byte of ReLU bits per pooled value; backward makes the conv output's
 // gradient from dy and those bits in one pass (crp::relu_pool_backward). cuDNN's ops took three
 // passes forward (add the bias, ReLU, pool) and two backward over conv1's 13.8 MB activation:
-// 90 of the 664 us step on an H200 (ncu, results/reference/h200-2026-12-04).
+// 97 of the step's 865 us of kernel time on an H200 (ncu, results/reference/h200-2026-12-04).
 //
 // The rule, not a timed search: cuDNN's heuristic ranking for the shape (cudnnGet*_v7, a pure
 // function of cuDNN's version, the GPU and the shape), the first algorithm that is deterministic
