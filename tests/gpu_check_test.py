@@ -42,12 +42,13 @@ class Plan(unittest.TestCase):
             proc = gpu_check(["--list"], out)
             self.assertEqual(proc.returncode, 0, proc.stderr)
             parts = [line.split(":")[0].strip() for line in proc.stdout.splitlines()[1:]]
-            self.assertEqual(parts, ["determinism", "pytorch", "collectives", "main", "bench",
-                                     "seeds", "speed", "sanitizers", "ncu"])
+            # speed before pytorch: the comparison takes the configuration speed found fastest.
+            self.assertEqual(parts, ["determinism", "speed", "pytorch", "collectives", "main",
+                                     "bench", "seeds", "sanitizers", "ncu"])
             self.assertFalse(os.path.exists(out))
             core = gpu_check(["--list", "core"], out)
             self.assertEqual([line.split(":")[0].strip() for line in core.stdout.splitlines()[1:]],
-                             ["determinism", "seeds", "speed", "sanitizers", "ncu"])
+                             ["determinism", "speed", "seeds", "sanitizers", "ncu"])
 
     def test_bad_arguments_are_one_line_exit_2_and_write_nothing(self):
         cases = [(["bogus"], "'bogus'"), (["--wat"], "'--wat'"), (["--budget", "0"], "'0'"),
@@ -162,6 +163,42 @@ class Verdicts(unittest.TestCase):
             group = [verdict("compute-sanitizer memcheck (one graph over the group")]
             self.assertEqual(group[0][0], "PASS", summary)
             self.assertIn("ERROR SUMMARY: 0 errors", group[0][1])
+
+    def test_the_pytorch_comparison_takes_the_configuration_speed_found_fastest(self):
+        # A stand-in bench_runner whose steps are fastest with "mixed" and records the tile set
+        # each run used, as the real one does; compare_pytorch.py then fails here (no GPU), but
+        # its summary line names the configuration it was given.
+        fake = (
+            "#!/usr/bin/python3\n"
+            "import json, os, sys\n"
+            "a = sys.argv\n"
+            "out = a[a.index('--out') + 1]\n"
+            "kernels = [x.split('=', 1)[1] for x in a if x.startswith('kernels=')][0]\n"
+            "ms = {'cudnn': 0.6, 'fused': 0.5, 'mixed': 0.3}[kernels]\n"
+            "tiles = os.environ.get('PARALAB_OWN_TILES', 'wide')\n"
+            "if os.environ.get('PARALAB_CUBLASLT_SPLIT_K') == 'off':\n"
+            "    ms += 0.1\n"
+            "run = {'status': 'ok', 'iterations': [{'total_ms': ms}] * 3,\n"
+            "       'parameters_digest': 'fnv1a64:' + kernels,\n"
+            "       'config': {'device_list': [{'ops': {'choices': {'c': {'tiles': tiles}}}}]}}\n"
+            "json.dump({'runs': [run]}, open(out, 'w'))\n")
+        with tempfile.TemporaryDirectory() as tmp:
+            build = os.path.join(tmp, "build")
+            os.mkdir(build)
+            for name, text in (("bench_runner", fake), ("allreduce_bench", "#!/bin/sh\nexit 1\n")):
+                with open(os.path.join(build, name), "w") as f:
+                    f.write(text)
+                os.chmod(os.path.join(build, name), 0o755)
+            out, files = os.path.join(tmp, "out"), os.path.join(tmp, "files")
+            gpu_check(["--budget", "300", "speed", "pytorch"], out, files, build=build)
+            summary = lines_of(os.path.join(out, "summary.txt"))
+            fastest = [line for line in summary if "the default kernels (cudnn) are the faster" in line]
+            self.assertEqual(len(fastest), 1, summary)
+            self.assertTrue(fastest[0].startswith("gpu-check: FAIL: "), fastest[0])
+            self.assertIn("faster: mixed", fastest[0])
+            compared = [line for line in summary if "PyTorch comparison" in line]
+            self.assertEqual(len(compared), 1, summary)
+            self.assertIn("(ParaLab: mixed, kernels mixed)", compared[0])
 
     def test_the_model_sweep_passes_when_complete_and_names_what_it_misses(self):
         # A stand-in build: its allreduce_bench writes the sweep's rows (all of them, or without
