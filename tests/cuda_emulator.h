@@ -9,8 +9,9 @@
 // a correct kernel may rely on). fmaf is the C library's, correctly rounded like the GPU's, so a
 // kernel whose arithmetic is written with fmaf and plain float operations gives the GPU's bits.
 //
-// The kernels may use blockIdx, threadIdx, blockDim, gridDim (x, y, z), static __shared__
-// arrays, __syncthreads() and early return; not warp shuffles, atomics or dynamic shared memory.
+// The kernels may use blockIdx, threadIdx, blockDim, gridDim (x, y, z), static __shared__ arrays
+// (__align__ too), __syncthreads() and early return; not warp shuffles, atomics or dynamic shared
+// memory.
 #pragma once
 
 #include <barrier>
@@ -34,6 +35,7 @@ inline thread_local dim3 threadIdx, blockIdx, blockDim, gridDim;
 #define __forceinline__ inline
 #define __shared__ static
 #define __launch_bounds__(...)
+#define __align__(n) __attribute__((aligned(n)))
 
 using std::fmaf;
 

@@ -98,6 +98,20 @@ __device__ __forceinline__ void step_ars(int& a, int& r, int& s, int by, int r_c
   }
 }
 
+// The tiles in shared memory: As (BK x BM, stored transposed) has rows of BM + kApad floats, so
+// that each row starts on 16 bytes (a thread's TM values of one step load as float4s) while the
+// loaders that store a column of As per warp (FilterLoadA) spread it over the banks (a stride of
+// 4 banks: at most 2-way conflicts on that store, once per step). A thread's TN columns of Bs are
+// groups of 4 side by side (column_of), loaded as float4s: the thread tx takes columns 4 tx ..
+// 4 tx + 3 of each group of 4 kCols columns. Which thread computes which output changes no bit:
+// each output is its own fmaf chain over the reduction, in order.
+inline constexpr int kApad = 4;
+template <int TN, int kCols>
+__device__ __forceinline__ int column_of(int tx, int jj) {
+  static_assert(TN % 4 == 0, "a thread's columns come in groups of 4");
+  return (jj / 4) * (4 * kCols) + 4 * tx + jj % 4;
+}
+
 // The main loop shared by the implicit GEMMs: C (BM x BN, TM x TN per thread) += A (BM x L) B (L x
 // BN) over the reduction range [l_begin, l_end), BK at a time. Each loader takes the thread's
 // share of a tile in two halves: fetch(l0) reads it from global memory into the loader's
@@ -105,10 +119,9 @@ __device__ __forceinline__ void step_ars(int& a, int& r, int& s, int by, int r_c
 // step's fetch is issued before this step's arithmetic, so that its loads are in flight while the
 // block multiplies (a double buffer in registers); loaders that step their indices expect the
 // fetches in order, l_begin, l_begin + BK, ... As is stored transposed (As[l][m]) so that a thread
-// reads its TM rows of one step side by side. A thread's columns are tx, tx + BN/TN, ...
-// (consecutive threads, consecutive banks).
+// reads its TM rows of one step side by side; a thread's columns are column_of(tx, 0 .. TN-1).
 template <int BM, int BN, int BK, int TM, int TN, typename LoadA, typename LoadB>
-__device__ __forceinline__ void gemm_mainloop(float (&As)[BK][BM + 1], float (&Bs)[BK][BN],
+__device__ __forceinline__ void gemm_mainloop(float (&As)[BK][BM + kApad], float (&Bs)[BK][BN],
                                               int l_begin, int l_end, LoadA& load_a, LoadB& load_b,
                                               float (&acc)[TM][TN]) {
   constexpr int kCols = BN / TN;
@@ -128,7 +141,7 @@ __device__ __forceinline__ void gemm_mainloop(float (&As)[BK][BM + 1], float (&B
     for (int kk = 0; kk < BK; ++kk) {
       float a[TM], bv[TN];
       for (int i = 0; i < TM; ++i) a[i] = As[kk][ty * TM + i];
-      for (int jj = 0; jj < TN; ++jj) bv[jj] = Bs[kk][tx + jj * kCols];
+      for (int jj = 0; jj < TN; ++jj) bv[jj] = Bs[kk][column_of<TN, kCols>(tx, jj)];
       for (int i = 0; i < TM; ++i)
         for (int jj = 0; jj < TN; ++jj) acc[i][jj] = fmaf(a[i], bv[jj], acc[i][jj]);
     }
@@ -184,7 +197,7 @@ struct ForwardLoadA {
       step_ars(c, r, s, kPerRow, g.r, g.s);
     }
   }
-  __device__ void store(float (&As)[BK][BM + 1]) const {
+  __device__ void store(float (&As)[BK][BM + kApad]) const {
     const int row = static_cast<int>(threadIdx.x) % BM, first = static_cast<int>(threadIdx.x) / BM;
     PARALAB_UNROLL
     for (int t = 0; t < kPer; ++t) As[first + t * kPerRow][row] = v[t];
@@ -213,8 +226,8 @@ __global__ void __launch_bounds__((BM / TM) * (BN / TN))
                  const float* __restrict__ b, float* __restrict__ y, uint8_t* __restrict__ mask) {
   constexpr int kThreads = (BM / TM) * (BN / TN);
   static_assert(TM % 4 == 0, "a thread's rows are whole pool windows");
-  __shared__ float As[BK][BM + 1];
-  __shared__ float Bs[BK][BN];
+  __shared__ __align__(16) float As[BK][BM + kApad];
+  __shared__ __align__(16) float Bs[BK][BN];
   const int rows = static_cast<int>(forward_rows(g));
   const int m0 = static_cast<int>(blockIdx.x) * BM;
   const int n0 = static_cast<int>(blockIdx.y) * BN;
@@ -245,7 +258,7 @@ __global__ void __launch_bounds__((BM / TM) * (BN / TN))
     const int ph = t % g.ph;
     const int n = t / g.ph;
     for (int jj = 0; jj < TN; ++jj) {
-      const int k = n0 + tx + jj * kCols;
+      const int k = n0 + column_of<TN, kCols>(tx, jj);
       if (k >= g.k) continue;
       const float sums[4] = {acc[win * 4][jj], acc[win * 4 + 1][jj], acc[win * 4 + 2][jj],
                              acc[win * 4 + 3][jj]};
@@ -464,7 +477,7 @@ struct FilterLoadA {
     l += BK;
     for (pos += BK; pos >= per_n; pos -= per_n) ++n;
   }
-  __device__ void store(float (&As)[BK][BM + 1]) const {
+  __device__ void store(float (&As)[BK][BM + kApad]) const {
     const int ll = static_cast<int>(threadIdx.x) % BK, row = static_cast<int>(threadIdx.x) / BK;
     PARALAB_UNROLL
     for (int t = 0; t < kPer; ++t) As[ll][row + t * (kThreads / BK)] = v[t];
@@ -517,8 +530,8 @@ __global__ void __launch_bounds__((BM / TM) * (BN / TN))
     filter_gemm_partial(Geometry g, int chunk, const float* __restrict__ x,
                         const float* __restrict__ dconv, float* __restrict__ partial) {
   constexpr int kThreads = (BM / TM) * (BN / TN);
-  __shared__ float As[BK][BM + 1];
-  __shared__ float Bs[BK][BN];
+  __shared__ __align__(16) float As[BK][BM + kApad];
+  __shared__ __align__(16) float Bs[BK][BN];
   // blockIdx.x: column tile (weights), blockIdx.y: row tile (filters), blockIdx.z: chunk.
   const int p = static_cast<int>(blockIdx.z);
   const int per_n = g.oh * g.ow;
@@ -541,7 +554,7 @@ __global__ void __launch_bounds__((BM / TM) * (BN / TN))
     if (k >= g.k) break;
     float* out = partial + (p * g.k + k) * (g.crs + 1);
     for (int jj = 0; jj < TN; ++jj) {
-      const int j = static_cast<int>(blockIdx.x) * BN + tx + jj * kCols;
+      const int j = static_cast<int>(blockIdx.x) * BN + column_of<TN, kCols>(tx, jj);
       if (j < g.crs) out[j] = acc[i][jj];
     }
   }
@@ -626,8 +639,8 @@ __global__ void __launch_bounds__((BM / TM) * (BN / TN))
                    const float* __restrict__ w, float* __restrict__ cols) {
   constexpr int kThreads = (BM / TM) * (BN / TN);
   static_assert(kThreads % BN == 0, "each thread loads one column of the B tile");
-  __shared__ float As[BK][BM + 1];
-  __shared__ float Bs[BK][BN];
+  __shared__ __align__(16) float As[BK][BM + kApad];
+  __shared__ __align__(16) float Bs[BK][BN];
   const int per_n = g.oh * g.ow, columns = n_count * per_n;
   const int m0 = static_cast<int>(blockIdx.x) * BN;
   int col_base = -1;
@@ -645,7 +658,7 @@ __global__ void __launch_bounds__((BM / TM) * (BN / TN))
     const int j = static_cast<int>(blockIdx.y) * BM + ty * TM + i;
     if (j >= g.crs) break;
     for (int jj = 0; jj < TN; ++jj) {
-      const int m = m0 + tx + jj * kCols;
+      const int m = m0 + column_of<TN, kCols>(tx, jj);
       if (m < columns) cols[j * columns + m] = acc[i][jj];
     }
   }
