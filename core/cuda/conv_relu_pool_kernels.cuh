@@ -52,7 +52,10 @@ __device__ __forceinline__ float pool_window(const float (&acc)[4], float bias, 
 // ---- forward -------------------------------------------------------------------------------
 
 // Direct: one thread per pooled output (n,k,ph,pw), computing its window's four conv outputs.
-// For small filters (kDirectMaxCrs), where a GEMM's tiles would be mostly padding.
+// For small filters (kDirectMaxCrs), where a GEMM's tiles would be mostly padding. The window's
+// four outputs read one (R+1) x (S+1) patch of each input channel: each patch value is loaded
+// once and added to every output whose filter covers it. For each output the products still come
+// in ascending (c, r, s), as the patch is walked row by row, so the sums are the GEMM's bits.
 __global__ void forward_direct(Geometry g, const float* __restrict__ x, const float* __restrict__ w,
                                const float* __restrict__ b, float* __restrict__ y,
                                uint8_t* __restrict__ mask) {
@@ -68,17 +71,21 @@ __global__ void forward_direct(Geometry g, const float* __restrict__ x, const fl
     const float* wk = w + k * g.crs;
     const float* xw = x + n * g.c * g.h * g.w + 2 * ph * g.w + 2 * pw;
     float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    int j = 0;
-    for (int c = 0; c < g.c; ++c)
-      for (int r = 0; r < g.r; ++r)
-        for (int s = 0; s < g.s; ++s, ++j) {
-          const float wv = wk[j];
-          const float* p = xw + (c * g.h + r) * g.w + s;
-          acc[0] = fmaf(p[0], wv, acc[0]);
-          acc[1] = fmaf(p[1], wv, acc[1]);
-          acc[2] = fmaf(p[g.w], wv, acc[2]);
-          acc[3] = fmaf(p[g.w + 1], wv, acc[3]);
+    for (int c = 0; c < g.c; ++c) {
+      const float* wc = wk + c * g.r * g.s;
+      const float* xc = xw + c * g.h * g.w;
+      for (int pr = 0; pr <= g.r; ++pr)
+        for (int pc = 0; pc <= g.s; ++pc) {
+          const float v = xc[pr * g.w + pc];
+          // Output q = 2 dh + dw takes v with weight (pr - dh, pc - dw) where that is in the
+          // filter; q's products reach it in ascending (r, s) as (pr, pc) ascends.
+          const bool top = pr<g.r, bottom = pr> 0, left = pc<g.s, right = pc> 0;
+          if (top && left) acc[0] = fmaf(v, wc[pr * g.s + pc], acc[0]);
+          if (top && right) acc[1] = fmaf(v, wc[pr * g.s + pc - 1], acc[1]);
+          if (bottom && left) acc[2] = fmaf(v, wc[(pr - 1) * g.s + pc], acc[2]);
+          if (bottom && right) acc[3] = fmaf(v, wc[(pr - 1) * g.s + pc - 1], acc[3]);
         }
+    }
     uint8_t bits;
     y[i] = pool_window(acc, b[k], bits);
     mask[i] = bits;
