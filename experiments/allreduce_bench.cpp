@@ -2,7 +2,7 @@
 //
 //   build/allreduce_bench [--backend=cpu|cuda] [--devices=2,4,8] [--oversubscribe]
 //                         [--sizes=lenet|sweep|fine|all|N[,N...]] [--chunk-bytes=auto|N[,N...]]
-//                         [--graphs=auto|on|off]
+//                         [--graphs=auto|on|off] [--launches]
 //                         [Google Benchmark flags, e.g. --benchmark_out=results/bench.json]
 //
 // --backend=cuda runs the same collectives between CUDA devices (virtual ones, labeled so, when
@@ -51,6 +51,7 @@
 #include "core/device.h"
 #include "core/error.h"
 #include "core/lenet.h"
+#include "core/ops.h"
 #include "strategies/collectives/collectives.h"
 #include "strategies/collectives/mpi_transport.h"
 #include "strategies/collectives/transport.h"
@@ -485,6 +486,38 @@ void run_lenet_per_tensor(benchmark::State& state, const std::string& algorithm)
                algorithm + " per_tensor (8 allreduces)");
 }
 
+// --launches: a chain of kChainLaunches tiny operations per rank (each adds one float into
+// another, after the last one), every rank's chain at once, timed like a collective (one CUDA
+// graph over the group where --graphs allows). Its time over kChainLaunches is what one queued
+// operation costs a rank while k ranks queue theirs: if it grows with k, the device takes the
+// ranks' operations one at a time (on a GPU, its front end launching a graph's kernels), so a
+// collective between virtual devices pays for every rank's messages, not for one rank's.
+bool g_launches = false;
+constexpr int kChainLaunches = 32;
+
+void run_launches(benchmark::State& state) {
+  const int k = static_cast<int>(state.range(0));
+  BenchGroup& g = group(k);
+  std::vector<Tensor> acc(k), one(k);
+  g.run([&](int r, Transport&) {
+    acc[r] = Tensor::zeros(g.device(r), {1});
+    one[r] = Tensor::zeros(g.device(r), {1});
+  });
+  time_ranks(
+      state, g, [](int) {},
+      [&](int r, Transport&) {
+        Ops& ops = g.device(r).ops();
+        for (int i = 0; i < kChainLaunches; ++i) ops.add_inplace(acc[r], one[r]);
+      });
+  std::string label = "launches";
+  if (g_backend != "cpu") label += " " + g_backend;
+  if (group(k).graph) label += " graph";
+  state.SetLabel(label);
+  state.counters["devices"] = k;
+  state.counters["launches_per_rank"] = kChainLaunches;
+  state.counters["graph"] = group(k).graph ? 1 : 0;
+}
+
 // The items of a comma-separated flag value ("4,,8" has an empty one).
 std::vector<std::string> split_commas(const std::string& list) {
   std::vector<std::string> out;
@@ -571,6 +604,8 @@ void print_help() {
       "                            and reduce-scatter take the first\n"
       "  --graphs=auto|on|off      time each collective as one CUDA graph over the group\n"
       "                            (auto: where it can be, virtual devices of one GPU)\n"
+      "  --launches                also time a chain of 32 tiny operations per rank, every rank\n"
+      "                            at once (\"launches\": the cost of one queued operation)\n"
       "  --help                    this text\n"
       "A --benchmark_out file must not exist (results are never overwritten); a\n"
       "--benchmark_filter that selects nothing, or is not a valid regex, is an error.\n"
@@ -628,6 +663,8 @@ int allreduce_bench_main(int argc, char** argv,
       sizes = a.substr(8);
     else if (a.rfind("--chunk-bytes=", 0) == 0)
       g_chunks = parse_chunks(a.substr(14));
+    else if (a == "--launches")
+      g_launches = true;
     else if (a.rfind("--graphs=", 0) == 0) {
       g_graphs = a.substr(9);
       if (g_graphs != "auto" && g_graphs != "on" && g_graphs != "off")
@@ -723,6 +760,13 @@ int allreduce_bench_main(int argc, char** argv,
             ->UseManualTime()
             ->Iterations(1)
             ->Unit(benchmark::kMicrosecond);
+    if (g_launches && !g_mpi)
+      benchmark::RegisterBenchmark("launches", run_launches)
+          ->Args({k})
+          ->ArgNames({"devices"})
+          ->UseManualTime()
+          ->Iterations(1)
+          ->Unit(benchmark::kMicrosecond);
     for (const auto& [algo, factory] : g_algorithms)
       if (!unavailable.count(algo))
         benchmark::RegisterBenchmark(

@@ -69,7 +69,7 @@ default_parts=(determinism speed pytorch collectives main bench seeds sanitizers
 # Measured on 2026-12-04 (results/reference/h200-2026-12-04/summary-call*.txt: determinism 17,
 # pytorch 56, collectives 21, main 27, bench 17, seeds 26, speed 11 with two kernel sets,
 # sanitizers 65, ncu 10 with two, sweep 155), with a margin; models never ran yet.
-declare -A needs=([determinism]=25 [pytorch]=70 [collectives]=30 [main]=40 [bench]=25
+declare -A needs=([determinism]=25 [pytorch]=70 [collectives]=40 [main]=40 [bench]=25
   [seeds]=35 [speed]=35 [sanitizers]=85 [ncu]=25 [models]=240 [sweep]=180)
 declare -A goals_of=(
   [determinism]="same seed, same bits (cudnn, fused, mixed); steps read once per epoch"
@@ -650,6 +650,26 @@ for k in (2, 4, 8):
           f": per-message cost x{k} <= 5 us (fitted {slope:.2f} us over {n} chunk sizes)")
 PY
 )
+  # What one queued operation costs a rank while k ranks queue theirs (allreduce_bench
+  # --launches: 32 tiny kernels per rank in one graph over the group). If it grows with k, the
+  # GPU launches the ranks' kernels one at a time, and the per-message cost above is that, not
+  # the host's. Figures, not goals.
+  capped 60 $BUILD/allreduce_bench --backend=cuda --devices=1,2,4,8 --sizes=lenet --launches \
+    --benchmark_filter='^launches' --benchmark_out="$FILES/allreduce-launches.json" \
+    --benchmark_out_format=json >> "$FILES/allreduce_bench.log" 2>&1 ||
+    log "allreduce_bench --launches exit $?"
+  python3 - "$FILES/allreduce-launches.json" <<'PY' | while IFS= read -r l; do log "$l"; done
+import json, sys
+try:
+    rows = json.load(open(sys.argv[1]))["benchmarks"]
+except (OSError, ValueError, KeyError):
+    sys.exit()
+per = {int(r["devices"]): r["real_time"] / r["launches_per_rank"] for r in rows
+       if not r.get("error_occurred") and "real_time" in r and r.get("launches_per_rank")}
+if per:
+    print("one queued kernel per rank, all ranks at once (graph): " +
+          ", ".join(f"x{k} {us:.2f} us ({us / k:.2f} per kernel launched)" for k, us in sorted(per.items())))
+PY
   # The tree at 16 MiB by piece size (chunk 0: whole messages, the automatic choice on one GPU):
   # whether its pipeline pays between virtual devices. Figures, not goals.
   python3 - "$FILES/allreduce-cuda.json" <<'PY' | while IFS= read -r l; do log "$l"; done

@@ -465,6 +465,20 @@ class AllreduceBenchFlags(Case):
         # CPU devices: "auto" (-1) means the default 256 KiB pieces.
         self.assertEqual(got, [("chunk:-1", 262144), ("chunk:0", 0), ("chunk:4096", 4096)])
 
+    def test_launches_time_a_chain_per_rank_only_when_asked(self):
+        code, out, err = self.run_cmd(
+            "--devices=2", "--sizes=lenet", "--launches", "--benchmark_filter=^launches",
+            "--benchmark_min_time=0.01", "--benchmark_format=json", program=ALLREDUCE)
+        self.assertEqual(code, 0, err)
+        rows = json.loads(out)["benchmarks"]
+        self.assertEqual([r["name"].split("/iterations")[0] for r in rows], ["launches/devices:2"])
+        self.assertEqual((rows[0]["devices"], rows[0]["launches_per_rank"]), (2, 32))
+        self.assertGreater(rows[0]["real_time"], 0)
+        code, out, err = self.run_cmd("--devices=2", "--sizes=lenet", "--benchmark_list_tests",
+                                      program=ALLREDUCE)
+        self.assertEqual(code, 0, err)
+        self.assertNotIn("launches", out)
+
     def test_sizes_named_or_listed(self):
         def sizes(arg):
             code, out, err = self.run_cmd("--devices=2", arg, "--benchmark_filter=^memcpy/",
@@ -482,7 +496,7 @@ class AllreduceBenchFlags(Case):
         code, out, err = self.run_cmd("--help", program=ALLREDUCE)
         self.assertEqual(code, 0)
         for flag in ("--backend", "--devices", "--oversubscribe", "--sizes", "--chunk-bytes",
-                     "--benchmark_filter"):
+                     "--launches", "--benchmark_filter"):
             self.assertIn(flag, out)
         self.assert_bad_input(["--devices=2abc"], "--devices", "2abc", program=ALLREDUCE)
         for bad in ("2", "fast", "-4", "", "4,,8"):
