@@ -79,7 +79,8 @@ __global__ void forward_direct(Geometry g, const float* __restrict__ x, const fl
           const float v = xc[pr * g.w + pc];
           // Output q = 2 dh + dw takes v with weight (pr - dh, pc - dw) where that is in the
           // filter; q's products reach it in ascending (r, s) as (pr, pc) ascends.
-          const bool top = pr<g.r, bottom = pr> 0, left = pc<g.s, right = pc> 0;
+          const bool top = (pr < g.r), left = (pc < g.s);
+          const bool bottom = (pr > 0), right = (pc > 0);
           if (top && left) acc[0] = fmaf(v, wc[pr * g.s + pc], acc[0]);
           if (top && right) acc[1] = fmaf(v, wc[pr * g.s + pc - 1], acc[1]);
           if (bottom && left) acc[2] = fmaf(v, wc[(pr - 1) * g.s + pc], acc[2]);
@@ -163,7 +164,7 @@ struct StridedTile {
   static_assert((BK * kWidth) % kThreads == 0, "the threads share the tile evenly");
   static constexpr int kPer = BK * kWidth / kThreads;
   float v[kPer];
-  template <int kRowLength>  // kWidth, or kWidth + 1 for a padded A tile
+  template <int kRowLength>  // kWidth, or kWidth + kApad for an A tile
   __device__ void store(float (&tile)[BK][kRowLength]) const {
     PARALAB_UNROLL
     for (int t = 0; t < kPer; ++t) {
