@@ -122,6 +122,18 @@ class Budget(unittest.TestCase):
             self.assertTrue(os.path.isfile(os.path.join(files, "core-runs.log")))
 
 
+def stand_in_build(tmp, bench_runner="#!/bin/sh\nexit 1\n", allreduce_bench="#!/bin/sh\nexit 1\n"):
+    """A build directory in tmp whose bench_runner and allreduce_bench are the given scripts (by
+    default, ones that fail)."""
+    build = os.path.join(tmp, "build")
+    os.mkdir(build)
+    for name, text in (("bench_runner", bench_runner), ("allreduce_bench", allreduce_bench)):
+        with open(os.path.join(build, name), "w") as f:
+            f.write(text)
+        os.chmod(os.path.join(build, name), 0o755)
+    return build
+
+
 class Verdicts(unittest.TestCase):
     def test_a_sanitizer_stopped_or_failing_says_why_in_its_goal_line(self):
         # A stand-in compute-sanitizer: memcheck finds errors (exit 9 and its summary line), the
@@ -183,12 +195,7 @@ class Verdicts(unittest.TestCase):
             "       'config': {'device_list': [{'ops': {'choices': {'c': {'tiles': tiles}}}}]}}\n"
             "json.dump({'runs': [run]}, open(out, 'w'))\n")
         with tempfile.TemporaryDirectory() as tmp:
-            build = os.path.join(tmp, "build")
-            os.mkdir(build)
-            for name, text in (("bench_runner", fake), ("allreduce_bench", "#!/bin/sh\nexit 1\n")):
-                with open(os.path.join(build, name), "w") as f:
-                    f.write(text)
-                os.chmod(os.path.join(build, name), 0o755)
+            build = stand_in_build(tmp, bench_runner=fake)
             out, files = os.path.join(tmp, "out"), os.path.join(tmp, "files")
             gpu_check(["--budget", "300", "speed", "pytorch"], out, files, build=build)
             summary = lines_of(os.path.join(out, "summary.txt"))
@@ -223,12 +230,7 @@ class Verdicts(unittest.TestCase):
             "            rows.append(r)\n"
             "json.dump({'context': {}, 'benchmarks': rows}, open(out, 'w'))\n")
         with tempfile.TemporaryDirectory() as tmp:
-            build = os.path.join(tmp, "build")
-            os.mkdir(build)
-            for name, text in (("bench_runner", "#!/bin/sh\nexit 1\n"), ("allreduce_bench", fake)):
-                with open(os.path.join(build, name), "w") as f:
-                    f.write(text)
-                os.chmod(os.path.join(build, name), 0o755)
+            build = stand_in_build(tmp, allreduce_bench=fake)
             verdicts = []
             for short in ("0", "1"):
                 out, files = os.path.join(tmp, "out" + short), os.path.join(tmp, "files" + short)

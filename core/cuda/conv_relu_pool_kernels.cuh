@@ -51,6 +51,14 @@ __device__ __forceinline__ float pool_window(const float (&acc)[4], float bias, 
 
 // ---- forward -------------------------------------------------------------------------------
 
+// Pooled output i = ((n K + k) PH + ph) PW + pw as (n K + k, ph, pw).
+__device__ __forceinline__ void pooled_coords(const Geometry& g, int i, int& nk, int& ph, int& pw) {
+  const int t = i / g.pw;
+  pw = i - t * g.pw;
+  ph = t % g.ph;
+  nk = t / g.ph;
+}
+
 // Direct: one thread per pooled output (n,k,ph,pw), computing its window's four conv outputs.
 // For small filters (kDirectMaxCrs), where a GEMM's tiles would be mostly padding. The window's
 // four outputs read one (R+1) x (S+1) patch of each input channel: each patch value is loaded
@@ -62,12 +70,9 @@ __global__ void forward_direct(Geometry g, const float* __restrict__ x, const fl
   const int total = g.n * g.k * g.ph * g.pw;
   const int stride = static_cast<int>(blockDim.x * gridDim.x);
   for (int i = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x); i < total; i += stride) {
-    int t = i / g.pw;
-    const int pw = i - t * g.pw;
-    const int ph = t % g.ph;
-    t /= g.ph;
-    const int k = t % g.k;
-    const int n = t / g.k;
+    int nk, ph, pw;
+    pooled_coords(g, i, nk, ph, pw);
+    const int k = nk % g.k, n = nk / g.k;
     const float* wk = w + k * g.crs;
     const float* xw = x + n * g.c * g.h * g.w + 2 * ph * g.w + 2 * pw;
     float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
@@ -292,14 +297,12 @@ __global__ void bias_relu_pool_k(Geometry g, const float* __restrict__ conv,
   const int total = g.n * g.k * g.ph * g.pw;
   const int stride = static_cast<int>(blockDim.x * gridDim.x);
   for (int i = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x); i < total; i += stride) {
-    int t = i / g.pw;
-    const int pw = i - t * g.pw;
-    const int ph = t % g.ph;
-    t /= g.ph;  // n K + k
-    const float* c = conv + (t * ch + 2 * ph) * cw + 2 * pw;
+    int nk, ph, pw;
+    pooled_coords(g, i, nk, ph, pw);
+    const float* c = conv + (nk * ch + 2 * ph) * cw + 2 * pw;
     const float sums[4] = {c[0], c[1], c[cw], c[cw + 1]};
     uint8_t bits;
-    y[i] = pool_window(sums, b[t % g.k], bits);
+    y[i] = pool_window(sums, b[nk % g.k], bits);
     mask[i] = bits;
   }
 }
