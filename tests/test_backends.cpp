@@ -308,6 +308,7 @@ TEST(CudaBackend, UnknownMeasuringSwitchesAreErrorsNamingThem) {
   {
     ScopedEnv env("PARALAB_OWN_TILES", "huge");
     auto dev = cuda_device_or_skip("fused");
+    ASSERT_NE(dev, nullptr);  // the block above found a GPU
     auto stage = dev->ops().make_conv_relu_pool();
     Tensor x = Tensor::zeros(*dev, {2, 20, 13, 13}), w = Tensor::zeros(*dev, {50, 20, 5, 5}),
            b = Tensor::zeros(*dev, {50}), y = Tensor::empty(*dev, {2, 50, 4, 4});
