@@ -362,8 +362,11 @@ __device__ __forceinline__ void window_grads(const float* dy, const uint8_t* mas
 // positions q = 0..3), so that one load of dy and of the mask serves four positions and the
 // window's x values are loaded together; it skips positions whose gradient is 0 (ReLU closed, or
 // dy 0), adding nothing, as bias_partial adds their zeros (same bits).
+// With 16 slots the kernel fits 64 registers (ptxas: no spill on sm_90, 24 bytes on sm_80), so 4
+// blocks share an SM (LeNet's conv1: 640 blocks in 1.2 waves on 132 SMs, not 1.6); 33 slots
+// would spill there and take 128 (2 blocks).
 template <int kThreads, int kSlots>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreads, kSlots <= 16 ? 4 : 2)
     weights_direct_partial(Geometry g, int chunk, const float* __restrict__ x,
                            const float* __restrict__ dy, const uint8_t* __restrict__ mask,
                            float* __restrict__ partial) {
