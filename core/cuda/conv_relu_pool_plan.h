@@ -50,7 +50,8 @@ struct Tile {
 
 // Two sets: "wide" (large tiles, 8x8 or 4x8 outputs per thread) and "narrow" (small tiles, 4x4
 // per thread: more blocks and warps, for grids that leave SMs idle; LeNet's conv2 forward at
-// batch 256 is 128 wide blocks of 4 warps on a 132-SM GPU, 512 narrow ones). Every tile computes
+// batch 256 is 128 wide blocks of 4 warps on a 132-SM GPU, 512 narrow ones); the weight
+// gradient's tile is the same in both. Every tile computes
 // each output with the same operations in the same order, so both sets give the same bits
 // (tests/test_fused_kernels.cpp checks it); which is faster is measured (scripts/gpu-check.sh
 // speed), and PARALAB_OWN_TILES=wide|narrow picks one (own_tiles in fused_conv_relu_pool.cpp).
