@@ -254,22 +254,6 @@ TEST_P(Backend, LinearWithBiasUnder16ByteAlignedMatchesReference) {
 }
 
 #if PARALAB_HAVE_CUDA
-// An environment variable set for one test, restored after it.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) {
-    if (const char* old = std::getenv(name)) old_ = old;
-    ::setenv(name, value, 1);
-  }
-  ~ScopedEnv() { old_ ? (void)::setenv(name_, old_->c_str(), 1) : (void)::unsetenv(name_); }
-  ScopedEnv(const ScopedEnv&) = delete;
-  ScopedEnv& operator=(const ScopedEnv&) = delete;
-
- private:
-  const char* name_;
-  std::optional<std::string> old_;
-};
-
 std::unique_ptr<Device> cuda_device_or_skip(const std::string& kernels = "") {
   if (!backend_unavailable("cuda").empty()) return nullptr;
   DeviceOptions options;
@@ -283,7 +267,8 @@ std::unique_ptr<Device> cuda_device_or_skip(const std::string& kernels = "") {
 // gives the same sums to float32 rounding; a value the switch does not know is an error naming
 // it, raised where the op is planned.
 TEST(CudaBackend, LinearWithoutSplitKMatchesReference) {
-  ScopedEnv env("PARALAB_CUBLASLT_SPLIT_K", "off");
+  testing::EnvGuard env("PARALAB_CUBLASLT_SPLIT_K");
+  env.set("off");
   auto dev = cuda_device_or_skip();
   if (!dev) GTEST_SKIP() << backend_unavailable("cuda");
   check_linear(*dev, true, 256, 800, 128, 97, 2);
@@ -291,7 +276,8 @@ TEST(CudaBackend, LinearWithoutSplitKMatchesReference) {
 
 TEST(CudaBackend, UnknownMeasuringSwitchesAreErrorsNamingThem) {
   {
-    ScopedEnv env("PARALAB_CUBLASLT_SPLIT_K", "maybe");
+    testing::EnvGuard env("PARALAB_CUBLASLT_SPLIT_K");
+    env.set("maybe");
     auto dev = cuda_device_or_skip();
     if (!dev) GTEST_SKIP() << backend_unavailable("cuda");
     auto fc = dev->ops().make_linear();
@@ -306,7 +292,8 @@ TEST(CudaBackend, UnknownMeasuringSwitchesAreErrorsNamingThem) {
     }
   }
   {
-    ScopedEnv env("PARALAB_OWN_TILES", "huge");
+    testing::EnvGuard env("PARALAB_OWN_TILES");
+    env.set("huge");
     auto dev = cuda_device_or_skip("fused");
     ASSERT_NE(dev, nullptr);  // the block above found a GPU
     auto stage = dev->ops().make_conv_relu_pool();

@@ -27,12 +27,14 @@
 
 #include "core/error.h"
 #include "core/fashion_mnist.h"
+#include "tests/test_util.h"
 
 namespace paralab {
 namespace {
 
 namespace fs = std::filesystem;
 using Bytes = std::vector<uint8_t>;
+using testing::EnvGuard;
 
 constexpr const char* kPackageDir = "/usr/share/datasets/fashion-mnist";
 
@@ -56,30 +58,6 @@ class TempDir {
 
  private:
   fs::path path_;
-};
-
-// Sets or unsets an environment variable for one test and restores the old value afterwards.
-class EnvGuard {
- public:
-  explicit EnvGuard(const char* name) : name_(name) {
-    const char* old = std::getenv(name);
-    if (old != nullptr) old_ = old;
-  }
-  EnvGuard(const EnvGuard&) = delete;
-  EnvGuard& operator=(const EnvGuard&) = delete;
-  ~EnvGuard() {
-    if (old_) {
-      ::setenv(name_, old_->c_str(), 1);
-    } else {
-      ::unsetenv(name_);
-    }
-  }
-  void set(const std::string& value) { ASSERT_EQ(::setenv(name_, value.c_str(), 1), 0); }
-  void unset() { ASSERT_EQ(::unsetenv(name_), 0); }
-
- private:
-  const char* name_;
-  std::optional<std::string> old_;
 };
 
 void put_be32(Bytes& b, uint32_t v) {

@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -80,5 +82,29 @@ inline std::vector<double> to_double(const std::vector<float>& v) {
 inline std::vector<float> to_float(const std::vector<double>& v) {
   return std::vector<float>(v.begin(), v.end());
 }
+
+// Sets or unsets an environment variable for one test and restores the old value afterwards.
+class EnvGuard {
+ public:
+  explicit EnvGuard(const char* name) : name_(name) {
+    const char* old = std::getenv(name);
+    if (old != nullptr) old_ = old;
+  }
+  EnvGuard(const EnvGuard&) = delete;
+  EnvGuard& operator=(const EnvGuard&) = delete;
+  ~EnvGuard() {
+    if (old_) {
+      ::setenv(name_, old_->c_str(), 1);
+    } else {
+      ::unsetenv(name_);
+    }
+  }
+  void set(const std::string& value) { ASSERT_EQ(::setenv(name_, value.c_str(), 1), 0); }
+  void unset() { ASSERT_EQ(::unsetenv(name_), 0); }
+
+ private:
+  const char* name_;
+  std::optional<std::string> old_;
+};
 
 }  // namespace paralab::testing
