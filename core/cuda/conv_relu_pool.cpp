@@ -27,6 +27,7 @@
 #include "core/cuda/cudnn_algorithms.h"
 #include "core/cuda/kernel_log.h"
 #include "core/cuda/kernels.h"
+#include "core/cuda/relu_masks.h"
 
 namespace paralab::cuda {
 
@@ -53,13 +54,10 @@ struct Plan {
   ConvAlgorithms algos;
   Tensor workspace;
   Tensor activation;    // the conv output without bias (N,K,OH,OW); its gradient, backward
-  Tensor mask;          // ReLU bits of the last training forward, (N,K,PH,PW) bytes
-  Tensor eval_mask;     // where a forward that is not for training writes its bits
+  ReluMasks masks;      // ReLU bits: the last training forward's, an evaluation's
   Tensor bias_partial;  // channel_sums' per-part sums
   bool has_forward = false;
 };
-
-uint8_t* bytes(const Tensor& t) { return static_cast<uint8_t*>(t.raw()); }
 
 class CudaConvReluPool final : public ConvReluPool {
  public:
@@ -75,8 +73,8 @@ class CudaConvReluPool final : public ConvReluPool {
     PARALAB_CUDNN(cudnnConvolutionForward(h, &one, p.x, x.raw(), p.w, w.raw(), p.conv, p.algos.fwd,
                                           p.workspace.raw(), p.workspace.bytes(), &zero, p.act,
                                           p.activation.raw()));
-    Tensor& mask = training ? p.mask : eval_mask(p);
-    crp::bias_relu_pool(p.g, p.activation.f32(), b.f32(), y.f32(), bytes(mask), d_.stream());
+    crp::bias_relu_pool(p.g, p.activation.f32(), b.f32(), y.f32(), p.masks.for_forward(training),
+                        d_.stream());
     if (training) p.has_forward = true;
   }
 
@@ -89,7 +87,7 @@ class CudaConvReluPool final : public ConvReluPool {
     const float one = 1.0f, zero = 0.0f;
     cudnnHandle_t h = d_.cudnn();
     // The activation buffer's forward values are spent: its gradient takes its place.
-    crp::relu_pool_backward(p.g, dy.f32(), bytes(p.mask), p.activation.f32(), d_.stream());
+    crp::relu_pool_backward(p.g, dy.f32(), p.masks.training(), p.activation.f32(), d_.stream());
     channel_sums(p.activation.f32(), db.f32(), p.bias_partial.f32(), x.dim(0), w.dim(0),
                  p.activation.dim(2) * p.activation.dim(3), d_.stream());
     PARALAB_CUDNN(cudnnSetConvolutionMathType(p.conv, p.algos.filter_math));
@@ -132,19 +130,10 @@ class CudaConvReluPool final : public ConvReluPool {
     p->activation = Tensor::empty(d_, {n, k, oh, ow});
     p->g = crp::make_geometry(int(n), int(x.dim(1)), int(x.dim(2)), int(x.dim(3)), int(k),
                               int(w.dim(2)), int(w.dim(3)));
-    p->mask = mask_tensor(p->g);
+    p->masks = ReluMasks(d_, p->g);
     p->bias_partial =
         Tensor::empty(d_, {std::max<int64_t>(channel_sums_partition(n, k).parts * k, 1)});
     return *plans_.emplace(key, std::move(p)).first->second;
-  }
-
-  // Bytes for (N,K,PH,PW) ReLU bits, in an int32 tensor (the interface has no byte type).
-  Tensor mask_tensor(const crp::Geometry& g) {
-    return Tensor::empty(d_, {(int64_t{g.n} * g.k * g.ph * g.pw + 3) / 4}, DType::I32);
-  }
-  Tensor& eval_mask(Plan& p) {
-    if (!p.eval_mask.defined()) p.eval_mask = mask_tensor(p.g);
-    return p.eval_mask;
   }
 
   CudaDevice& d_;

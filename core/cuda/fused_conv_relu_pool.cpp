@@ -14,6 +14,7 @@
 #include "core/cuda/conv_relu_pool_fused.h"
 #include "core/cuda/cuda_device.h"
 #include "core/cuda/kernel_log.h"
+#include "core/cuda/relu_masks.h"
 
 namespace paralab::cuda {
 
@@ -23,11 +24,10 @@ using Key = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int
 
 struct Plan {
   crp::Geometry g{};
-  Tensor mask;       // ReLU bits of the last training forward, (N,K,PH,PW) bytes
-  Tensor eval_mask;  // where a forward that is not for training writes its bits
-  Tensor dconv;      // (N,K,OH,OW), for the GEMM paths
-  Tensor partial;    // partial_floats(g)
-  Tensor cols;       // cols_floats(g): the input gradient's columns, when dx is asked for
+  ReluMasks masks;  // ReLU bits: the last training forward's, an evaluation's
+  Tensor dconv;     // (N,K,OH,OW), for the GEMM paths
+  Tensor partial;   // partial_floats(g)
+  Tensor cols;      // cols_floats(g): the input gradient's columns, when dx is asked for
   const crp::TileSet* tiles = &crp::kDefaultTiles;
   bool has_forward = false;
 };
@@ -65,8 +65,8 @@ class FusedConvReluPool final : public ConvReluPool {
                bool training) override {
     check_forward(x, w, b, y);
     Plan& p = plan(x, w);
-    Tensor& mask = training ? p.mask : eval_mask(p);
-    crp::forward(p.g, *p.tiles, x.f32(), w.f32(), b.f32(), y.f32(), bytes(mask), d_.stream());
+    crp::forward(p.g, *p.tiles, x.f32(), w.f32(), b.f32(), y.f32(), p.masks.for_forward(training),
+                 d_.stream());
     if (training) p.has_forward = true;
   }
 
@@ -79,28 +79,17 @@ class FusedConvReluPool final : public ConvReluPool {
     const bool gemm = !crp::direct(p.g);
     if ((gemm || dx) && !p.dconv.defined())
       p.dconv = Tensor::empty(d_, {p.g.n, p.g.k, p.g.oh, p.g.ow});
-    crp::backward_weights(p.g, *p.tiles, x.f32(), dy.f32(), bytes(p.mask),
+    crp::backward_weights(p.g, *p.tiles, x.f32(), dy.f32(), p.masks.training(),
                           gemm ? p.dconv.f32() : nullptr, p.partial.f32(), dw.f32(), db.f32(),
                           d_.stream());
     if (!dx) return;
-    if (!gemm) crp::conv_grads(p.g, dy.f32(), bytes(p.mask), p.dconv.f32(), d_.stream());
+    if (!gemm) crp::conv_grads(p.g, dy.f32(), p.masks.training(), p.dconv.f32(), d_.stream());
     if (!p.cols.defined())
       p.cols = Tensor::empty(d_, {std::max<int64_t>(1, crp::cols_floats(p.g))});
     crp::backward_data(p.g, *p.tiles, p.dconv.f32(), w.f32(), p.cols.f32(), dx->f32(), d_.stream());
   }
 
  private:
-  static uint8_t* bytes(const Tensor& t) { return static_cast<uint8_t*>(t.raw()); }
-
-  // Bytes for (N,K,PH,PW) ReLU bits, in an int32 tensor (the interface has no byte type).
-  Tensor mask_tensor(const crp::Geometry& g) {
-    return Tensor::empty(d_, {(int64_t{g.n} * g.k * g.ph * g.pw + 3) / 4}, DType::I32);
-  }
-  Tensor& eval_mask(Plan& p) {
-    if (!p.eval_mask.defined()) p.eval_mask = mask_tensor(p.g);
-    return p.eval_mask;
-  }
-
   Plan& plan(const Tensor& x, const Tensor& w) {
     output_shape(x, w);  // validates
     const Key key{x.dim(0), x.dim(1), x.dim(2), x.dim(3), w.dim(0), w.dim(2), w.dim(3)};
@@ -111,7 +100,7 @@ class FusedConvReluPool final : public ConvReluPool {
     p->g = crp::make_geometry(dim(x, 0), dim(x, 1), dim(x, 2), dim(x, 3), dim(w, 0), dim(w, 2),
                               dim(w, 3));
     p->tiles = &own_tiles();
-    p->mask = mask_tensor(p->g);
+    p->masks = ReluMasks(d_, p->g);
     p->partial = Tensor::empty(d_, {crp::partial_floats(p->g)});
     const crp::Partition part = crp::partition(p->g.n);
     const bool direct = crp::direct(p->g);
