@@ -7,9 +7,11 @@
 
 #include <chrono>
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -67,6 +69,36 @@ class GroupCapture {
   virtual void launch(int rank, const GroupBarrier& barrier) = 0;
   // What the results record about the captured unit (e.g. its kernels per device context).
   virtual nlohmann::json describe() const { return nullptr; }
+};
+
+// One move of a collective step over devices that share one memory (virtual devices of a GPU):
+// dst = src[0] (a copy), or dst = (dst + src[0]) + src[1] ... in that order (a reduction: the
+// same float sums as receiving and adding the messages one by one).
+struct GroupMove {
+  static constexpr int kMaxSources = 2;
+  float* dst = nullptr;
+  const float* src[kMaxSources] = {nullptr, nullptr};
+  int sources = 1;
+  int64_t floats = 0;
+  bool reduce = false;
+};
+
+// Queues every move of one collective step over a group's devices as one unit of work (CUDA: one
+// kernel on the whole GPU for all ranks' moves, instead of a kernel per rank and message). The
+// moves of a step must not overlap: no move writes what another reads or writes.
+class GroupMover {
+ public:
+  struct Done {
+    Event done;         // the moves' end: each rank's later work waits on it
+    TimeMark can_move;  // timed runs: when every rank's data was ready,
+    TimeMark moved;     // and when the moves were done
+  };
+  virtual ~GroupMover() = default;
+  // Queues `moves` after the work of every event in `after` (each rank's, recorded when it
+  // reached the step). Called by one rank's thread per step, one step at a time.
+  virtual Done run(std::span<const GroupMove> moves, std::span<const Event> after, bool timed) = 0;
+  // Where the moves run, for the results ("one kernel per collective step on GPU 0's SMs").
+  virtual std::string describe() const = 0;
 };
 
 enum class DeviceKind { Cpu, Cuda };
@@ -148,6 +180,12 @@ class Device {
   // it through one the rank waits on (data_parallel's overlap); the capture must hold that too.
   virtual std::unique_ptr<GroupCapture> capture_group(const std::vector<Device*>& group,
                                                       bool comm_streams, std::string* why_not);
+
+  // A mover of collective steps over `group` (this device first; every device of one memory
+  // domain), or null with *why_not set where this backend moves each message on its receiver's
+  // queue (CPU; CUDA devices of several GPUs).
+  virtual std::unique_ptr<GroupMover> group_mover(const std::vector<Device*>& group,
+                                                  std::string* why_not);
 
   virtual Ops& ops() = 0;
 };

@@ -137,6 +137,13 @@ std::unique_ptr<GroupCapture> Device::capture_group(const std::vector<Device*>& 
   return nullptr;
 }
 
+std::unique_ptr<GroupMover> Device::group_mover(const std::vector<Device*>& group,
+                                                std::string* why_not) {
+  (void)group;
+  if (why_not) *why_not = name() + " moves each message on its receiver's queue";
+  return nullptr;
+}
+
 void check_native_collectives(const std::string& library, const std::vector<Device*>& devices) {
   if (library != "nccl") throw Error("no collective library '" + library + "' (known: nccl)");
   PARALAB_REQUIRE(!devices.empty(), std::string("nccl: a group needs at least one device"));

@@ -424,6 +424,9 @@ void run_collective(benchmark::State& state, Op op, const std::string& algorithm
                                      : "reduce_scatter");
   // The piece size used (0: whole messages), for fits of time against messages per rank.
   state.counters["chunk_bytes"] = static_cast<double>(used_chunk);
+  // 1 where the group's collective steps moved whole (one unit per step for all ranks: virtual
+  // devices of one GPU, transport.h), 0 where each message was its receiver's own.
+  state.counters["whole_steps"] = g.spmd->step_moves().rfind("whole", 0) == 0 ? 1.0 : 0.0;
 }
 
 // The same bytes from device 0's buffer into device 1's, by device 1's thread (the transport's
@@ -697,6 +700,14 @@ int allreduce_bench_main(int argc, char** argv,
   benchmark::AddCustomContext("paralab_backend", g_backend);
   benchmark::AddCustomContext("paralab_launcher", g_mpi ? "mpi" : "threads");
   benchmark::AddCustomContext("paralab_graphs", g_graphs);
+  // How collective steps move in one process (PARALAB_STEP_MOVES; each row's whole_steps says
+  // what its group did).
+  if (const char* v = std::getenv("PARALAB_STEP_MOVES"); v && *v) {
+    (void)step_moves_from_env();  // an unknown value: its Error, before any row runs
+    benchmark::AddCustomContext("paralab_step_moves", v);
+  } else {
+    benchmark::AddCustomContext("paralab_step_moves", "auto");
+  }
   // Not under mpirun, where a rank should not fork (some MPI transports forbid it).
   if (const std::string t = g_mpi ? "" : memcpy_non_temporal_threshold(); !t.empty())
     benchmark::AddCustomContext("memcpy_non_temporal_threshold_bytes", t);

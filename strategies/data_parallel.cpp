@@ -336,7 +336,12 @@ class DataParallel final : public Strategy {
   }
 
   json report() const override {
-    if (ranks_.empty() || !o_.cuda_graphs) return nullptr;
+    if (ranks_.empty()) return nullptr;
+    json out = json::object();
+    // Where the allreduce's steps moved whole (virtual devices of one GPU: one kernel per step).
+    if (const std::string moves = group_->step_moves(); moves.rfind("whole", 0) == 0)
+      out["step_moves"] = moves;
+    if (!o_.cuda_graphs) return out.empty() ? nullptr : out;
     // Graphs made and launched: one per group capture (every rank's part is in it), one per
     // device otherwise.
     int64_t captures = 0, replays = 0;
@@ -345,7 +350,6 @@ class DataParallel final : public Strategy {
       replays += ranks_[r].graph.replays();
       if (capture_) break;
     }
-    json out = json::object();
     report_graphs(out, graphs_, capture_.get(), static_cast<int>(ranks_.size()), captures, replays);
     return out;
   }

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <functional>
 #include <memory>
+#include <string>
 #include <type_traits>
 #include <vector>
 
@@ -22,9 +23,10 @@ namespace paralab {
 
 class SpmdGroup {
  public:
-  // Every rank in this process: rank r on devices[r].
-  explicit SpmdGroup(std::vector<Device*> devices)
-      : fabric_(std::make_unique<LocalFabric>(devices)), ranks_(std::move(devices)) {}
+  // Every rank in this process: rank r on devices[r]; `moves` says how the fabric moves
+  // collective steps (transport.h: StepMoves; by default PARALAB_STEP_MOVES, else Auto).
+  explicit SpmdGroup(std::vector<Device*> devices, StepMoves moves = step_moves_from_env())
+      : fabric_(std::make_unique<LocalFabric>(devices, moves)), ranks_(std::move(devices)) {}
   // One rank of a group spread over processes: this process's rank, transport->rank(), on
   // `device`; transport reaches the other ranks.
   SpmdGroup(Device& device, std::unique_ptr<Transport> transport)
@@ -48,6 +50,13 @@ class SpmdGroup {
     PARALAB_REQUIRE(is_local(rank),
                     "group: rank " + std::to_string(rank) + " is in another process");
     return remote_ ? *remote_ : fabric_->endpoint(rank);
+  }
+
+  // How collective steps move between this process's ranks (LocalFabric), for the results;
+  // between processes every message is its receiver's own.
+  std::string step_moves() const {
+    return fabric_ ? fabric_->step_moves_description()
+                   : "per rank: each message is its receiver's own (ranks in separate processes)";
   }
 
   // Runs fn(rank, transport) for every local rank, each on its own thread, at once. A rank that

@@ -19,9 +19,10 @@ namespace {
 // k CPU devices, each behind a RecordingDevice (tests/recording_device.h): `group` is what a
 // strategy is given.
 struct RecordingGroup {
-  explicit RecordingGroup(int k) : cpu(make_devices("cpu", k, {})) {
+  explicit RecordingGroup(int k, int memory_domain = -1) : cpu(make_devices("cpu", k, {})) {
     for (auto& d : cpu) {
       recording.push_back(std::make_unique<testing::RecordingDevice>(*d));
+      recording.back()->domain = memory_domain;
       group.push_back(recording.back().get());
     }
   }
@@ -39,10 +40,12 @@ struct RecordingGroup {
 // still time its phases and its receives from the marks the capture took. The group replay runs
 // every rank's recorded work ordered only by the recorded events, the last rank first, so a
 // hand-off that misses its event computes wrong numbers.
+// memory_domain >= 0: the devices share one memory, as virtual devices of one GPU do.
 inline ::testing::AssertionResult graph_replays_match_eager(const std::string& strategy, int k,
-                                                            json options, int64_t batch = 24) {
+                                                            json options, int64_t batch = 24,
+                                                            int memory_domain = -1) {
   const auto lr = [](int step) { return 0.02f * static_cast<float>(1 + step % 4); };
-  RecordingGroup devs(k);
+  RecordingGroup devs(k, memory_domain);
   auto& recording = devs.recording;
   auto& group = devs.group;
   Session eager(strategy, k, options, test_initial_parameters(), batch, "cpu");

@@ -57,6 +57,10 @@ class RecordingDevice final : public ForwardingDevice {
   bool queues_work() const override { return true; }
   bool supports_capture() const override { return true; }
   Ops& ops() override { return ops_; }
+  // -1: a device of its own memory; >= 0: devices sharing one memory, as virtual devices of one
+  // GPU (what lets a fabric move whole steps, transport.h).
+  int memory_domain() const override { return domain; }
+  int domain = -1;
 
   // Runs fn now, or records it while capturing.
   void queue(std::function<void()> fn) {

@@ -107,6 +107,17 @@ TEST(ChannelSplit, OneGraphOverTheGroupReplaysTheEagerStepsBitForBit) {
           << pairing << " k=" << k;
 }
 
+// The same with whole steps (PARALAB_STEP_MOVES=whole, devices of one memory: virtual devices
+// of one GPU), each step of every collective moved for all ranks at once.
+TEST(ChannelSplit, WholeStepsInOneGraphOverTheGroupReplayTheEagerStepsBitForBit) {
+  testing::EnvGuard env("PARALAB_STEP_MOVES");
+  env.set("whole");
+  for (const char* pairing : {"none", "megatron"})
+    for (int k : {2, 3})
+      EXPECT_TRUE(graph_replays_match_eager("channel_split", k, {{"pairing", pairing}}, 24, 0))
+          << pairing << " k=" << k;
+}
+
 // A group graph that cannot be made: that step and every later one run eagerly, to the bit.
 TEST(ChannelSplit, AFailedGroupCaptureRunsTheStepsEagerly) {
   for (const char* pairing : {"none", "megatron"})

@@ -15,6 +15,7 @@
 #include <fstream>
 #include <map>
 #include <mutex>
+#include <numeric>
 #include <thread>
 
 #include "core/device.h"
@@ -799,6 +800,312 @@ TEST(Transport, OrdersDevicesWithEventsNotHostSynchronisation) {
   for (std::size_t i = 1; i < expected.size(); ++i)
     EXPECT_LT(at(expected[i - 1]), at(expected[i])) << expected[i - 1] << " before " << expected[i];
   for (const auto& entry : log) EXPECT_EQ(entry.find("synchronize"), std::string::npos) << entry;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Whole steps (Transport::step, LocalFabric over devices of one memory domain): every rank's
+// moves of a collective step queued at once by the last rank to arrive.
+
+// One collective on k CPU ranks whose fabric moves steps `moves`; every rank's result.
+enum class Op { Allreduce, ReduceScatter, Allgather };
+std::vector<std::vector<float>> collective(std::vector<Device*> devices, StepMoves moves,
+                                           const std::string& algorithm, Op op, int64_t n,
+                                           int64_t chunk_bytes, uint64_t seed) {
+  const int k = static_cast<int>(devices.size());
+  SpmdGroup g(devices, moves);
+  std::vector<std::vector<float>> out(static_cast<std::size_t>(k));
+  auto ar = make_allreduce(algorithm, {chunk_bytes});
+  // Uneven segments with an empty one where k > 2 (channel_split's uneven channel splits).
+  std::vector<int64_t> counts;
+  for (int r = 0; r < k; ++r) counts.push_back(r == 1 && k > 2 ? 0 : n / k + (r < n % k ? 1 : 0));
+  counts.back() += n - std::accumulate(counts.begin(), counts.end(), int64_t{0});
+  const auto bounds = segments_from_counts(counts);
+  g.run([&](int r, Transport& t) {
+    Tensor buf = Tensor::from_host(*devices[r], {n}, random_data(n, seed + r));
+    if (op == Op::Allreduce) ar->run(t, buf);
+    if (op == Op::ReduceScatter) reduce_scatter_ring(t, buf, bounds, chunk_bytes);
+    if (op == Op::Allgather) allgather_ring(t, buf, bounds, chunk_bytes);
+    out[r] = buf.to_host_f32();
+  });
+  return out;
+}
+
+TEST(WholeSteps, EveryCollectiveGivesThePerRankBits) {
+  // CPU devices have no group mover: whole steps move on the last rank's device, in order.
+  for (int k : {2, 3, 4, 5, 8}) {
+    auto owned = make_devices("cpu", k, {});
+    std::vector<Device*> devices = Group::pointers(owned);
+    {
+      SpmdGroup g(devices, StepMoves::Whole);
+      EXPECT_NE(g.step_moves().find("whole steps"), std::string::npos) << g.step_moves();
+    }
+    for (int64_t n : {int64_t{0}, int64_t{1}, int64_t(k - 1), int64_t{1001}, int64_t{40000}})
+      for (int64_t chunk : {int64_t{0}, int64_t{64}, int64_t{1} << 18}) {
+        for (const std::string algorithm : {"naive", "ring", "tree"}) {
+          const auto want =
+              collective(devices, StepMoves::PerRank, algorithm, Op::Allreduce, n, chunk, 7);
+          const auto got =
+              collective(devices, StepMoves::Whole, algorithm, Op::Allreduce, n, chunk, 7);
+          ASSERT_EQ(got, want) << algorithm << " k=" << k << " n=" << n << " chunk=" << chunk;
+        }
+        for (Op op : {Op::ReduceScatter, Op::Allgather}) {
+          const auto want = collective(devices, StepMoves::PerRank, "ring", op, n, chunk, 9);
+          const auto got = collective(devices, StepMoves::Whole, "ring", op, n, chunk, 9);
+          ASSERT_EQ(got, want) << (op == Op::Allgather ? "allgather" : "reduce-scatter")
+                               << " k=" << k << " n=" << n << " chunk=" << chunk;
+        }
+      }
+  }
+}
+
+// Virtual devices of one GPU without a GPU: CPU devices in memory domain 0 whose group mover
+// does each step's moves as the CUDA kernel defines them (core/cuda/group_moves.h) and logs
+// every step it is handed.
+struct StepLog {
+  std::mutex mu;
+  std::vector<std::vector<GroupMove>> steps;
+};
+
+class FakeMover final : public GroupMover {
+ public:
+  explicit FakeMover(StepLog& log) : log_(log) {}
+  Done run(std::span<const GroupMove> moves, std::span<const Event> after, bool timed) override {
+    (void)after;
+    {
+      std::lock_guard lock(log_.mu);
+      log_.steps.emplace_back(moves.begin(), moves.end());
+    }
+    Done done;
+    if (timed) done.can_move = TimeMark{std::chrono::steady_clock::now(), nullptr};
+    for (const GroupMove& m : moves)
+      for (int64_t i = 0; i < m.floats; ++i) {
+        float v = m.reduce ? m.dst[i] + m.src[0][i] : m.src[0][i];
+        if (m.reduce && m.sources == 2) v = v + m.src[1][i];
+        m.dst[i] = v;
+      }
+    if (timed) done.moved = TimeMark{std::chrono::steady_clock::now(), nullptr};
+    return done;
+  }
+  std::string describe() const override { return "fake: one unit per step"; }
+
+ private:
+  StepLog& log_;
+};
+
+class FakeVirtualDevice final : public testing::ForwardingDevice {
+ public:
+  FakeVirtualDevice(Device& inner, StepLog& log) : ForwardingDevice(inner), log_(log) {}
+  int memory_domain() const override { return 0; }
+  std::unique_ptr<GroupMover> group_mover(const std::vector<Device*>& group,
+                                          std::string* why_not) override {
+    (void)group;
+    (void)why_not;
+    return std::make_unique<FakeMover>(log_);
+  }
+
+ private:
+  StepLog& log_;
+};
+
+struct FakeGpu {
+  explicit FakeGpu(int k) : cpus(make_devices("cpu", k, {})) {
+    for (auto& c : cpus) owned.push_back(std::make_unique<FakeVirtualDevice>(*c, log));
+    for (auto& d : owned) devices.push_back(d.get());
+  }
+  StepLog log;
+  std::vector<std::unique_ptr<Device>> cpus;
+  std::vector<std::unique_ptr<FakeVirtualDevice>> owned;
+  std::vector<Device*> devices;
+};
+
+TEST(WholeSteps, OneUnitPerStepWhateverKAndChunkOnOneGpu) {
+  const int64_t n = 40003;
+  for (int k : {2, 4, 8}) {
+    for (const std::string algorithm : {"naive", "ring", "tree"})
+      for (int64_t chunk : {int64_t{0}, int64_t{1024}}) {
+        FakeGpu gpu(k);
+        {
+          SpmdGroup g(gpu.devices, StepMoves::Auto);  // Auto takes a group mover where there is one
+          EXPECT_EQ(g.step_moves(), "fake: one unit per step");
+        }
+        const auto got =
+            collective(gpu.devices, StepMoves::Auto, algorithm, Op::Allreduce, n, chunk, 3);
+        auto owned = make_devices("cpu", k, {});
+        const auto want = collective(Group::pointers(owned), StepMoves::PerRank, algorithm,
+                                     Op::Allreduce, n, chunk, 3);
+        ASSERT_EQ(got, want) << algorithm << " k=" << k << " chunk=" << chunk;
+        int depth = 0;
+        for (int x = k; x > 1; x /= 2) ++depth;
+        const std::size_t chunks =
+            chunk ? static_cast<std::size_t>((n * 4 + chunk - 1) / chunk) : 1;
+        std::size_t steps = 0, moves_per_step = 0;
+        if (algorithm == "naive") steps = static_cast<std::size_t>(k);
+        if (algorithm == "ring") steps = 2 * static_cast<std::size_t>(k - 1), moves_per_step = k;
+        if (algorithm == "tree") steps = 2 * (chunks + depth - 1);
+        EXPECT_EQ(gpu.log.steps.size(), steps) << algorithm << " k=" << k << " chunk=" << chunk;
+        // A ring step's pieces of one segment are one move per rank, however the segment is cut.
+        if (moves_per_step) {
+          for (const auto& step : gpu.log.steps)
+            EXPECT_EQ(step.size(), moves_per_step) << algorithm << " k=" << k << " chunk=" << chunk;
+        }
+        if (algorithm == "naive") {
+          for (std::size_t s = 0; s + 1 < steps; ++s) EXPECT_EQ(gpu.log.steps[s].size(), 1u);
+          EXPECT_EQ(gpu.log.steps.back().size(), static_cast<std::size_t>(k - 1));
+        }
+        if (algorithm == "tree" && !chunk) {
+          // Up, deepest level first: a parent adds both children in one move; the root last.
+          const auto& root = gpu.log.steps[static_cast<std::size_t>(depth - 1)];
+          ASSERT_EQ(root.size(), 1u);
+          EXPECT_EQ(root[0].sources, k > 2 ? 2 : 1);
+          EXPECT_TRUE(root[0].reduce);
+        }
+      }
+  }
+}
+
+TEST(WholeSteps, ARankThatFailsBeforeAStepFailsItsPeersInsteadOfHanging) {
+  FakeGpu gpu(3);
+  SpmdGroup g(gpu.devices, StepMoves::Auto);
+  try {
+    g.run([&](int r, Transport& t) {
+      if (r == 1) throw Error("rank 1 lost its device");
+      Tensor buf = Tensor::zeros(*gpu.devices[r], {100});
+      make_allreduce("ring", {0})->run(t, buf);
+    });
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(), "rank 1 lost its device");
+  }
+}
+
+TEST(WholeSteps, SizeMismatchFailsEveryRankWithTheMessage) {
+  FakeGpu gpu(3);
+  SpmdGroup g(gpu.devices, StepMoves::Auto);
+  std::atomic<int> failed{0};
+  try {
+    g.run([&](int r, Transport& t) {
+      Tensor buf = Tensor::zeros(*gpu.devices[r], {r == 1 ? 5 : 4});
+      try {
+        make_allreduce("naive", {0})->run(t, buf);
+      } catch (const Error&) {
+        ++failed;
+        throw;
+      }
+    });
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("transport: rank 0 expected 4 values from rank 1, got 5"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_EQ(failed.load(), 3) << "every rank fails, none hangs";
+}
+
+TEST(WholeSteps, ReceiveTimesCountEveryReceive) {
+  FakeGpu gpu(2);
+  SpmdGroup g(gpu.devices, StepMoves::Auto);
+  std::vector<Transport::ReceiveTimes> times(2);
+  g.run([&](int r, Transport& t) {
+    Tensor buf = Tensor::zeros(*gpu.devices[r], {1000});
+    t.set_receive_timing(true);
+    make_allreduce("ring", {0})->run(t, buf);
+    times[r] = t.receive_times(*gpu.devices[r]);
+  });
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(times[r].receives, 2) << "rank " << r;
+    EXPECT_GE(times[r].wait_ms, 0.0);
+    EXPECT_GE(times[r].move_ms, 0.0);
+  }
+}
+
+TEST(WholeSteps, OrderedByEventsNotHostSynchronisation) {
+  // The step waits for every rank's work so far and every rank's later work waits for the step:
+  // each rank records, the leader's device waits on all, moves, records; each rank waits on it.
+  auto cpus = make_devices("cpu", 2, {});
+  std::vector<std::string> log;
+  std::mutex mu;
+  int next_id = 0;
+  LoggingDevice d0(*cpus[0], log, mu, next_id), d1(*cpus[1], log, mu, next_id);
+  std::vector<Device*> devices{&d0, &d1};
+  SpmdGroup g(devices, StepMoves::Whole);
+  g.run([&](int r, Transport& t) {
+    Tensor buf = Tensor::from_host(*devices[r], {4}, std::vector<float>{1, 2, 3, float(r)});
+    if (r == 0)
+      t.step(std::vector<Transport::StepSend>{{1, buf}}, {});
+    else
+      t.step({}, std::vector<Transport::StepReceive>{{0, buf, false}});
+    if (r == 1) {
+      EXPECT_EQ(buf.to_host_f32(), (std::vector<float>{1, 2, 3, 0}));
+    }
+  });
+  std::string leader;
+  for (const auto& entry : log) {
+    EXPECT_EQ(entry.find("synchronize"), std::string::npos) << entry;
+    if (entry.find(" copy") != std::string::npos) leader = entry.substr(0, entry.find(' '));
+  }
+  ASSERT_FALSE(leader.empty()) << "no copy";
+  auto at = [&](const std::string& entry) {
+    return std::find(log.begin(), log.end(), entry) - log.begin();
+  };
+  const auto end = static_cast<std::ptrdiff_t>(log.size());
+  // Events 1 and 2: the ranks' work so far; 3: the step's end.
+  for (const char* e : {"e1", "e2"})
+    ASSERT_LT(at(leader + " wait " + e), at(leader + " copy")) << e << " waited before the copy";
+  ASSERT_LT(at(leader + " copy"), at(leader + " record e3"));
+  for (const std::string d : {"cpu:0", "cpu:1"}) {
+    ASSERT_LT(at(d + " wait e3"), end) << d << " waits for the step";
+    EXPECT_LT(at(leader + " record e3"), at(d + " wait e3"));
+  }
+}
+
+// On a GPU: virtual devices of one GPU move whole steps by default (one kernel per step on the
+// whole GPU), with the bits each message's own kernel gives, for every collective, chunked or not.
+TEST(WholeSteps, CudaVirtualDevicesMoveWholeStepsWithThePerRankBits) {
+  if (const std::string why = backend_unavailable("cuda"); !why.empty())
+    GTEST_SKIP() << "cuda: " << why;
+  for (int k : {2, 3, 4, 8}) {
+    auto owned = make_devices("cuda", k, Group::virtual_ok());
+    std::vector<Device*> devices = Group::pointers(owned);
+    {
+      SpmdGroup g(devices, StepMoves::Auto);
+      ASSERT_EQ(g.step_moves().rfind("whole steps: one kernel per collective step", 0), 0u)
+          << g.step_moves();
+    }
+    for (int64_t n : {int64_t{1}, int64_t(k - 1), int64_t{129068}, int64_t{1000003}})
+      for (int64_t chunk : {int64_t{0}, int64_t{1} << 18}) {
+        for (const std::string algorithm : {"naive", "ring", "tree"}) {
+          const auto want =
+              collective(devices, StepMoves::PerRank, algorithm, Op::Allreduce, n, chunk, 11);
+          const auto got =
+              collective(devices, StepMoves::Auto, algorithm, Op::Allreduce, n, chunk, 11);
+          ASSERT_EQ(got, want) << algorithm << " k=" << k << " n=" << n << " chunk=" << chunk;
+          for (int r = 1; r < k; ++r) ASSERT_EQ(got[r], got[0]) << algorithm << " rank " << r;
+        }
+        for (Op op : {Op::ReduceScatter, Op::Allgather}) {
+          const auto want = collective(devices, StepMoves::PerRank, "ring", op, n, chunk, 13);
+          const auto got = collective(devices, StepMoves::Auto, "ring", op, n, chunk, 13);
+          ASSERT_EQ(got, want) << (op == Op::Allgather ? "allgather" : "reduce-scatter")
+                               << " k=" << k << " n=" << n << " chunk=" << chunk;
+        }
+      }
+  }
+}
+
+TEST(WholeSteps, UnknownStepMovesNamesTheVariable) {
+  testing::EnvGuard env("PARALAB_STEP_MOVES");
+  env.set("sometimes");
+  try {
+    step_moves_from_env();
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(), "PARALAB_STEP_MOVES: 'sometimes' is none of auto, per_rank, whole");
+  }
+  env.set("per_rank");
+  EXPECT_EQ(step_moves_from_env(), StepMoves::PerRank);
+  env.set("whole");
+  EXPECT_EQ(step_moves_from_env(), StepMoves::Whole);
+  env.unset();
+  EXPECT_EQ(step_moves_from_env(), StepMoves::Auto);
 }
 
 TEST(Transport, SizeMismatchFailsEveryRankInsteadOfHanging) {

@@ -316,6 +316,23 @@ TEST(DataParallel, OneGraphOverTheGroupReplaysTheEagerStepsBitForBit) {
         << algorithm << " in 4 KiB pieces";
 }
 
+// Whole steps (PARALAB_STEP_MOVES=whole; devices of one memory, as virtual devices of one GPU):
+// each collective step is moved for every rank by the last to reach it, on its own queue, after
+// every rank's event. Captured in the group graph, its replays (every rank's work ordered only by
+// the recorded events) compute the eager steps to the bit, with overlap too.
+TEST(DataParallel, WholeStepsInOneGraphOverTheGroupReplayTheEagerStepsBitForBit) {
+  testing::EnvGuard env("PARALAB_STEP_MOVES");
+  env.set("whole");
+  for (const char* algorithm : {"naive", "ring", "tree"})
+    for (int k : {2, 3})
+      EXPECT_TRUE(graph_replays_match_eager("data_parallel", k, {{"allreduce", algorithm}}, 24, 0))
+          << algorithm << " k=" << k;
+  EXPECT_TRUE(graph_replays_match_eager(
+      "data_parallel", 3, {{"allreduce", "ring"}, {"overlap", true}, {"grouping", "per_tensor"}},
+      24, 0))
+      << "ring with overlap";
+}
+
 // With overlap the graph holds each device's two queues: the buckets' allreduces, queued by the
 // communication thread, join the capture through each bucket's event and rejoin it before the
 // update; a replay runs every communication queue first wherever its waits let it, so a bucket

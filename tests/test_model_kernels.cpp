@@ -237,6 +237,42 @@ TEST(ModelKernels, SoftmaxXentTiesGoToTheFirstMaximum) {
   for (int levels : {2, 1}) check_softmax_xent(300, 10, integer_vec(3000, 21, levels), 22);
 }
 
+// A collective step's moves over virtual devices of one GPU (the transport's whole steps): each
+// move gets its own blocks; copies copy, adds add their one or two sources in order, giving the
+// bits of receiving and adding the messages one by one; sizes no tile divides; more moves than
+// one launch holds go in several, as the launcher sends them.
+TEST(ModelKernels, GroupMovesDoEveryRanksMoveOfAStep) {
+  const int64_t sizes[] = {5000, 3001, 2049, 1, 257, 40};
+  const int kMoves = 30;  // > own::kMaxGroupMoves: two launches
+  std::vector<std::vector<float>> dst(kMoves), a(kMoves), b(kMoves), want(kMoves);
+  std::vector<cuda::GroupMoveSpec> specs;
+  for (int m = 0; m < kMoves; ++m) {
+    const int64_t n = sizes[m % 6];
+    const auto un = static_cast<std::size_t>(n);
+    dst[m] = to_float(random_vec(un, 40 + m));
+    a[m] = to_float(random_vec(un, 100 + m));
+    b[m] = to_float(random_vec(un, 200 + m));
+    const int sources = m % 3;  // copy, one add, two adds
+    want[m] = dst[m];
+    for (std::size_t i = 0; i < un; ++i) {
+      if (sources == 0) want[m][i] = a[m][i];
+      if (sources >= 1) want[m][i] += a[m][i];  // as the receiver adds one message,
+      if (sources == 2) want[m][i] += b[m][i];  // then the next
+    }
+    specs.push_back({dst[m].data(), a[m].data(), sources == 2 ? b[m].data() : nullptr, sources, n});
+  }
+  const int block = 32;
+  int launches = 0;
+  for (int at = 0; at < kMoves; ++launches) {
+    cuda::own::GroupMovesArgs args;
+    at += cuda::own::group_moves_args(args, specs.data() + at, kMoves - at, block);
+    emulate(dim3(static_cast<unsigned>(args.first_block[args.count])), dim3(block),
+            cuda::own::group_moves_k, args);
+  }
+  EXPECT_EQ(launches, 2);
+  for (int m = 0; m < kMoves; ++m) EXPECT_TRUE(bits_equal(dst[m], want[m])) << "move " << m;
+}
+
 // The grid-stride kernels of a step, each from the same inputs with both grids: the same bits,
 // and the reference's values (single float operations, exact but for SGD's product, which the
 // GPU may fuse into one rounding).

@@ -313,15 +313,18 @@ void* CudaDevice::allocate(std::size_t bytes) {
 // queued after that wait. A send whose handle is dropped without wait() (a rank failing
 // mid-collective, after which the fabric aborts the run) could let a peer read a reused block:
 // its data is wrong, never the memory unmapped, and the run has failed anyway. NCCL queues on
-// stream_ itself. A CUDA graph keeps using blocks freed while it was captured: end_capture()
-// hands them to the graph, which restores them to the cache when it is destroyed. The
-// communication stream (bind_comm_thread) writes only into buffers that live through the whole
-// run (the replicas' gradients, for data_parallel's overlapped buckets), and the compute stream
-// waits for its last event before it uses them again. Every block the communication thread
-// allocates (its staging buffer, readable(); a transport's scratch, which the transport keeps for
-// its life) is first used after the communication stream has been made to wait for stream_'s
-// work so far (allocate), and the one it frees during a run, its staging buffer when that grows,
-// is freed after stream_ has been made to wait for the communication stream's work so far.
+// stream_ itself. A whole collective step (group_mover.cpp) reads and writes the ranks' buffers
+// on the mover's stream, after an event of every rank's and before every rank's stream waits on
+// its end (LocalFabric's step()): later work on stream_ follows it as it follows a receive. A CUDA
+// graph keeps using blocks freed while it was captured: end_capture() hands them to the graph,
+// which restores them to the cache when it is destroyed. The communication stream
+// (bind_comm_thread) writes only into buffers that live through the whole run (the replicas'
+// gradients, for data_parallel's overlapped buckets), and the compute stream waits for its last
+// event before it uses them again. Every block the communication thread allocates (its staging
+// buffer, readable(); a transport's scratch, which the transport keeps for its life) is first used
+// after the communication stream has been made to wait for stream_'s work so far (allocate), and
+// the one it frees during a run, its staging buffer when that grows, is freed after stream_ has
+// been made to wait for the communication stream's work so far.
 void CudaDevice::deallocate(void* ptr) noexcept { allocator_->deallocate(ptr); }
 
 void CudaDevice::copy_from_host(void* dst, const void* src, std::size_t bytes) {

@@ -72,6 +72,11 @@ class CudaDevice final : public Device {
   std::unique_ptr<GroupCapture> capture_group(const std::vector<Device*>& group, bool comm_streams,
                                               std::string* why_not) override;
 
+  // Over virtual devices of this GPU (all of the group's): a mover that queues a collective
+  // step's moves of every rank as one kernel on a stream of the whole GPU (group_mover.cpp).
+  std::unique_ptr<GroupMover> group_mover(const std::vector<Device*>& group,
+                                          std::string* why_not) override;
+
   // The group capture's parts (group_capture.cpp), on the compute stream: join_capture() makes
   // the stream wait on `fork`, recorded on rank 0's capturing stream, so that it joins that
   // capture; finish_capture() ends this device's part (its allocator's capture bracket) and

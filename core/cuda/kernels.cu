@@ -90,6 +90,19 @@ void add_inplace(float* d, const float* x, int64_t n, cudaStream_t s) {
   PARALAB_CUDA_LAUNCHED();
 }
 
+void group_moves(const GroupMoveSpec* moves, int count, cudaStream_t s) {
+  constexpr int kBlock = 256;
+  for (int at = 0; at < count;) {
+    own::GroupMovesArgs a;
+    at += own::group_moves_args(a, moves + at, count - at, kBlock);
+    const int64_t blocks = a.first_block[a.count];
+    if (blocks == 0) continue;
+    PARALAB_REQUIRE(blocks <= INT_MAX, std::string("group moves: too many floats in one step"));
+    own::group_moves_k<<<static_cast<unsigned>(blocks), kBlock, 0, s>>>(a);
+    PARALAB_CUDA_LAUNCHED();
+  }
+}
+
 void gather_rows(const float* images, const int32_t* labels, const int32_t* idx, int64_t count,
                  int64_t row, float* x, int32_t* y, cudaStream_t s) {
   own::gather_k<<<blocks_for(count * row), kThreads, 0, s>>>(images, labels, idx, count, row, x, y);

@@ -7,6 +7,8 @@
 
 #include <cstdint>
 
+#include "core/cuda/group_moves.h"
+
 namespace paralab::cuda::own {
 
 // softmax_xent's block size (its shared arrays' length; a power of two for the tree).
@@ -102,6 +104,38 @@ __global__ void gather_k(const float* images, const int32_t* labels, const int32
     const int64_t src = idx[r];
     x[i] = images[src * row + c];
     if (c == 0) y[r] = labels[src];
+  }
+}
+
+// One collective step's moves over virtual devices of one GPU, all ranks at once
+// (group_moves.h; the transport's whole steps): move m is dst = src0 (a copy), or
+// dst = (dst + src0) + src1 over its sources in order (an add: the bits of adding the messages
+// one by one). The block's move comes from first_block, its floats are the block's tile.
+__global__ void group_moves_k(GroupMovesArgs a) {
+  const int64_t b = blockIdx.x;
+  int m = 0;
+  while (m + 1 < a.count && a.first_block[m + 1] <= b) ++m;
+  const int64_t tile = int64_t{blockDim.x} * kMovePerThread;
+  const int64_t base = (b - a.first_block[m]) * tile + threadIdx.x;
+  const int64_t n = a.floats[m];
+  float* d = a.dst[m];
+  const float* x = a.src0[m];
+  const float* y = a.src1[m];
+  const int sources = a.sources[m];
+  float v[kMovePerThread];
+  // All loads first, then the stores: kMovePerThread independent loads in flight per thread.
+  for (int j = 0; j < kMovePerThread; ++j) {
+    const int64_t i = base + j * int64_t{blockDim.x};
+    if (i < n) v[j] = sources == 0 ? x[i] : d[i] + x[i];
+  }
+  if (sources == 2)
+    for (int j = 0; j < kMovePerThread; ++j) {
+      const int64_t i = base + j * int64_t{blockDim.x};
+      if (i < n) v[j] = v[j] + y[i];
+    }
+  for (int j = 0; j < kMovePerThread; ++j) {
+    const int64_t i = base + j * int64_t{blockDim.x};
+    if (i < n) d[i] = v[j];
   }
 }
 

@@ -60,17 +60,17 @@ void ring_step(Transport& t, Tensor& buf, std::span<const int64_t> b, int send_s
   // Both sides cut a segment the same way, so piece i of what is sent matches piece i of what
   // the neighbour expects; empty segments still exchange one empty message to stay in step.
   const int64_t send_pieces = pieces(s1 - s0, piece), recv_pieces = pieces(r1 - r0, piece);
-  std::vector<Transport::Handle> sends;
+  std::vector<Transport::StepSend> sends;
+  std::vector<Transport::StepReceive> receives;
   for (int64_t i = 0; i < send_pieces; ++i) {
     const int64_t a = s0 + i * piece, e = a + std::min(piece, s1 - a);
-    sends.push_back(t.isend(next, slice(buf, a, e)));
+    sends.push_back({next, slice(buf, a, e)});
   }
   for (int64_t i = 0; i < recv_pieces; ++i) {
     const int64_t a = r0 + i * piece, e = a + std::min(piece, r1 - a);
-    Tensor part = slice(buf, a, e);
-    reduce ? t.recv_reduce(prev, part) : t.recv(prev, part);
+    receives.push_back({prev, slice(buf, a, e), reduce});
   }
-  for (auto& h : sends) t.wait(h);
+  t.step(sends, receives);
 }
 
 void reduce_scatter_impl(Transport& t, Tensor& buf, std::span<const int64_t> b, int64_t piece) {
@@ -91,19 +91,27 @@ void allgather_impl(Transport& t, Tensor& buf, std::span<const int64_t> b, int64
 class Naive final : public Allreduce {
  public:
   std::string name() const override { return "naive"; }
-  // The book's algorithm: rank 0 adds every peer's buffer into its own, in rank order, then
-  // sends the sum back to each peer.
+  // The book's algorithm: rank 0 adds every peer's buffer into its own, in rank order (k-1
+  // steps, one peer each), then sends the sum back to every peer (one step).
   void run(Transport& t, Tensor& buf) override {
-    const int k = t.size();
+    const int k = t.size(), r = t.rank();
     if (k == 1) return;
-    if (t.rank() == 0) {
-      for (int p = 1; p < k; ++p) t.recv_reduce(p, buf);
-      std::vector<Transport::Handle> sends;
-      for (int p = 1; p < k; ++p) sends.push_back(t.isend(p, buf));
-      for (auto& h : sends) t.wait(h);
+    using Send = Transport::StepSend;
+    using Receive = Transport::StepReceive;
+    for (int p = 1; p < k; ++p) {
+      if (r == 0)
+        t.step({}, std::vector<Receive>{{p, buf, true}});
+      else if (r == p)
+        t.step(std::vector<Send>{{0, buf}}, {});
+      else
+        t.step({}, {});
+    }
+    if (r == 0) {
+      std::vector<Send> sends;
+      for (int p = 1; p < k; ++p) sends.push_back({p, buf});
+      t.step(sends, {});
     } else {
-      t.send(0, buf);
-      t.recv(0, buf);
+      t.step({}, std::vector<Receive>{{0, buf, false}});
     }
   }
 };
@@ -132,8 +140,13 @@ class Tree final : public Allreduce {
   // down. Sends are not waited for at once, so chunk c+1 moves up one level while chunk c moves
   // up the next: the pipeline.
   void run(Transport& t, Tensor& buf) override {
-    const int k = t.size(), r = t.rank();
+    const int k = t.size();
     if (k == 1) return;
+    if (t.moves_steps_whole()) {
+      run_in_steps(t, buf);
+      return;
+    }
+    const int r = t.rank();
     const int parent = (r - 1) / 2;
     std::vector<int> children;
     for (int c : {2 * r + 1, 2 * r + 2})
@@ -163,6 +176,53 @@ class Tree final : public Allreduce {
   }
 
  private:
+  static int depth(int r) {
+    int d = 0;
+    for (int x = r + 1; x > 1; x /= 2) ++d;
+    return d;
+  }
+
+  // The same tree and the same sums, in steps every rank takes together (a transport that moves
+  // whole steps): the pipeline becomes a schedule. Up, in step s the children at depth d send
+  // chunk s - (D - d) to their parents, which add it (both children, in order); down, in step s
+  // the parents at depth d - 1 send chunk s - (d - 1) to their children. D: the deepest depth.
+  // A rank's chunk in one role is never the chunk it has in the other role of the same step.
+  void run_in_steps(Transport& t, Tensor& buf) {
+    const int k = t.size(), r = t.rank();
+    const int deepest = depth(k - 1), mine = depth(r), parent = (r - 1) / 2;
+    std::vector<int> children;
+    for (int c : {2 * r + 1, 2 * r + 2})
+      if (c < k) children.push_back(c);
+    const int64_t n = buf.numel();
+    const int64_t chunks = pieces(n, piece_);
+    auto chunk = [&](int64_t c) {
+      const int64_t a = c * piece_;
+      return slice(buf, a, a + std::min(piece_, n - a));
+    };
+    const int64_t steps = chunks + deepest - 1;
+    for (int64_t s = 0; s < steps; ++s) {
+      std::vector<Transport::StepSend> sends;
+      std::vector<Transport::StepReceive> receives;
+      const int64_t up = s - (deepest - mine);  // the chunk this rank sends its parent
+      if (r != 0 && up >= 0 && up < chunks) sends.push_back({parent, chunk(up)});
+      const int64_t in = s - (deepest - mine - 1);  // the chunk its children send it
+      if (in >= 0 && in < chunks)
+        for (int child : children) receives.push_back({child, chunk(in), true});
+      t.step(sends, receives);
+    }
+    for (int64_t s = 0; s < steps; ++s) {
+      std::vector<Transport::StepSend> sends;
+      std::vector<Transport::StepReceive> receives;
+      const int64_t from_parent = s - (mine - 1);
+      if (r != 0 && from_parent >= 0 && from_parent < chunks)
+        receives.push_back({parent, chunk(from_parent), false});
+      const int64_t to_children = s - mine;
+      if (to_children >= 0 && to_children < chunks)
+        for (int child : children) sends.push_back({child, chunk(to_children)});
+      t.step(sends, receives);
+    }
+  }
+
   int64_t piece_;
 };
 

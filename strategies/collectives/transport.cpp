@@ -3,8 +3,11 @@
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
+#include <cstdlib>
 #include <deque>
+#include <exception>
 #include <mutex>
+#include <string_view>
 
 #include "core/device.h"
 #include "core/error.h"
@@ -16,6 +19,25 @@ void Transport::check_peer(int peer) const {
   PARALAB_REQUIRE(peer >= 0 && peer < size() && peer != rank(),
                   "transport: rank " + std::to_string(rank()) + " cannot talk to peer " +
                       std::to_string(peer) + " in a group of " + std::to_string(size()));
+}
+
+void Transport::step(std::span<const StepSend> sends, std::span<const StepReceive> receives) {
+  std::vector<Handle> posted;
+  posted.reserve(sends.size());
+  for (const StepSend& s : sends) posted.push_back(isend(s.peer, s.buf));
+  for (const StepReceive& r : receives) {
+    Tensor buf = r.buf;
+    r.reduce ? recv_reduce(r.peer, buf) : recv(r.peer, buf);
+  }
+  for (const Handle& h : posted) wait(h);
+}
+
+StepMoves step_moves_from_env() {
+  const char* v = std::getenv("PARALAB_STEP_MOVES");
+  if (!v || !*v || std::string_view(v) == "auto") return StepMoves::Auto;
+  if (std::string_view(v) == "per_rank") return StepMoves::PerRank;
+  if (std::string_view(v) == "whole") return StepMoves::Whole;
+  throw Error("PARALAB_STEP_MOVES: '" + std::string(v) + "' is none of auto, per_rank, whole");
 }
 
 Transport::ReceiveTimes Transport::receive_times(Device& device) const {
@@ -73,6 +95,23 @@ bool spin_until(Ready ready) {
 }  // namespace
 
 struct LocalFabric::Impl {
+  // A rank's part of a whole step (Transport::step), left at the rendezvous.
+  struct Arrival {
+    std::vector<Transport::StepSend> sends;
+    std::vector<Transport::StepReceive> receives;
+    Event ready;
+    bool timed = false;
+  };
+  struct Rendezvous {
+    std::mutex mu;
+    std::condition_variable cv;
+    std::vector<Arrival> slots;
+    int arrived = 0;
+    std::atomic<uint64_t> gen{0};  // steps moved so far (written under mu)
+    GroupMover::Done done;         // the last step's
+    std::string error;             // the last step's, if its moves could not be made
+  };
+
   struct Mailbox {
     std::mutex mu;
     std::condition_variable cv;
@@ -118,6 +157,59 @@ struct LocalFabric::Impl {
       }
       // Whatever this rank queues next (e.g. overwriting buf) waits for the peer's copy.
       device_.wait(req->consumed);
+    }
+
+    bool moves_steps_whole() const override { return fabric_.whole; }
+
+    void step(std::span<const StepSend> sends, std::span<const StepReceive> receives) override {
+      if (!fabric_.whole) {
+        Transport::step(sends, receives);
+        return;
+      }
+      for (const StepSend& s : sends) check_peer(s.peer);
+      for (const StepReceive& r : receives) check_peer(r.peer);
+      const bool timed = receive_timing();
+      const TimeMark called = timed ? device_.mark() : TimeMark{};
+      Arrival mine;
+      mine.sends.assign(sends.begin(), sends.end());
+      mine.receives.assign(receives.begin(), receives.end());
+      mine.timed = timed;
+      mine.ready = device_.record();  // every rank's work so far: what the step may read or write
+      for (const StepSend& s : sends) bytes_sent_ += static_cast<int64_t>(s.buf.bytes());
+      Rendezvous& rv = fabric_.rendezvous;
+      std::unique_lock lock(rv.mu);
+      fabric_.check_aborted(rank_);
+      rv.slots[static_cast<std::size_t>(rank_)] = std::move(mine);
+      const uint64_t gen = rv.gen.load(std::memory_order_relaxed);
+      if (++rv.arrived == fabric_.size) {
+        // The last rank to arrive moves the step for all.
+        rv.arrived = 0;
+        rv.error.clear();
+        try {
+          rv.done = fabric_.move_step(device_);
+        } catch (const std::exception& e) {
+          rv.error = e.what();
+        }
+        for (Arrival& a : rv.slots) a = {};  // drop the buffers' references
+        rv.gen.fetch_add(1, std::memory_order_release);
+        rv.cv.notify_all();
+      } else {
+        // Spin first, as a receive does: the last rank is usually a few microseconds away.
+        lock.unlock();
+        spin_until([&] {
+          return rv.gen.load(std::memory_order_acquire) != gen || fabric_.aborted.load();
+        });
+        lock.lock();
+        rv.cv.wait(lock, [&] { return rv.gen.load() != gen || fabric_.aborted; });
+        if (rv.gen.load() == gen) fabric_.check_aborted(rank_);
+      }
+      if (!rv.error.empty()) throw Error(rv.error);
+      const GroupMover::Done done = rv.done;  // read before this rank's next step lets it change
+      lock.unlock();
+      device_.wait(done.done);
+      if (timed)
+        for (const StepReceive& r : receives)
+          if (r.buf.numel()) note_receive(called, done.can_move, done.moved);
     }
 
     void recv(int peer, Tensor& buf) override { receive(peer, buf, false); }
@@ -182,11 +274,162 @@ struct LocalFabric::Impl {
     Device& device_;
   };
 
-  explicit Impl(const std::vector<Device*>& devices)
+  Impl(const std::vector<Device*>& devices, StepMoves moves)
       : size(static_cast<int>(devices.size())), boxes(static_cast<std::size_t>(size * size)) {
     for (int r = 0; r < size; ++r)
       endpoints.push_back(
           std::make_unique<Endpoint>(*this, r, *devices[static_cast<std::size_t>(r)]));
+    rendezvous.slots.resize(static_cast<std::size_t>(size));
+    choose_step_moves(devices, moves);
+  }
+
+  // Whole steps where every device is in one memory domain, or none queues work (CPU cores:
+  // one host memory); per rank otherwise, and for a group of one.
+  void choose_step_moves(const std::vector<Device*>& devices, StepMoves moves) {
+    description = "per rank: each message is its receiver's own copy or add";
+    if (moves == StepMoves::PerRank || size < 2) return;
+    const int domain = devices.front()->memory_domain();
+    bool one_domain = domain >= 0, none_queue = true;
+    for (const Device* d : devices) {
+      one_domain = one_domain && d->memory_domain() == domain;
+      none_queue = none_queue && !d->queues_work();
+    }
+    if (!one_domain && !none_queue) return;
+    std::string why;
+    mover = devices.front()->group_mover(devices, &why);
+    if (!mover && moves == StepMoves::Auto) return;
+    whole = true;
+    description = mover ? mover->describe()
+                        : "whole steps: the last rank to reach a step moves every rank's "
+                          "messages of it on its own device, in order";
+  }
+
+  // The moves of the step every rank has now reached, queued by the last to arrive on `leader`,
+  // its device. Each receive takes the next send its peer addressed to it in this step.
+  GroupMover::Done move_step(Device& leader) {
+    struct Pending {
+      int rank;
+      Tensor dst;
+      std::vector<Tensor> srcs;
+      bool reduce;
+    };
+    std::vector<Pending> pending;
+    std::vector<std::size_t> taken(static_cast<std::size_t>(size * size), 0);
+    auto next_send = [&](int from, int to) -> const Tensor* {
+      std::size_t& i = taken[static_cast<std::size_t>(from * size + to)];
+      std::size_t seen = 0;
+      for (const auto& s : rendezvous.slots[static_cast<std::size_t>(from)].sends)
+        if (s.peer == to && seen++ == i) {
+          ++i;
+          return &s.buf;
+        }
+      return nullptr;
+    };
+    for (int r = 0; r < size; ++r)
+      for (const auto& rec : rendezvous.slots[static_cast<std::size_t>(r)].receives) {
+        const Tensor* src = next_send(rec.peer, r);
+        PARALAB_REQUIRE(src != nullptr, "transport: rank " + std::to_string(r) +
+                                            " receives from rank " + std::to_string(rec.peer) +
+                                            " in a step where it sends rank " + std::to_string(r) +
+                                            " nothing more");
+        PARALAB_REQUIRE(src->numel() == rec.buf.numel(),
+                        "transport: rank " + std::to_string(r) + " expected " +
+                            std::to_string(rec.buf.numel()) + " values from rank " +
+                            std::to_string(rec.peer) + ", got " + std::to_string(src->numel()));
+        if (rec.buf.numel() == 0) continue;
+        // Adds into the buffer the previous receive added into: one move, in order.
+        Pending* last = pending.empty() ? nullptr : &pending.back();
+        if (rec.reduce && last && last->rank == r && last->reduce &&
+            last->dst.raw() == rec.buf.raw() && last->dst.numel() == rec.buf.numel() &&
+            static_cast<int>(last->srcs.size()) < GroupMove::kMaxSources) {
+          last->srcs.push_back(*src);
+          continue;
+        }
+        pending.push_back({r, rec.buf, {*src}, rec.reduce});
+      }
+    for (int from = 0; from < size; ++from) {
+      std::vector<int> sent(static_cast<std::size_t>(size), 0);
+      for (const auto& s : rendezvous.slots[static_cast<std::size_t>(from)].sends)
+        ++sent[static_cast<std::size_t>(s.peer)];
+      for (int to = 0; to < size; ++to)
+        PARALAB_REQUIRE(static_cast<std::size_t>(sent[static_cast<std::size_t>(to)]) ==
+                            taken[static_cast<std::size_t>(from * size + to)],
+                        "transport: rank " + std::to_string(from) + " sends rank " +
+                            std::to_string(to) + " more in a step than rank " + std::to_string(to) +
+                            " receives");
+    }
+    std::vector<GroupMove> moves;
+    moves.reserve(pending.size());
+    for (const Pending& p : pending) {
+      GroupMove m;
+      m.dst = static_cast<float*>(p.dst.raw());
+      m.sources = static_cast<int>(p.srcs.size());
+      for (int i = 0; i < m.sources; ++i)
+        m.src[i] = static_cast<const float*>(p.srcs[static_cast<std::size_t>(i)].raw());
+      m.floats = p.dst.numel();
+      m.reduce = p.reduce;
+      moves.push_back(m);
+    }
+    const std::vector<GroupMove> merged = merge_adjacent(moves);
+    check_disjoint(merged);
+    bool timed = false;
+    std::vector<Event> after;
+    for (const Arrival& a : rendezvous.slots) {
+      timed = timed || a.timed;
+      after.push_back(a.ready);
+    }
+    if (mover) return mover->run(merged, after, timed);
+    // No mover of the devices' own: each move on the leader's device, after every rank's work.
+    GroupMover::Done done;
+    for (const Event& e : after) leader.wait(e);
+    if (timed) done.can_move = leader.mark();
+    for (const Pending& p : pending) {
+      Tensor dst = p.dst;
+      if (p.reduce) {
+        for (const Tensor& src : p.srcs) leader.ops().add_inplace(dst, src);
+      } else {
+        leader.copy_on_device(dst.raw(), p.srcs.front().raw(), dst.bytes());
+      }
+    }
+    if (timed) done.moved = leader.mark();
+    done.done = leader.record();
+    return done;
+  }
+
+  // An Error when a move writes memory another move of the step reads or writes, or reads part
+  // of its own destination (an add reads its destination element by element, in place).
+  static void check_disjoint(const std::vector<GroupMove>& moves) {
+    auto overlap = [](const float* a, int64_t n, const float* b, int64_t m) {
+      return a < b + m && b < a + n;
+    };
+    for (std::size_t i = 0; i < moves.size(); ++i)
+      for (std::size_t j = 0; j < moves.size(); ++j) {
+        const GroupMove& w = moves[i];
+        const GroupMove& o = moves[j];
+        bool clash = i != j && overlap(w.dst, w.floats, o.dst, o.floats);
+        for (int s = 0; s < o.sources; ++s)
+          clash = clash || overlap(w.dst, w.floats, o.src[s], o.floats);
+        PARALAB_REQUIRE(!clash, std::string("transport: a collective step writes memory that "
+                                            "one of its messages reads or writes"));
+      }
+  }
+
+  // Pieces of one message (a segment cut into chunks) moved as one: consecutive single-source
+  // moves whose destinations and sources both continue the previous one's.
+  static std::vector<GroupMove> merge_adjacent(const std::vector<GroupMove>& moves) {
+    std::vector<GroupMove> out;
+    for (const GroupMove& m : moves) {
+      if (!out.empty()) {
+        GroupMove& last = out.back();
+        if (last.sources == 1 && m.sources == 1 && last.reduce == m.reduce &&
+            last.dst + last.floats == m.dst && last.src[0] + last.floats == m.src[0]) {
+          last.floats += m.floats;
+          continue;
+        }
+      }
+      out.push_back(m);
+    }
+    return out;
   }
 
   Mailbox& box(int from, int to) { return boxes[static_cast<std::size_t>(from * size + to)]; }
@@ -203,17 +446,29 @@ struct LocalFabric::Impl {
   int barrier_count = 0;
   uint64_t barrier_gen = 0;
   std::vector<std::unique_ptr<Endpoint>> endpoints;
+  Rendezvous rendezvous;
+  bool whole = false;
+  std::unique_ptr<GroupMover> mover;  // null: whole steps move on the leader's device
+  std::string description;
 };
 
-LocalFabric::LocalFabric(std::vector<Device*> devices)
-    : devices_(std::move(devices)), impl_(std::make_unique<Impl>(devices_)) {
+LocalFabric::LocalFabric(std::vector<Device*> devices, StepMoves moves)
+    : devices_(std::move(devices)), impl_(std::make_unique<Impl>(devices_, moves)) {
   PARALAB_REQUIRE(!devices_.empty(), "transport: a group needs at least one device");
 }
+
+bool LocalFabric::moves_steps_whole() const { return impl_->whole; }
+
+std::string LocalFabric::step_moves_description() const { return impl_->description; }
 
 LocalFabric::~LocalFabric() = default;
 
 void LocalFabric::abort() {
   impl_->aborted = true;
+  {
+    std::lock_guard lock(impl_->rendezvous.mu);
+    impl_->rendezvous.cv.notify_all();
+  }
   for (auto& box : impl_->boxes) {
     std::lock_guard lock(box.mu);
     box.cv.notify_all();

@@ -17,6 +17,8 @@
 #include <array>
 #include <cstdint>
 #include <memory>
+#include <span>
+#include <string>
 #include <vector>
 
 #include "core/device.h"
@@ -51,6 +53,29 @@ class Transport {
   // buf += message (element-wise float32 sum, on this rank's device)
   virtual void recv_reduce(int peer, Tensor& buf) = 0;
   virtual void barrier() = 0;
+
+  // One step of a collective that every rank of the group takes together: the buffers this rank
+  // sends in it (its peers read them during the step) and its receives, in order (a copy, or an
+  // add into buf; several adds into one buffer add in their order). Every rank calls step() for
+  // every step of the collective, in the same order, with empty lists where it has nothing to do
+  // in that step, so that a transport may move the whole step at once: LocalFabric over virtual
+  // devices of one GPU queues all ranks' moves of a step as one kernel (moves_steps_whole()).
+  // No receive of a step may write what another send or receive of the step reads or writes.
+  // The default posts the sends (isend), receives in order, then waits for the sends: the same
+  // messages as sending and receiving one by one.
+  struct StepSend {
+    int peer;
+    Tensor buf;
+  };
+  struct StepReceive {
+    int peer;
+    Tensor buf;
+    bool reduce;
+  };
+  virtual void step(std::span<const StepSend> sends, std::span<const StepReceive> receives);
+  // Whether step() moves a whole step of all ranks at once (and then needs every rank in every
+  // step); algorithms that pipeline messages across steps (tree) take lock-step steps instead.
+  virtual bool moves_steps_whole() const { return false; }
   // The collective library's communicator this transport moves messages over (NCCL's, between
   // GPUs of different processes), for the library's own collectives ("nccl") over the same
   // ranks; null where messages go through ParaLab's own code (in one process, MPI).
@@ -104,9 +129,27 @@ class Transport {
 // The shared state of an in-process group: one mailbox per ordered pair of ranks. Each rank gets
 // its Transport from endpoint(rank). The receiving rank moves the data itself, reading the
 // sender's buffer through its own device (CPU: a memcpy or an add loop over the peer's memory).
+//
+// Over devices of one memory domain (virtual devices of one GPU) the fabric may move each
+// collective step as a whole (Transport::step): the ranks meet, and the last to arrive queues
+// every rank's moves of the step at once (Device::group_mover: one kernel on the GPU), after each
+// rank's work so far; each rank's later work waits for it. That is the single-GPU form of a
+// collective library's one kernel per collective: no host work and no launch per rank and
+// message, so a step costs one launch at any k. StepMoves says when:
+//   Auto: where the devices have a group mover (CUDA devices of one GPU), unless
+//         PARALAB_STEP_MOVES=per_rank; PARALAB_STEP_MOVES=whole asks for it wherever possible.
+//   PerRank: never: every receive is the receiver's own copy or add (the CPU's way).
+//   Whole: always (devices without a group mover: each move on the last rank's device, in
+//          order; how the tests run the protocol without a GPU).
+enum class StepMoves { Auto, PerRank, Whole };
+
+// PARALAB_STEP_MOVES: unset or "auto" -> Auto, "per_rank", "whole"; any other value is an Error
+// naming the variable.
+StepMoves step_moves_from_env();
+
 class LocalFabric {
  public:
-  explicit LocalFabric(std::vector<Device*> devices);
+  explicit LocalFabric(std::vector<Device*> devices, StepMoves moves = step_moves_from_env());
   ~LocalFabric();
   LocalFabric(const LocalFabric&) = delete;
   LocalFabric& operator=(const LocalFabric&) = delete;
@@ -116,6 +159,9 @@ class LocalFabric {
   // Wakes every rank blocked in the fabric with an Error: a rank that failed calls this so that
   // its peers do not wait forever for messages that will never come.
   void abort();
+  // Whether collective steps move whole (see StepMoves), and how, for the results.
+  bool moves_steps_whole() const;
+  std::string step_moves_description() const;
 
  private:
   struct Impl;
