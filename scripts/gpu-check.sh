@@ -69,7 +69,7 @@ default_parts=(determinism speed pytorch collectives main bench seeds sanitizers
 # Measured on 2026-12-04 (results/reference/h200-2026-12-04/summary-call*.txt: determinism 17,
 # pytorch 56, collectives 21, main 27, bench 17, seeds 26, speed 11 with two kernel sets,
 # sanitizers 65, ncu 10 with two, sweep 155), with a margin; models never ran yet.
-declare -A needs=([determinism]=25 [pytorch]=70 [collectives]=40 [main]=40 [bench]=25
+declare -A needs=([determinism]=25 [pytorch]=70 [collectives]=60 [main]=40 [bench]=25
   [seeds]=35 [speed]=35 [sanitizers]=85 [ncu]=25 [models]=240 [sweep]=180)
 declare -A goals_of=(
   [determinism]="same seed, same bits (cudnn, fused, mixed); steps read once per epoch"
@@ -607,7 +607,7 @@ except (OSError, ValueError, KeyError) as e:
 def parse(name):
     f = dict(re.findall(r"(devices|bytes|chunk):(-?\d+)", name))
     return {k: int(v) for k, v in f.items()}
-memcpy, ar = {}, {}
+memcpy, ar, whole_steps = {}, {}, {}
 for r in rows:
     if r.get("error_occurred") or "real_time" not in r:
         continue
@@ -617,6 +617,7 @@ for r in rows:
     else:
         algo = r["name"].split("/")[1]
         ar[(algo, f["devices"], f["bytes"], f.get("chunk", -1))] = (us, r.get("chunk_bytes"))
+        whole_steps[(algo, f["devices"])] = r.get("whole_steps") == 1
 limits = {2: 4, 4: 11, 8: 26}
 for algo in ("ring", "tree"):
     for k, limit in limits.items():
@@ -646,10 +647,52 @@ for k in (2, 4, 8):
         print(f"FAIL: per-message cost x{k} <= 5 us (only {len(pts)} chunk sizes measured)"); continue
     n = len(pts); mx = sum(p[0] for p in pts) / n; my = sum(p[1] for p in pts) / n
     slope = sum((x - mx) * (y - my) for x, y in pts) / max(1e-12, sum((x - mx) ** 2 for x, _ in pts))
+    # With whole steps (one kernel per step for all ranks) a step's pieces move as one: the
+    # slope then says that cutting costs nothing, and the cost of a step is the figure to read.
+    whole = whole_steps.get(("ring", k))
+    per_step = ar.get(("ring", k, 516272, -1))
+    note = ""
+    if whole:
+        note = "; whole steps: a step's pieces move as one kernel"
+        if per_step:
+            note += f"; the LeNet gradient's {2 * (k - 1)} steps take {per_step[0]:.1f} us, {per_step[0] / (2 * (k - 1)):.2f} us a step"
     print(("PASS" if slope <= 5 else "FAIL") +
-          f": per-message cost x{k} <= 5 us (fitted {slope:.2f} us over {n} chunk sizes)")
+          f": per-message cost x{k} <= 5 us (fitted {slope:.2f} us over {n} chunk sizes{note})")
 PY
 )
+  # The same goal rows with each message its receiver's own kernel (PARALAB_STEP_MOVES=per_rank,
+  # how every run before whole steps moved), beside the whole steps above: what one kernel per
+  # step for all ranks changes. Figures, not goals.
+  capped 90 env PARALAB_STEP_MOVES=per_rank $BUILD/allreduce_bench --backend=cuda --devices=2,4,8 \
+    --sizes=sweep \
+    --benchmark_filter='^(allreduce/(ring|tree)/devices:[248]/bytes:(516272|16777216|67108864)/|memcpy/devices:2/bytes:(516272|16777216|67108864)/)' \
+    --benchmark_out="$FILES/allreduce-cuda-per-rank.json" --benchmark_out_format=json \
+    >> "$FILES/allreduce_bench.log" 2>&1 || log "allreduce_bench (PARALAB_STEP_MOVES=per_rank) exit $?"
+  python3 - "$FILES/allreduce-cuda.json" "$FILES/allreduce-cuda-per-rank.json" <<'PY' | while IFS= read -r l; do log "$l"; done
+import json, re, sys
+def rows(path):
+    out, memcpy = {}, {}
+    try:
+        for r in json.load(open(path))["benchmarks"]:
+            f = dict(re.findall(r"(devices|bytes|chunk):(-?\d+)", r["name"]))
+            if r.get("error_occurred") or "real_time" not in r or f.get("chunk", "-1") != "-1":
+                continue
+            if r["name"].startswith("memcpy/"):
+                memcpy[int(f["bytes"])] = r["real_time"]
+            else:
+                out[(r["name"].split("/")[1], int(f["devices"]), int(f["bytes"]))] = (
+                    r["real_time"], r.get("whole_steps"))
+    except (OSError, ValueError, KeyError):
+        pass
+    return out, memcpy
+(whole, mw), (per, mp) = rows(sys.argv[1]), rows(sys.argv[2])
+for key in sorted(per):
+    if key in whole:
+        (algo, k, b), (w, ws), (p, ps) = key, whole[key], per[key]
+        ratio = lambda us, m: f" ({us / m[b]:.2f}x memcpy)" if b in m else ""
+        print(f"{algo} x{k} {b} B: whole steps {w:.1f} us{ratio(w, mw)} (whole_steps={ws}), "
+              f"per rank {p:.1f} us{ratio(p, mp)} (whole_steps={ps}): {p / w:.2f}x")
+PY
   # What one queued operation costs a rank while k ranks queue theirs (allreduce_bench
   # --launches: 32 tiny kernels per rank in one graph over the group). If it grows with k, the
   # GPU launches the ranks' kernels one at a time, and the per-message cost above is that, not
@@ -791,10 +834,12 @@ for strategy in ("data_parallel", "layer_split", "channel_split"):
                any(d["kernels"] == 0 for d in c["kernels_per_device_context"])]
         unknown = sum(c.get("kernels_context_unknown", 0) for c in ctx)
         nodes = sum(c.get("kernel_nodes", 0) for c in ctx)
+        steps = sum(c.get("collective_step_kernels_on_the_whole_gpu", 0) for c in ctx)
         print(("PASS" if not bad else "FAIL") +
               f": {strategy} graphs keep each virtual device's kernels on its SM share "
               f"({len(ctx) - len(bad)}/{len(ctx)} graphs" +
               (f"; {unknown} of {nodes} kernel nodes report no context" if unknown else "") +
+              (f"; {steps} collective-step kernels on the whole GPU, by design" if steps else "") +
               (f"; e.g. {json.dumps(bad[0])}" if bad else "") + ")")
 PY
 )
