@@ -207,9 +207,16 @@ struct LocalFabric::Impl {
       const GroupMover::Done done = rv.done;  // read before this rank's next step lets it change
       lock.unlock();
       device_.wait(done.done);
-      if (timed)
-        for (const StepReceive& r : receives)
-          if (r.buf.numel()) note_receive(called, done.can_move, done.moved);
+      // Each receive is counted; the step's waiting and moving once (its receives moved together).
+      bool first = true;
+      for (const StepReceive& r : receives) {
+        if (!timed || !r.buf.numel()) continue;
+        if (first)
+          note_receive(called, done.can_move, done.moved);
+        else
+          note_receive(done.moved, done.moved, done.moved);
+        first = false;
+      }
     }
 
     void recv(int peer, Tensor& buf) override { receive(peer, buf, false); }
