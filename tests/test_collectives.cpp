@@ -462,6 +462,24 @@ class LoggingDevice final : public testing::ForwardingDevice {
   int& next_id_;
 };
 
+// Two LoggingDevices over CPU devices, sharing one log and one event numbering.
+struct LoggedPair {
+  LoggedPair() : cpus(make_devices("cpu", 2, {})) {
+    for (auto& c : cpus) logged.push_back(std::make_unique<LoggingDevice>(*c, log, mu, next_id));
+    devices = {logged[0].get(), logged[1].get()};
+  }
+  // Where `entry` is in the log (the log's size when it is not).
+  std::ptrdiff_t at(const std::string& entry) const {
+    return std::find(log.begin(), log.end(), entry) - log.begin();
+  }
+  std::vector<std::unique_ptr<Device>> cpus;
+  std::vector<std::string> log;
+  std::mutex mu;
+  int next_id = 0;
+  std::vector<std::unique_ptr<LoggingDevice>> logged;
+  std::vector<Device*> devices;
+};
+
 // A CPU device in the memory domain of GPU `gpu` (what auto_chunk_bytes reads), counting its
 // copies: virtual devices of one GPU, without a GPU.
 class FakeGpuDevice final : public testing::ForwardingDevice {
@@ -769,12 +787,9 @@ TEST(Nccl, OneCpuDeviceIsUnavailableWithTheReason) {
 }
 
 TEST(Transport, OrdersDevicesWithEventsNotHostSynchronisation) {
-  auto cpus = make_devices("cpu", 2, {});
-  std::vector<std::string> log;
-  std::mutex mu;
-  int next_id = 0;
-  LoggingDevice d0(*cpus[0], log, mu, next_id), d1(*cpus[1], log, mu, next_id);
-  std::vector<Device*> devices{&d0, &d1};
+  LoggedPair pair;
+  const auto& log = pair.log;
+  const auto& devices = pair.devices;
   SpmdGroup g(devices);
   std::vector<std::string> before_wait;
   g.run([&](int r, Transport& t) {
@@ -790,9 +805,7 @@ TEST(Transport, OrdersDevicesWithEventsNotHostSynchronisation) {
   // The sender marks its buffer ready; the receiver's device waits on that mark, copies, marks
   // the copy; the sender's device waits on the copy's mark before it may reuse the buffer. No
   // host synchronisation anywhere.
-  auto at = [&](const std::string& entry) {
-    return std::find(log.begin(), log.end(), entry) - log.begin();
-  };
+  auto at = [&](const std::string& entry) { return pair.at(entry); };
   const std::vector<std::string> expected = {"cpu:0 record e1", "cpu:1 wait e1", "cpu:1 copy",
                                              "cpu:1 record e2", "cpu:0 wait e2"};
   for (const auto& entry : expected)
@@ -1039,12 +1052,9 @@ TEST(WholeSteps, ReceiveTimesCountEveryReceive) {
 TEST(WholeSteps, OrderedByEventsNotHostSynchronisation) {
   // The step waits for every rank's work so far and every rank's later work waits for the step:
   // each rank records, the leader's device waits on all, moves, records; each rank waits on it.
-  auto cpus = make_devices("cpu", 2, {});
-  std::vector<std::string> log;
-  std::mutex mu;
-  int next_id = 0;
-  LoggingDevice d0(*cpus[0], log, mu, next_id), d1(*cpus[1], log, mu, next_id);
-  std::vector<Device*> devices{&d0, &d1};
+  LoggedPair pair;
+  const auto& log = pair.log;
+  const auto& devices = pair.devices;
   SpmdGroup g(devices, StepMoves::Whole);
   g.run([&](int r, Transport& t) {
     Tensor buf = Tensor::from_host(*devices[r], {4}, std::vector<float>{1, 2, 3, float(r)});
@@ -1062,9 +1072,7 @@ TEST(WholeSteps, OrderedByEventsNotHostSynchronisation) {
     if (entry.find(" copy") != std::string::npos) leader = entry.substr(0, entry.find(' '));
   }
   ASSERT_FALSE(leader.empty()) << "no copy";
-  auto at = [&](const std::string& entry) {
-    return std::find(log.begin(), log.end(), entry) - log.begin();
-  };
+  auto at = [&](const std::string& entry) { return pair.at(entry); };
   const auto end = static_cast<std::ptrdiff_t>(log.size());
   // Events 1 and 2: the ranks' work so far; 3: the step's end.
   for (const char* e : {"e1", "e2"})

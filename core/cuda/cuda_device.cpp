@@ -20,6 +20,20 @@ using CudaEvent = PooledEvent<cudaEvent_t>;
 
 }  // namespace
 
+std::shared_ptr<HandlePool<cudaEvent_t>> event_pool(int gpu, unsigned flags,
+                                                    const std::string& who) {
+  return HandlePool<cudaEvent_t>::make(
+      [gpu, flags] {
+        cudaEvent_t e = nullptr;
+        PARALAB_CUDA(cudaSetDevice(gpu));
+        PARALAB_CUDA(cudaEventCreateWithFlags(&e, flags));
+        return e;
+      },
+      [who](cudaEvent_t e) {
+        if (cudaEventDestroy(e) != cudaSuccess) log_error(who + ": cudaEventDestroy failed");
+      });
+}
+
 const char* cublas_status_name(cublasStatus_t status) {
   switch (status) {
     case CUBLAS_STATUS_SUCCESS:
@@ -73,22 +87,9 @@ CudaDevice::CudaDevice(int ordinal, int gpu, int sharing, bool tf32, SmShare sha
       [who](void* p) {
         if (cudaFree(p) != cudaSuccess) log_error(who + ": cudaFree failed");
       });
-  // Events made on this GPU (cudaEventRecord needs the event and the stream on one device), the
-  // ordering ones without timing (cheaper to record and wait on).
-  auto event_pool = [gpu, who](unsigned flags) {
-    return HandlePool<cudaEvent_t>::make(
-        [gpu, flags] {
-          cudaEvent_t e = nullptr;
-          PARALAB_CUDA(cudaSetDevice(gpu));
-          PARALAB_CUDA(cudaEventCreateWithFlags(&e, flags));
-          return e;
-        },
-        [who](cudaEvent_t e) {
-          if (cudaEventDestroy(e) != cudaSuccess) log_error(who + ": cudaEventDestroy failed");
-        });
-  };
-  order_events_ = event_pool(cudaEventDisableTiming);
-  timing_events_ = event_pool(cudaEventDefault);
+  // The ordering events without timing (cheaper to record and wait on).
+  order_events_ = event_pool(gpu, cudaEventDisableTiming, who);
+  timing_events_ = event_pool(gpu, cudaEventDefault, who);
   PARALAB_CUDA(cudaSetDevice(gpu_));
   if (share_.stream)
     stream_ = share_.stream;  // work queued here runs on the green context's SMs only

@@ -149,6 +149,11 @@ class CudaDevice final : public Device {
   std::unique_ptr<Ops> ops_;
 };
 
+// A pool of events made on GPU `gpu` (cudaEventRecord needs the event and the stream on one
+// device) with `flags`; `who` names the owner in its destroy failures' log lines.
+std::shared_ptr<HandlePool<cudaEvent_t>> event_pool(int gpu, unsigned flags,
+                                                    const std::string& who);
+
 // How many GPUs are usable, and why none when 0 ("CUDA driver version is insufficient", no
 // device, ...): the reason GPU tests give when they skip.
 int usable_gpus(std::string* why_none = nullptr);

@@ -31,21 +31,8 @@ using CudaEvent = PooledEvent<cudaEvent_t>;
 class CudaGroupMover final : public GroupMover {
  public:
   CudaGroupMover(int gpu, int ranks) : gpu_(gpu), ranks_(ranks) {
-    auto pool = [gpu](unsigned flags) {
-      return HandlePool<cudaEvent_t>::make(
-          [gpu, flags] {
-            cudaEvent_t e = nullptr;
-            PARALAB_CUDA(cudaSetDevice(gpu));
-            PARALAB_CUDA(cudaEventCreateWithFlags(&e, flags));
-            return e;
-          },
-          [](cudaEvent_t e) {
-            if (cudaEventDestroy(e) != cudaSuccess)
-              log_error("group mover: cudaEventDestroy failed");
-          });
-    };
-    order_events_ = pool(cudaEventDisableTiming);
-    timing_events_ = pool(cudaEventDefault);
+    order_events_ = event_pool(gpu, cudaEventDisableTiming, "group mover");
+    timing_events_ = event_pool(gpu, cudaEventDefault, "group mover");
     PARALAB_CUDA(cudaSetDevice(gpu_));
     PARALAB_CUDA(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   }

@@ -148,15 +148,9 @@ class Tree final : public Allreduce {
     }
     const int r = t.rank();
     const int parent = (r - 1) / 2;
-    std::vector<int> children;
-    for (int c : {2 * r + 1, 2 * r + 2})
-      if (c < k) children.push_back(c);
-    const int64_t n = buf.numel();
-    const int64_t chunks = pieces(n, piece_);
-    auto chunk = [&](int64_t c) {
-      const int64_t a = c * piece_;  // c > 0 only when piece_ < n: no overflow
-      return slice(buf, a, a + std::min(piece_, n - a));
-    };
+    const std::vector<int> children = children_of(r, k);
+    const int64_t chunks = pieces(buf.numel(), piece_);
+    auto chunk = [&](int64_t c) { return chunk_of(buf, c); };
     std::vector<Transport::Handle> up(static_cast<std::size_t>(chunks));
     for (int64_t c = 0; c < chunks; ++c) {
       Tensor part = chunk(c);
@@ -181,6 +175,17 @@ class Tree final : public Allreduce {
     for (int x = r + 1; x > 1; x /= 2) ++d;
     return d;
   }
+  static std::vector<int> children_of(int r, int k) {
+    std::vector<int> children;
+    for (int c : {2 * r + 1, 2 * r + 2})
+      if (c < k) children.push_back(c);
+    return children;
+  }
+  // Chunk c of buf (c > 0 only when piece_ < its size: no overflow).
+  Tensor chunk_of(const Tensor& buf, int64_t c) const {
+    const int64_t n = buf.numel(), a = c * piece_;
+    return slice(buf, a, a + std::min(piece_, n - a));
+  }
 
   // The same tree and the same sums, in steps every rank takes together (a transport that moves
   // whole steps): the pipeline becomes a schedule. Up, in step s the children at depth d send
@@ -190,15 +195,9 @@ class Tree final : public Allreduce {
   void run_in_steps(Transport& t, Tensor& buf) {
     const int k = t.size(), r = t.rank();
     const int deepest = depth(k - 1), mine = depth(r), parent = (r - 1) / 2;
-    std::vector<int> children;
-    for (int c : {2 * r + 1, 2 * r + 2})
-      if (c < k) children.push_back(c);
-    const int64_t n = buf.numel();
-    const int64_t chunks = pieces(n, piece_);
-    auto chunk = [&](int64_t c) {
-      const int64_t a = c * piece_;
-      return slice(buf, a, a + std::min(piece_, n - a));
-    };
+    const std::vector<int> children = children_of(r, k);
+    const int64_t chunks = pieces(buf.numel(), piece_);
+    auto chunk = [&](int64_t c) { return chunk_of(buf, c); };
     const int64_t steps = chunks + deepest - 1;
     for (int64_t s = 0; s < steps; ++s) {
       std::vector<Transport::StepSend> sends;
