@@ -274,6 +274,54 @@ TEST(CudaBackend, LinearWithoutSplitKMatchesReference) {
   check_linear(*dev, true, 256, 800, 128, 97, 2);
 }
 
+// PARALAB_CUDNN_RULE=gemm: LeNet's two cuDNN convolutions take no FFT algorithm in any direction
+// (the heuristic rule chose FFT or FFT_TILING for three of their six on the H200), the choice says
+// which rule made it, and the stage still computes what the heuristic's algorithms compute, to a
+// float32 tolerance.
+TEST(CudaBackend, GemmRuleTakesNoFftAlgorithmAndComputesTheSameStage) {
+  auto stage_outputs = [](const char* rule, std::string* choices) {
+    testing::EnvGuard env("PARALAB_CUDNN_RULE");
+    env.set(rule);
+    auto dev = cuda_device_or_skip("cudnn");
+    if (!dev) return std::vector<std::vector<float>>{};
+    std::vector<std::vector<float>> out;
+    for (const auto& [x_shape, w_shape, y_shape] :
+         {std::tuple<Shape, Shape, Shape>{{8, 1, 28, 28}, {20, 1, 3, 3}, {8, 20, 13, 13}},
+          std::tuple<Shape, Shape, Shape>{{8, 20, 13, 13}, {50, 20, 5, 5}, {8, 50, 4, 4}}}) {
+      auto stage = dev->ops().make_conv_relu_pool();
+      const auto n = [](const Shape& s) { return static_cast<std::size_t>(shape_numel(s)); };
+      Tensor x = Tensor::from_host(*dev, x_shape, to_float(random_vec(n(x_shape), 91))),
+             w = Tensor::from_host(*dev, w_shape, to_float(random_vec(n(w_shape), 92, 0.2))),
+             b = Tensor::from_host(*dev, {w_shape[0]}, to_float(random_vec(n({w_shape[0]}), 93))),
+             y = Tensor::empty(*dev, y_shape),
+             dy = Tensor::from_host(*dev, y_shape, to_float(random_vec(n(y_shape), 94)));
+      Tensor dx = Tensor::empty(*dev, x_shape), dw = Tensor::empty(*dev, w_shape),
+             db = Tensor::empty(*dev, {w_shape[0]});
+      stage->forward(x, w, b, y, /*training=*/true);
+      stage->backward(x, w, dy, &dx, dw, db);
+      for (const Tensor* t : {&y, &dx, &dw, &db}) out.push_back(t->to_host_f32());
+    }
+    *choices = dev->ops().describe()["choices"].dump();
+    return out;
+  };
+  std::string heuristic_choices, gemm_choices;
+  const auto heuristic = stage_outputs("heuristic", &heuristic_choices);
+  if (heuristic.empty()) GTEST_SKIP() << backend_unavailable("cuda");
+  const auto gemm = stage_outputs("gemm", &gemm_choices);
+  EXPECT_EQ(gemm_choices.find("FFT"), std::string::npos) << gemm_choices;
+  EXPECT_NE(gemm_choices.find("\"rule\":\"gemm\""), std::string::npos) << gemm_choices;
+  EXPECT_NE(heuristic_choices.find("\"rule\":\"heuristic\""), std::string::npos)
+      << heuristic_choices;
+  ASSERT_EQ(gemm.size(), heuristic.size());
+  for (std::size_t i = 0; i < gemm.size(); ++i) {
+    double scale = 0;
+    for (float v : heuristic[i]) scale = std::max(scale, std::fabs(double{v}));
+    for (std::size_t j = 0; j < gemm[i].size(); ++j)
+      ASSERT_NEAR(gemm[i][j], heuristic[i][j], 1e-5 * scale + 1e-6)
+          << "output " << i << " at " << j;
+  }
+}
+
 TEST(CudaBackend, UnknownMeasuringSwitchesAreErrorsNamingThem) {
   {
     testing::EnvGuard env("PARALAB_CUBLASLT_SPLIT_K");
@@ -304,6 +352,21 @@ TEST(CudaBackend, UnknownMeasuringSwitchesAreErrorsNamingThem) {
       ADD_FAILURE() << "no error for PARALAB_OWN_TILES=huge";
     } catch (const Error& e) {
       EXPECT_NE(std::string(e.what()).find("PARALAB_OWN_TILES"), std::string::npos) << e.what();
+    }
+  }
+  {
+    testing::EnvGuard env("PARALAB_CUDNN_RULE");
+    env.set("fastest");
+    auto dev = cuda_device_or_skip("cudnn");
+    ASSERT_NE(dev, nullptr);
+    auto stage = dev->ops().make_conv_relu_pool();
+    Tensor x = Tensor::zeros(*dev, {2, 20, 13, 13}), w = Tensor::zeros(*dev, {50, 20, 5, 5}),
+           b = Tensor::zeros(*dev, {50}), y = Tensor::empty(*dev, {2, 50, 4, 4});
+    try {
+      stage->forward(x, w, b, y, /*training=*/true);
+      ADD_FAILURE() << "no error for PARALAB_CUDNN_RULE=fastest";
+    } catch (const Error& e) {
+      EXPECT_STREQ(e.what(), "PARALAB_CUDNN_RULE: 'fastest' is neither heuristic nor gemm");
     }
   }
 }

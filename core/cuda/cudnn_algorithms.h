@@ -4,14 +4,21 @@
 // The rule, not a timed search: cuDNN's heuristic ranking for the shape (cudnnGet*_v7, a pure
 // function of cuDNN's version, the GPU and the shape), the first algorithm that is deterministic
 // and not a Winograd variant (conv_relu_pool.cpp says why, with the measurements) and whose
-// workspace query succeeds with the math it will run with.
+// workspace query succeeds with the math it will run with. PARALAB_CUDNN_RULE=gemm takes the
+// first such algorithm of the ranking that is not an FFT one (FFT, FFT_TILING), where there is
+// one: on the H200 the heuristic chose FFT for both convolutions' filter gradients and FFT_TILING
+// for conv2's data gradient, whose transforms, complex GEMMs and filter flips were about a third
+// of the cuDNN step's kernel time (results/reference/h200-2026-12-04/ncu-step-cudnn.txt); the
+// rule stays a pure function of the ranking either way (the same bits run after run).
 #pragma once
 
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <string_view>
 
 #include "core/cuda/check.h"
 
@@ -58,6 +65,31 @@ inline bool accurate(cudnnConvolutionBwdFilterAlgo_t a) {
          a != CUDNN_CONVOLUTION_BWD_FILTER_ALGO_WINOGRAD_NONFUSED;
 }
 
+// The FFT algorithms of each direction (PARALAB_CUDNN_RULE=gemm passes them over).
+inline bool fft(cudnnConvolutionFwdAlgo_t a) {
+  return a == CUDNN_CONVOLUTION_FWD_ALGO_FFT || a == CUDNN_CONVOLUTION_FWD_ALGO_FFT_TILING;
+}
+inline bool fft(cudnnConvolutionBwdDataAlgo_t a) {
+  return a == CUDNN_CONVOLUTION_BWD_DATA_ALGO_FFT ||
+         a == CUDNN_CONVOLUTION_BWD_DATA_ALGO_FFT_TILING;
+}
+inline bool fft(cudnnConvolutionBwdFilterAlgo_t a) {
+  return a == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_FFT ||
+         a == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_FFT_TILING;
+}
+
+// PARALAB_CUDNN_RULE: unset or "heuristic" -> the ranking's first usable algorithm; "gemm" -> its
+// first usable one that is not FFT, where there is one. Any other value is an Error naming the
+// variable.
+enum class CudnnRule { Heuristic, Gemm };
+inline CudnnRule cudnn_rule() {
+  const char* v = std::getenv("PARALAB_CUDNN_RULE");
+  if (!v || !*v || std::string_view(v) == "heuristic") return CudnnRule::Heuristic;
+  if (std::string_view(v) == "gemm") return CudnnRule::Gemm;
+  throw Error("PARALAB_CUDNN_RULE: '" + std::string(v) + "' is neither heuristic nor gemm");
+}
+inline const char* rule_name(CudnnRule r) { return r == CudnnRule::Gemm ? "gemm" : "heuristic"; }
+
 // The algorithms cuDNN documents as non-deterministic (cudnn_ops.h: they use atomics), left out
 // whatever a ranking's `determinism` field says of them.
 inline bool deterministic(cudnnConvolutionFwdAlgo_t) { return true; }
@@ -73,26 +105,32 @@ inline bool deterministic(cudnnConvolutionBwdFilterAlgo_t a) {
 // (FMA; with tf32, the ranking's), succeeds: the ranking predicts and runs nothing, and an entry
 // it calls usable can still be refused for the shape or the math (tensorflow/tensorflow#48117).
 // Sets *math and *bytes to the chosen one's.
+// With CudnnRule::Gemm the same, over the ranking without its FFT algorithms first, then, where
+// none of the others is usable, over the FFT ones.
 template <typename Perf, typename Size>
 Perf first_usable(const Perf* ranked, int count, const char* what, bool tf32,
                   cudnnConvolutionDescriptor_t conv, Size&& size, cudnnMathType_t* math,
-                  std::size_t* bytes) {
+                  std::size_t* bytes, CudnnRule rule = CudnnRule::Heuristic) {
   std::string refused;
-  for (int i = 0; i < count; ++i) {
-    const Perf& p = ranked[i];
-    if (p.status != CUDNN_STATUS_SUCCESS || p.determinism != CUDNN_DETERMINISTIC ||
-        !accurate(p.algo) || !deterministic(p.algo))
-      continue;
-    const cudnnMathType_t m = tf32 ? p.mathType : CUDNN_FMA_MATH;
-    cudnnStatus_t st = cudnnSetConvolutionMathType(conv, m);
-    if (st == CUDNN_STATUS_SUCCESS) st = size(p.algo, bytes);
-    if (st == CUDNN_STATUS_SUCCESS) {
-      *math = m;
-      return p;
+  const int passes = rule == CudnnRule::Gemm ? 2 : 1;
+  for (int pass = 0; pass < passes; ++pass)
+    for (int i = 0; i < count; ++i) {
+      const Perf& p = ranked[i];
+      if (p.status != CUDNN_STATUS_SUCCESS || p.determinism != CUDNN_DETERMINISTIC ||
+          !accurate(p.algo) || !deterministic(p.algo))
+        continue;
+      // Gemm: FFT algorithms only in the second pass; the heuristic takes the ranking as it is.
+      if (passes == 2 && fft(p.algo) != (pass == 1)) continue;
+      const cudnnMathType_t m = tf32 ? p.mathType : CUDNN_FMA_MATH;
+      cudnnStatus_t st = cudnnSetConvolutionMathType(conv, m);
+      if (st == CUDNN_STATUS_SUCCESS) st = size(p.algo, bytes);
+      if (st == CUDNN_STATUS_SUCCESS) {
+        *math = m;
+        return p;
+      }
+      refused += std::string(refused.empty() ? "" : ", ") + algo_name(p.algo) + " (" +
+                 cudnnGetErrorString(st) + ")";
     }
-    refused += std::string(refused.empty() ? "" : ", ") + algo_name(p.algo) + " (" +
-               cudnnGetErrorString(st) + ")";
-  }
   throw Error(std::string("cuDNN: no deterministic, accurate ") + what +
               " algorithm for this shape" + (refused.empty() ? "" : "; refused: " + refused));
 }
@@ -102,6 +140,7 @@ Perf first_usable(const Perf* ranked, int count, const char* what, bool tf32,
 // workspace the largest needs, from cuDNN's size queries (the ranking's own figures are
 // estimates). It leaves `conv`'s math type at the filter direction's: callers set it per call.
 struct ConvAlgorithms {
+  CudnnRule rule = CudnnRule::Heuristic;
   cudnnConvolutionFwdAlgo_t fwd{};
   cudnnConvolutionBwdDataAlgo_t data{};
   cudnnConvolutionBwdFilterAlgo_t filter{};
@@ -114,6 +153,7 @@ struct ConvAlgorithms {
 // direction, the math and the workspace.
 inline nlohmann::json describe(const ConvAlgorithms& a, bool tf32) {
   return {{"kernels", "cudnn"},
+          {"rule", rule_name(a.rule)},
           {"forward", algo_name(a.fwd)},
           {"backward_data", algo_name(a.data)},
           {"backward_filter", algo_name(a.filter)},
@@ -126,6 +166,7 @@ inline ConvAlgorithms choose_conv_algorithms(cudnnHandle_t h, cudnnTensorDescrip
                                              cudnnConvolutionDescriptor_t conv,
                                              cudnnTensorDescriptor_t y, bool tf32) {
   ConvAlgorithms a;
+  a.rule = cudnn_rule();
   int got = 0;
   std::size_t fwd_ws = 0, data_ws = 0, filter_ws = 0;
   cudnnConvolutionFwdAlgoPerf_t fwd[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
@@ -136,7 +177,7 @@ inline ConvAlgorithms choose_conv_algorithms(cudnnHandle_t h, cudnnTensorDescrip
               [&](cudnnConvolutionFwdAlgo_t algo, std::size_t* bytes) {
                 return cudnnGetConvolutionForwardWorkspaceSize(h, x, w, conv, y, algo, bytes);
               },
-              &a.fwd_math, &fwd_ws)
+              &a.fwd_math, &fwd_ws, a.rule)
               .algo;
   cudnnConvolutionBwdDataAlgoPerf_t data[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
   PARALAB_CUDNN(cudnnGetConvolutionBackwardDataAlgorithm_v7(
@@ -146,7 +187,7 @@ inline ConvAlgorithms choose_conv_algorithms(cudnnHandle_t h, cudnnTensorDescrip
                [&](cudnnConvolutionBwdDataAlgo_t algo, std::size_t* bytes) {
                  return cudnnGetConvolutionBackwardDataWorkspaceSize(h, w, y, conv, x, algo, bytes);
                },
-               &a.data_math, &data_ws)
+               &a.data_math, &data_ws, a.rule)
                .algo;
   cudnnConvolutionBwdFilterAlgoPerf_t filt[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
   PARALAB_CUDNN(cudnnGetConvolutionBackwardFilterAlgorithm_v7(
@@ -157,7 +198,7 @@ inline ConvAlgorithms choose_conv_algorithms(cudnnHandle_t h, cudnnTensorDescrip
           [&](cudnnConvolutionBwdFilterAlgo_t algo, std::size_t* bytes) {
             return cudnnGetConvolutionBackwardFilterWorkspaceSize(h, x, y, conv, w, algo, bytes);
           },
-          &a.filter_math, &filter_ws)
+          &a.filter_math, &filter_ws, a.rule)
           .algo;
   a.workspace_bytes = std::max({fwd_ws, data_ws, filter_ws, std::size_t{4}});
   return a;
