@@ -692,8 +692,9 @@ for key in sorted(per):
     if key in whole:
         (algo, k, b), (w, ws), (p, ps) = key, whole[key], per[key]
         ratio = lambda us, m: f" ({us / m[b]:.2f}x memcpy)" if b in m else ""
-        print(f"{algo} x{k} {b} B: whole steps {w:.1f} us{ratio(w, mw)} (whole_steps={ws}), "
-              f"per rank {p:.1f} us{ratio(p, mp)} (whole_steps={ps}): {p / w:.2f}x")
+        flag = lambda v: "?" if v is None else int(v)
+        print(f"{algo} x{k} {b} B: whole steps {w:.1f} us{ratio(w, mw)} (whole_steps={flag(ws)}), "
+              f"per rank {p:.1f} us{ratio(p, mp)} (whole_steps={flag(ps)}): {p / w:.2f}x")
 PY
   # What one queued operation costs a rank while k ranks queue theirs (allreduce_bench
   # --launches: 32 tiny kernels per rank in one graph over the group). If it grows with k, the
