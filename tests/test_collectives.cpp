@@ -559,6 +559,42 @@ TEST(PointToPoint, GroupedSendsRunEveryCollectiveWithTheSameBits) {
   }
 }
 
+// Over NCCL's point-to-point a collective step is one group, however its messages are cut: a
+// ring's 2(k-1) steps are 2(k-1) groups per rank with pieces of 16 bytes as whole; naive's rank
+// 0 takes k groups (k-1 gathers, one broadcast), every other rank two. The bits are the
+// in-process transport's.
+TEST(PointToPoint, AStepIsOneGroupHoweverItIsCut) {
+  const int k = 3;
+  const int64_t n = 1001;
+  auto devices = make_devices("cpu", k, {});
+  std::vector<Device*> ptrs;
+  for (auto& d : devices) ptrs.push_back(d.get());
+  for (const std::string algorithm : {"ring", "naive"})
+    for (int64_t chunk : {int64_t{0}, int64_t{16}}) {
+      auto input = [&](int r) { return random_data(n, 60 + r); };
+      const auto want = allreduce_all(algorithm, k, n, input, chunk);
+      Wire wire(k);
+      RankGroup threads(ptrs);
+      std::vector<std::vector<float>> got(static_cast<std::size_t>(k));
+      std::vector<int> groups(static_cast<std::size_t>(k));
+      auto ar = make_allreduce(algorithm, {chunk});
+      threads.run([&](int r) {
+        auto fake = std::make_unique<FakeNcclPointToPoint>(wire, r, k);
+        FakeNcclPointToPoint* counted = fake.get();
+        auto t = make_point_to_point_transport(*ptrs[r], std::move(fake), [] {});
+        Tensor buf = Tensor::from_host(*ptrs[r], {n}, input(r));
+        ar->run(*t, buf);
+        got[r] = buf.to_host_f32();
+        groups[r] = counted->groups;
+      });
+      EXPECT_EQ(got, want) << algorithm << " chunk " << chunk;
+      for (int r = 0; r < k; ++r) {
+        const int expect = algorithm == "ring" ? 2 * (k - 1) : (r == 0 ? k : 2);
+        EXPECT_EQ(groups[r], expect) << algorithm << " chunk " << chunk << " rank " << r;
+      }
+    }
+}
+
 // A device whose thread cannot be bound (as a CUDA device that is gone): each task the group
 // runs fails with that error, rethrown by run(), instead of ending the process from the thread.
 class UnbindableDevice final : public testing::ForwardingDevice {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <deque>
+#include <span>
 #include <vector>
 
 #include "core/error.h"
@@ -54,6 +55,59 @@ class PointToPointTransport final : public Transport {
   void barrier() override {
     if (!pending_.empty()) group(nullptr, 0, pending_.size());
     barrier_();
+  }
+
+  // A whole step as one group: its sends (and any noted before it) and its receives, which NCCL
+  // progresses together, so a ring step cut into pieces, or a parent's receives from both its
+  // children, is one group launch instead of one per piece or child. Every rank groups its own
+  // step, so each send still meets its receive. Adds follow the group on the stream, in the
+  // receives' order, from slices of one scratch buffer.
+  void step(std::span<const StepSend> sends, std::span<const StepReceive> receives) override {
+    if (sends.empty() && receives.empty()) return;  // nothing of this rank's in the step
+    int64_t scratch_floats = 0;
+    for (const StepReceive& r : receives) {
+      check_peer(r.peer);
+      if (r.reduce) scratch_floats += r.buf.numel();
+    }
+    for (const StepSend& s : sends) check_peer(s.peer);
+    const Tensor landing = scratch_floats ? scratch(device_, scratch_floats) : Tensor{};
+    std::vector<Tensor> into;  // every receive's buffer, alive until the group ends
+    into.reserve(receives.size());
+    int64_t at = 0;
+    for (const StepReceive& r : receives) {
+      const int64_t n = r.buf.numel();
+      into.push_back(r.reduce ? landing.view(at, {n}) : r.buf);
+      if (r.reduce) at += n;
+    }
+    p2p_->group_start();
+    struct End {
+      NativePointToPoint& p2p;
+      bool ended = false;
+      ~End() {
+        if (!ended) try {
+            p2p.group_end();
+          } catch (...) {  // the error being thrown is the one to report
+          }
+      }
+    } end{*p2p_};
+    for (const auto& pending : pending_) {
+      if (pending->buf.numel()) p2p_->send(pending->buf, pending->peer);
+      pending->issued = true;
+    }
+    pending_.clear();
+    for (const StepSend& s : sends) {
+      if (s.buf.numel()) p2p_->send(s.buf, s.peer);
+      bytes_sent_ += static_cast<int64_t>(s.buf.bytes());
+    }
+    for (std::size_t i = 0; i < receives.size(); ++i)
+      if (into[i].numel()) p2p_->recv(into[i], receives[i].peer);
+    end.ended = true;
+    p2p_->group_end();
+    for (std::size_t i = 0; i < receives.size(); ++i)
+      if (receives[i].reduce && into[i].numel()) {
+        Tensor buf = receives[i].buf;
+        device_.ops().add_inplace(buf, into[i]);
+      }
   }
 
   NativePointToPoint* native() override { return p2p_.get(); }

@@ -7,8 +7,9 @@
 // would wait on itself. So isend() only notes the send; each recv() (or recv_reduce()) issues
 // the oldest noted send together with that receive in one group, as nccl-tests' and llm.c's
 // ring steps pair them, and wait() or barrier() issues every noted send in one group (the
-// reasons are at group() in p2p_transport.cpp). Messages between a pair of ranks keep their
-// order. The host never
+// reasons are at group() in p2p_transport.cpp). A collective's step (Transport::step: naive's
+// and the ring's) is one group of all its sends and receives, however its messages are cut.
+// Messages between a pair of ranks keep their order. The host never
 // waits for the device: everything is queued on the rank's stream (recv_reduce adds from a
 // scratch buffer on that stream after the receive).
 //
