@@ -70,7 +70,7 @@ default_parts=(determinism speed pytorch collectives main bench seeds sanitizers
 # pytorch 56, collectives 21, main 27, bench 17, seeds 26, speed 11 with two kernel sets,
 # sanitizers 65, ncu 10 with two, sweep 155), with a margin; models never ran yet.
 declare -A needs=([determinism]=25 [pytorch]=70 [collectives]=60 [main]=40 [bench]=25
-  [seeds]=35 [speed]=45 [sanitizers]=85 [ncu]=25 [models]=240 [sweep]=180)
+  [seeds]=35 [speed]=50 [sanitizers]=85 [ncu]=25 [models]=240 [sweep]=180)
 declare -A goals_of=(
   [determinism]="same seed, same bits (cudnn, fused, mixed); steps read once per epoch"
   [pytorch]="a full epoch <= 50 ms; >= 2.5x the graphed PyTorch baseline"
@@ -349,15 +349,17 @@ part_speed() {
 # cuDNN against the own kernels with each tile set (conv_relu_pool_plan.h: wide, the default, and
 # narrow, picked by PARALAB_OWN_TILES), against "mixed" (own conv1, cuDNN conv2) and against cuDNN
 # with cuBLASLt's split-K excluded (PARALAB_CUBLASLT_SPLIT_K=off, linear.cpp) and against cuDNN
-# with the FFT algorithms passed over (PARALAB_CUDNN_RULE=gemm, cudnn_algorithms.h), alternating,
+# with the FFT algorithms passed over (PARALAB_CUDNN_RULE=gemm, cudnn_algorithms.h; also with
+# "mixed", whose conv2 is cuDNN's), alternating,
 # 3 x 2 epochs each (epoch 2 timed): the default should be the faster, and the two tile sets must
 # give the same bits.
 for rep in 1 2 3; do
-  for k in cudnn fused fused-narrow mixed cudnn-nosplitk cudnn-gemm; do
+  for k in cudnn fused fused-narrow mixed cudnn-nosplitk cudnn-gemm mixed-gemm; do
     case $k in
       fused-narrow) export PARALAB_OWN_TILES=narrow; kernels=fused ;;
       cudnn-nosplitk) export PARALAB_CUBLASLT_SPLIT_K=off; kernels=cudnn ;;
       cudnn-gemm) export PARALAB_CUDNN_RULE=gemm; kernels=cudnn ;;
+      mixed-gemm) export PARALAB_CUDNN_RULE=gemm; kernels=mixed ;;
       *) kernels=$k ;;
     esac
     lenet "$work/speed-$k-$rep.json" --set kernels=$kernels --set training.epochs=2 --set training.warmup_iterations=235
@@ -367,7 +369,7 @@ done
 goal_lines < <(python3 - "$work" <<'PY'
 import glob, json, statistics, sys
 ms, digests, tiles = {}, {}, {}
-for k in ("cudnn", "fused", "fused-narrow", "mixed", "cudnn-nosplitk", "cudnn-gemm"):
+for k in ("cudnn", "fused", "fused-narrow", "mixed", "cudnn-nosplitk", "cudnn-gemm", "mixed-gemm"):
     steps = []
     for path in sorted(glob.glob(f"{sys.argv[1]}/speed-{k}-*.json")):
         try:
@@ -864,6 +866,7 @@ if [[ -s $work/fastest-kernels ]]; then
     fused-narrow) kernels=fused; env_args=(PARALAB_OWN_TILES=narrow) ;;
     cudnn-nosplitk) kernels=cudnn; env_args=(PARALAB_CUBLASLT_SPLIT_K=off) ;;
     cudnn-gemm) kernels=cudnn; env_args=(PARALAB_CUDNN_RULE=gemm) ;;
+    mixed-gemm) kernels=mixed; env_args=(PARALAB_CUDNN_RULE=gemm) ;;
     *) kernels=$config ;;
   esac
 fi
