@@ -7,9 +7,10 @@
 // workspace query succeeds with the math it will run with. PARALAB_CUDNN_RULE=gemm takes the
 // first such algorithm of the ranking that is not an FFT one (FFT, FFT_TILING), where there is
 // one: on the H200 the heuristic chose FFT for both convolutions' filter gradients and FFT_TILING
-// for conv2's data gradient, whose transforms, complex GEMMs and filter flips were about a third
-// of the cuDNN step's kernel time (results/reference/h200-2026-12-04/ncu-step-cudnn.txt); the
-// rule stays a pure function of the ranking either way (the same bits run after run).
+// for conv2's data gradient, whose transforms and complex GEMMs took 246 of the 1,329 us of
+// kernel time in the profiled window (18 %; results/reference/h200-2026-12-04/ncu-step-cudnn.txt),
+// a third of what remains beside cuDNN's bias-gradient kernels (575 us, replaced since); the rule
+// stays a pure function of the ranking either way (the same bits run after run).
 #pragma once
 
 #include <algorithm>
