@@ -12,6 +12,30 @@ namespace paralab {
 
 namespace {
 
+// One group of NCCL calls: group_start() now, group_end() by end(); a failed send or receive
+// still ends the group (on unwinding), so that the thread's later NCCL calls are not left
+// inside it.
+class GroupScope {
+ public:
+  explicit GroupScope(NativePointToPoint& p2p) : p2p_(p2p) { p2p_.group_start(); }
+  GroupScope(const GroupScope&) = delete;
+  GroupScope& operator=(const GroupScope&) = delete;
+  ~GroupScope() {
+    if (!ended_) try {
+        p2p_.group_end();
+      } catch (...) {  // the error being thrown is the one to report
+      }
+  }
+  void end() {
+    ended_ = true;
+    p2p_.group_end();
+  }
+
+ private:
+  NativePointToPoint& p2p_;
+  bool ended_ = false;
+};
+
 struct PendingSend final : Transport::Request {
   Tensor buf;
   int peer = 0;
@@ -79,17 +103,7 @@ class PointToPointTransport final : public Transport {
       into.push_back(r.reduce ? landing.view(at, {n}) : r.buf);
       if (r.reduce) at += n;
     }
-    p2p_->group_start();
-    struct End {
-      NativePointToPoint& p2p;
-      bool ended = false;
-      ~End() {
-        if (!ended) try {
-            p2p.group_end();
-          } catch (...) {  // the error being thrown is the one to report
-          }
-      }
-    } end{*p2p_};
+    GroupScope scope(*p2p_);
     for (const auto& pending : pending_) {
       if (pending->buf.numel()) p2p_->send(pending->buf, pending->peer);
       pending->issued = true;
@@ -101,8 +115,7 @@ class PointToPointTransport final : public Transport {
     }
     for (std::size_t i = 0; i < receives.size(); ++i)
       if (into[i].numel()) p2p_->recv(into[i], receives[i].peer);
-    end.ended = true;
-    p2p_->group_end();
+    scope.end();
     for (std::size_t i = 0; i < receives.size(); ++i)
       if (receives[i].reduce && into[i].numel()) {
         Tensor buf = receives[i].buf;
@@ -121,22 +134,11 @@ class PointToPointTransport final : public Transport {
   // then receives the total; the parent takes those chunks one by one before it sends anything.
   // A pipeline's stage (recv_after_sends) may hold several sends before a receive: after two
   // forwards, two activations, which its peer needs both of before it sends the gradient the
-  // stage waits for; they all go with that receive. A failed send or receive still ends the
-  // group, so that the thread's later NCCL calls are not left inside it.
+  // stage waits for; they all go with that receive (GroupScope ends the group on a failure too).
   void group(Tensor* into, int peer, std::size_t sends) {
     if (into) check_peer(peer);
     sends = std::min(sends, pending_.size());
-    p2p_->group_start();
-    struct End {
-      NativePointToPoint& p2p;
-      bool ended = false;
-      ~End() {
-        if (!ended) try {
-            p2p.group_end();
-          } catch (...) {  // the error being thrown is the one to report
-          }
-      }
-    } end{*p2p_};
+    GroupScope scope(*p2p_);
     for (std::size_t i = 0; i < sends; ++i) {
       PendingSend& s = *pending_[i];
       if (s.buf.numel()) p2p_->send(s.buf, s.peer);
@@ -144,8 +146,7 @@ class PointToPointTransport final : public Transport {
     }
     pending_.erase(pending_.begin(), pending_.begin() + static_cast<std::ptrdiff_t>(sends));
     if (into && into->numel()) p2p_->recv(*into, peer);
-    end.ended = true;
-    p2p_->group_end();
+    scope.end();
   }
 
   Device& device_;
