@@ -426,7 +426,7 @@ void run_collective(benchmark::State& state, Op op, const std::string& algorithm
   state.counters["chunk_bytes"] = static_cast<double>(used_chunk);
   // 1 where the group's collective steps moved whole (one unit per step for all ranks: virtual
   // devices of one GPU, transport.h), 0 where each message was its receiver's own.
-  state.counters["whole_steps"] = g.spmd->step_moves().rfind("whole", 0) == 0 ? 1.0 : 0.0;
+  state.counters["whole_steps"] = g.spmd->moves_steps_whole() ? 1.0 : 0.0;
 }
 
 // The same bytes from device 0's buffer into device 1's, by device 1's thread (the transport's

@@ -274,8 +274,7 @@ class ChannelSplit final : public Strategy {
                 {"allreduce", list(plan_.allreduce)},
                 {"bytes_per_example", plan_.bytes(1, k)},
                 {"chunk_bytes", chunk_bytes_}};
-    if (const std::string moves = group_->step_moves(); moves.rfind("whole", 0) == 0)
-      out["step_moves"] = moves;
+    if (group_->moves_steps_whole()) out["step_moves"] = group_->step_moves();
     if (o_.cuda_graphs)
       report_graphs(out, graphs_, capture_.get(), k, ranks_[mine()].graph.captures(),
                     ranks_[mine()].graph.replays());

@@ -339,8 +339,7 @@ class DataParallel final : public Strategy {
     if (ranks_.empty()) return nullptr;
     json out = json::object();
     // Where the allreduce's steps moved whole (virtual devices of one GPU: one kernel per step).
-    if (const std::string moves = group_->step_moves(); moves.rfind("whole", 0) == 0)
-      out["step_moves"] = moves;
+    if (group_->moves_steps_whole()) out["step_moves"] = group_->step_moves();
     if (!o_.cuda_graphs) return out.empty() ? nullptr : out;
     // Graphs made and launched: one per group capture (every rank's part is in it), one per
     // device otherwise.

@@ -52,8 +52,9 @@ class SpmdGroup {
     return remote_ ? *remote_ : fabric_->endpoint(rank);
   }
 
-  // How collective steps move between this process's ranks (LocalFabric), for the results;
-  // between processes every message is its receiver's own.
+  // Whether collective steps move whole between this process's ranks (LocalFabric; never
+  // between processes), and how, for the results.
+  bool moves_steps_whole() const { return fabric_ && fabric_->moves_steps_whole(); }
   std::string step_moves() const {
     return fabric_ ? fabric_->step_moves_description()
                    : "per rank: each message is its receiver's own (ranks in separate processes)";

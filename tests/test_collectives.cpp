@@ -978,6 +978,8 @@ TEST(WholeSteps, OneUnitPerStepWhateverKAndChunkOnOneGpu) {
         {
           SpmdGroup g(gpu.devices, StepMoves::Auto);  // Auto takes a group mover where there is one
           EXPECT_EQ(g.step_moves(), "fake: one unit per step");
+          EXPECT_TRUE(g.moves_steps_whole());
+          EXPECT_FALSE(SpmdGroup(gpu.devices, StepMoves::PerRank).moves_steps_whole());
         }
         const auto got =
             collective(gpu.devices, StepMoves::Auto, algorithm, Op::Allreduce, n, chunk, 3);
