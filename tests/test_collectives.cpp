@@ -1054,6 +1054,39 @@ TEST(WholeSteps, SizeMismatchFailsEveryRankWithTheMessage) {
   EXPECT_EQ(failed.load(), 3) << "every rank fails, none hangs";
 }
 
+// A step whose sends and receives do not pair up fails every rank with one line naming the
+// ranks, whichever side has the extra message.
+TEST(WholeSteps, UnpairedMessagesFailEveryRankNamingThem) {
+  for (const bool extra_receive : {true, false}) {
+    FakeGpu gpu(2);
+    SpmdGroup g(gpu.devices, StepMoves::Auto);
+    std::atomic<int> failed{0};
+    try {
+      g.run([&](int r, Transport& t) {
+        Tensor buf = Tensor::zeros(*gpu.devices[r], {8});
+        std::vector<Transport::StepSend> sends;
+        std::vector<Transport::StepReceive> receives;
+        if (r == 0 && extra_receive) receives.push_back({1, buf, true});
+        if (r == 0 && !extra_receive) sends.push_back({1, buf});
+        try {
+          t.step(sends, receives);
+        } catch (const Error&) {
+          ++failed;
+          throw;
+        }
+      });
+      FAIL() << "no error";
+    } catch (const Error& e) {
+      EXPECT_STREQ(e.what(), extra_receive
+                                 ? "transport: rank 0 receives from rank 1 in a step where it "
+                                   "sends rank 0 nothing more"
+                                 : "transport: rank 0 sends rank 1 more in a step than rank 1 "
+                                   "receives");
+    }
+    EXPECT_EQ(failed.load(), 2);
+  }
+}
+
 TEST(WholeSteps, ReceiveTimesCountEveryReceive) {
   FakeGpu gpu(2);
   SpmdGroup g(gpu.devices, StepMoves::Auto);

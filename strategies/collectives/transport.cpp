@@ -321,24 +321,21 @@ struct LocalFabric::Impl {
       bool reduce;
     };
     std::vector<Pending> pending;
-    std::vector<std::size_t> taken(static_cast<std::size_t>(size * size), 0);
-    auto next_send = [&](int from, int to) -> const Tensor* {
-      std::size_t& i = taken[static_cast<std::size_t>(from * size + to)];
-      std::size_t seen = 0;
+    // Each ordered pair's sends of this step, in order, and how many of them receives took.
+    const auto pair = [&](int from, int to) { return static_cast<std::size_t>(from * size + to); };
+    std::vector<std::vector<const Tensor*>> sent(static_cast<std::size_t>(size * size));
+    std::vector<std::size_t> taken(sent.size(), 0);
+    for (int from = 0; from < size; ++from)
       for (const auto& s : rendezvous.slots[static_cast<std::size_t>(from)].sends)
-        if (s.peer == to && seen++ == i) {
-          ++i;
-          return &s.buf;
-        }
-      return nullptr;
-    };
+        sent[pair(from, s.peer)].push_back(&s.buf);
     for (int r = 0; r < size; ++r)
       for (const auto& rec : rendezvous.slots[static_cast<std::size_t>(r)].receives) {
-        const Tensor* src = next_send(rec.peer, r);
-        PARALAB_REQUIRE(src != nullptr, "transport: rank " + std::to_string(r) +
-                                            " receives from rank " + std::to_string(rec.peer) +
-                                            " in a step where it sends rank " + std::to_string(r) +
-                                            " nothing more");
+        const std::size_t p = pair(rec.peer, r);
+        PARALAB_REQUIRE(taken[p] < sent[p].size(),
+                        "transport: rank " + std::to_string(r) + " receives from rank " +
+                            std::to_string(rec.peer) + " in a step where it sends rank " +
+                            std::to_string(r) + " nothing more");
+        const Tensor* src = sent[p][taken[p]++];
         PARALAB_REQUIRE(src->numel() == rec.buf.numel(),
                         "transport: rank " + std::to_string(r) + " expected " +
                             std::to_string(rec.buf.numel()) + " values from rank " +
@@ -354,17 +351,12 @@ struct LocalFabric::Impl {
         }
         pending.push_back({r, rec.buf, {*src}, rec.reduce});
       }
-    for (int from = 0; from < size; ++from) {
-      std::vector<int> sent(static_cast<std::size_t>(size), 0);
-      for (const auto& s : rendezvous.slots[static_cast<std::size_t>(from)].sends)
-        ++sent[static_cast<std::size_t>(s.peer)];
+    for (int from = 0; from < size; ++from)
       for (int to = 0; to < size; ++to)
-        PARALAB_REQUIRE(static_cast<std::size_t>(sent[static_cast<std::size_t>(to)]) ==
-                            taken[static_cast<std::size_t>(from * size + to)],
+        PARALAB_REQUIRE(taken[pair(from, to)] == sent[pair(from, to)].size(),
                         "transport: rank " + std::to_string(from) + " sends rank " +
                             std::to_string(to) + " more in a step than rank " + std::to_string(to) +
                             " receives");
-    }
     std::vector<GroupMove> moves;
     moves.reserve(pending.size());
     for (const Pending& p : pending) {
