@@ -121,6 +121,28 @@ def bench_op_chunks(path, chunk, graphs=True):
     return out
 
 
+BENCH_OPS = {"allreduce/naive": "naive", "allreduce/ring": "ring", "allreduce/tree": "tree",
+             "allgather/ring": "allgather", "reduce_scatter/ring": "reduce_scatter", "memcpy": "p2p"}
+
+
+def bench_whole_steps(path, graphs=True):
+    """The algorithms whose rows of the kind `graphs` selects were timed in whole steps (their
+    whole_steps counter 1: every rank's moves of a collective step one kernel, LocalFabric over
+    virtual devices of one GPU). Files from before the counter have none. An algorithm timed both
+    ways in the rows one fit takes cannot be priced as one: ValueError naming it."""
+    seen = {}
+    for b in _bench_entries(load(path)):
+        op = BENCH_OPS.get(b["name"].split("/devices")[0])
+        if op is None or op == "p2p" or (b.get("graph") == 1) != graphs or _explicit_chunk(b):
+            continue
+        seen.setdefault(op, set()).add(int(b.get("whole_steps", 0)))
+    mixed = sorted(op for op, v in seen.items() if len(v) > 1)
+    if mixed:
+        raise ValueError("%s: %s timed both in whole steps and per rank (whole_steps 0 and 1); "
+                         "time one way per file" % (os.path.relpath(path, ROOT), ", ".join(mixed)))
+    return frozenset(op for op, v in seen.items() if v == {1})
+
+
 def bench_samples(path, include_timeshared=False, graphs=False):
     """{(op, bytes, devices): [ms per repetition]}. A file written with --benchmark_report_aggregates_only
     holds no repetitions, only aggregates: its median row stands for them (one sample). Rows timed
@@ -136,10 +158,7 @@ def bench_samples(path, include_timeshared=False, graphs=False):
             continue
         if _explicit_chunk(b):
             continue
-        family = b["name"].split("/devices")[0]
-        op = {"allreduce/naive": "naive", "allreduce/ring": "ring", "allreduce/tree": "tree",
-              "allgather/ring": "allgather", "reduce_scatter/ring": "reduce_scatter",
-              "memcpy": "p2p"}.get(family)
+        op = BENCH_OPS.get(b["name"].split("/devices")[0])
         if op is None:
             continue
         unit = {"ns": 1e-6, "us": 1e-3, "ms": 1.0, "s": 1e3}[b["time_unit"]]
@@ -310,15 +329,19 @@ def h200_link(path=None):
             raise ValueError("%s: the graphed ring and tree rows have no single chunk_bytes "
                              "(time one piece size to fit the model)" % name)
         op_chunk = bench_op_chunks(path, chunk)
+        whole = bench_whole_steps(path)
         note = ("device-side collectives fitted on %s (%s virtual devices on one H200, each "
-                "collective one CUDA graph, %s%s): alpha per message, beta per byte, gamma per byte "
+                "collective one CUDA graph, %s%s%s): alpha per message, beta per byte, gamma per byte "
                 "added, per algorithm and k; other k extrapolated geometrically in k" %
                 (name, ", ".join(str(k) for k in sorted({r[2] for r in rows})),
                  "whole messages" if chunk == 0 else "%d-byte pieces" % chunk,
-                 "".join("; %s in %d-byte pieces" % (op, c) for op, c in sorted(op_chunk.items()))))
+                 "".join("; %s in %d-byte pieces" % (op, c) for op, c in sorted(op_chunk.items())),
+                 "; %s in whole steps (a message is a step of every rank, one kernel)" %
+                 ", ".join(sorted(whole)) if whole else ""))
 
         def fit(r):
-            return perf.Link.fit(r, per_k=True, note=note, chunk=chunk, op_chunk=op_chunk)
+            return perf.Link.fit(r, per_k=True, note=note, chunk=chunk, op_chunk=op_chunk,
+                                 whole_steps=whole)
     else:
         rows = bench_rows(path)
         note = ("host-bound model fitted on %s (%s virtual devices on one H200, eager): copy per "

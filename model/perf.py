@@ -298,22 +298,30 @@ def _pieces(nbytes, chunk):
     return 1 if chunk <= 0 else max(1, math.ceil(nbytes / chunk))
 
 
-def collective_features(op, n, k, chunk=CHUNK_BYTES):
-    """(messages, bytes, reduced bytes) on the critical path of one collective of n bytes."""
+def collective_features(op, n, k, chunk=CHUNK_BYTES, whole=False):
+    """(messages, bytes, reduced bytes) on the critical path of one collective of n bytes.
+
+    whole: the collective ran in whole steps (LocalFabric over virtual devices of one GPU,
+    PARALAB_STEP_MOVES; allreduce_bench's whole_steps counter): every rank's moves of a step are
+    one kernel, so "messages" counts steps. naive: k-1 gather steps and one broadcast step; the
+    ring family: its steps, the pieces of a step's segment merged into one move; tree: its
+    lock-step schedule, chunks + depth - 1 steps each way, a parent's two adds one move."""
     if k <= 1:
         return (0.0, 0.0, 0.0)
     if op == "naive":
-        return (2.0 * (k - 1), 2.0 * (k - 1) * n, (k - 1.0) * n)
+        return (float(k) if whole else 2.0 * (k - 1), 2.0 * (k - 1) * n, (k - 1.0) * n)
+    ring_pieces = 1 if whole else _pieces(n / k, chunk)
     if op in ("ring", "nccl"):
-        return (2.0 * (k - 1) * _pieces(n / k, chunk), 2.0 * (k - 1) / k * n, (k - 1.0) / k * n)
+        return (2.0 * (k - 1) * ring_pieces, 2.0 * (k - 1) / k * n, (k - 1.0) / k * n)
     if op == "tree":
         depth = math.floor(math.log2(k))
         children = min(2, k - 1)
-        return (2.0 * (children * _pieces(n, chunk) + depth - 1), 2.0 * children * n, children * float(n))
+        per_step = 1 if whole else children
+        return (2.0 * (per_step * _pieces(n, chunk) + depth - 1), 2.0 * children * n, children * float(n))
     if op == "allgather":
-        return ((k - 1.0) * _pieces(n / k, chunk), (k - 1.0) / k * n, 0.0)
+        return ((k - 1.0) * ring_pieces, (k - 1.0) / k * n, 0.0)
     if op == "reduce_scatter":
-        return ((k - 1.0) * _pieces(n / k, chunk), (k - 1.0) / k * n, (k - 1.0) / k * n)
+        return ((k - 1.0) * ring_pieces, (k - 1.0) / k * n, (k - 1.0) / k * n)
     if op == "p2p":
         return (1.0, float(n), 0.0)
     raise ValueError("unknown collective " + op)
@@ -385,7 +393,8 @@ class Link:
 
     def __init__(self, params, contention=None, chunk=CHUNK_BYTES, note="", host_bound=False,
                  size_beta=None, step_alpha=None, pair=None, copy=None, non_temporal=None,
-                 own_beta=None, non_temporal_for=None, non_temporal_recorded=None, op_chunk=None):
+                 own_beta=None, non_temporal_for=None, non_temporal_recorded=None, op_chunk=None,
+                 whole_steps=()):
         self.params = {op: ({int(k): tuple(x) for k, x in v.items()} if isinstance(v, dict) else {0: tuple(v)})
                        for op, v in params.items()}
         self.contention = list(contention) if contention else None
@@ -394,6 +403,8 @@ class Link:
         # `chunk`: all-gather and reduce-scatter cut into 256 KiB pieces on one GPU too until they
         # took the automatic size (their allreduce_bench rows record it: chunk_bytes).
         self.op_chunk = {op: int(c) for op, c in (op_chunk or {}).items()}
+        # whole_steps: the algorithms timed (and run) in whole steps (collective_features' whole).
+        self.whole_steps = frozenset(whole_steps)
         self.note = note
         # host_bound: the host's message calls overlap the device's copies (see the module doc)
         self.host_bound = host_bound
@@ -460,7 +471,7 @@ class Link:
         at once (a point-to-point hand-off is k = 2 between two of them)."""
         if k <= 1 or n <= 0:
             return 0.0
-        m, nb, r = collective_features(op, n, k, self.chunk_of(op))
+        m, nb, r = collective_features(op, n, k, self.chunk_of(op), op in self.whole_steps)
         if op in self.step_alpha and self.size_beta:
             beta = self.own_beta_at(op, n, k)
             if beta is None:
@@ -561,28 +572,33 @@ class Link:
                                    for k, x in v.items()} for op, v in self.params.items()},
                 "host_contention_us_1_2_4_8_threads": self.contention, "chunk_bytes": self.chunk,
                 "chunk_bytes_per_algorithm": dict(sorted(self.op_chunk.items())),
+                **({"whole_steps": sorted(self.whole_steps)} if self.whole_steps else {}),
                 "host_bound_max_of_host_and_device": self.host_bound, "note": self.note}
 
     @staticmethod
-    def fit(rows, per_k=False, contention=None, note="", chunk=CHUNK_BYTES, op_chunk=None):
+    def fit(rows, per_k=False, contention=None, note="", chunk=CHUNK_BYTES, op_chunk=None,
+            whole_steps=()):
         """rows: [(op, n, k, measured_ms)] from allreduce_bench; one fit per op, or per (op, k);
         chunk: the piece size the rows were timed with (0: whole messages); op_chunk: {op: piece
-        size} where an algorithm's rows were timed with another."""
+        size} where an algorithm's rows were timed with another; whole_steps: the algorithms
+        whose rows were timed in whole steps (collective_features)."""
         op_chunk = dict(op_chunk or {})
+        whole_steps = frozenset(whole_steps)
         params = {}
         for op in sorted({r[0] for r in rows}):
             ks = sorted({r[2] for r in rows if r[0] == op}) if per_k else [None]
             params[op] = {}
             for k in ks:
                 sel = [r for r in rows if r[0] == op and (k is None or r[2] == k)]
-                f = np.array([collective_features(o, n, kk, op_chunk.get(o, chunk))
+                f = np.array([collective_features(o, n, kk, op_chunk.get(o, chunk), o in whole_steps)
                               for o, n, kk, _ in sel])
                 y = np.array([r[3] for r in sel])
                 used = f.any(axis=0)
                 x = np.zeros(3)
                 x[used] = relative_fit(f[:, used], y)
                 params[op][k or 0] = tuple(x)
-        return Link(params, contention, chunk=chunk, note=note, op_chunk=op_chunk)
+        return Link(params, contention, chunk=chunk, note=note, op_chunk=op_chunk,
+                    whole_steps=whole_steps)
 
     @staticmethod
     def fit_size_dependent(rows, group=("naive", "ring", "tree"), small=4096, note="", non_temporal=None):

@@ -486,7 +486,7 @@ class H200Runs(unittest.TestCase):
     collectives on the device) as alpha-beta-gamma at their piece size, eager rows host-bound."""
 
     @staticmethod
-    def bench_file(path, rows, chunk=0, op_chunks=None):
+    def bench_file(path, rows, chunk=0, op_chunks=None, whole_steps=None):
         # allreduce_bench's JSON as Google Benchmark writes it: one entry per repetition.
         names = {"naive": "allreduce/naive", "ring": "allreduce/ring", "tree": "allreduce/tree",
                  "p2p": "memcpy", "allgather": "allgather/ring",
@@ -499,6 +499,8 @@ class H200Runs(unittest.TestCase):
                 b["chunk_bytes"] = chunk if graph else perf.CHUNK_BYTES
             if op in (op_chunks or {}):
                 b["chunk_bytes"] = op_chunks[op]
+            if whole_steps is not None and op != "p2p":
+                b["whole_steps"] = 1.0 if op in whole_steps else 0.0
             benchmarks.append(b)
         with open(path, "w") as f:
             json.dump({"context": {}, "benchmarks": benchmarks}, f)
@@ -663,6 +665,54 @@ class H200Runs(unittest.TestCase):
             # far cheaper than it was measured.
             whole = perf.Link(truth.params, chunk=0)
             self.assertLess(whole.time("allgather", 1 << 26, 4), 0.5 * truth.time("allgather", 1 << 26, 4))
+
+    def test_rows_timed_in_whole_steps_count_a_step_as_one_message(self):
+        # Whole steps (LocalFabric over virtual devices of one GPU): every rank's moves of a step
+        # are one kernel, a step's pieces merged, so a 64 MiB ring on 4 devices in 256 KiB pieces
+        # is 6 launches, not 6 x 64; naive k steps; tree chunks + depth - 1 steps each way.
+        chunk = 262144
+        self.assertEqual(perf.collective_features("ring", 1 << 26, 4, chunk, whole=True)[0], 6.0)
+        self.assertEqual(perf.collective_features("ring", 1 << 26, 4, chunk)[0], 6.0 * 64)
+        self.assertEqual(perf.collective_features("allgather", 1 << 26, 4, chunk, whole=True)[0], 3.0)
+        self.assertEqual(perf.collective_features("naive", 1 << 20, 8, chunk, whole=True)[0], 8.0)
+        self.assertEqual(perf.collective_features("tree", 1 << 20, 8, chunk, whole=True)[0], 2.0 * (4 + 3 - 1))
+        self.assertEqual(perf.collective_features("tree", 1 << 20, 8, chunk)[0], 2.0 * (2 * 4 + 3 - 1))
+        ops = ("naive", "ring", "tree", "allgather", "reduce_scatter")
+        truth = perf.Link({op: {2: (0.004, 4e-10, 1e-10), 4: (0.006, 5e-10, 1e-10)} for op in ops} |
+                          {"p2p": {2: (0.002, 3e-10, 0.0), 4: (0.002, 3e-10, 0.0)}},
+                          chunk=chunk, whole_steps=ops)
+        rows = [(op, n, k, truth.time(op, n, k), 1) for op in ops + ("p2p",) for k in (2, 4)
+                for n in [4 ** i for i in range(1, 15)]]
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "allreduce-cuda-sweep.json")
+            self.bench_file(path, rows, chunk=chunk, op_chunks={"allgather": chunk, "reduce_scatter": chunk},
+                            whole_steps=ops)
+            self.assertEqual(calibrate.bench_whole_steps(path), frozenset(ops))
+            link = calibrate.h200_link(path)[0]
+            self.assertEqual(link.whole_steps, frozenset(ops))
+            self.assertIn("in whole steps", link.note)
+            self.assertEqual(link.to_json()["whole_steps"], sorted(ops))
+            for op in ops:
+                for k in (2, 4):
+                    self.assertAlmostEqual(link.time(op, 1 << 26, k) / truth.time(op, 1 << 26, k), 1.0,
+                                           places=6, msg="%s x%d" % (op, k))
+            # Counted per piece instead, the same rows give another (wrong) ring at 64 MiB.
+            per_piece = perf.Link(truth.params, chunk=chunk)
+            self.assertGreater(per_piece.time("ring", 1 << 26, 4), 2 * truth.time("ring", 1 << 26, 4))
+            # Rows from before the counter, or timed per rank: no algorithm in whole steps.
+            self.bench_file(path, rows, chunk=chunk, whole_steps=())
+            self.assertEqual(calibrate.bench_whole_steps(path), frozenset())
+            self.bench_file(path, rows, chunk=chunk)
+            self.assertEqual(calibrate.bench_whole_steps(path), frozenset())
+            # One algorithm timed both ways in one file: refused, naming it.
+            self.bench_file(path, rows, chunk=chunk, whole_steps=ops)
+            with open(path) as f:
+                doc = json.load(f)
+            doc["benchmarks"].append(dict(doc["benchmarks"][0], whole_steps=0.0))
+            with open(path, "w") as f:
+                json.dump(doc, f)
+            with self.assertRaisesRegex(ValueError, "allreduce-cuda-sweep.json: naive timed both in whole steps"):
+                calibrate.h200_link(path)
 
     def test_an_eager_file_is_fitted_host_bound(self):
         link, rows, fit = calibrate.h200_link(os.path.join(calibrate.H200_FIRST, "allreduce-cuda.json"))
