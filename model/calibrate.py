@@ -44,6 +44,9 @@ H200_SMS = 132
 GRAPH_CALIBRATION = "single gpu epoch"  # gpu-check.json's graphed single run: the graph factor
 # ... and its graphed data_parallel run on one device: what running as a group adds to a step
 GROUP_CALIBRATION = "data_parallel/nccl x1 (NCCL on one GPU)"
+# ... and its channel_split runs at other batches than the predicted ones (labels starting so):
+# per-device compute at 1/k of the channels on a 1/k SM share, channel_split's width efficiency.
+WIDTH_CALIBRATION = "profile channel_split"
 # Per-message host cost of a hand-off's CUDA call sequence with 1, 2, 4, 8 host threads, emulated
 # standalone on the same H200 (results/reference/h200-2026-11-30/FINDINGS.md).
 H200_CONTENTION_US = (6.0, 36.0, 74.0, 156.0)
@@ -263,12 +266,16 @@ def cpu_compute(profile_paths, concurrent_paths=()):
 def h200_compute(gpu_check_path=None):
     path = gpu_check_path or os.path.join(H200_REF, "gpu-check.json")
     d = load(path)
-    layers, step, graphed, group, kernels = [], None, None, None, None
+    layers, step, graphed, group, kernels, widths = [], None, None, None, None, []
     for r in d["runs"]:
         if r["status"] != "ok":
             continue
         c = r["config"]
         rep = r.get("strategy_report") or {}
+        if c["strategy"] == "channel_split" and r["label"].startswith(WIDTH_CALIBRATION):
+            per_dev = median([p["compute_ms"] + p["optimizer_ms"] for p in r["timing"]["per_device"]])
+            share = c["device_list"][0]["sm_share"] or H200_SMS
+            widths.append((c["devices"], c["global_batch"], c["global_batch"] * H200_SMS / share, per_dev))
         if "profiled_layer_ms" in rep:
             share = c["device_list"][0]["sm_share"] or H200_SMS
             mb = c["global_batch"] / rep["microbatches"]
@@ -295,13 +302,23 @@ def h200_compute(gpu_check_path=None):
     # the cost of a plain kernel launch with 1 and 8 host threads measured standalone on the same
     # H200 (FINDINGS.md: "plain launches alone: 4.3 -> 9.5 us"), linear in between.
     launch = [4.3, 4.3 + (9.5 - 4.3) * 1 / 7, 4.3 + (9.5 - 4.3) * 3 / 7, 9.5]
-    return perf.Compute(line, shape.layers, step[2],
+    comp = perf.Compute(line, shape.layers, step[2],
                         note="level: the eager single step at batch 256 on the whole H200; shape: "
                              "the layer_split profiling passes on 64- and 32-SM shares, in effective "
                              "batch x = batch * 132 / SMs; host term: that step's time as launches, "
                              "each 4.3 us with one host thread, 9.5 us with 8 (FINDINGS.md)",
                         host=(step[1], launch), graph_factor=graphed / step[1],
                         group_overhead=group - graphed, kernels=kernels)
+    # channel_split's narrower kernels on their SM shares: the profile runs' per-device compute
+    # over the layer model's at 1/k of the channels (as cpu_compute), the median per k.
+    eff = {}
+    for k, _, x, ms in widths:
+        eff.setdefault(k, []).append(ms / sum(comp.layer_ms(x, 1.0 / k)))
+    comp.width_efficiency = {k: median(v) for k, v in sorted(eff.items())}
+    if widths:
+        comp.note += ("; channel_split's width efficiency: the runs '%s ...' at batch %s" %
+                      (WIDTH_CALIBRATION, ", ".join(str(b) for b in sorted({w[1] for w in widths}))))
+    return comp
 
 
 # The CPU's collectives: naive, ring and tree share a size-dependent per-byte cost (perf's module
@@ -451,6 +468,11 @@ def validate_runs(kind, path, comp, link, effective=None, own_level=True, kernel
             pred, bd = perf.predict(comp, link, c)
             points.append(_point(kind, src, r["label"], r["config"], measured, pred, bd, False,
                                  "calibration point (the group step overhead)"))
+            continue
+        if r["label"].startswith(WIDTH_CALIBRATION) and kind == "h200":
+            pred, bd = perf.predict(comp, link, c, net)
+            points.append(_point(kind, src, r["label"], r["config"], measured, pred, bd, False,
+                                 "calibration point (channel_split's width efficiency)"))
             continue
         lvl_comp = comp.scaled(level) if kind.startswith("cpu") else comp
         note = ("level x%.3f from this file's single run" % level) if kind.startswith("cpu") and own_level else ""

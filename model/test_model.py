@@ -714,6 +714,52 @@ class H200Runs(unittest.TestCase):
             with self.assertRaisesRegex(ValueError, "allreduce-cuda-sweep.json: naive timed both in whole steps"):
                 calibrate.h200_link(path)
 
+    def test_channel_split_profile_runs_set_the_width_efficiency_and_are_not_predicted(self):
+        # gpu-check.json's "profile channel_split ..." runs (other batches than the predicted
+        # runs): per-device compute over the layer model's at 1/k of the channels, per k.
+        src = os.path.join(calibrate.REFERENCE, "h200-2026-12-04", "gpu-check.json")
+        self.assertEqual(calibrate.h200_compute(src).width_efficiency, {})
+        with open(src) as f:
+            doc = json.load(f)
+        base = {r["config"]["devices"]: r for r in doc["runs"] if r["label"].startswith("channel_split/none x")}
+        want = {2: 2.0, 4: 3.0}
+        for k, r in sorted(base.items()):
+            for batch in (128, 512):
+                p = json.loads(json.dumps(r))
+                p["label"] = "%s b%d [devices=%d] [virtual]" % (calibrate.WIDTH_CALIBRATION, batch, k)
+                p["config"]["global_batch"] = p["config"]["per_device_batch"] = batch
+                doc["runs"].append(p)
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "gpu-check.json")
+            plain = calibrate.h200_compute(src)
+            for p in doc["runs"]:
+                if p["label"].startswith(calibrate.WIDTH_CALIBRATION):
+                    c = p["config"]
+                    k = c["devices"]
+                    x = c["global_batch"] * calibrate.H200_SMS / c["device_list"][0]["sm_share"]
+                    ms = want[k] * sum(plain.layer_ms(x, 1.0 / k))
+                    for dev in p["timing"]["per_device"]:
+                        dev["compute_ms"], dev["optimizer_ms"] = ms - 0.01, 0.01
+            with open(path, "w") as f:
+                json.dump(doc, f)
+            comp = calibrate.h200_compute(path)
+            self.assertEqual(sorted(comp.width_efficiency), [2, 4])
+            for k in (2, 4):
+                self.assertAlmostEqual(comp.width_efficiency[k], want[k], places=9)
+            self.assertIn("width efficiency", comp.note)
+            link = calibrate.h200_link(os.path.join(calibrate.REFERENCE, "h200-2026-12-04",
+                                                    "allreduce-cuda-sweep.json"))[0]
+            points = calibrate.validate_runs("h200", path, comp, link, calibrate.h200_effective)
+            profiled = [p for p in points if p["label"].startswith(calibrate.WIDTH_CALIBRATION)]
+            self.assertEqual(len(profiled), 4)
+            self.assertTrue(all(not p["held_out"] and "width efficiency" in p["note"] for p in profiled))
+            # The predicted channel_split runs take it: x2's compute twice the layer model's.
+            before = {p["label"]: p for p in calibrate.validate_runs("h200", src, plain, link, calibrate.h200_effective)}
+            after = {p["label"]: p for p in points}
+            label = "channel_split/none x2 [virtual]"
+            self.assertTrue(after[label]["held_out"])
+            self.assertGreater(after[label]["breakdown_ms"]["compute"], 1.5 * before[label]["breakdown_ms"]["compute"])
+
     def test_an_eager_file_is_fitted_host_bound(self):
         link, rows, fit = calibrate.h200_link(os.path.join(calibrate.H200_FIRST, "allreduce-cuda.json"))
         self.assertTrue(link.host_bound)

@@ -68,8 +68,9 @@ default_parts=(determinism speed pytorch collectives main bench seeds sanitizers
 # summary.txt times it), and its goals, for --list.
 # Measured on 2026-12-04 (results/reference/h200-2026-12-04/summary-call*.txt: determinism 17,
 # pytorch 56, collectives 21, main 27, bench 17, seeds 26, speed 11 with two kernel sets,
-# sanitizers 65, ncu 10 with two, sweep 155), with a margin; models never ran yet.
-declare -A needs=([determinism]=25 [pytorch]=70 [collectives]=60 [main]=40 [bench]=25
+# sanitizers 65, ncu 10 with two, sweep 155), with a margin; models never ran yet. bench has
+# since four short channel_split profile runs more (the model's width efficiency).
+declare -A needs=([determinism]=25 [pytorch]=70 [collectives]=60 [main]=40 [bench]=30
   [seeds]=35 [speed]=50 [sanitizers]=85 [ncu]=25 [models]=240 [sweep]=180)
 declare -A goals_of=(
   [determinism]="same seed, same bits (cudnn, fused, mixed); steps read once per epoch"
@@ -553,7 +554,8 @@ except (OSError, ValueError, KeyError):
 def key(r):
     o = dict(r["config"].get("options") or {})
     o.pop("cuda_graphs", None)
-    return (r["config"].get("strategy"), r["config"]["devices"], json.dumps(o, sort_keys=True))
+    return (r["config"].get("strategy"), r["config"]["devices"], r["config"].get("global_batch"),
+            json.dumps(o, sort_keys=True))
 def step(r):
     ts = [i["total_ms"] for i in r["iterations"]]
     return statistics.median(ts) if ts else None
