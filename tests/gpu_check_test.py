@@ -10,6 +10,7 @@ then fail, and the test only asks that each goal is reported).
     tests/gpu_check_test.py --build-dir BUILD --source-dir SRC
 """
 import argparse
+import json
 import os
 import subprocess
 import sys
@@ -206,6 +207,47 @@ class Verdicts(unittest.TestCase):
             compared = [line for line in summary if "PyTorch comparison" in line]
             self.assertEqual(len(compared), 1, summary)
             self.assertIn("(ParaLab: mixed, kernels mixed)", compared[0])
+
+    def test_runs_failed_with_whole_steps_run_again_per_rank(self):
+        # A stand-in bench_runner: the first call fails its two-device run (as a step mover that
+        # broke under capture would); the --resume call records the PARALAB_STEP_MOVES it ran with.
+        fake = (
+            "#!/usr/bin/python3\n"
+            "import json, os, sys\n"
+            "a = sys.argv\n"
+            "out = a[a.index('--out') + 1]\n"
+            "moves = os.environ.get('PARALAB_STEP_MOVES', 'unset')\n"
+            "ok = {'status': 'ok', 'label': 'single', 'config': {'devices': 1}, 'iterations': []}\n"
+            "bad = {'status': 'failed', 'label': 'data_parallel/ring x2 [virtual]',\n"
+            "       'config': {'devices': 2}, 'reason': 'cuda: capture\\n invalidated', 'iterations': []}\n"
+            "if '--resume' in a:\n"
+            "    bad = dict(bad, status='ok', reason=None, moves=moves, resumed=a[a.index('--resume') + 1])\n"
+            "json.dump({'runs': [ok, bad]}, open(out, 'w'))\n")
+        with tempfile.TemporaryDirectory() as tmp:
+            build = stand_in_build(tmp, bench_runner=fake)
+            out, files = os.path.join(tmp, "out"), os.path.join(tmp, "files")
+            gpu_check(["--budget", "200", "bench"], out, files, build=build)
+            summary = lines_of(os.path.join(out, "summary.txt"))
+            self.assertIn("gpu-check: failed with whole steps: data_parallel/ring x2 [virtual]: "
+                          "cuda: capture invalidated", summary)
+            again = [line for line in summary if "the failed runs again with PARALAB_STEP_MOVES=per_rank" in line]
+            self.assertEqual(len(again), 1, summary)
+            self.assertIn("exit 0", again[0])
+            self.assertIn("gpu-check-per-rank.json", again[0])
+            with open(os.path.join(files, "gpu-check-per-rank.json")) as f:
+                rerun = json.load(f)["runs"][1]
+            self.assertEqual(rerun["moves"], "per_rank")
+            self.assertEqual(rerun["resumed"], os.path.join(files, "gpu-check.json"))
+            # Asked per rank from the start: nothing to run again.
+            out2, files2 = os.path.join(tmp, "out2"), os.path.join(tmp, "files2")
+            os.environ["PARALAB_STEP_MOVES"] = "per_rank"
+            try:
+                gpu_check(["--budget", "200", "bench"], out2, files2, build=build)
+            finally:
+                del os.environ["PARALAB_STEP_MOVES"]
+            summary = lines_of(os.path.join(out2, "summary.txt"))
+            self.assertFalse(any("whole steps" in line or "per_rank" in line for line in summary), summary)
+            self.assertFalse(os.path.exists(os.path.join(files2, "gpu-check-per-rank.json")))
 
     def test_the_model_sweep_passes_when_complete_and_names_what_it_misses(self):
         # A stand-in build: its allreduce_bench writes the sweep's rows (all of them, or without
