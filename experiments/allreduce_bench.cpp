@@ -2,7 +2,7 @@
 //
 //   build/allreduce_bench [--backend=cpu|cuda] [--devices=2,4,8] [--oversubscribe]
 //                         [--sizes=lenet|sweep|fine|all|N[,N...]] [--chunk-bytes=auto|N[,N...]]
-//                         [--graphs=auto|on|off] [--launches]
+//                         [--graphs=auto|on|off] [--launches] [--max-wall=SECONDS]
 //                         [Google Benchmark flags, e.g. --benchmark_out=results/bench.json]
 //
 // --backend=cuda runs the same collectives between CUDA devices (virtual ones, labeled so, when
@@ -171,13 +171,16 @@ int host_cores() { return static_cast<int>(std::max(1u, std::thread::hardware_co
 bool g_failed = false;  // any correctness check failed: exit non-zero
 bool g_wrong = false;   // a collective gave a wrong result (also g_failed)
 bool g_unmade = false;  // a graph --graphs=on asked for could not be made (also g_failed)
-// How many collectives a benchmark times: until their measured time reaches kMinTime seconds,
-// or kMaxWall seconds of wall time have passed, whichever is first, and at least one. Each one
+// How many collectives a benchmark times: until their measured time reaches g_min_time seconds,
+// or g_max_wall seconds of wall time have passed, whichever is first, and at least one. Each one
 // also pays, outside its measured time, for waking the rank threads and two barriers (tens of
 // microseconds here), which for a small message is far more than the message itself; without
-// the wall-time cap a 4-byte memcpy would be repeated a million times.
-constexpr double kMinTime = 0.2;
-constexpr double kMaxWall = 0.5;
+// the wall-time cap a 4-byte memcpy would be repeated a million times. --max-wall sets the cap
+// (default 0.5 s) and with it the minimum, at most 0.2 s: a sweep of 250 rows takes about
+// 250 x the cap (the performance model's sweep on a GPU: 0.1 s, a collective's mean over hundreds).
+constexpr double kDefaultMinTime = 0.2;
+double g_max_wall = 0.5;
+double g_min_time = kDefaultMinTime;
 std::map<std::string, AllreduceFactory> g_algorithms;  // naive, ring, tree, and any extras
 // --chunk-bytes: the ring's and tree's piece sizes to time; -1 is "auto" (auto_chunk_bytes of
 // the group: whole messages between virtual devices on one GPU, 256 KiB otherwise). All-gather
@@ -273,7 +276,7 @@ using Replay = std::function<void(int, Transport&)>;
 // device's, between two marks queued around its part (Device::mark: CUDA timing events on a
 // GPU, so the launches' host overhead is not counted; the host clock on the CPU, whose work is
 // done when queued), read after a synchronisation. After one untimed warm-up collective it times
-// as many as kMinTime / kMaxWall allow, like nccl-tests' iterations, and reports their mean as
+// as many as g_min_time / g_max_wall allow, like nccl-tests' iterations, and reports their mean as
 // the benchmark's one iteration (registered with Iterations(1)); "ops" counts them.
 //
 // With the group's graph (--graphs), body and its two marks are captured once after the eager
@@ -353,10 +356,10 @@ void time_ranks(benchmark::State& state, BenchGroup& g, Prepare prepare, Body bo
       measured += one(true);
       ++ops;
     } while (
-        measured < kMinTime &&
+        measured < g_min_time &&
         // The slowest rank's wall time: under MPI every rank decides alike.
         slowest(std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count()) <
-            kMaxWall);
+            g_max_wall);
     state.SetIterationTime(measured / static_cast<double>(ops));
     state.counters["ops"] = static_cast<double>(ops);
   }
@@ -581,6 +584,17 @@ std::vector<int64_t> message_sizes(const std::string& sizes) {
   return out;
 }
 
+// --max-wall: seconds, a plain decimal number in (0, 3600].
+double parse_max_wall(const std::string& text) {
+  const bool plain = !text.empty() && text.size() <= 12 &&
+                     text.find_first_not_of("0123456789.") == std::string::npos &&
+                     std::count(text.begin(), text.end(), '.') <= 1 && text != ".";
+  const double v = plain ? std::strtod(text.c_str(), nullptr) : -1.0;
+  if (!(v > 0.0 && v <= 3600.0))
+    throw Error("--max-wall: '" + text.substr(0, 20) + "' is not a number of seconds in (0, 3600]");
+  return v;
+}
+
 std::vector<int> parse_devices(const std::string& list) {
   std::vector<int> out;
   for (const std::string& item : split_commas(list)) {
@@ -609,6 +623,9 @@ void print_help() {
       "                            (auto: where it can be, virtual devices of one GPU)\n"
       "  --launches                also time a chain of 32 tiny operations per rank, every rank\n"
       "                            at once (\"launches\": the cost of one queued operation)\n"
+      "  --max-wall=SECONDS        stop timing a row after this much wall time (default 0.5;\n"
+      "                            at least one collective; it also stops once 0.2 s, or\n"
+      "                            SECONDS if less, of collectives are measured)\n"
       "  --help                    this text\n"
       "A --benchmark_out file must not exist (results are never overwritten); a\n"
       "--benchmark_filter that selects nothing, or is not a valid regex, is an error.\n"
@@ -668,7 +685,10 @@ int allreduce_bench_main(int argc, char** argv,
       g_chunks = parse_chunks(a.substr(14));
     else if (a == "--launches")
       g_launches = true;
-    else if (a.rfind("--graphs=", 0) == 0) {
+    else if (a.rfind("--max-wall=", 0) == 0) {
+      g_max_wall = parse_max_wall(a.substr(11));
+      g_min_time = std::min(kDefaultMinTime, g_max_wall);
+    } else if (a.rfind("--graphs=", 0) == 0) {
       g_graphs = a.substr(9);
       if (g_graphs != "auto" && g_graphs != "on" && g_graphs != "off")
         throw Error("--graphs: '" + g_graphs.substr(0, 20) + "' (known: auto, on, off)");
@@ -700,6 +720,7 @@ int allreduce_bench_main(int argc, char** argv,
   benchmark::AddCustomContext("paralab_backend", g_backend);
   benchmark::AddCustomContext("paralab_launcher", g_mpi ? "mpi" : "threads");
   benchmark::AddCustomContext("paralab_graphs", g_graphs);
+  benchmark::AddCustomContext("paralab_max_wall_s", std::to_string(g_max_wall));
   // How collective steps move in one process (PARALAB_STEP_MOVES; each row's whole_steps says
   // what its group did).
   if (const char* v = std::getenv("PARALAB_STEP_MOVES"); v && *v) {

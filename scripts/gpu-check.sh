@@ -69,9 +69,11 @@ default_parts=(determinism speed pytorch collectives main bench seeds sanitizers
 # Measured on 2026-12-04 (results/reference/h200-2026-12-04/summary-call*.txt: determinism 17,
 # pytorch 56, collectives 21, main 27, bench 17, seeds 26, speed 11 with two kernel sets,
 # sanitizers 65, ncu 10 with two, sweep 155), with a margin; models never ran yet. bench has
-# since four short channel_split profile runs more (the model's width efficiency).
+# since four short channel_split profile runs more (the model's width efficiency); sweep's rows
+# have since been capped at 0.1 s each (--max-wall) instead of 0.5: about 256 x (0.1 s and the
+# row's capture), unmeasured, so 90.
 declare -A needs=([determinism]=25 [pytorch]=70 [collectives]=60 [main]=40 [bench]=30
-  [seeds]=35 [speed]=50 [sanitizers]=85 [ncu]=25 [models]=240 [sweep]=180)
+  [seeds]=35 [speed]=50 [sanitizers]=85 [ncu]=25 [models]=240 [sweep]=90)
 declare -A goals_of=(
   [determinism]="same seed, same bits (cudnn, fused, mixed); steps read once per epoch"
   [pytorch]="a full epoch <= 50 ms; >= 2.5x the graphed PyTorch baseline"
@@ -962,7 +964,9 @@ PY
 part_sweep() {
 local t0 rc
 t0=$(date +%s)
-capped 240 $BUILD/allreduce_bench --backend=cuda --devices=2,4,8 --sizes=sweep \
+# --max-wall=0.1: each row's mean over 0.1 s of collectives (hundreds of small ones; 5 of the
+# largest), not the default 0.5 s: 256 rows, 155 s on 2026-12-04 at 0.5.
+capped 240 $BUILD/allreduce_bench --backend=cuda --devices=2,4,8 --sizes=sweep --max-wall=0.1 \
   --benchmark_filter='^(allreduce/(naive|ring|tree)|allgather/ring|reduce_scatter/ring|memcpy)/devices:[248]/' \
   --benchmark_out="$FILES/allreduce-cuda-sweep.json" --benchmark_out_format=json \
   > "$FILES/allreduce_bench-sweep.log" 2>&1

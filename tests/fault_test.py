@@ -465,6 +465,23 @@ class AllreduceBenchFlags(Case):
         # CPU devices: "auto" (-1) means the default 256 KiB pieces.
         self.assertEqual(got, [("chunk:-1", 262144), ("chunk:0", 0), ("chunk:4096", 4096)])
 
+    def test_max_wall_caps_each_rows_timing_and_is_recorded(self):
+        def run(*extra):
+            code, out, err = self.run_cmd(
+                "--devices=2", "--sizes=1024", "--benchmark_filter=^allreduce/ring/",
+                "--benchmark_format=json", *extra, program=ALLREDUCE)
+            self.assertEqual(code, 0, err)
+            doc = json.loads(out)
+            return doc["context"]["paralab_max_wall_s"], doc["benchmarks"][0]["ops"]
+        wall, ops = run()
+        self.assertEqual(float(wall), 0.5)
+        short_wall, short_ops = run("--max-wall=0.01")
+        self.assertEqual(float(short_wall), 0.01)
+        # A 1 KiB ring between two cores takes tens of microseconds with its barriers: the
+        # default row times thousands, the capped one a small fraction of them.
+        self.assertGreaterEqual(short_ops, 1)
+        self.assertLess(short_ops, ops / 5)
+
     def test_launches_time_a_chain_per_rank_only_when_asked(self):
         code, out, err = self.run_cmd(
             "--devices=2", "--sizes=lenet", "--launches", "--benchmark_filter=^launches",
@@ -496,8 +513,10 @@ class AllreduceBenchFlags(Case):
         code, out, err = self.run_cmd("--help", program=ALLREDUCE)
         self.assertEqual(code, 0)
         for flag in ("--backend", "--devices", "--oversubscribe", "--sizes", "--chunk-bytes",
-                     "--launches", "--benchmark_filter"):
+                     "--launches", "--max-wall", "--benchmark_filter"):
             self.assertIn(flag, out)
+        for bad in ("0", "-1", "abc", "1e3", "7200", ".", "", "0.5.1"):
+            self.assert_bad_input(["--max-wall=" + bad], "--max-wall: '%s'" % bad, program=ALLREDUCE)
         self.assert_bad_input(["--devices=2abc"], "--devices", "2abc", program=ALLREDUCE)
         for bad in ("2", "fast", "-4", "", "4,,8"):
             self.assert_bad_input(["--chunk-bytes=" + bad], "--chunk-bytes", program=ALLREDUCE)
