@@ -135,6 +135,16 @@ def stand_in_build(tmp, bench_runner="#!/bin/sh\nexit 1\n", allreduce_bench="#!/
     return build
 
 
+def run_stand_in(tmp, parts, budget=300, name="", **scripts):
+    """gpu-check.sh's parts on a stand_in_build of `scripts` in tmp: (summary lines, files dir)."""
+    build = os.path.join(tmp, "build")
+    if not os.path.isdir(build):
+        stand_in_build(tmp, **scripts)
+    out, files = os.path.join(tmp, "out" + name), os.path.join(tmp, "files" + name)
+    gpu_check(["--budget", str(budget), *parts], out, files, build=build)
+    return lines_of(os.path.join(out, "summary.txt")), files
+
+
 class Verdicts(unittest.TestCase):
     def test_a_sanitizer_stopped_or_failing_says_why_in_its_goal_line(self):
         # A stand-in compute-sanitizer: memcheck finds errors (exit 9 and its summary line), the
@@ -196,10 +206,7 @@ class Verdicts(unittest.TestCase):
             "       'config': {'device_list': [{'ops': {'choices': {'c': {'tiles': tiles}}}}]}}\n"
             "json.dump({'runs': [run]}, open(out, 'w'))\n")
         with tempfile.TemporaryDirectory() as tmp:
-            build = stand_in_build(tmp, bench_runner=fake)
-            out, files = os.path.join(tmp, "out"), os.path.join(tmp, "files")
-            gpu_check(["--budget", "300", "speed", "pytorch"], out, files, build=build)
-            summary = lines_of(os.path.join(out, "summary.txt"))
+            summary, _ = run_stand_in(tmp, ["speed", "pytorch"], bench_runner=fake)
             fastest = [line for line in summary if "the default kernels (cudnn) are the faster" in line]
             self.assertEqual(len(fastest), 1, summary)
             self.assertTrue(fastest[0].startswith("gpu-check: FAIL: "), fastest[0])
@@ -224,10 +231,7 @@ class Verdicts(unittest.TestCase):
             "    bad = dict(bad, status='ok', reason=None, moves=moves, resumed=a[a.index('--resume') + 1])\n"
             "json.dump({'runs': [ok, bad]}, open(out, 'w'))\n")
         with tempfile.TemporaryDirectory() as tmp:
-            build = stand_in_build(tmp, bench_runner=fake)
-            out, files = os.path.join(tmp, "out"), os.path.join(tmp, "files")
-            gpu_check(["--budget", "200", "bench"], out, files, build=build)
-            summary = lines_of(os.path.join(out, "summary.txt"))
+            summary, files = run_stand_in(tmp, ["bench"], 200, bench_runner=fake)
             self.assertIn("gpu-check: failed with whole steps: data_parallel/ring x2 [virtual]: "
                           "cuda: capture invalidated", summary)
             again = [line for line in summary if "the failed runs again with PARALAB_STEP_MOVES=per_rank" in line]
@@ -239,13 +243,11 @@ class Verdicts(unittest.TestCase):
             self.assertEqual(rerun["moves"], "per_rank")
             self.assertEqual(rerun["resumed"], os.path.join(files, "gpu-check.json"))
             # Asked per rank from the start: nothing to run again.
-            out2, files2 = os.path.join(tmp, "out2"), os.path.join(tmp, "files2")
             os.environ["PARALAB_STEP_MOVES"] = "per_rank"
             try:
-                gpu_check(["--budget", "200", "bench"], out2, files2, build=build)
+                summary, files2 = run_stand_in(tmp, ["bench"], 200, name="2")
             finally:
                 del os.environ["PARALAB_STEP_MOVES"]
-            summary = lines_of(os.path.join(out2, "summary.txt"))
             self.assertFalse(any("whole steps" in line or "per_rank" in line for line in summary), summary)
             self.assertFalse(os.path.exists(os.path.join(files2, "gpu-check-per-rank.json")))
 
