@@ -4,12 +4,16 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <string_view>
 #include <thread>
 
 #include "core/device.h"
 #include "experiments/results.h"
 #include "experiments/subprocess.h"
 #include "paralab_build_info.h"  // generated at build time by cmake/build_info.cmake
+
+extern char** environ;
 
 namespace paralab {
 
@@ -71,6 +75,29 @@ std::string compiler() {
 
 }  // namespace
 
+nlohmann::json setting_variables(char** env) {
+  // ParaLab's own switches, and those of the libraries it runs on: oneDNN, CUDA, cuBLAS(Lt),
+  // cuDNN, NCCL, OpenMP and glibc's tunables (memcpy's non-temporal threshold).
+  static constexpr std::string_view kPrefixes[] = {"PARALAB_", "ONEDNN_", "DNNL_",
+                                                   "CUDA_",    "CUBLAS",  "CUDNN_",
+                                                   "NCCL_",    "OMP_",    "GLIBC_TUNABLES"};
+  constexpr std::size_t kMaxValue = 256;
+  std::map<std::string, std::string> found;  // sorted by name
+  for (char** e = env; e && *e; ++e) {
+    const std::string_view entry(*e);
+    const auto eq = entry.find('=');
+    if (eq == std::string_view::npos || eq == 0) continue;
+    const std::string_view name = entry.substr(0, eq);
+    if (std::none_of(std::begin(kPrefixes), std::end(kPrefixes),
+                     [&](std::string_view p) { return name.substr(0, p.size()) == p; }))
+      continue;
+    found[std::string(name)] = std::string(entry.substr(eq + 1, kMaxValue));
+  }
+  nlohmann::json out = nlohmann::json::object();
+  for (const auto& [name, value] : found) out[name] = value;
+  return out;
+}
+
 nlohmann::json describe_environment(int argc, char** argv, const std::string& utc_time) {
   nlohmann::json args = nlohmann::json::array();
   for (int i = 0; i < argc; ++i) args.push_back(argv[i]);
@@ -91,6 +118,7 @@ nlohmann::json describe_environment(int argc, char** argv, const std::string& ut
           {"onednn_cpu_isa", onednn_cpu_isa()},
           {"git", {{"build", build_state()}, {"source_tree", source_tree_state()}}},
           {"argv", args},
+          {"variables", setting_variables(environ)},
           {"utc_time", utc_time}};
 }
 

@@ -56,9 +56,15 @@ std::vector<nlohmann::json> resumable_runs(const std::string& text, const std::s
                                            const Descriptor& d);
 
 // Environment block: CPU, cores, compiler, library versions, oneDNN's instruction set, the
-// commit the binary was built from and the source tree's, argv, UTC time. gpu_model is null here:
-// set it to used_gpu_models(runs) once the runs have run.
+// commit the binary was built from and the source tree's, argv, the setting variables, UTC time.
+// gpu_model is null here: set it to used_gpu_models(runs) once the runs have run.
 nlohmann::json describe_environment(int argc, char** argv, const std::string& utc_time);
+// The environment variables of `env` (NAME=value strings, null-terminated, as environ) that
+// change what ParaLab or its libraries do: PARALAB_*, ONEDNN_*, DNNL_*, CUDA_*, CUBLAS*, CUDNN_*,
+// NCCL_*, OMP_* and GLIBC_TUNABLES, as a name -> value object sorted by name (values cut at 256
+// characters). A results file then says which switches its runs took (PARALAB_STEP_MOVES,
+// PARALAB_CUDNN_RULE, ONEDNN_MAX_CPU_ISA, CUDA_DEVICE_MAX_CONNECTIONS, ...).
+nlohmann::json setting_variables(char** env);
 // The distinct GPU models in the runs' device lists, in order of first use; null if none.
 nlohmann::json used_gpu_models(const nlohmann::json& runs);
 

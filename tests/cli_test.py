@@ -624,6 +624,9 @@ class Environment(BenchRunnerCase):
         env = self.load_valid_results("out.json")["environment"]
         self.assertEqual(env["onednn_cpu_isa"], "sse41")
         self.assertIsNone(env["gpu_model"], "a CPU run used no GPU")
+        # The switches it ran with are recorded, and nothing else of the environment.
+        self.assertEqual(env["variables"].get("ONEDNN_MAX_CPU_ISA"), "SSE41")
+        self.assertNotIn("PATH", env["variables"])
         tree = env["git"]["source_tree"]
         self.assertEqual(Path(tree["path"]).resolve(), SOURCE_DIR)
         git = shutil.which("git")
@@ -643,6 +646,23 @@ class Environment(BenchRunnerCase):
                                    build["commit"], head], capture_output=True)
         self.assertEqual(ancestor.returncode, 0,
                          f"build commit {build['commit']} is not HEAD {head} or an ancestor")
+
+
+    def test_records_the_setting_variables_it_ran_with(self):
+        name = self.write_descriptor(tiny_descriptor())
+        proc = self.run_bench(name, "--out", "out.json", "--quiet",
+                              env={"PARALAB_STEP_MOVES": "per_rank", "CUDA_DEVICE_MAX_CONNECTIONS": "32",
+                                   "NCCL_DEBUG": "x" * 300, "PARALAB_UNRELATED_TO_ANYTHING": "",
+                                   "MY_OWN_SETTING": "1", "XCUDA_FAKE": "1"})
+        self.assert_ran(proc)
+        got = self.load_valid_results("out.json")["environment"]["variables"]
+        self.assertEqual(got["PARALAB_STEP_MOVES"], "per_rank")
+        self.assertEqual(got["CUDA_DEVICE_MAX_CONNECTIONS"], "32")
+        self.assertEqual(got["NCCL_DEBUG"], "x" * 256)
+        self.assertEqual(got["PARALAB_UNRELATED_TO_ANYTHING"], "")
+        self.assertNotIn("MY_OWN_SETTING", got)
+        self.assertNotIn("XCUDA_FAKE", got)
+        self.assertEqual(list(got), sorted(got))
 
 
 class Schemas(unittest.TestCase):
