@@ -69,10 +69,11 @@ default_parts=(determinism speed pytorch collectives main bench seeds sanitizers
 # Measured on 2026-12-04 (results/reference/h200-2026-12-04/summary-call*.txt: determinism 17,
 # pytorch 56, collectives 21, main 27, bench 17, seeds 26, speed 11 with two kernel sets,
 # sanitizers 65, ncu 10 with two, sweep 155), with a margin; models never ran yet. bench has
-# since four short channel_split profile runs more (the model's width efficiency); sweep's rows
+# since four short channel_split profile runs more (the model's width efficiency) and the x8
+# runs again with 32 hardware queues (connections_ab); sweep's rows
 # have since been capped at 0.1 s each (--max-wall) instead of 0.5: about 256 x (0.1 s and the
 # row's capture), unmeasured, so 90.
-declare -A needs=([determinism]=25 [pytorch]=70 [collectives]=60 [main]=40 [bench]=30
+declare -A needs=([determinism]=25 [pytorch]=70 [collectives]=60 [main]=40 [bench]=40
   [seeds]=35 [speed]=50 [sanitizers]=85 [ncu]=25 [models]=240 [sweep]=90)
 declare -A goals_of=(
   [determinism]="same seed, same bits (cudnn, fused, mixed); steps read once per epoch"
@@ -528,6 +529,48 @@ PY
   log "the failed runs again with PARALAB_STEP_MOVES=per_rank: exit $rc in $(( $(date +%s) - t0 )) s ($(basename "$out"))"
 }
 
+# On 2026-12-04 one to three of eight 16-SM shares computed a graphed data_parallel step about
+# 1.45x slower than the others (0.97-1.03 against 0.68-0.76 ms), the same devices in every
+# iteration of a run and other ones in the next run; on 4 shares all four took the same. The
+# fast devices' wait for them counts as exposed communication (the <= 15 % goal at x8). One
+# suspect: the streams sharing the GPU's hardware queues, 8 by default
+# (CUDA_DEVICE_MAX_CONNECTIONS; every device has a compute and a communication stream).
+# data_parallel on 8 devices again with 32 queues, beside the default rows: figures, not goals.
+connections_ab() {
+  local ab=$FILES/gpu-check-connections32.json t0
+  [[ -n ${CUDA_DEVICE_MAX_CONNECTIONS:-} ]] && return 0
+  t0=$(date +%s)
+  CUDA_DEVICE_MAX_CONNECTIONS=32 capped 60 $BUILD/bench_runner experiments/gpu-check.json \
+    --set 'runs=[{"strategy": "data_parallel", "training": {"max_iterations_per_epoch": 60}, "sweep": {"allreduce": ["naive", "ring", "tree"], "devices": [8]}}]' \
+    --out "$ab" > "${ab%.json}.log" 2>&1
+  log "data_parallel x8 with CUDA_DEVICE_MAX_CONNECTIONS=32: exit $? in $(( $(date +%s) - t0 )) s"
+  python3 - "$FILES/gpu-check.json" "$ab" <<'PY' | while IFS= read -r l; do log "$l"; done
+import json, statistics, sys
+def rows(path):
+    try:
+        runs = json.load(open(path))["runs"]
+    except (OSError, ValueError, KeyError):
+        return {}
+    out = {}
+    for r in runs:
+        c = r["config"]
+        if r["status"] != "ok" or c.get("strategy") != "data_parallel" or c["devices"] != 8:
+            continue
+        o = c.get("options") or {}
+        if o.get("overlap") or not o.get("cuda_graphs", True) or o.get("allreduce") not in ("naive", "ring", "tree"):
+            continue
+        comp = [d["compute_ms"] for d in r["timing"]["per_device"]]
+        out[o["allreduce"]] = (r["timing"]["median_iteration_ms"], max(comp) / min(comp))
+    return out
+default, more = rows(sys.argv[1]), rows(sys.argv[2])
+for a in ("naive", "ring", "tree"):
+    if a in default and a in more:
+        (s0, x0), (s1, x1) = default[a], more[a]
+        print(f"data_parallel/{a} x8: step {s0:.3f} ms with 8 hardware queues, {s1:.3f} ms with 32; "
+              f"slowest device's compute over the fastest's {x0:.2f} and {x1:.2f}")
+PY
+}
+
 part_bench() {
 t0=$(date +%s)
 capped 240 $BUILD/bench_runner experiments/gpu-check.json --out "$FILES/gpu-check.json" \
@@ -536,6 +579,7 @@ rc=$?
 goal "bench_runner experiments/gpu-check.json runs to its end" $rc "exit $rc in $(( $(date +%s) - t0 )) s$( ((rc == 124)) && echo ', stopped at its time limit')"
 retry_per_rank "$FILES/gpu-check.json" experiments/gpu-check.json
 tail -n 20 "$FILES/bench_runner.log" >> "$OUT/summary.txt"
+connections_ab
 # The 10-epoch run against the CPU backend's accuracy bar: >= 0.82 within 10 epochs and >= 0.80
 # at the end.
 bar=$(python3 - "$FILES/gpu-check.json" <<'PY'

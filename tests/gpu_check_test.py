@@ -251,6 +251,40 @@ class Verdicts(unittest.TestCase):
             self.assertFalse(any("whole steps" in line or "per_rank" in line for line in summary), summary)
             self.assertFalse(os.path.exists(os.path.join(files2, "gpu-check-per-rank.json")))
 
+    def test_eight_devices_run_again_with_32_hardware_queues_beside_the_default(self):
+        # A stand-in bench_runner whose 8 devices compute unequally with the default queues and
+        # equally with CUDA_DEVICE_MAX_CONNECTIONS=32, as the A/B asks.
+        fake = (
+            "#!/usr/bin/python3\n"
+            "import json, os, sys\n"
+            "a = sys.argv\n"
+            "out = a[a.index('--out') + 1]\n"
+            "wide = os.environ.get('CUDA_DEVICE_MAX_CONNECTIONS') == '32'\n"
+            "runs = []\n"
+            "for algo in ('naive', 'ring', 'tree'):\n"
+            "    comp = [0.7] * 7 + [0.7 if wide else 1.015]\n"
+            "    runs.append({'status': 'ok', 'label': algo + ' x8', 'iterations': [],\n"
+            "                 'config': {'strategy': 'data_parallel', 'devices': 8,\n"
+            "                            'options': {'allreduce': algo, 'cuda_graphs': True}},\n"
+            "                 'timing': {'median_iteration_ms': 1.0 if wide else 1.5,\n"
+            "                            'per_device': [{'compute_ms': c} for c in comp]}})\n"
+            "json.dump({'runs': runs}, open(out, 'w'))\n")
+        with tempfile.TemporaryDirectory() as tmp:
+            summary, files = run_stand_in(tmp, ["bench"], 200, bench_runner=fake)
+            ran = [line for line in summary if "with CUDA_DEVICE_MAX_CONNECTIONS=32: exit 0" in line]
+            self.assertEqual(len(ran), 1, summary)
+            self.assertIn("gpu-check: data_parallel/ring x8: step 1.500 ms with 8 hardware queues, "
+                          "1.000 ms with 32; slowest device's compute over the fastest's 1.45 and 1.00",
+                          summary)
+            self.assertTrue(os.path.isfile(os.path.join(files, "gpu-check-connections32.json")))
+            # Where the caller set the queues, there is nothing to compare.
+            os.environ["CUDA_DEVICE_MAX_CONNECTIONS"] = "16"
+            try:
+                summary, _ = run_stand_in(tmp, ["bench"], 200, name="2")
+            finally:
+                del os.environ["CUDA_DEVICE_MAX_CONNECTIONS"]
+            self.assertFalse(any("CUDA_DEVICE_MAX_CONNECTIONS" in line for line in summary), summary)
+
     def test_the_model_sweep_passes_when_complete_and_names_what_it_misses(self):
         # A stand-in build: its allreduce_bench writes the sweep's rows (all of them, or without
         # all-gather on 8 devices and with one failed row), as the GPU run would.
