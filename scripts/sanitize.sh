@@ -38,7 +38,7 @@ for kind in "${kinds[@]}"; do
         LSAN_OPTIONS=suppressions=$supp/lsan.supp \
         UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
         ctest --output-on-failure --timeout 900 -j "$(nproc)" \
-          -E '^(plotting_test|model_test|baselines_test|report_short|model_session_short|gpu_check_script)$')
+          -E '^(plotting_test|model_test|baselines_test|report_short|model_session_short|gpu_check_script|committed_results_schema)$')
       ;;
     tsan)
       # Only the binaries that hold the suites run below (the rest of the build is not used).

@@ -215,52 +215,23 @@ class Verdicts(unittest.TestCase):
             self.assertEqual(len(compared), 1, summary)
             self.assertIn("(ParaLab: mixed, kernels mixed)", compared[0])
 
-    def test_runs_failed_with_whole_steps_run_again_per_rank(self):
-        # A stand-in bench_runner: the first call fails its two-device run (as a step mover that
-        # broke under capture would); the --resume call records the PARALAB_STEP_MOVES it ran with.
-        fake = (
-            "#!/usr/bin/python3\n"
-            "import json, os, sys\n"
-            "a = sys.argv\n"
-            "out = a[a.index('--out') + 1]\n"
-            "moves = os.environ.get('PARALAB_STEP_MOVES', 'unset')\n"
-            "ok = {'status': 'ok', 'label': 'single', 'config': {'devices': 1}, 'iterations': []}\n"
-            "bad = {'status': 'failed', 'label': 'data_parallel/ring x2 [virtual]',\n"
-            "       'config': {'devices': 2}, 'reason': 'cuda: capture\\n invalidated', 'iterations': []}\n"
-            "if '--resume' in a:\n"
-            "    bad = dict(bad, status='ok', reason=None, moves=moves, resumed=a[a.index('--resume') + 1])\n"
-            "json.dump({'runs': [ok, bad]}, open(out, 'w'))\n")
-        with tempfile.TemporaryDirectory() as tmp:
-            summary, files = run_stand_in(tmp, ["bench"], 200, bench_runner=fake)
-            self.assertIn("gpu-check: failed with whole steps: data_parallel/ring x2 [virtual]: "
-                          "cuda: capture invalidated", summary)
-            again = [line for line in summary if "the failed runs again with PARALAB_STEP_MOVES=per_rank" in line]
-            self.assertEqual(len(again), 1, summary)
-            self.assertIn("exit 0", again[0])
-            self.assertIn("gpu-check-per-rank.json", again[0])
-            with open(os.path.join(files, "gpu-check-per-rank.json")) as f:
-                rerun = json.load(f)["runs"][1]
-            self.assertEqual(rerun["moves"], "per_rank")
-            self.assertEqual(rerun["resumed"], os.path.join(files, "gpu-check.json"))
-            # Asked per rank from the start: nothing to run again.
-            os.environ["PARALAB_STEP_MOVES"] = "per_rank"
-            try:
-                summary, files2 = run_stand_in(tmp, ["bench"], 200, name="2")
-            finally:
-                del os.environ["PARALAB_STEP_MOVES"]
-            self.assertFalse(any("whole steps" in line or "per_rank" in line for line in summary), summary)
-            self.assertFalse(os.path.exists(os.path.join(files2, "gpu-check-per-rank.json")))
-
-    def test_eight_devices_run_again_with_32_hardware_queues_beside_the_default(self):
-        # A stand-in bench_runner whose 8 devices compute unequally with the default queues and
-        # equally with CUDA_DEVICE_MAX_CONNECTIONS=32, as the A/B asks.
+    def test_the_bench_part_reruns_failed_runs_per_rank_and_eight_devices_with_32_queues(self):
+        # A stand-in bench_runner. Its two-device run fails (as a step mover that broke under
+        # capture would) except in the --resume call, which records the PARALAB_STEP_MOVES it ran
+        # with; its 8 devices compute unequally with the default hardware queues and equally with
+        # CUDA_DEVICE_MAX_CONNECTIONS=32, as the A/B asks. One gpu-check call for both, and one
+        # where the caller set both variables: then neither runs.
         fake = (
             "#!/usr/bin/python3\n"
             "import json, os, sys\n"
             "a = sys.argv\n"
             "out = a[a.index('--out') + 1]\n"
             "wide = os.environ.get('CUDA_DEVICE_MAX_CONNECTIONS') == '32'\n"
-            "runs = []\n"
+            "runs = [{'status': 'failed', 'label': 'data_parallel/ring x2 [virtual]',\n"
+            "         'config': {'devices': 2}, 'reason': 'cuda: capture\\n invalidated', 'iterations': []}]\n"
+            "if '--resume' in a:\n"
+            "    runs[0] = dict(runs[0], status='ok', reason=None, resumed=a[a.index('--resume') + 1],\n"
+            "                   moves=os.environ.get('PARALAB_STEP_MOVES', 'unset'))\n"
             "for algo in ('naive', 'ring', 'tree'):\n"
             "    comp = [0.7] * 7 + [0.7 if wide else 1.015]\n"
             "    runs.append({'status': 'ok', 'label': algo + ' x8', 'iterations': [],\n"
@@ -271,19 +242,32 @@ class Verdicts(unittest.TestCase):
             "json.dump({'runs': runs}, open(out, 'w'))\n")
         with tempfile.TemporaryDirectory() as tmp:
             summary, files = run_stand_in(tmp, ["bench"], 200, bench_runner=fake)
+            self.assertIn("gpu-check: failed with whole steps: data_parallel/ring x2 [virtual]: "
+                          "cuda: capture invalidated", summary)
+            again = [line for line in summary if "the failed runs again with PARALAB_STEP_MOVES=per_rank" in line]
+            self.assertEqual(len(again), 1, summary)
+            self.assertIn("exit 0", again[0])
+            self.assertIn("gpu-check-per-rank.json", again[0])
+            with open(os.path.join(files, "gpu-check-per-rank.json")) as f:
+                rerun = json.load(f)["runs"][0]
+            self.assertEqual(rerun["moves"], "per_rank")
+            self.assertEqual(rerun["resumed"], os.path.join(files, "gpu-check.json"))
             ran = [line for line in summary if "with CUDA_DEVICE_MAX_CONNECTIONS=32: exit 0" in line]
             self.assertEqual(len(ran), 1, summary)
             self.assertIn("gpu-check: data_parallel/ring x8: step 1.500 ms with 8 hardware queues, "
                           "1.000 ms with 32; slowest device's compute over the fastest's 1.45 and 1.00",
                           summary)
             self.assertTrue(os.path.isfile(os.path.join(files, "gpu-check-connections32.json")))
-            # Where the caller set the queues, there is nothing to compare.
-            os.environ["CUDA_DEVICE_MAX_CONNECTIONS"] = "16"
+            # Asked per rank and with the queues set from the start: nothing to run again.
+            os.environ.update(PARALAB_STEP_MOVES="per_rank", CUDA_DEVICE_MAX_CONNECTIONS="16")
             try:
-                summary, _ = run_stand_in(tmp, ["bench"], 200, name="2")
+                summary, files2 = run_stand_in(tmp, ["bench"], 200, name="2")
             finally:
-                del os.environ["CUDA_DEVICE_MAX_CONNECTIONS"]
-            self.assertFalse(any("CUDA_DEVICE_MAX_CONNECTIONS" in line for line in summary), summary)
+                del os.environ["PARALAB_STEP_MOVES"], os.environ["CUDA_DEVICE_MAX_CONNECTIONS"]
+            self.assertFalse(any("whole steps" in line or "per_rank" in line or
+                                 "CUDA_DEVICE_MAX_CONNECTIONS" in line for line in summary), summary)
+            self.assertEqual(sorted(f for f in os.listdir(files2) if f.startswith("gpu-check")),
+                             ["gpu-check.json"])
 
     def test_the_model_sweep_passes_when_complete_and_names_what_it_misses(self):
         # A stand-in build: its allreduce_bench writes the sweep's rows (all of them, or without

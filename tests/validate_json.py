@@ -26,8 +26,18 @@ def _load_json(path):
         return json.load(f)
 
 
+_VALIDATORS = {}  # (schema file, its mtime) -> validator: one per schema per process
+
+
 def _validator(schema_path):
     schema_path = Path(schema_path).resolve()
+    key = (schema_path, schema_path.stat().st_mtime_ns)
+    if key not in _VALIDATORS:
+        _VALIDATORS[key] = _make_validator(schema_path)
+    return _VALIDATORS[key]
+
+
+def _make_validator(schema_path):
     schema = _load_json(schema_path)
     Draft202012Validator.check_schema(schema)
     # Without an $id the schema's base URI is its file, so relative $refs find sibling files.
