@@ -263,6 +263,12 @@ def cpu_compute(profile_paths, concurrent_paths=()):
     return comp
 
 
+def h200_effective(config):
+    """A virtual device's batch scale on its SM share: the whole H200's SMs over the share's."""
+    share = (config.get("device_list") or [{}])[0].get("sm_share") or H200_SMS
+    return H200_SMS / share
+
+
 def h200_compute(gpu_check_path=None):
     path = gpu_check_path or os.path.join(H200_REF, "gpu-check.json")
     d = load(path)
@@ -274,12 +280,10 @@ def h200_compute(gpu_check_path=None):
         rep = r.get("strategy_report") or {}
         if c["strategy"] == "channel_split" and r["label"].startswith(WIDTH_CALIBRATION):
             per_dev = median([p["compute_ms"] + p["optimizer_ms"] for p in r["timing"]["per_device"]])
-            share = c["device_list"][0]["sm_share"] or H200_SMS
-            widths.append((c["devices"], c["global_batch"], c["global_batch"] * H200_SMS / share, per_dev))
+            widths.append((c["devices"], c["global_batch"], c["global_batch"] * h200_effective(c), per_dev))
         if "profiled_layer_ms" in rep:
-            share = c["device_list"][0]["sm_share"] or H200_SMS
             mb = c["global_batch"] / rep["microbatches"]
-            layers.append((mb * H200_SMS / share, rep["profiled_layer_ms"]))
+            layers.append((mb * h200_effective(c), rep["profiled_layer_ms"]))
         if c["strategy"] == "single" and not (c.get("options") or {}).get("cuda_graphs", True):
             kernels = run_kernels(c)
             its = r["iterations"]
@@ -503,11 +507,6 @@ def validate_bench(kind, rows, fit_rows, source, fit=perf.Link.fit):
         p["in_model_domain"] = not (op in ("ring", "allgather", "reduce_scatter") and n < 4 * k)
         points.append(p)
     return points
-
-
-def h200_effective(config):
-    share = (config.get("device_list") or [{}])[0].get("sm_share") or H200_SMS
-    return H200_SMS / share
 
 
 def summarize(points, domain_only=False):
