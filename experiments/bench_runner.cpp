@@ -367,7 +367,7 @@ int run(int argc, char** argv) {
     ctx.index = static_cast<int>(next);
     if (!keep(next)) doc["runs"].push_back(paralab::run_training(d.runs[next], ctx));
     add_scaling(doc["runs"]);
-    doc["environment"]["gpu_model"] = paralab::used_gpu_models(doc["runs"]);
+    paralab::note_runs(doc["environment"], doc["runs"]);
     if (file && next + 1 < d.runs.size()) file->update(doc);
   }
   const int stop = paralab::stop_signal(base);
@@ -376,7 +376,7 @@ int run(int argc, char** argv) {
   if (stop) {
     for (; next < d.runs.size(); ++next) keep(next);
     add_scaling(doc["runs"]);
-    doc["environment"]["gpu_model"] = paralab::used_gpu_models(doc["runs"]);
+    paralab::note_runs(doc["environment"], doc["runs"]);
   }
   doc["state"] = stop ? "interrupted" : "complete";
   if (!file) return stop ? 128 + stop : 0;  // another rank than 0 under mpirun: rank 0 reports

@@ -111,7 +111,7 @@ nlohmann::json describe_environment(int argc, char** argv, const std::string& ut
           {"build_type", PARALAB_BUILD_TYPE},
           {"cpu_model", cpu_model()},
           {"cpu_cores", std::thread::hardware_concurrency()},
-          {"gpu_model", nullptr},  // set from the runs' devices once they ran (used_gpu_models)
+          {"gpu_model", nullptr},  // set from the runs' devices once they ran (note_runs)
           {"hostname", host},
           {"compiler", compiler()},
           {"libraries", libs},
@@ -137,6 +137,12 @@ nlohmann::json used_gpu_models(const nlohmann::json& runs) {
     }
   }
   return models.empty() ? nlohmann::json(nullptr) : models;
+}
+
+void note_runs(nlohmann::json& environment, const nlohmann::json& runs) {
+  environment["gpu_model"] = used_gpu_models(runs);
+  const nlohmann::json versions = backend_versions();
+  for (const auto& [name, version] : versions.items()) environment["libraries"][name] = version;
 }
 
 }  // namespace paralab

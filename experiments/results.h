@@ -57,7 +57,7 @@ std::vector<nlohmann::json> resumable_runs(const std::string& text, const std::s
 
 // Environment block: CPU, cores, compiler, library versions, oneDNN's instruction set, the
 // commit the binary was built from and the source tree's, argv, the setting variables, UTC time.
-// gpu_model is null here: set it to used_gpu_models(runs) once the runs have run.
+// gpu_model is null here: note_runs(environment, runs) sets it once the runs have run.
 nlohmann::json describe_environment(int argc, char** argv, const std::string& utc_time);
 // The environment variables of `env` (NAME=value strings, null-terminated, as environ) that
 // change what ParaLab or its libraries do: PARALAB_*, ONEDNN_*, DNNL_*, CUDA_*, CUBLAS*, CUDNN_*,
@@ -67,6 +67,9 @@ nlohmann::json describe_environment(int argc, char** argv, const std::string& ut
 nlohmann::json setting_variables(char** env);
 // The distinct GPU models in the runs' device lists, in order of first use; null if none.
 nlohmann::json used_gpu_models(const nlohmann::json& runs);
+// After runs: gpu_model = used_gpu_models(runs), and the library versions again (cuBLAS's is
+// the loaded library's once a run used a CUDA device: it is loaded on first use).
+void note_runs(nlohmann::json& environment, const nlohmann::json& runs);
 
 // A run's final parameters in one string: "fnv1a64:" and 16 hex digits of the FNV-1a hash of
 // their float32 bytes (little-endian, flat, book order). Equal strings: the same bits (to the

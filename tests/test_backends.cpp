@@ -10,6 +10,11 @@
 #include <optional>
 #include <string>
 
+#if PARALAB_HAVE_CUDA
+#include <dlfcn.h>
+
+#include "core/cuda/cublas_api.h"
+#endif
 #include "core/device.h"
 #include "core/error.h"
 #include "core/lenet.h"
@@ -254,6 +259,32 @@ TEST_P(Backend, LinearWithBiasUnder16ByteAlignedMatchesReference) {
 }
 
 #if PARALAB_HAVE_CUDA
+// cuBLAS is loaded when first used (core/cuda/cublas_api.h), not linked: a process that uses no
+// CUDA device never pays its 0.4 s of start-up. Under ctest each test is a process of its own, so
+// nothing has loaded it before this test; then every function ParaLab calls resolves, and the
+// version the results record is the loaded library's.
+TEST(CudaBackend, CublasIsLoadedOnFirstUseWithEveryFunction) {
+  if (cuda::blas_loaded()) GTEST_SKIP() << "cuBLAS was loaded by an earlier test of this process";
+  const std::string lt = "libcublasLt.so." + std::to_string(CUBLAS_VER_MAJOR);
+  EXPECT_EQ(dlopen(lt.c_str(), RTLD_NOW | RTLD_NOLOAD), nullptr)
+      << lt << " is loaded before first use: linked to the program?";
+  const cuda::CublasApi& api = cuda::blas();
+  ASSERT_TRUE(cuda::blas_loaded());
+  void* loaded = dlopen(lt.c_str(), RTLD_NOW | RTLD_NOLOAD);
+  EXPECT_NE(loaded, nullptr) << lt;
+  if (loaded) dlclose(loaded);
+#define PARALAB_EXPECT_RESOLVED(f) EXPECT_NE(api.f, nullptr) << #f;
+  PARALAB_CUBLAS_FUNCTIONS(PARALAB_EXPECT_RESOLVED)
+  PARALAB_CUBLASLT_FUNCTIONS(PARALAB_EXPECT_RESOLVED)
+#undef PARALAB_EXPECT_RESOLVED
+  int major = -1, minor = -1;
+  ASSERT_EQ(api.cublasGetProperty(MAJOR_VERSION, &major), CUBLAS_STATUS_SUCCESS);
+  ASSERT_EQ(api.cublasGetProperty(MINOR_VERSION, &minor), CUBLAS_STATUS_SUCCESS);
+  EXPECT_EQ(major, CUBLAS_VER_MAJOR);
+  EXPECT_EQ(cuda::blas_version(), std::to_string(major) + "." + std::to_string(minor));
+  EXPECT_EQ(backend_versions()["cublas"], cuda::blas_version());
+}
+
 std::unique_ptr<Device> cuda_device_or_skip(const std::string& kernels = "") {
   if (!backend_unavailable("cuda").empty()) return nullptr;
   DeviceOptions options;

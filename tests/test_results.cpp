@@ -4,6 +4,7 @@
 
 #include <cmath>
 
+#include "core/device.h"
 #include "experiments/results.h"
 #include "experiments/trainer.h"
 
@@ -43,6 +44,23 @@ TEST(UsedGpuModels, IsNullWhenNoRunUsedAGpu) {
   // A device list outside the config is not where runs keep it.
   EXPECT_EQ(used_gpu_models(json::parse(R"([{"device_list": [{"gpu_model": "NVIDIA H200"}]}])")),
             json(nullptr));
+}
+
+TEST(NoteRuns, SetsTheGpuModelsAndRefreshesTheLibrariesKeepingTheRest) {
+  // bench_runner calls it after each run: cuBLAS, loaded on first use, has a version to record
+  // only then; what describe_environment wrote besides stays.
+  json env = {
+      {"gpu_model", nullptr}, {"hostname", "h"}, {"libraries", {{"nlohmann_json", "9.9.9"}}}};
+  const json runs = json::parse(
+      R"([{"config": {"device_list": [{"name": "cuda:0", "gpu_model": "NVIDIA H200"}]}}])");
+  note_runs(env, runs);
+  EXPECT_EQ(env["gpu_model"], json({"NVIDIA H200"}));
+  EXPECT_EQ(env["hostname"], "h");
+  EXPECT_EQ(env["libraries"]["nlohmann_json"], "9.9.9");
+  const json versions = backend_versions();
+  for (const auto& [name, version] : versions.items())
+    EXPECT_EQ(env["libraries"][name], version) << name;
+  EXPECT_EQ(env["libraries"].size(), versions.size() + 1);
 }
 
 TEST(VirtualPlacement, CountsVirtualDevicesAndTheirGpus) {

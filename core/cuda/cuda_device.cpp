@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "core/cuda/check.h"
+#include "core/cuda/cublas_api.h"
 #include "core/cuda/kernels.h"
 
 namespace paralab::cuda {
@@ -97,17 +98,17 @@ CudaDevice::CudaDevice(int ordinal, int gpu, int sharing, bool tf32, SmShare sha
     PARALAB_CUDA(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   PARALAB_CUDNN(cudnnCreate(&cudnn_));
   PARALAB_CUDNN(cudnnSetStream(cudnn_, stream_));
-  PARALAB_CUBLAS(cublasCreate(&cublas_));
-  PARALAB_CUBLAS(cublasSetStream(cublas_, stream_));
+  PARALAB_CUBLAS(blas().cublasCreate(&cublas_));
+  PARALAB_CUBLAS(blas().cublasSetStream(cublas_, stream_));
   // Pedantic math: no TF32 and no reduced-precision reductions, so results compare with the
   // CPU backend at float32 tolerances.
   PARALAB_CUBLAS(
-      cublasSetMathMode(cublas_, tf32_ ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_PEDANTIC_MATH));
-  PARALAB_CUBLAS(cublasLtCreate(&cublas_lt_));
+      blas().cublasSetMathMode(cublas_, tf32_ ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_PEDANTIC_MATH));
+  PARALAB_CUBLAS(blas().cublasLtCreate(&cublas_lt_));
   // cuBLAS's workspace given up front (32 MiB, NVIDIA's advice for Hopper), so that a CUDA
   // graph capture never sees it allocate.
   PARALAB_CUDA(cudaMalloc(&cublas_workspace_, kCublasWorkspace));
-  PARALAB_CUBLAS(cublasSetWorkspace(cublas_, cublas_workspace_, kCublasWorkspace));
+  PARALAB_CUBLAS(blas().cublasSetWorkspace(cublas_, cublas_workspace_, kCublasWorkspace));
   // A green context's stream must take everything a device queues. Checked once here: a share
   // whose stream fails falls back to a plain stream and says why, so that a run goes ahead on
   // contended SMs instead of failing in its first step.
@@ -116,8 +117,9 @@ CudaDevice::CudaDevice(int ordinal, int gpu, int sharing, bool tf32, SmShare sha
       release(share_);
       PARALAB_CUDA(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
       PARALAB_CUDNN(cudnnSetStream(cudnn_, stream_));
-      PARALAB_CUBLAS(cublasSetStream(cublas_, stream_));  // this resets the workspace: set again
-      PARALAB_CUBLAS(cublasSetWorkspace(cublas_, cublas_workspace_, kCublasWorkspace));
+      PARALAB_CUBLAS(
+          blas().cublasSetStream(cublas_, stream_));  // this resets the workspace: set again
+      PARALAB_CUBLAS(blas().cublasSetWorkspace(cublas_, cublas_workspace_, kCublasWorkspace));
       sm_note_ = "no SM share: its green context's stream failed a check: " + failure;
     }
   }
@@ -143,24 +145,24 @@ std::string CudaDevice::check_stream() {
     PARALAB_CUDA(cudaMemsetAsync(scratch, 0, kValues * sizeof(float), stream_));
     add_inplace(scratch, scratch + 1, 1, stream_);
     const float one = 1.0f, zero = 0.0f;
-    PARALAB_CUBLAS(cublasSaxpy(cublas_, 1, &one, scratch, 1, scratch + 1, 1));
-    PARALAB_CUBLAS(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F_PEDANTIC, CUDA_R_32F));
-    PARALAB_CUBLAS(cublasLtMatrixLayoutCreate(&square, CUDA_R_32F, kSide, kSide, kSide));
-    PARALAB_CUBLAS(cublasLtMatmulPreferenceCreate(&pref));
+    PARALAB_CUBLAS(blas().cublasSaxpy(cublas_, 1, &one, scratch, 1, scratch + 1, 1));
+    PARALAB_CUBLAS(blas().cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F_PEDANTIC, CUDA_R_32F));
+    PARALAB_CUBLAS(blas().cublasLtMatrixLayoutCreate(&square, CUDA_R_32F, kSide, kSide, kSide));
+    PARALAB_CUBLAS(blas().cublasLtMatmulPreferenceCreate(&pref));
     const std::size_t workspace = kCublasWorkspace;
-    PARALAB_CUBLAS(cublasLtMatmulPreferenceSetAttribute(
+    PARALAB_CUBLAS(blas().cublasLtMatmulPreferenceSetAttribute(
         pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace, sizeof workspace));
     cublasLtMatmulHeuristicResult_t algo{};
     int found = 0;
-    if (cublasLtMatmulAlgoGetHeuristic(cublas_lt_, op, square, square, square, square, pref, 1,
-                                       &algo, &found) == CUBLAS_STATUS_SUCCESS &&
+    if (blas().cublasLtMatmulAlgoGetHeuristic(cublas_lt_, op, square, square, square, square, pref,
+                                              1, &algo, &found) == CUBLAS_STATUS_SUCCESS &&
         found > 0) {
       float* a = scratch;
       float* b = scratch + kSide * kSide;
       float* d = scratch + 2 * kSide * kSide;
-      PARALAB_CUBLAS(cublasLtMatmul(cublas_lt_, op, &one, a, square, b, square, &zero, d, square, d,
-                                    square, &algo.algo, cublas_workspace_, kCublasWorkspace,
-                                    stream_));
+      PARALAB_CUBLAS(blas().cublasLtMatmul(cublas_lt_, op, &one, a, square, b, square, &zero, d,
+                                           square, d, square, &algo.algo, cublas_workspace_,
+                                           kCublasWorkspace, stream_));
     }
     PARALAB_CUDNN(cudnnCreateTensorDescriptor(&one_value));
     PARALAB_CUDNN(
@@ -182,9 +184,9 @@ std::string CudaDevice::check_stream() {
     failure = e.what();
     cudaGetLastError();  // a refused call's error is not sticky: clear it for later calls
   }
-  if (pref) cublasLtMatmulPreferenceDestroy(pref);
-  if (square) cublasLtMatrixLayoutDestroy(square);
-  if (op) cublasLtMatmulDescDestroy(op);
+  if (pref) blas().cublasLtMatmulPreferenceDestroy(pref);
+  if (square) blas().cublasLtMatrixLayoutDestroy(square);
+  if (op) blas().cublasLtMatmulDescDestroy(op);
   for (cudaEvent_t e : {event, t0, t1})
     if (e) cudaEventDestroy(e);
   if (one_value) cudnnDestroyTensorDescriptor(one_value);
@@ -204,9 +206,9 @@ CudaDevice::~CudaDevice() {
   ops_.reset();
   for (Staging& s : staging_) allocator_->deallocate(s.ptr);
   allocator_.reset();  // cudaFree of every block (cudaFree waits for the device's work first)
-  if (cublas_ && cublasDestroy(cublas_) != CUBLAS_STATUS_SUCCESS)
+  if (cublas_ && blas().cublasDestroy(cublas_) != CUBLAS_STATUS_SUCCESS)
     log_error(name() + ": cublasDestroy failed");
-  if (cublas_lt_ && cublasLtDestroy(cublas_lt_) != CUBLAS_STATUS_SUCCESS)
+  if (cublas_lt_ && blas().cublasLtDestroy(cublas_lt_) != CUBLAS_STATUS_SUCCESS)
     log_error(name() + ": cublasLtDestroy failed");
   if (cublas_workspace_ && cudaFree(cublas_workspace_) != cudaSuccess)
     log_error(name() + ": cudaFree of the cuBLAS workspace failed");
@@ -639,16 +641,12 @@ std::vector<std::unique_ptr<Device>> make_cuda_devices(int count, const DeviceOp
 nlohmann::json library_versions() {
   int runtime = 0;
   cudaRuntimeGetVersion(&runtime);
-  int cublas = 0;
-  cublasGetProperty(MAJOR_VERSION, &cublas);
-  int cublas_minor = 0;
-  cublasGetProperty(MINOR_VERSION, &cublas_minor);
   const size_t cudnn = cudnnGetVersion();
   nlohmann::json v = {
       {"cuda_runtime", std::to_string(runtime / 1000) + "." + std::to_string(runtime % 1000 / 10)},
       {"cudnn", std::to_string(cudnn / 10000) + "." + std::to_string(cudnn % 10000 / 100) + "." +
                     std::to_string(cudnn % 100)},
-      {"cublas", std::to_string(cublas) + "." + std::to_string(cublas_minor)}};
+      {"cublas", blas_version()}};
 #if PARALAB_HAVE_NCCL
   v["nccl"] = nccl_version();
 #endif

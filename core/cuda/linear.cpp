@@ -36,6 +36,7 @@
 #include <utility>
 
 #include "core/cuda/check.h"
+#include "core/cuda/cublas_api.h"
 #include "core/cuda/cuda_device.h"
 #include "core/cuda/kernel_log.h"
 #include "core/cuda/kernels.h"
@@ -119,35 +120,39 @@ class LtGemm {
     const cublasOperation_t tb = s.transb ? CUBLAS_OP_T : CUBLAS_OP_N;
     const char* const set_desc = "cublasLtMatmulDescSetAttribute";
     const bool described =
-        check(cublasLtMatmulDescCreate(&op_, compute, CUDA_R_32F), "cublasLtMatmulDescCreate") &&
-        check(cublasLtMatmulDescSetAttribute(op_, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta),
-              set_desc) &&
-        check(cublasLtMatmulDescSetAttribute(op_, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb),
-              set_desc) &&
-        check(cublasLtMatmulDescSetAttribute(op_, CUBLASLT_MATMUL_DESC_EPILOGUE, &s.epilogue,
-                                             sizeof s.epilogue),
+        check(blas().cublasLtMatmulDescCreate(&op_, compute, CUDA_R_32F),
+              "cublasLtMatmulDescCreate") &&
+        check(
+            blas().cublasLtMatmulDescSetAttribute(op_, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta),
+            set_desc) &&
+        check(
+            blas().cublasLtMatmulDescSetAttribute(op_, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb),
+            set_desc) &&
+        check(blas().cublasLtMatmulDescSetAttribute(op_, CUBLASLT_MATMUL_DESC_EPILOGUE, &s.epilogue,
+                                                    sizeof s.epilogue),
               set_desc) &&
         check(bias_status(bias), "cublasLtMatmulDescSetAttribute (bias pointer)");
     // On an SM share (a green context) the heuristic plans for the share's SMs, not the GPU's:
     // the tiles that fill a 132-SM GPU leave a 33-SM share with several waves.
     if (described && d.sm_share().stream && d.sm_share().sm_count > 0) {
       sm_target_ = d.sm_share().sm_count;
-      check(cublasLtMatmulDescSetAttribute(op_, CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET, &sm_target_,
-                                           sizeof sm_target_),
+      check(blas().cublasLtMatmulDescSetAttribute(op_, CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET,
+                                                  &sm_target_, sizeof sm_target_),
             "cublasLtMatmulDescSetAttribute (SM count target)");
     }
     // Stored layouts: A is (m,k) or, transposed, (k,m); B likewise (k,n) or (n,k).
     const char* const layout = "cublasLtMatrixLayoutCreate";
     cublasLtMatmulPreference_t pref = nullptr;
     if (!why_.empty() ||
-        !check(cublasLtMatrixLayoutCreate(&a_, CUDA_R_32F, s.transa ? s.k : s.m,
-                                          s.transa ? s.m : s.k, s.lda),
+        !check(blas().cublasLtMatrixLayoutCreate(&a_, CUDA_R_32F, s.transa ? s.k : s.m,
+                                                 s.transa ? s.m : s.k, s.lda),
                layout) ||
-        !check(cublasLtMatrixLayoutCreate(&b_, CUDA_R_32F, s.transb ? s.n : s.k,
-                                          s.transb ? s.k : s.n, s.ldb),
+        !check(blas().cublasLtMatrixLayoutCreate(&b_, CUDA_R_32F, s.transb ? s.n : s.k,
+                                                 s.transb ? s.k : s.n, s.ldb),
                layout) ||
-        !check(cublasLtMatrixLayoutCreate(&d_layout_, CUDA_R_32F, s.m, s.n, s.ldd), layout) ||
-        !check(cublasLtMatmulPreferenceCreate(&pref), "cublasLtMatmulPreferenceCreate"))
+        !check(blas().cublasLtMatrixLayoutCreate(&d_layout_, CUDA_R_32F, s.m, s.n, s.ldd),
+               layout) ||
+        !check(blas().cublasLtMatmulPreferenceCreate(&pref), "cublasLtMatmulPreferenceCreate"))
       return;  // ok_ stays false
     const std::size_t workspace = CudaDevice::kCublasWorkspace;
     const uint32_t reductions = split_k_allowed()
@@ -157,7 +162,7 @@ class LtGemm {
     cublasStatus_t status = CUBLAS_STATUS_SUCCESS;
     const auto set = [&](cublasLtMatmulPreferenceAttributes_t attr, const void* v, std::size_t n) {
       if (status == CUBLAS_STATUS_SUCCESS)
-        status = cublasLtMatmulPreferenceSetAttribute(pref, attr, v, n);
+        status = blas().cublasLtMatmulPreferenceSetAttribute(pref, attr, v, n);
     };
     set(CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace, sizeof workspace);
     set(CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &reductions, sizeof reductions);
@@ -167,9 +172,9 @@ class LtGemm {
     set(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &s.align[2], sizeof(uint32_t));
     int found = 0;
     if (status == CUBLAS_STATUS_SUCCESS)
-      status = cublasLtMatmulAlgoGetHeuristic(d.cublas_lt(), op_, a_, b_, d_layout_, d_layout_,
-                                              pref, 1, &result_, &found);
-    cublasLtMatmulPreferenceDestroy(pref);
+      status = blas().cublasLtMatmulAlgoGetHeuristic(d.cublas_lt(), op_, a_, b_, d_layout_,
+                                                     d_layout_, pref, 1, &result_, &found);
+    blas().cublasLtMatmulPreferenceDestroy(pref);
     if (status != CUBLAS_STATUS_SUCCESS)
       why_ = std::string("cublasLtMatmulAlgoGetHeuristic: ") + cublas_status_name(status);
     else if (found == 0)
@@ -177,10 +182,10 @@ class LtGemm {
     ok_ = why_.empty();
   }
   ~LtGemm() {
-    if (d_layout_) cublasLtMatrixLayoutDestroy(d_layout_);
-    if (b_) cublasLtMatrixLayoutDestroy(b_);
-    if (a_) cublasLtMatrixLayoutDestroy(a_);
-    if (op_) cublasLtMatmulDescDestroy(op_);
+    if (d_layout_) blas().cublasLtMatrixLayoutDestroy(d_layout_);
+    if (b_) blas().cublasLtMatrixLayoutDestroy(b_);
+    if (a_) blas().cublasLtMatrixLayoutDestroy(a_);
+    if (op_) blas().cublasLtMatmulDescDestroy(op_);
   }
   LtGemm(const LtGemm&) = delete;
   LtGemm& operator=(const LtGemm&) = delete;
@@ -192,14 +197,14 @@ class LtGemm {
   nlohmann::json describe() const {
     int id = -1, tile = -1, split_k = -1;
     uint32_t scheme = 0;
-    cublasLtMatmulAlgoConfigGetAttribute(&result_.algo, CUBLASLT_ALGO_CONFIG_ID, &id, sizeof id,
-                                         nullptr);
-    cublasLtMatmulAlgoConfigGetAttribute(&result_.algo, CUBLASLT_ALGO_CONFIG_TILE_ID, &tile,
-                                         sizeof tile, nullptr);
-    cublasLtMatmulAlgoConfigGetAttribute(&result_.algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &split_k,
-                                         sizeof split_k, nullptr);
-    cublasLtMatmulAlgoConfigGetAttribute(&result_.algo, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME,
-                                         &scheme, sizeof scheme, nullptr);
+    blas().cublasLtMatmulAlgoConfigGetAttribute(&result_.algo, CUBLASLT_ALGO_CONFIG_ID, &id,
+                                                sizeof id, nullptr);
+    blas().cublasLtMatmulAlgoConfigGetAttribute(&result_.algo, CUBLASLT_ALGO_CONFIG_TILE_ID, &tile,
+                                                sizeof tile, nullptr);
+    blas().cublasLtMatmulAlgoConfigGetAttribute(&result_.algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM,
+                                                &split_k, sizeof split_k, nullptr);
+    blas().cublasLtMatmulAlgoConfigGetAttribute(
+        &result_.algo, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &scheme, sizeof scheme, nullptr);
     return {{"epilogue", epilogue_name(spec_.epilogue)},
             {"algo_id", id},
             {"tile_id", tile},
@@ -215,7 +220,7 @@ class LtGemm {
   bool run(const float* a, const float* b, float* d, const void* bias) {
     PARALAB_CUBLAS(bias_status(bias));
     const float one = 1.0f, zero = 0.0f;
-    const cublasStatus_t st = cublasLtMatmul(
+    const cublasStatus_t st = blas().cublasLtMatmul(
         d_.cublas_lt(), op_, &one, a, a_, b, b_, &zero, d, d_layout_, d, d_layout_, &result_.algo,
         d_.cublas_workspace(), CudaDevice::kCublasWorkspace, d_.stream());
     if (st == CUBLAS_STATUS_SUCCESS) {
@@ -231,8 +236,8 @@ class LtGemm {
  private:
   cublasStatus_t bias_status(const void* bias) {
     if (spec_.epilogue == CUBLASLT_EPILOGUE_DEFAULT) return CUBLAS_STATUS_SUCCESS;
-    return cublasLtMatmulDescSetAttribute(op_, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
-                                          sizeof bias);
+    return blas().cublasLtMatmulDescSetAttribute(op_, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
+                                                 sizeof bias);
   }
   CudaDevice& d_;
   Spec spec_;
@@ -273,8 +278,8 @@ class CudaLinear final : public Linear {
       if (ran(g, w.f32(), x.f32(), y.f32(), bias)) return;
     }
     const float one = 1.0f, zero = 0.0f;
-    PARALAB_CUBLAS(cublasSgemm(d_.cublas(), CUBLAS_OP_N, CUBLAS_OP_N, out, n, in, &one, w.f32(),
-                               out, x.f32(), in, &zero, y.f32(), out));
+    PARALAB_CUBLAS(blas().cublasSgemm(d_.cublas(), CUBLAS_OP_N, CUBLAS_OP_N, out, n, in, &one,
+                                      w.f32(), out, x.f32(), in, &zero, y.f32(), out));
     add_bias_rows(y.f32(), b.f32(), n, out, d_.stream());
     if (relu_) relu_forward(y.f32(), y.f32(), y.numel(), d_.stream());
   }
@@ -312,14 +317,14 @@ class CudaLinear final : public Linear {
     if (weights.ok() && ran(weights, g, x.f32(), dw.f32(), bias_grad)) {
       if (bias_grad != db.raw()) d_.copy_on_device(db.raw(), bias_grad, db.bytes());
     } else {
-      PARALAB_CUBLAS(cublasSgemm(d_.cublas(), CUBLAS_OP_N, CUBLAS_OP_T, out, in, n, &one, g, out,
-                                 x.f32(), in, &zero, dw.f32(), out));
+      PARALAB_CUBLAS(blas().cublasSgemm(d_.cublas(), CUBLAS_OP_N, CUBLAS_OP_T, out, in, n, &one, g,
+                                        out, x.f32(), in, &zero, dw.f32(), out));
       column_sums(g, db.f32(), n, out, d_.stream());
     }
     if (!dx) return;
     // dx (N,in) = g W^T  ->  column-major dx^T (in,N) = W (in,out) g^T (out,N)
-    PARALAB_CUBLAS(cublasSgemm(d_.cublas(), CUBLAS_OP_T, CUBLAS_OP_N, in, n, out, &one, w.f32(),
-                               out, g, out, &zero, dx->f32(), in));
+    PARALAB_CUBLAS(blas().cublasSgemm(d_.cublas(), CUBLAS_OP_T, CUBLAS_OP_N, in, n, out, &one,
+                                      w.f32(), out, g, out, &zero, dx->f32(), in));
   }
 
  private:
