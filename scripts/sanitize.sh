@@ -6,7 +6,9 @@
 #      but the report's and the model session's smoke tests (Python chains whose bench_runner
 #      and allreduce_bench runs cli_test, fault_test and the strategy suites cover: 84 s under
 #      ASan on 2 cores) and gpu_check_script (gpu-check.sh's plan, budget and verdicts, whose
-#      bench_runner calls fail at once without a GPU: 67 s under ASan, 2026-12-04);
+#      bench_runner calls fail at once without a GPU: 67 s under ASan, 2026-12-04); each
+#      strategy's comparison with one device for 3 steps, as under TSan (every step runs the same
+#      code, so a bad access shows in the first; the full counts run in test.sh's build);
 #   2. ThreadSanitizer (build-tsan/): the multi-threaded tests (transport, collectives, every
 #      strategy; each strategy's comparison with one device for 3 steps, PARALAB_TEST_MAX_STEPS in
 #      tests/strategy_harness.h: the suite 228 -> 121 s on 2 cores, 2026-12-04), with one OpenMP
@@ -36,7 +38,7 @@ for kind in "${kinds[@]}"; do
       (cd build-asan &&
         ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:strict_string_checks=1 \
         LSAN_OPTIONS=suppressions=$supp/lsan.supp \
-        UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
+        UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 PARALAB_TEST_MAX_STEPS=3 \
         ctest --output-on-failure --timeout 900 -j "$(nproc)" \
           -E '^(plotting_test|model_test|baselines_test|report_short|model_session_short|gpu_check_script|committed_results_schema)$')
       ;;

@@ -209,9 +209,10 @@ constexpr double kGradientAtolOfMax = 1e-4;
 // model: null for LeNet (from test_initial_parameters()); another model starts from its own
 // initial_parameters(3, 0.1).
 //
-// PARALAB_TEST_MAX_STEPS=N (scripts/sanitize.sh's TSan run: 3) caps `steps`: what TSan looks for,
-// a race in a step's hand-offs between rank threads, is in every step from the first on, and each
-// further step costs the suites there seconds; every other run compares the full count.
+// PARALAB_TEST_MAX_STEPS=N (scripts/sanitize.sh's ASan and TSan runs: 3) caps `steps`: what the
+// sanitizers look for, a bad access or a race in a step's hand-offs between rank threads, is in
+// every step from the first on, and each further step costs the suites there seconds; every
+// other run compares the full count.
 inline int capped_steps(int steps) {
   const char* cap = std::getenv("PARALAB_TEST_MAX_STEPS");
   if (!cap || !*cap) return steps;
