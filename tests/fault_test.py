@@ -135,7 +135,10 @@ class Case(unittest.TestCase):
 
 class Interruption(Case):
     def test_sigint_in_run_3_keeps_runs_1_and_2_and_marks_3(self):
-        name = self.write(descriptor(runs=3, iterations=400, train=60000))
+        doc = descriptor(runs=3, iterations=400, train=60000)
+        for run in doc["runs"][:2]:  # short, so that the signal lands in run 3's training
+            run["training"] = {"max_iterations_per_epoch": 2}
+        name = self.write(doc)
         p = self.start(name, "--out", "r.json", "--quiet")
         self.wait_for_runs(self.tmp / "r.json", 2, p, timeout=120)
         time.sleep(0.5)
@@ -257,9 +260,9 @@ class Interruption(Case):
         # Run 2 of 6 is missing from the earlier file; the resume is stopped while it reruns. Its
         # file must hold runs 3-6 too (ok in the earlier file), so that resuming it in turn
         # finishes the sweep with nothing run twice and nothing lost.
-        doc = descriptor(iterations=2, train=60000)
+        doc = descriptor(iterations=2, train=12800)
         doc["runs"] = [{"strategy": "single", "training": {"seed": k}} for k in range(6)]
-        doc["runs"][1]["training"]["max_iterations_per_epoch"] = 600
+        doc["runs"][1]["training"]["max_iterations_per_epoch"] = 200  # 2 s here, longer under ASan
         name = self.write(doc)
         code, _, err = self.run_cmd(name, "--out", "full.json", "--quiet")
         self.assertEqual(code, 0, err)
