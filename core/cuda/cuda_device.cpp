@@ -117,8 +117,8 @@ CudaDevice::CudaDevice(int ordinal, int gpu, int sharing, bool tf32, SmShare sha
       release(share_);
       PARALAB_CUDA(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
       PARALAB_CUDNN(cudnnSetStream(cudnn_, stream_));
-      PARALAB_CUBLAS(
-          blas().cublasSetStream(cublas_, stream_));  // this resets the workspace: set again
+      // Setting the stream resets cuBLAS's workspace: set it again.
+      PARALAB_CUBLAS(blas().cublasSetStream(cublas_, stream_));
       PARALAB_CUBLAS(blas().cublasSetWorkspace(cublas_, cublas_workspace_, kCublasWorkspace));
       sm_note_ = "no SM share: its green context's stream failed a check: " + failure;
     }
