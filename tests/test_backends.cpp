@@ -285,6 +285,20 @@ TEST(CudaBackend, CublasIsLoadedOnFirstUseWithEveryFunction) {
   EXPECT_EQ(backend_versions()["cublas"], cuda::blas_version());
 }
 
+// A cuBLAS that cannot be found is one Error naming the file, both places looked in and why.
+TEST(CudaBackend, ALibraryThatCannotBeLoadedIsAnErrorNamingIt) {
+  try {
+    cuda::open_cuda_library("paralab_absent", 13, "/nonexistent/lib64");
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("cannot load libparalab_absent.so.13"), std::string::npos) << what;
+    EXPECT_NE(what.find("/nonexistent/lib64/libparalab_absent.so.13"), std::string::npos) << what;
+    EXPECT_NE(what.find("LD_LIBRARY_PATH"), std::string::npos) << what;
+  }
+  EXPECT_THROW(cuda::open_cuda_library("paralab_absent", 13, ""), Error);
+}
+
 std::unique_ptr<Device> cuda_device_or_skip(const std::string& kernels = "") {
   if (!backend_unavailable("cuda").empty()) return nullptr;
   DeviceOptions options;

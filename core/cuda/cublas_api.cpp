@@ -17,19 +17,8 @@ namespace {
 
 std::atomic<const CublasApi*> g_loaded{nullptr};
 
-// The handle of lib<stem>.so.<major>: by name, then in the build's directory.
 void* open_library(const std::string& stem) {
-  const std::string name = "lib" + stem + ".so." + std::to_string(CUBLAS_VER_MAJOR);
-  if (void* h = dlopen(name.c_str(), RTLD_NOW | RTLD_LOCAL)) return h;
-  std::string why = dlerror();
-  const std::string dir = PARALAB_CUBLAS_DIR;
-  if (!dir.empty()) {
-    if (void* h = dlopen((dir + "/" + name).c_str(), RTLD_NOW | RTLD_LOCAL)) return h;
-    why += "; " + std::string(dlerror());
-  }
-  throw Error("cuBLAS: cannot load " + name + " (looked for by name" +
-              (dir.empty() ? "" : " and in " + dir) + "): " + why +
-              "; it comes with the CUDA Toolkit: put its directory in LD_LIBRARY_PATH");
+  return open_cuda_library(stem, CUBLAS_VER_MAJOR, PARALAB_CUBLAS_DIR);
 }
 
 template <typename F>
@@ -61,6 +50,19 @@ const CublasApi* load() {
 }
 
 }  // namespace
+
+void* open_cuda_library(const std::string& stem, int major, const std::string& dir) {
+  const std::string name = "lib" + stem + ".so." + std::to_string(major);
+  if (void* h = dlopen(name.c_str(), RTLD_NOW | RTLD_LOCAL)) return h;
+  std::string why = dlerror();
+  if (!dir.empty()) {
+    if (void* h = dlopen((dir + "/" + name).c_str(), RTLD_NOW | RTLD_LOCAL)) return h;
+    why += "; " + std::string(dlerror());
+  }
+  throw Error("cuBLAS: cannot load " + name + " (looked for by name" +
+              (dir.empty() ? "" : " and in " + dir) + "): " + why +
+              "; it comes with the CUDA Toolkit: put its directory in LD_LIBRARY_PATH");
+}
 
 const CublasApi& blas() {
   if (const CublasApi* api = g_loaded.load(std::memory_order_acquire)) return *api;

@@ -56,6 +56,10 @@ struct CublasApi {
 // why it failed (a later call tries again).
 const CublasApi& blas();
 
+// The handle of lib<stem>.so.<major>, looked for by name, then in `dir` (if not empty); throws
+// paralab::Error naming the file, where it was looked for and dlerror()'s reasons.
+void* open_cuda_library(const std::string& stem, int major, const std::string& dir);
+
 // Whether blas() has loaded the libraries in this process.
 bool blas_loaded();
 
