@@ -3,7 +3,6 @@
 #include <dlfcn.h>
 
 #include <atomic>
-#include <mutex>
 #include <string>
 
 #include "core/error.h"
@@ -15,7 +14,7 @@
 namespace paralab::cuda {
 namespace {
 
-std::atomic<const CublasApi*> g_loaded{nullptr};
+std::atomic<bool> g_loaded{false};
 
 void* open_library(const std::string& stem) {
   return open_cuda_library(stem, CUBLAS_VER_MAJOR, PARALAB_CUBLAS_DIR);
@@ -30,20 +29,15 @@ void resolve(void* library, const char* library_name, const char* symbol, F& out
                 " (an older cuBLAS than the headers the build used?)");
 }
 
-const CublasApi* load() {
+CublasApi load() {
   // cuBLASLt first: libcublas needs it and finds it loaded by its name.
   void* lt = open_library("cublasLt");
   void* cublas = open_library("cublas");
-  auto* api = new CublasApi;  // lives as long as the process, as the libraries do
-#define PARALAB_RESOLVE_CUBLAS(f) resolve(cublas, "libcublas", #f, api->f);
-#define PARALAB_RESOLVE_CUBLASLT(f) resolve(lt, "libcublasLt", #f, api->f);
-  try {
-    PARALAB_CUBLAS_FUNCTIONS(PARALAB_RESOLVE_CUBLAS)
-    PARALAB_CUBLASLT_FUNCTIONS(PARALAB_RESOLVE_CUBLASLT)
-  } catch (...) {
-    delete api;
-    throw;
-  }
+  CublasApi api;
+#define PARALAB_RESOLVE_CUBLAS(f) resolve(cublas, "libcublas", #f, api.f);
+#define PARALAB_RESOLVE_CUBLASLT(f) resolve(lt, "libcublasLt", #f, api.f);
+  PARALAB_CUBLAS_FUNCTIONS(PARALAB_RESOLVE_CUBLAS)
+  PARALAB_CUBLASLT_FUNCTIONS(PARALAB_RESOLVE_CUBLASLT)
 #undef PARALAB_RESOLVE_CUBLAS
 #undef PARALAB_RESOLVE_CUBLASLT
   return api;
@@ -65,16 +59,17 @@ void* open_cuda_library(const std::string& stem, int major, const std::string& d
 }
 
 const CublasApi& blas() {
-  if (const CublasApi* api = g_loaded.load(std::memory_order_acquire)) return *api;
-  static std::mutex m;
-  std::lock_guard<std::mutex> lock(m);
-  if (const CublasApi* api = g_loaded.load(std::memory_order_acquire)) return *api;
-  const CublasApi* api = load();
-  g_loaded.store(api, std::memory_order_release);
-  return *api;
+  // A static's initialisation runs once, under the compiler's lock; one that throws is tried
+  // again by the next call.
+  static const CublasApi api = [] {
+    const CublasApi loaded = load();
+    g_loaded.store(true, std::memory_order_release);
+    return loaded;
+  }();
+  return api;
 }
 
-bool blas_loaded() { return g_loaded.load(std::memory_order_acquire) != nullptr; }
+bool blas_loaded() { return g_loaded.load(std::memory_order_acquire); }
 
 std::string blas_version() {
   int major = CUBLAS_VER_MAJOR, minor = CUBLAS_VER_MINOR;
