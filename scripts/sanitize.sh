@@ -16,9 +16,10 @@
 #      within a block (the conv stages, column sums, softmax cross-entropy; one thread per CUDA
 #      thread: a missing __syncthreads() is a race TSan reports).
 # Any report fails its test. Suppressions, each with why it is a false positive, are in
-# tests/sanitizers/. Part of .ci/run; on 2 cores from scratch, 16.1 minutes at 91bd509 (ASan:
-# build 4.7, tests 4.7; TSan: build 2.0, tests 4.6) on an AMD EPYC VM, 2026-12-05; more runs in
-# .ci/timings.md.
+# tests/sanitizers/. Part of .ci/run; on 2 cores from scratch, 14.7 minutes at faa5db5 (ASan
+# tests 4.0, TSan tests 3.6, the two builds 7.1) on an AMD EPYC VM, 2026-12-05; more runs in
+# .ci/timings.md. In these builds some suites run a subset of their sweeps
+# (testing::kSanitizerBuild in tests/test_util.h).
 #   scripts/sanitize.sh [asan|tsan]...   (default: both)
 set -euo pipefail
 cd "$(dirname "$0")/.."
