@@ -676,9 +676,7 @@ std::size_t address_space_bytes() {
 // Limits this process's address space to room for one more thread stack and not for two, then
 // starts a group of devices.size() ranks: exits 0 after printing the Error the constructor threw,
 // 3 when every thread started, 4-6 when the limit could not be set up.
-// Unused in the sanitizer builds, which skip the test below.
-[[noreturn, maybe_unused]] void start_group_with_room_for_one_thread(
-    const std::vector<Device*>& devices) {
+[[noreturn]] void start_group_with_room_for_one_thread(const std::vector<Device*>& devices) {
   pthread_attr_t attr;
   std::size_t stack = 0;
   if (pthread_getattr_default_np(&attr) != 0 || pthread_attr_getstacksize(&attr, &stack) != 0 ||
@@ -703,16 +701,14 @@ std::size_t address_space_bytes() {
 // rank; the ranks already started are stopped and joined first, where a joinable std::thread
 // left to the unwinding would abort the process.
 TEST(RankGroup, AThreadTheSystemRefusesFailsTheGroupWithAnError) {
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-  GTEST_SKIP() << "the sanitizers' shadow memory does not fit an address-space limit";
-#else
+  if (testing::kSanitizerBuild)
+    GTEST_SKIP() << "the sanitizers' shadow memory does not fit an address-space limit";
   GTEST_FLAG_SET(death_test_style, "threadsafe");
   auto devices = make_devices("cpu", 4, {});
   std::vector<Device*> ptrs;
   for (auto& d : devices) ptrs.push_back(d.get());
   EXPECT_EXIT(start_group_with_room_for_one_thread(ptrs), ::testing::ExitedWithCode(0),
               "rank group: could not start the thread of rank [1-3] of 4");
-#endif
 }
 
 // A CPU device that says it is a CUDA device: what nccl's prepare() accepts, without a GPU.
