@@ -42,14 +42,8 @@ class CudaGroupMover final : public GroupMover {
   }
 
   Done run(std::span<const GroupMove> moves, std::span<const Event> after, bool timed) override {
-    for (const Event& e : after) {
-      if (!e) continue;
-      const auto* ce = dynamic_cast<const CudaEvent*>(e.get());
-      PARALAB_REQUIRE(ce != nullptr, std::string("group mover: an event of another backend"));
-      PARALAB_CUDA(cudaStreamWaitEvent(stream_, ce->get(), 0));
-    }
-    Done done;
-    if (timed) done.can_move = mark();
+    // Everything checked before the stream waits: inside a group capture, a throw after this
+    // stream has joined the capture would leave it unjoined and end the capture with it.
     std::vector<GroupMoveSpec> specs;
     specs.reserve(moves.size());
     for (const GroupMove& m : moves) {
@@ -59,6 +53,17 @@ class CudaGroupMover final : public GroupMover {
       specs.push_back({m.dst, m.src[0], m.sources > 1 ? m.src[1] : nullptr,
                        m.reduce ? m.sources : 0, m.floats});
     }
+    std::vector<cudaEvent_t> waits;
+    waits.reserve(after.size());
+    for (const Event& e : after) {
+      if (!e) continue;
+      const auto* ce = dynamic_cast<const CudaEvent*>(e.get());
+      PARALAB_REQUIRE(ce != nullptr, std::string("group mover: an event of another backend"));
+      waits.push_back(ce->get());
+    }
+    for (cudaEvent_t e : waits) PARALAB_CUDA(cudaStreamWaitEvent(stream_, e, 0));
+    Done done;
+    if (timed) done.can_move = mark();
     group_moves(specs.data(), static_cast<int>(specs.size()), stream_);
     if (timed) done.moved = mark();
     auto event = std::make_shared<CudaEvent>(order_events_);

@@ -371,10 +371,15 @@ struct LocalFabric::Impl {
     }
     const std::vector<GroupMove> merged = merge_adjacent(moves);
     check_disjoint(merged);
+    // Marked only where a rank keeps the marks (a timed rank with a receive that moves data):
+    // a mark nobody holds goes back to its pool while a captured graph would still record it.
     bool timed = false;
     std::vector<Event> after;
     for (const Arrival& a : rendezvous.slots) {
-      timed = timed || a.timed;
+      timed = timed || (a.timed && std::any_of(a.receives.begin(), a.receives.end(),
+                                               [](const Transport::StepReceive& r) {
+                                                 return r.buf.numel() > 0;
+                                               }));
       after.push_back(a.ready);
     }
     if (mover) return mover->run(merged, after, timed);
