@@ -91,6 +91,10 @@ CudaDevice::CudaDevice(int ordinal, int gpu, int sharing, bool tf32, SmShare sha
   // The ordering events without timing (cheaper to record and wait on).
   order_events_ = event_pool(gpu, cudaEventDisableTiming, who);
   timing_events_ = event_pool(gpu, cudaEventDefault, who);
+  // cuBLAS loaded before the stream and cuDNN's first handle: cuDNN then finds the same
+  // libcublasLt by its name, and a library that cannot be loaded throws before anything here
+  // needs releasing.
+  blas();
   PARALAB_CUDA(cudaSetDevice(gpu_));
   if (share_.stream)
     stream_ = share_.stream;  // work queued here runs on the green context's SMs only

@@ -108,6 +108,11 @@ class LtGemm {
   };
 
   LtGemm(CudaDevice& d, const Spec& s, const void* bias) : d_(d), spec_(s) {
+    // Read before any descriptor exists: a bad value throws with nothing to release.
+    const uint32_t reductions = split_k_allowed()
+                                    ? uint32_t{CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE |
+                                               CUBLASLT_REDUCTION_SCHEME_OUTPUT_TYPE}
+                                    : uint32_t{CUBLASLT_REDUCTION_SCHEME_NONE};
     // The first refusal names the plan's why_ and ends the planning.
     const auto check = [&](cublasStatus_t st, const char* call) {
       if (st != CUBLAS_STATUS_SUCCESS && why_.empty())
@@ -155,10 +160,6 @@ class LtGemm {
         !check(blas().cublasLtMatmulPreferenceCreate(&pref), "cublasLtMatmulPreferenceCreate"))
       return;  // ok_ stays false
     const std::size_t workspace = CudaDevice::kCublasWorkspace;
-    const uint32_t reductions = split_k_allowed()
-                                    ? uint32_t{CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE |
-                                               CUBLASLT_REDUCTION_SCHEME_OUTPUT_TYPE}
-                                    : uint32_t{CUBLASLT_REDUCTION_SCHEME_NONE};
     cublasStatus_t status = CUBLAS_STATUS_SUCCESS;
     const auto set = [&](cublasLtMatmulPreferenceAttributes_t attr, const void* v, std::size_t n) {
       if (status == CUBLAS_STATUS_SUCCESS)
