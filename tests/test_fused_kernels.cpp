@@ -6,7 +6,9 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
+#include <limits>
 #include <tuple>
 #include <vector>
 
@@ -397,6 +399,32 @@ TEST(FusedKernels, BackwardSumsChunksOfSeveralExamples) {
   expect_backward_matches_reference(kOddBatch, true);
 }
 
+TEST(FusedKernels, WeightGradientChunkReadsOnlyItsOwnPositions) {
+  // 4 conv positions an example and chunks of 2 examples: 8 positions, half of one 16-position
+  // step of the tile, so a chunk's last step reaches into the next chunk. Infinities there, times
+  // the zeros of the x tile past the chunk, would turn the chunk's sums into NaN.
+  const Geometry g = make_geometry(33, 2, 4, 4, 3, 3, 3);
+  const Partition part = partition(g.n);
+  constexpr Tile W = kWideTiles.filter;
+  const int per_n = g.oh * g.ow;
+  ASSERT_EQ(per_n, 4);
+  ASSERT_NE(part.chunk * per_n % W.bk, 0);
+  const auto x = random_floats(std::size_t(g.n) * g.c * g.h * g.w, 3);
+  auto dconv = random_floats(std::size_t(g.n) * g.k * per_n, 4);
+  for (std::size_t i = std::size_t(part.chunk) * g.k * per_n; i < dconv.size(); ++i)
+    dconv[i] = std::numeric_limits<float>::infinity();  // every chunk but the first
+  std::vector<float> partial(std::size_t(partial_floats(g)), -1.0f);
+  emulate(
+      dim3(unsigned(ceil_div(g.crs, W.bn)), unsigned(ceil_div(g.k, W.bm)), unsigned(part.parts)),
+      dim3(W.threads()), filter_gemm_partial<W.bm, W.bn, W.bk, W.tm, W.tn>, g, part.chunk, x.data(),
+      static_cast<const float*>(dconv.data()), partial.data());
+  int not_finite = 0;
+  for (int k = 0; k < g.k; ++k)
+    for (int j = 0; j < g.crs; ++j)
+      not_finite += !std::isfinite(partial[std::size_t(k) * (g.crs + 1) + j]);
+  EXPECT_EQ(not_finite, 0) << "of the first chunk's weight-gradient sums";
+}
+
 TEST(FusedKernels, BiasGradientIsTheSameBitsOnBothPaths) {
   // Same positions per thread, same tree: the direct path skips closed positions, the GEMM path
   // adds their zeros.
@@ -434,6 +462,30 @@ TEST(FusedKernels, IndexesFitInt32OnlyBelowTwoToThe31) {
   // of 1020 x 1020 positions, 3.3e9) do not, and a slice holds at least one example.
   EXPECT_TRUE(indexes_fit_int32(make_geometry(1, 64, 1024, 1024, 1, 5, 5)));
   EXPECT_FALSE(indexes_fit_int32(make_geometry(1, 128, 1024, 1024, 1, 5, 5)));
+  // A grid-stride loop's last step goes up to one stride (268,431,360) past its end: conv1's
+  // output at 148,000 examples (2.0e9 values) fits an int, that step does not.
+  EXPECT_TRUE(indexes_fit_int32(make_geometry(130'000, 1, 28, 28, 20, 3, 3)));
+  EXPECT_FALSE(indexes_fit_int32(make_geometry(148'000, 1, 28, 28, 20, 3, 3)));
+}
+
+TEST(FusedKernels, GridsFitOnlyUpTo65535TilesOfFilters) {
+  EXPECT_TRUE(grids_fit(make_geometry(256, 20, 13, 13, 50, 5, 5)));
+  // Every index fits; the filters' tiles of 32 on the grid's y axis do not, past 65,535 x 32.
+  const Geometry many_filters = make_geometry(1, 1, 4, 4, 65535 * 32 + 1, 3, 3);
+  EXPECT_TRUE(indexes_fit_int32(many_filters));
+  EXPECT_FALSE(grids_fit(many_filters));
+  EXPECT_TRUE(grids_fit(make_geometry(1, 1, 4, 4, 65535 * 32, 3, 3)));
+  EXPECT_FALSE(grids_fit(make_geometry(1, 65535 * 32 + 1, 1, 1, 1, 1, 1)));
+}
+
+TEST(FusedKernels, DimsFitInt32NamesEveryDimensionAndTheFilterSize) {
+  EXPECT_TRUE(dims_fit_int32(256, 1, 28, 28, 20, 3, 3));
+  const int64_t big = int64_t{INT32_MAX} + 1;
+  EXPECT_FALSE(dims_fit_int32(big, 1, 28, 28, 20, 3, 3));  // wraps negative as an int
+  EXPECT_FALSE(dims_fit_int32(1, 1, 28, 28, big, 3, 3));
+  EXPECT_FALSE(dims_fit_int32(1, 1, 28, big, 20, 3, 3));
+  // Each dimension fits, c r s does not.
+  EXPECT_FALSE(dims_fit_int32(1, 1 << 20, 4096, 4096, 1, 4096, 4096));
 }
 
 TEST(FusedKernels, ColumnSumsMatchReference) {

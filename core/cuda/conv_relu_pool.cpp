@@ -111,6 +111,7 @@ class CudaConvReluPool final : public ConvReluPool {
     auto p = std::make_unique<Plan>();
     const int64_t n = x.dim(0), k = w.dim(0), oh = x.dim(2) - w.dim(2) + 1,
                   ow = x.dim(3) - w.dim(3) + 1;
+    p->g = crp::checked_geometry(n, x.dim(1), x.dim(2), x.dim(3), k, w.dim(2), w.dim(3));
     p->x = tensor4(n, x.dim(1), x.dim(2), x.dim(3));
     p->act = tensor4(n, k, oh, ow);
     PARALAB_CUDNN(cudnnCreateFilterDescriptor(&p->w));
@@ -128,8 +129,6 @@ class CudaConvReluPool final : public ConvReluPool {
     log_.note(conv_key(x, w), describe(p->algos, d_.tf32()));
     p->workspace = Tensor::empty(d_, {static_cast<int64_t>((ws + 3) / 4)});
     p->activation = Tensor::empty(d_, {n, k, oh, ow});
-    p->g = crp::make_geometry(int(n), int(x.dim(1)), int(x.dim(2)), int(x.dim(3)), int(k),
-                              int(w.dim(2)), int(w.dim(3)));
     p->masks = ReluMasks(d_, p->g);
     p->bias_partial =
         Tensor::empty(d_, {std::max<int64_t>(channel_sums_partition(n, k).parts * k, 1)});

@@ -53,9 +53,24 @@ void require_int32(const Geometry& g) {
                       std::to_string(g.c) + "," + std::to_string(g.h) + "," + std::to_string(g.w) +
                       ") with " + std::to_string(g.k) +
                       " filters is beyond the kernels' 32-bit indexing (split the batch)");
+  PARALAB_REQUIRE(grids_fit(g), "conv_relu_pool (own kernels): " + std::to_string(g.k) +
+                                    " filters of " + std::to_string(g.crs) +
+                                    " values are more than the GEMMs' grids hold (65,535 tiles)");
 }
 
 }  // namespace
+
+Geometry checked_geometry(int64_t n, int64_t c, int64_t h, int64_t w, int64_t k, int64_t r,
+                          int64_t s) {
+  PARALAB_REQUIRE(dims_fit_int32(n, c, h, w, k, r, s),
+                  "conv_relu_pool: x (" + std::to_string(n) + "," + std::to_string(c) + "," +
+                      std::to_string(h) + "," + std::to_string(w) + ") with " + std::to_string(k) +
+                      " filters of " + std::to_string(r) + "x" + std::to_string(s) +
+                      " has a dimension beyond 32 bits");
+  return make_geometry(static_cast<int>(n), static_cast<int>(c), static_cast<int>(h),
+                       static_cast<int>(w), static_cast<int>(k), static_cast<int>(r),
+                       static_cast<int>(s));
+}
 
 void forward(const Geometry& g, const TileSet& tiles, const float* x, const float* w,
              const float* b, float* y, uint8_t* mask, cudaStream_t s) {

@@ -11,6 +11,11 @@
 
 namespace paralab::cuda::crp {
 
+// make_geometry from a tensor's 64-bit dimensions; throws where one of them, or c r s, does not
+// fit the kernels' int (before anything is computed from it).
+Geometry checked_geometry(int64_t n, int64_t c, int64_t h, int64_t w, int64_t k, int64_t r,
+                          int64_t s);
+
 // y (N,K,PH,PW) and mask (N,K,PH,PW) bytes from x (N,C,H,W), w (K,C,R,S), b (K): the direct
 // kernel for small filters, the implicit GEMM otherwise. `tiles` is one of kTileSets (every set
 // gives the same bits).

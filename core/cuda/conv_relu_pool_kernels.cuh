@@ -470,11 +470,11 @@ struct FilterLoadA {
   static constexpr int kPer = BK * BM / kThreads;
   const Geometry& g;
   const float* dconv;
-  int l_end;      // the batch's end (the B tile is zero past the chunk's)
+  int l_end;      // the chunk's end: positions beyond it belong to the next chunk
   int l, n, pos;  // this thread's position of the next fetch: l = n OH OW + pos
   float v[kPer];
-  __device__ FilterLoadA(const Geometry& g_, const float* dconv_, int l_begin)
-      : g(g_), dconv(dconv_), l_end(g_.n * g_.oh * g_.ow) {
+  __device__ FilterLoadA(const Geometry& g_, const float* dconv_, int l_begin, int l_end_)
+      : g(g_), dconv(dconv_), l_end(l_end_) {
     const int per_n = g.oh * g.ow;
     l = l_begin + static_cast<int>(threadIdx.x) % BK;
     n = l / per_n;
@@ -558,7 +558,7 @@ __global__ void __launch_bounds__((BM / TM) * (BN / TN))
     x_col = (c * g.h + r) * g.w + j - c * rs - r * g.s;
   }
   float acc[TM][TN] = {};
-  FilterLoadA<BM, BK, kThreads> load_a(g, dconv, l_begin);
+  FilterLoadA<BM, BK, kThreads> load_a(g, dconv, l_begin, l_end);
   FilterLoadB<BN, BK, kThreads> load_b(g, x, l_begin, l_end, x_col);
   gemm_mainloop<BM, BN, BK, TM, TN>(As, Bs, l_begin, l_end, load_a, load_b, acc);
   constexpr int kCols = BN / TN;

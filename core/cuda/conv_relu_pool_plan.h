@@ -35,6 +35,14 @@ inline Geometry make_geometry(int n, int c, int h, int w, int k, int r, int s) {
   return g;
 }
 
+// Whether a tensor's 64-bit dimensions, and a filter's size c r s, fit make_geometry's int.
+inline bool dims_fit_int32(int64_t n, int64_t c, int64_t h, int64_t w, int64_t k, int64_t r,
+                           int64_t s) {
+  constexpr int64_t kMax = INT32_MAX;
+  return n <= kMax && c <= kMax && h <= kMax && w <= kMax && k <= kMax && r <= kMax && s <= kMax &&
+         c * r * s <= kMax;
+}
+
 // Stages whose filters have at most this many values (LeNet's conv1: 1x3x3 = 9) take the direct
 // kernels: one thread per pooled output forward; per-filter register accumulators backward.
 inline constexpr int kDirectMaxCrs = 32;
@@ -131,20 +139,34 @@ inline int64_t conv_output_floats(const Geometry& g) {
   return int64_t{g.n} * g.k * (g.h - g.r + 1) * (g.w - g.s + 1);
 }
 
+// The most blocks of a grid-stride elementwise kernel (element_blocks), and so its largest
+// stride: a loop over `total` items steps its index up to total - 1 + stride.
+inline constexpr int64_t kMaxElementBlocks = 65535 * 16;
+inline constexpr int64_t kMaxElementStride = kMaxElementBlocks * kElementThreads;
+
 // Whether every index the kernels compute fits in 32 bits (they index with int): the input, the
-// whole conv output (so also the positions the pool reads and the pooled output), the GEMMs' rows,
-// the input gradient's columns (one slice's, rounded up to a tile) and the partial sums.
+// whole conv output (so also the positions the pool reads and the pooled output), each with a
+// grid-stride loop's last step past its end, the GEMMs' rows, the input gradient's columns (one
+// slice's, rounded up to a tile) and the partial sums.
 inline bool indexes_fit_int32(const Geometry& g) {
   constexpr int64_t kMax = INT32_MAX;
   const int64_t n = g.n;
-  return n * g.c * g.h * g.w < kMax && conv_output_floats(g) < kMax &&
-         forward_rows(g) + 64 * 4 < kMax && (cols_floats(g) + int64_t{g.crs} * 256) < kMax &&
-         int64_t{g.k} * (g.crs + 1) * 64 < kMax;
+  return n * g.c * g.h * g.w + kMaxElementStride < kMax &&
+         conv_output_floats(g) + kMaxElementStride < kMax && forward_rows(g) + 64 * 4 < kMax &&
+         (cols_floats(g) + int64_t{g.crs} * 256) < kMax && int64_t{g.k} * (g.crs + 1) * 64 < kMax;
 }
 
 // The grid of a grid-stride elementwise kernel over `count` items.
 inline int element_blocks(int64_t count) {
-  return static_cast<int>(std::clamp<int64_t>(ceil_div(count, kElementThreads), 1, 65535 * 16));
+  return static_cast<int>(
+      std::clamp<int64_t>(ceil_div(count, kElementThreads), 1, kMaxElementBlocks));
+}
+
+// Whether the GEMMs' second grid dimension stays within CUDA's 65,535 blocks: filters (forward,
+// filter gradient) or filter values c*r*s (input gradient), in tiles of at least 32 in every set.
+inline bool grids_fit(const Geometry& g) {
+  constexpr int64_t kMaxY = int64_t{65535} * 32;
+  return g.k <= kMaxY && g.crs <= kMaxY;
 }
 
 }  // namespace paralab::cuda::crp

@@ -96,9 +96,8 @@ class FusedConvReluPool final : public ConvReluPool {
     auto it = plans_.find(key);
     if (it != plans_.end()) return *it->second;
     auto p = std::make_unique<Plan>();
-    auto dim = [](const Tensor& t, int i) { return static_cast<int>(t.dim(i)); };
-    p->g = crp::make_geometry(dim(x, 0), dim(x, 1), dim(x, 2), dim(x, 3), dim(w, 0), dim(w, 2),
-                              dim(w, 3));
+    p->g =
+        crp::checked_geometry(x.dim(0), x.dim(1), x.dim(2), x.dim(3), w.dim(0), w.dim(2), w.dim(3));
     p->tiles = &own_tiles();
     p->masks = ReluMasks(d_, p->g);
     p->partial = Tensor::empty(d_, {crp::partial_floats(p->g)});
