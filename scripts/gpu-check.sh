@@ -22,8 +22,8 @@
 #   bench        experiments/gpu-check.json: the 10-epoch bar, overlap, eager against one graph
 #   seeds        the 10-epoch accuracy bar for seeds 0-4 with the default kernels
 #   sanitizers   compute-sanitizer memcheck and racecheck (conv stages, linear, LeNet step, one
-#                graph over the group), synccheck and initcheck (own conv kernels), and the own
-#                kernels under the CPU emulation
+#                graph over the group; memcheck again with the narrow tiles), synccheck and
+#                initcheck (own conv kernels), and the own kernels under the CPU emulation
 #   ncu          the per-kernel time of a step, per kernel set
 #   models       AlexNet for 10 epochs on one GPU, every strategy on 2 and 4 virtual devices
 #   sweep        the performance model's collective sweep (issue 16): naive, ring, tree,
@@ -68,13 +68,14 @@ default_parts=(determinism speed pytorch collectives main bench seeds sanitizers
 # summary.txt times it), and its goals, for --list.
 # Measured on 2026-12-04 (results/reference/h200-2026-12-04/summary-call*.txt: determinism 17,
 # pytorch 56, collectives 21, main 27, bench 17, seeds 26, speed 11 with two kernel sets,
-# sanitizers 65, ncu 10 with two, sweep 155), with a margin; models never ran yet. bench has
+# sanitizers 65 (before its narrow-tile memcheck), ncu 10 with two, sweep 155), with a margin;
+# models never ran yet. bench has
 # since four short channel_split profile runs more (the model's width efficiency) and the x8
 # runs again with 32 hardware queues (connections_ab); sweep's rows
 # have since been capped at 0.1 s each (--max-wall) instead of 0.5: about 256 x (0.1 s and the
 # row's capture), unmeasured, so 90.
 declare -A needs=([determinism]=25 [pytorch]=70 [collectives]=60 [main]=40 [bench]=40
-  [seeds]=35 [speed]=50 [sanitizers]=85 [ncu]=25 [models]=240 [sweep]=90)
+  [seeds]=35 [speed]=50 [sanitizers]=95 [ncu]=25 [models]=240 [sweep]=90)
 declare -A goals_of=(
   [determinism]="same seed, same bits (cudnn, fused, mixed); steps read once per epoch"
   [pytorch]="a full epoch <= 50 ms; >= 2.5x the graphed PyTorch baseline"
@@ -83,7 +84,7 @@ declare -A goals_of=(
   [bench]="benchmark exit 0; 10-epoch bar; overlap hides communication x2 x4"
   [seeds]="10-epoch accuracy bar, seeds 0-4"
   [speed]="the default kernels are the faster; the own kernels' tile sets give the same bits"
-  [sanitizers]="memcheck; racecheck; synccheck; initcheck; memcheck over one graph over the group; own kernels under the CPU emulation"
+  [sanitizers]="memcheck; memcheck with the narrow tiles; racecheck; synccheck; initcheck; memcheck over one graph over the group; own kernels under the CPU emulation"
   [ncu]="ncu per-kernel breakdown (cudnn, fused, mixed)"
   [models]="AlexNet >= 0.85 in 10 epochs; AlexNet strategies on 2 and 4 virtual devices"
   [sweep]="the model's collective sweep: every algorithm at every size on 2, 4 and 8 devices")
@@ -419,6 +420,13 @@ capped 150 compute-sanitizer --tool racecheck --error-exitcode 9 $BUILD/tests/te
 rc=$?
 goal "compute-sanitizer racecheck (own kernels)" $rc \
   "$(outcome $rc "$FILES/sanitizer-racecheck.log" 'ERROR SUMMARY|RACECHECK SUMMARY')"
+# The narrow tile set's own GEMMs (other tiles, other loaders) under memcheck too.
+PARALAB_OWN_TILES=narrow capped 90 compute-sanitizer --tool memcheck --error-exitcode 9 \
+  $BUILD/tests/test_backends --gtest_filter='*ConvReluPool*/cuda_fused' \
+  > "$FILES/sanitizer-memcheck-narrow.log" 2>&1
+rc=$?
+goal "compute-sanitizer memcheck (own conv kernels, narrow tiles)" $rc \
+  "$(outcome $rc "$FILES/sanitizer-memcheck-narrow.log" 'ERROR SUMMARY')"
 # The own conv kernels alone (multi-tile grids included): barriers every thread of a block
 # reaches (synccheck), and no read of device memory nothing wrote (initcheck: partial sums,
 # masks, the staged activation).
