@@ -600,6 +600,33 @@ TEST(PointToPoint, AStepIsOneGroupHoweverItIsCut) {
     }
 }
 
+// Fewer floats than ranks (or none): the ring's steps carry empty pieces, and a rank whose step
+// adds nothing still posts its group, so that its peers' receives meet their sends.
+TEST(PointToPoint, StepsWithEmptyPiecesGiveTheInProcessSums) {
+  for (const int k : {2, 3, 4})
+    for (const int64_t n : {int64_t{0}, int64_t{1}, int64_t{k - 1}})
+      for (const std::string algorithm : {"ring", "naive", "tree"}) {
+        auto devices = make_devices("cpu", k, {});
+        std::vector<Device*> ptrs;
+        for (auto& d : devices) ptrs.push_back(d.get());
+        auto input = [&](int r) { return random_data(n, 80 + r); };
+        const auto want = allreduce_all(algorithm, k, n, input, 0);
+        Wire wire(k);
+        RankGroup threads(ptrs);
+        std::vector<std::vector<float>> got(static_cast<std::size_t>(k));
+        auto ar = make_allreduce(algorithm, {0});
+        EXPECT_NO_THROW(threads.run([&](int r) {
+          auto t = make_point_to_point_transport(
+              *ptrs[r], std::make_unique<FakeNcclPointToPoint>(wire, r, k), [] {});
+          Tensor buf = Tensor::from_host(*ptrs[r], {n}, input(r));
+          ar->run(*t, buf);
+          got[r] = buf.to_host_f32();
+        })) << algorithm
+            << " k " << k << " n " << n;
+        EXPECT_EQ(got, want) << algorithm << " k " << k << " n " << n;
+      }
+}
+
 // A device whose thread cannot be bound (as a CUDA device that is gone): each task the group
 // runs fails with that error, rethrown by run(), instead of ending the process from the thread.
 class UnbindableDevice final : public testing::ForwardingDevice {

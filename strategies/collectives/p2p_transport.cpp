@@ -94,7 +94,9 @@ class PointToPointTransport final : public Transport {
       if (r.reduce) scratch_floats += r.buf.numel();
     }
     for (const StepSend& s : sends) check_peer(s.peer);
-    const Tensor landing = scratch_floats ? scratch(device_, scratch_floats) : Tensor{};
+    // Defined even when every add is empty (scratch gives at least one float): an empty receive
+    // still takes its view, and a throw here would leave the peers' receives unmet.
+    const Tensor landing = scratch(device_, scratch_floats);
     std::vector<Tensor> into;  // every receive's buffer, alive until the group ends
     into.reserve(receives.size());
     int64_t at = 0;
