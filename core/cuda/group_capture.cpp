@@ -356,12 +356,22 @@ class CudaGroupCapture final : public GroupCapture {
       own.push_back(work_context(d->sm_share(), d->compute_stream(), &why));
       if (!why.empty()) return {{"kernel_contexts", "unknown: " + why}};
     }
+    // The transport's whole collective steps (group_mover.cpp) run on the whole GPU by design,
+    // for all ranks at once: counted apart, by name, whichever context they report (a device
+    // without an SM share runs in the GPU's own context too).
+    std::vector<char> step(kernels.size(), 0);
+    std::size_t steps = 0;
+    for (std::size_t i = 0; i < kernels.size() && i < names.size(); ++i) {
+      step[i] = names[i].find("group_moves_k") != std::string::npos;
+      steps += step[i] ? 1 : 0;
+    }
     nlohmann::json per_device = nlohmann::json::array();
     std::size_t matched = 0, unknown = 0;
-    for (CUcontext c : kernels) unknown += c == nullptr ? 1 : 0;
+    for (std::size_t i = 0; i < kernels.size(); ++i) unknown += !step[i] && !kernels[i] ? 1 : 0;
     for (std::size_t r = 0; r < devices_.size(); ++r) {
       int64_t n = 0;
-      for (CUcontext c : kernels) n += c == own[r] ? 1 : 0;
+      for (std::size_t i = 0; i < kernels.size(); ++i)
+        n += !step[i] && kernels[i] == own[r] ? 1 : 0;
       // Devices without an SM share all run in the GPU's context: counted once, on the first.
       bool shared = false;
       for (std::size_t q = 0; q < r; ++q) shared = shared || own[q] == own[r];
@@ -371,18 +381,12 @@ class CudaGroupCapture final : public GroupCapture {
       per_device.push_back(std::move(entry));
     }
     // The kernels outside every device's context, by name: which launches escape the SM shares.
-    // The transport's whole collective steps (group_mover.cpp) run on the whole GPU by design,
-    // for all ranks at once: counted apart.
     std::map<std::string, int64_t> outside;
-    std::size_t steps = 0;
     for (std::size_t i = 0; i < kernels.size(); ++i) {
-      if (kernels[i] == nullptr || std::find(own.begin(), own.end(), kernels[i]) != own.end())
+      if (step[i] || kernels[i] == nullptr ||
+          std::find(own.begin(), own.end(), kernels[i]) != own.end())
         continue;
       const std::string& name = i < names.size() && !names[i].empty() ? names[i] : "(unnamed)";
-      if (name.find("group_moves_k") != std::string::npos) {
-        ++steps;
-        continue;
-      }
       ++outside[name.substr(0, 120)];
     }
     return {{"kernel_nodes", kernels.size()},
