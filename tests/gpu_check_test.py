@@ -233,6 +233,50 @@ class Verdicts(unittest.TestCase):
             self.assertEqual(len(compared), 1, summary)
             self.assertIn("(ParaLab: mixed, kernels mixed)", compared[0])
 
+    @staticmethod
+    def speed_stand_in(ms, status="ok", config=True):
+        # A stand-in bench_runner for the speed part: median step ms[kernels], + 0.1 without
+        # split-K, + 0.2 under PARALAB_CUDNN_RULE=gemm; the tile set it ran with recorded.
+        return (
+            "#!/usr/bin/python3\n"
+            "import json, os, sys\n"
+            "a = sys.argv\n"
+            "out = a[a.index('--out') + 1]\n"
+            "kernels = [x.split('=', 1)[1] for x in a if x.startswith('kernels=')][0]\n"
+            f"ms = {ms!r}[kernels]\n"
+            "tiles = os.environ.get('PARALAB_OWN_TILES', 'wide')\n"
+            "ms += 0.1 if os.environ.get('PARALAB_CUBLASLT_SPLIT_K') == 'off' else 0\n"
+            "ms += 0.2 if os.environ.get('PARALAB_CUDNN_RULE') == 'gemm' else 0\n"
+            f"run = {{'status': {status!r}, 'iterations': [{{'total_ms': ms}}] * 3,\n"
+            "       'parameters_digest': 'fnv1a64:' + kernels}\n"
+            + ("run['config'] = {'device_list': [{'ops': {'choices': {'c': {'tiles': tiles}}}}]}\n"
+               if config else "")
+            + "json.dump({'runs': [run]}, open(out, 'w'))\n")
+
+    def speed_verdicts(self, fake):
+        with tempfile.TemporaryDirectory() as tmp:
+            summary, _ = run_stand_in(tmp, ["speed"], bench_runner=fake)
+        return summary, [line for line in summary if line.startswith(("gpu-check: PASS: ", "gpu-check: FAIL: "))]
+
+    def test_speed_takes_each_configuration_alone_and_fails_without_runs_or_a_verdict(self):
+        # cudnn fastest alone (0.3), its variants slower (0.4 without split-K, 0.5 with the gemm
+        # rule): pooled with them, as a prefix match of file names did, cudnn read 0.4 and fused
+        # took fused-narrow's tiles too.
+        summary, goals = self.speed_verdicts(self.speed_stand_in({"cudnn": 0.3, "fused": 0.5, "mixed": 0.45}))
+        self.assertEqual(len(goals), 2, summary)
+        self.assertTrue(goals[0].startswith("gpu-check: PASS: the default kernels (cudnn) are the faster"), goals[0])
+        self.assertIn("cudnn 0.3000 ms; fused 0.5000 ms; fused-narrow 0.5000 ms; mixed 0.4500 ms; "
+                      "cudnn-nosplitk 0.4000 ms; cudnn-gemm 0.5000 ms; mixed-gemm 0.6500 ms", goals[0])
+        self.assertTrue(goals[1].startswith("gpu-check: PASS: the own kernels' tile sets give the same bits"), goals[1])
+        # No run ok: a failure that names them, not a pass by default.
+        summary, goals = self.speed_verdicts(self.speed_stand_in({"cudnn": 0.3, "fused": 0.5, "mixed": 0.45}, status="failed"))
+        self.assertTrue(goals[0].startswith("gpu-check: FAIL: the default kernels"), summary)
+        self.assertIn("no ok run: cudnn, fused, fused-narrow, mixed, cudnn-nosplitk, cudnn-gemm, mixed-gemm", goals[0])
+        # Results the checker cannot read (no config): it prints no verdict, and the part fails by name.
+        summary, goals = self.speed_verdicts(self.speed_stand_in({"cudnn": 0.3, "fused": 0.5, "mixed": 0.45}, config=False))
+        self.assertEqual(goals, ["gpu-check: FAIL: speed: the default kernels are the faster; the tile sets' bits "
+                                 "(its checker printed no verdict)"], summary)
+
     def test_the_bench_part_reruns_failed_runs_per_rank_and_eight_devices_with_32_queues(self):
         # A stand-in bench_runner. Its two-device run fails (as a step mover that broke under
         # capture would) except in the --resume call, which records the PARALAB_STEP_MOVES it ran
