@@ -72,8 +72,10 @@ default_parts=(determinism speed pytorch collectives main bench seeds sanitizers
 # models never ran yet. bench has
 # since four short channel_split profile runs more (the model's width efficiency) and the x8
 # runs again with 32 hardware queues (connections_ab); sweep's rows
-# have since been capped at 0.1 s each (--max-wall) instead of 0.5: about 256 x (0.1 s and the
+# have since been capped at 0.1 s each (--max-wall) instead of 0.5: about 240 x (0.1 s and the
 # row's capture), unmeasured, so 90.
+# Each command's own time cap is about 4-6x what it took on 2026-12-04 (main 27 s: 150; bench 17 s:
+# 120), so that a command that hangs costs a part, not the call.
 declare -A needs=([determinism]=25 [pytorch]=70 [collectives]=60 [main]=40 [bench]=40
   [seeds]=35 [speed]=50 [sanitizers]=95 [ncu]=25 [models]=240 [sweep]=90)
 declare -A goals_of=(
@@ -521,7 +523,8 @@ fi
 
 # retry_per_rank RESULTS DESCRIPTOR [ARGS...]: where multi-device runs of RESULTS failed while
 # collective steps moved whole (PARALAB_STEP_MOVES unset or auto: the step mover, new on GPUs), one
-# line per failure with its reason, then those runs again with PARALAB_STEP_MOVES=per_rank
+# line per failure with its reason (or the file unfinished: a crash or a hang), then those runs
+# again with PARALAB_STEP_MOVES=per_rank
 # (bench_runner --resume keeps the ok ones) into RESULTS' sibling <name>-per-rank.json, so that a
 # failing mover does not cost the call the strategies' measurements. Figures, not goals: the
 # goals read RESULTS.
@@ -538,13 +541,18 @@ except (OSError, ValueError, KeyError):
 for r in runs:
     if r.get("status") == "failed" and (r.get("config") or {}).get("devices", 1) > 1:
         print(f"{r.get('label')}: {' '.join(str(r.get('reason') or 'no reason given').split())[:300]}")
+# A process that crashed or hung (cut at its time limit) leaves the file unfinished: the runs it
+# did not finish are rerun too (--resume reruns every run that is not ok).
+state = json.load(open(sys.argv[1])).get("state")
+if state != "complete":
+    print(f"(the results file is {state}, not complete: its unfinished runs)")
 PY
 )
   [[ -z $failed ]] && return 0
   while IFS= read -r l; do log "failed with whole steps: $l"; done <<< "$failed"
   out=${results%.json}-per-rank.json
   t0=$(date +%s)
-  PARALAB_STEP_MOVES=per_rank capped 180 $BUILD/bench_runner "$descriptor" "$@" --resume "$results" \
+  PARALAB_STEP_MOVES=per_rank capped 120 $BUILD/bench_runner "$descriptor" "$@" --resume "$results" \
     --out "$out" > "${out%.json}.log" 2>&1
   rc=$?
   log "the failed runs again with PARALAB_STEP_MOVES=per_rank: exit $rc in $(( $(date +%s) - t0 )) s ($(basename "$out"))"
@@ -594,7 +602,7 @@ PY
 
 part_bench() {
 t0=$(date +%s)
-capped 240 $BUILD/bench_runner experiments/gpu-check.json --out "$FILES/gpu-check.json" \
+capped 120 $BUILD/bench_runner experiments/gpu-check.json --out "$FILES/gpu-check.json" \
   > "$FILES/bench_runner.log" 2>&1
 rc=$?
 goal "bench_runner experiments/gpu-check.json runs to its end" $rc "exit $rc in $(( $(date +%s) - t0 )) s$( ((rc == 124)) && echo ', stopped at its time limit')"
@@ -695,7 +703,7 @@ PY
 part_collectives() {
   local t0
   t0=$(date +%s)
-  capped 240 $BUILD/allreduce_bench --backend=cuda --devices=2,4,8 --sizes=sweep \
+  capped 120 $BUILD/allreduce_bench --backend=cuda --devices=2,4,8 --sizes=sweep \
     --chunk-bytes=auto,0,1048576,262144,65536 \
     --benchmark_filter='^(allreduce/(ring|tree)/devices:[248]/bytes:(516272|16777216|67108864)/chunk:-1/|allreduce/(ring|tree)/devices:[248]/bytes:16777216/chunk:|memcpy/devices:2/bytes:(516272|16777216|67108864)/)' \
     --benchmark_out="$FILES/allreduce-cuda.json" --benchmark_out_format=json \
@@ -703,7 +711,16 @@ part_collectives() {
   local rc=$?
   log "allreduce_bench (cuda) exit $rc in $(( $(date +%s) - t0 )) s"
   ((rc == 0)) || status=1
-  goal_lines "collectives: ring/tree against memcpy, per-message cost" < <(python3 - "$FILES/allreduce-cuda.json" <<'PY'
+  # The same rows with each message its receiver's own kernel (PARALAB_STEP_MOVES=per_rank, how
+  # every run before whole steps moved): what one kernel per step for all ranks changes (figures),
+  # and the per-message cost where messages are separate operations (the goal: whole steps merge
+  # a step's pieces into one move, so their slope cannot show a cost per message).
+  capped 90 env PARALAB_STEP_MOVES=per_rank $BUILD/allreduce_bench --backend=cuda --devices=2,4,8 \
+    --sizes=sweep --chunk-bytes=auto,0,1048576,262144,65536 \
+    --benchmark_filter='^(allreduce/(ring|tree)/devices:[248]/bytes:(516272|16777216|67108864)/chunk:-1/|allreduce/ring/devices:[248]/bytes:16777216/chunk:|memcpy/devices:2/bytes:(516272|16777216|67108864)/)' \
+    --benchmark_out="$FILES/allreduce-cuda-per-rank.json" --benchmark_out_format=json \
+    >> "$FILES/allreduce_bench.log" 2>&1 || log "allreduce_bench (PARALAB_STEP_MOVES=per_rank) exit $?"
+  goal_lines "collectives: ring/tree against memcpy, per-message cost" < <(python3 - "$FILES/allreduce-cuda.json" "$FILES/allreduce-cuda-per-rank.json" <<'PY'
 import json, re, sys
 try:
     rows = json.load(open(sys.argv[1]))["benchmarks"]
@@ -740,39 +757,55 @@ if got and 516272 in memcpy:
           f": ring x2 LeNet gradient <= 1.5x memcpy ({got[0]:.1f} us, {ratio:.2f}x)")
 else:
     print("FAIL: ring x2 LeNet gradient <= 1.5x memcpy (not measured)")
-# Per-message cost: ring at 16 MiB, messages per rank = 2(k-1) x pieces per segment.
-for k in (2, 4, 8):
+# Per-message cost: ring at 16 MiB, messages per rank = 2(k-1) x pieces per segment; the slope
+# of time against messages over the piece sizes.
+def fit(table, k):
     pts = []
-    for (algo, kk, b, chunk), (us, used) in ar.items():
+    for (algo, kk, b, chunk), (us, used) in table.items():
         if algo == "ring" and kk == k and b == 16777216 and chunk != -1 and used is not None:
             seg = b / k
             pieces = 1 if used == 0 else -(-int(seg) // int(used))
             pts.append((2 * (k - 1) * pieces, us))
     if len(pts) < 3:
-        print(f"FAIL: per-message cost x{k} <= 5 us (only {len(pts)} chunk sizes measured)"); continue
+        return None, len(pts)
     n = len(pts); mx = sum(p[0] for p in pts) / n; my = sum(p[1] for p in pts) / n
-    slope = sum((x - mx) * (y - my) for x, y in pts) / max(1e-12, sum((x - mx) ** 2 for x, _ in pts))
-    # With whole steps (one kernel per step for all ranks) a step's pieces move as one: the
-    # slope then says that cutting costs nothing, and the cost of a step is the figure to read.
-    whole = whole_steps.get(("ring", k))
+    return sum((x - mx) * (y - my) for x, y in pts) / max(1e-12, sum((x - mx) ** 2 for x, _ in pts)), n
+per_rank = {}
+try:
+    for r in json.load(open(sys.argv[2]))["benchmarks"]:
+        if r.get("error_occurred") or "real_time" not in r or r["name"].startswith("memcpy/"):
+            continue
+        f = parse(r["name"])
+        if r.get("whole_steps") == 1:
+            continue  # not moved per rank after all
+        per_rank[(r["name"].split("/")[1], f["devices"], f["bytes"], f.get("chunk", -1))] = (
+            r["real_time"], r.get("chunk_bytes"))
+except (OSError, ValueError, KeyError):
+    pass
+for k in (2, 4, 8):
+    if not whole_steps.get(("ring", k)):
+        slope, n = fit(ar, k)
+        if slope is None:
+            print(f"FAIL: per-message cost x{k} <= 5 us (only {n} chunk sizes measured)"); continue
+        print(("PASS" if slope <= 5 else "FAIL") +
+              f": per-message cost x{k} <= 5 us (fitted {slope:.2f} us over {n} chunk sizes)")
+        continue
+    # Whole steps (one kernel per step for all ranks) move a step's pieces as one: their slope says
+    # that cutting costs nothing (a figure); the goal is read where each message is its own kernel.
+    whole_slope, _ = fit(ar, k)
+    note = "" if whole_slope is None else f"; whole steps: {whole_slope:.2f} us"
     per_step = ar.get(("ring", k, 516272, -1))
-    note = ""
-    if whole:
-        note = "; whole steps: a step's pieces move as one kernel"
-        if per_step:
-            note += f"; the LeNet gradient's {2 * (k - 1)} steps take {per_step[0]:.1f} us, {per_step[0] / (2 * (k - 1)):.2f} us a step"
+    if per_step:
+        note += (f", the LeNet gradient's {2 * (k - 1)} steps {per_step[0]:.1f} us, "
+                 f"{per_step[0] / (2 * (k - 1)):.2f} us a step")
+    slope, n = fit(per_rank, k)
+    if slope is None:
+        print(f"FAIL: per-message cost x{k} <= 5 us (messages per rank: only {n} chunk sizes measured{note})")
+        continue
     print(("PASS" if slope <= 5 else "FAIL") +
-          f": per-message cost x{k} <= 5 us (fitted {slope:.2f} us over {n} chunk sizes{note})")
+          f": per-message cost x{k} <= 5 us (messages per rank: fitted {slope:.2f} us over {n} chunk sizes{note})")
 PY
 )
-  # The same goal rows with each message its receiver's own kernel (PARALAB_STEP_MOVES=per_rank,
-  # how every run before whole steps moved), beside the whole steps above: what one kernel per
-  # step for all ranks changes. Figures, not goals.
-  capped 90 env PARALAB_STEP_MOVES=per_rank $BUILD/allreduce_bench --backend=cuda --devices=2,4,8 \
-    --sizes=sweep \
-    --benchmark_filter='^(allreduce/(ring|tree)/devices:[248]/bytes:(516272|16777216|67108864)/|memcpy/devices:2/bytes:(516272|16777216|67108864)/)' \
-    --benchmark_out="$FILES/allreduce-cuda-per-rank.json" --benchmark_out_format=json \
-    >> "$FILES/allreduce_bench.log" 2>&1 || log "allreduce_bench (PARALAB_STEP_MOVES=per_rank) exit $?"
   python3 - "$FILES/allreduce-cuda.json" "$FILES/allreduce-cuda-per-rank.json" <<'PY' | while IFS= read -r l; do log "$l"; done
 import json, re, sys
 def rows(path):
@@ -831,8 +864,8 @@ by = {}
 for r in rows:
     f = dict(re.findall(r"(devices|bytes|chunk):(-?\d+)", r["name"]))
     if (r.get("error_occurred") or "real_time" not in r or not r["name"].startswith("allreduce/tree/")
-            or f.get("bytes") != "16777216"):
-        continue
+            or f.get("bytes") != "16777216" or f.get("chunk") == "-1"):
+        continue  # chunk:-1 (auto) is chunk:0's whole messages again on one GPU
     by.setdefault(int(f["devices"]), []).append((int(r.get("chunk_bytes", -1)), r["real_time"]))
 for k, pts in sorted(by.items()):
     print(f"tree x{k} 16 MiB by piece size: " +
@@ -875,7 +908,7 @@ PY
 part_main() {
   local t0 rc
   t0=$(date +%s)
-  capped 480 $BUILD/bench_runner experiments/scaling.json --set backend=cuda --plot \
+  capped 150 $BUILD/bench_runner experiments/scaling.json --set backend=cuda --plot \
     --out "$FILES/scaling-gpu.json" > "$FILES/scaling-main-command.log" 2>&1
   rc=$?
   log "bench_runner experiments/scaling.json --plot exit $rc in $(( $(date +%s) - t0 )) s"
@@ -1030,8 +1063,8 @@ part_sweep() {
 local t0 rc
 t0=$(date +%s)
 # --max-wall=0.1: each row's mean over 0.1 s of collectives (hundreds of small ones; 5 of the
-# largest), not the default 0.5 s: 256 rows, 155 s on 2026-12-04 at 0.5.
-capped 240 $BUILD/allreduce_bench --backend=cuda --devices=2,4,8 --sizes=sweep --max-wall=0.1 \
+# largest), not the default 0.5 s: 240 rows, 155 s on 2026-12-04 at 0.5.
+capped 180 $BUILD/allreduce_bench --backend=cuda --devices=2,4,8 --sizes=sweep --max-wall=0.1 \
   --benchmark_filter='^(allreduce/(naive|ring|tree)|allgather/ring|reduce_scatter/ring|memcpy)/devices:[248]/' \
   --benchmark_out="$FILES/allreduce-cuda-sweep.json" --benchmark_out_format=json \
   > "$FILES/allreduce_bench-sweep.log" 2>&1

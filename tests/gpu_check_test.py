@@ -233,6 +233,54 @@ class Verdicts(unittest.TestCase):
             self.assertEqual(len(compared), 1, summary)
             self.assertIn("(ParaLab: mixed, kernels mixed)", compared[0])
 
+    def test_the_per_message_cost_is_read_where_each_message_is_its_own_operation(self):
+        # A stand-in allreduce_bench: with whole steps (the default) the ring's time does not
+        # depend on its pieces; moved per rank it costs 4 us a message on 2 and 4 devices and
+        # 7 us on 8. The goal reads the per-rank fit; the whole steps' slope is a figure.
+        fake = (
+            "#!/usr/bin/python3\n"
+            "import json, os, sys\n"
+            "out = [x.split('=', 1)[1] for x in sys.argv if x.startswith('--benchmark_out=')][0]\n"
+            "whole = os.environ.get('PARALAB_STEP_MOVES') != 'per_rank'\n"
+            "rows = [{'name': f'memcpy/devices:2/bytes:{b}/real_time', 'real_time': 20.0}\n"
+            "        for b in (516272, 16777216, 67108864)]\n"
+            "for k in (2, 4, 8):\n"
+            "    for chunk in (-1, 0, 1048576, 262144, 65536):\n"
+            "        used = max(chunk, 0)\n"
+            "        msgs = 2 * (k - 1) * (1 if used == 0 else -(-(16777216 // k) // used))\n"
+            "        us = 100.0 if whole else 100.0 + (7.0 if k == 8 else 4.0) * msgs\n"
+            "        rows.append({'name': f'allreduce/ring/devices:{k}/bytes:16777216/chunk:{chunk}/real_time',\n"
+            "                     'real_time': us, 'chunk_bytes': used, 'whole_steps': int(whole)})\n"
+            "json.dump({'benchmarks': rows}, open(out, 'w'))\n")
+        with tempfile.TemporaryDirectory() as tmp:
+            summary, _ = run_stand_in(tmp, ["collectives"], allreduce_bench=fake)
+        cost = [line for line in summary if "per-message cost" in line]
+        self.assertEqual(len(cost), 3, summary)
+        for k, line in zip((2, 4, 8), cost):
+            self.assertTrue(line.startswith(("gpu-check: FAIL: " if k == 8 else "gpu-check: PASS: ") +
+                                            f"per-message cost x{k} <= 5 us (messages per rank: fitted "
+                                            f"{7.0 if k == 8 else 4.0:.2f} us over 4 chunk sizes; "
+                                            "whole steps: 0.00 us"), line)
+
+    def test_an_unfinished_results_file_is_resumed_per_rank_too(self):
+        # A stand-in bench_runner that stops half-way (as one killed at its time limit or crashed
+        # leaves its file: state "interrupted", no failed run): the runs are resumed per rank.
+        fake = (
+            "#!/usr/bin/python3\n"
+            "import json, os, sys\n"
+            "a = sys.argv\n"
+            "out = a[a.index('--out') + 1]\n"
+            "state = 'complete' if '--resume' in a else 'interrupted'\n"
+            "runs = [{'status': 'ok', 'label': 'single x1', 'config': {'devices': 1}, 'iterations': []}]\n"
+            "json.dump({'state': state, 'runs': runs}, open(out, 'w'))\n")
+        with tempfile.TemporaryDirectory() as tmp:
+            summary, files = run_stand_in(tmp, ["bench"], 200, bench_runner=fake)
+            self.assertIn("gpu-check: failed with whole steps: (the results file is interrupted, not "
+                          "complete: its unfinished runs)", summary)
+            again = [line for line in summary if "the failed runs again with PARALAB_STEP_MOVES=per_rank" in line]
+            self.assertEqual(len(again), 1, summary)
+            self.assertIn("exit 0", again[0])
+
     @staticmethod
     def speed_stand_in(ms, status="ok", config=True):
         # A stand-in bench_runner for the speed part: median step ms[kernels], + 0.1 without
