@@ -313,6 +313,19 @@ def h200_compute(gpu_check_path=None):
                              "each 4.3 us with one host thread, 9.5 us with 8 (FINDINGS.md)",
                         host=(step[1], launch), graph_factor=graphed / step[1],
                         group_overhead=group - graphed, kernels=kernels)
+    # Profile runs that failed with whole steps were run again per rank (scripts/gpu-check.sh's
+    # retry, <name>-per-rank.json beside it): their per-device compute, which excludes the
+    # collectives, is the same measurement.
+    widths_from = path
+    retry = path[:-len(".json")] + "-per-rank.json" if path.endswith(".json") else None
+    if not widths and retry and os.path.isfile(retry):
+        for r in load(retry)["runs"]:
+            c = r["config"]
+            if (r["status"] == "ok" and c["strategy"] == "channel_split" and
+                    r["label"].startswith(WIDTH_CALIBRATION)):
+                per_dev = median([p["compute_ms"] + p["optimizer_ms"] for p in r["timing"]["per_device"]])
+                widths.append((c["devices"], c["global_batch"], c["global_batch"] * h200_effective(c), per_dev))
+        widths_from = retry
     # channel_split's narrower kernels on their SM shares: the profile runs' per-device compute
     # over the layer model's at 1/k of the channels (as cpu_compute), the median per k.
     eff = {}
@@ -320,8 +333,12 @@ def h200_compute(gpu_check_path=None):
         eff.setdefault(k, []).append(ms / sum(comp.layer_ms(x, 1.0 / k)))
     comp.width_efficiency = {k: median(v) for k, v in sorted(eff.items())}
     if widths:
-        comp.note += ("; channel_split's width efficiency: the runs '%s ...' at batch %s" %
-                      (WIDTH_CALIBRATION, ", ".join(str(b) for b in sorted({w[1] for w in widths}))))
+        comp.note += ("; channel_split's width efficiency: the runs '%s ...' at batch %s%s" %
+                      (WIDTH_CALIBRATION, ", ".join(str(b) for b in sorted({w[1] for w in widths})),
+                       "" if widths_from == path else " (from %s)" % os.path.relpath(widths_from, ROOT)))
+    elif any(r["label"].startswith(WIDTH_CALIBRATION) for r in d["runs"]):
+        comp.note += ("; channel_split's width efficiency: none (the runs '%s ...' did not end ok)" %
+                      WIDTH_CALIBRATION)
     return comp
 
 
@@ -365,6 +382,15 @@ def h200_link(path=None):
                                  whole_steps=whole)
     else:
         rows = bench_rows(path)
+        # The host-bound fit prices every message as its receiver's own operation, in 256 KiB
+        # pieces (the 2026-11-30 run's transport); eager rows moved in whole steps, or in other
+        # pieces, are something else.
+        if bench_whole_steps(path, graphs=False):
+            raise ValueError("%s: its rows are eager and moved in whole steps, which the host-bound "
+                             "model does not price (their graphs were not captured)" % name)
+        if rows and bench_chunk(path, graphs=False) not in (None, perf.CHUNK_BYTES):
+            raise ValueError("%s: its rows are eager in %s-byte pieces; the host-bound model prices "
+                             "%d-byte ones" % (name, bench_chunk(path, graphs=False), perf.CHUNK_BYTES))
         note = ("host-bound model fitted on %s (%s virtual devices on one H200, eager): copy per "
                 "byte from its memcpy rows, alpha and adds per algorithm and k; other k "
                 "extrapolated geometrically in k" % (name, " and ".join(str(k) for k in sorted({r[2] for r in rows}))))
@@ -394,7 +420,7 @@ def h200_ref(reference=REFERENCE, skipped=None):
             if lacks:
                 raise ValueError("%s: no %s rows" % (os.path.relpath(h200_bench_path(d), ROOT), ", ".join(lacks)))
             return d
-        except (OSError, ValueError) as e:
+        except (OSError, ValueError, KeyError, TypeError) as e:  # a file it cannot read: passed over
             if skipped is not None and d != H200_FIRST:
                 skipped.append("%s not fitted: %s" % (os.path.relpath(d, ROOT), e))
     return H200_FIRST
@@ -445,6 +471,16 @@ def validate_runs(kind, path, comp, link, effective=None, own_level=True, kernel
     points = []
     level = 1.0
     runs = [r for r in d["runs"] if r["status"] == "ok" and r["timing"]["median_iteration_ms"]]
+    if not_predicted is not None:
+        # Runs that did not end ok (skipped ones said why they could not run at all) are named,
+        # not dropped without a word; so is a file its process did not finish.
+        for r in d["runs"]:
+            if r["status"] not in ("ok", "skipped"):
+                not_predicted.append("%s: %s (%s: %s)" % (src, r["label"], r["status"],
+                                                          " ".join(str(r.get("reason") or "no reason given").split())[:200]))
+        if d.get("state", "complete") != "complete":
+            not_predicted.append("%s: the file is %s, not complete: runs after its last are missing" %
+                                 (src, d.get("state")))
     for r in runs:
         c = dict(r["config"])
         if kernels is not None and run_kernels(c) not in (None, kernels):

@@ -760,6 +760,62 @@ class H200Runs(unittest.TestCase):
             self.assertTrue(after[label]["held_out"])
             self.assertGreater(after[label]["breakdown_ms"]["compute"], 1.5 * before[label]["breakdown_ms"]["compute"])
 
+    def test_profile_runs_that_failed_are_taken_from_their_per_rank_retry_or_named(self):
+        # scripts/gpu-check.sh reruns multi-device runs that failed with whole steps into
+        # <name>-per-rank.json: the profile runs' compute is the same measurement there.
+        src = os.path.join(calibrate.REFERENCE, "h200-2026-12-04", "gpu-check.json")
+        with open(src) as f:
+            doc = json.load(f)
+        base = [r for r in doc["runs"] if r["label"].startswith("channel_split/none x2")][0]
+        profile = json.loads(json.dumps(base))
+        profile["label"] = "%s b128 [devices=2] [virtual]" % calibrate.WIDTH_CALIBRATION
+        failed = dict(json.loads(json.dumps(profile)), status="failed", reason="cuda: capture\n invalidated")
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "gpu-check.json")
+            with open(path, "w") as f:
+                json.dump(dict(doc, runs=doc["runs"] + [failed], state="interrupted"), f)
+            comp = calibrate.h200_compute(path)
+            self.assertEqual(comp.width_efficiency, {})
+            self.assertIn("width efficiency: none (the runs '%s ...' did not end ok)" % calibrate.WIDTH_CALIBRATION,
+                          comp.note)
+            # The failed run and the unfinished file are named among the runs not predicted.
+            link = calibrate.h200_link(os.path.join(calibrate.REFERENCE, "h200-2026-12-04",
+                                                    "allreduce-cuda-sweep.json"))[0]
+            skipped = []
+            calibrate.validate_runs("h200", path, comp, link, calibrate.h200_effective, not_predicted=skipped)
+            self.assertIn("gpu-check.json: %s (failed: cuda: capture invalidated)" % failed["label"], skipped[0])
+            self.assertIn("gpu-check.json: the file is interrupted, not complete", skipped[-1])
+            with open(os.path.join(d, "gpu-check-per-rank.json"), "w") as f:
+                json.dump(dict(doc, runs=[profile]), f)
+            comp = calibrate.h200_compute(path)
+            self.assertEqual(sorted(comp.width_efficiency), [2])
+            self.assertIn("(from %s)" % os.path.relpath(os.path.join(d, "gpu-check-per-rank.json"), calibrate.ROOT),
+                          comp.note)
+
+    def test_eager_rows_moved_in_whole_steps_are_not_fitted_host_bound(self):
+        # Graphs that could not be captured leave eager rows; moved in whole steps they are not
+        # the per-rank messages the host-bound model prices, so the directory is passed over.
+        rows = [(op, n, k, self.TRUTH.time(op, n, k), 0) for op in ("naive", "ring", "tree", "p2p")
+                for k in (2, 4) for n in [4 ** i for i in range(1, 15)]]
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "allreduce-cuda-sweep.json")
+            self.bench_file(path, rows, whole_steps=("naive", "ring", "tree"))
+            with self.assertRaisesRegex(ValueError, "eager and moved in whole steps"):
+                calibrate.h200_link(path)
+            self.bench_file(path, rows)
+            self.assertTrue(calibrate.h200_link(path)[0].host_bound)
+
+    def test_the_h200_prose_says_when_it_was_written_for_another_run(self):
+        self.assertEqual(os.path.basename(calibrate.H200_REF), report.PROSE_H200_RUN)
+        self.assertEqual(report.stale_h200_prose(), "")
+        fitted = calibrate.H200_REF
+        try:
+            calibrate.H200_REF = os.path.join(calibrate.REFERENCE, "h200-2026-12-31")
+            self.assertIn("written for results/reference/h200-2026-12-04; the model now fits "
+                          "results/reference/h200-2026-12-31", report.stale_h200_prose())
+        finally:
+            calibrate.H200_REF = fitted
+
     def test_an_eager_file_is_fitted_host_bound(self):
         link, rows, fit = calibrate.h200_link(os.path.join(calibrate.H200_FIRST, "allreduce-cuda.json"))
         self.assertTrue(link.host_bound)
