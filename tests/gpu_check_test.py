@@ -150,6 +150,13 @@ def run_stand_in(tmp, parts, budget=300, name="", **scripts):
     return lines_of(os.path.join(out, "summary.txt")), files
 
 
+# The start of every stand-in bench_runner below: its arguments, and the results file it writes.
+BENCH_RUNNER_HEAD = ("#!/usr/bin/python3\n"
+                     "import json, os, sys\n"
+                     "a = sys.argv\n"
+                     "out = a[a.index('--out') + 1]\n")
+
+
 class Verdicts(unittest.TestCase):
     def test_a_sanitizer_stopped_or_failing_says_why_in_its_goal_line(self):
         # A stand-in compute-sanitizer: memcheck finds errors (exit 9 and its summary line), the
@@ -209,20 +216,7 @@ class Verdicts(unittest.TestCase):
         # A stand-in bench_runner whose steps are fastest with "mixed" and records the tile set
         # each run used, as the real one does; compare_pytorch.py then fails here (no GPU), but
         # its summary line names the configuration it was given.
-        fake = (
-            "#!/usr/bin/python3\n"
-            "import json, os, sys\n"
-            "a = sys.argv\n"
-            "out = a[a.index('--out') + 1]\n"
-            "kernels = [x.split('=', 1)[1] for x in a if x.startswith('kernels=')][0]\n"
-            "ms = {'cudnn': 0.6, 'fused': 0.5, 'mixed': 0.3}[kernels]\n"
-            "tiles = os.environ.get('PARALAB_OWN_TILES', 'wide')\n"
-            "if os.environ.get('PARALAB_CUBLASLT_SPLIT_K') == 'off':\n"
-            "    ms += 0.1\n"
-            "run = {'status': 'ok', 'iterations': [{'total_ms': ms}] * 3,\n"
-            "       'parameters_digest': 'fnv1a64:' + kernels,\n"
-            "       'config': {'device_list': [{'ops': {'choices': {'c': {'tiles': tiles}}}}]}}\n"
-            "json.dump({'runs': [run]}, open(out, 'w'))\n")
+        fake = self.speed_stand_in({"cudnn": 0.6, "fused": 0.5, "mixed": 0.3})
         with tempfile.TemporaryDirectory() as tmp:
             summary, _ = run_stand_in(tmp, ["speed", "pytorch"], bench_runner=fake)
             fastest = [line for line in summary if "the default kernels (cudnn) are the faster" in line]
@@ -266,30 +260,29 @@ class Verdicts(unittest.TestCase):
         # A stand-in bench_runner that stops half-way (as one killed at its time limit or crashed
         # leaves its file: state "interrupted", no failed run): the runs are resumed per rank.
         fake = (
-            "#!/usr/bin/python3\n"
-            "import json, os, sys\n"
-            "a = sys.argv\n"
-            "out = a[a.index('--out') + 1]\n"
+            BENCH_RUNNER_HEAD +
             "state = 'complete' if '--resume' in a else 'interrupted'\n"
             "runs = [{'status': 'ok', 'label': 'single x1', 'config': {'devices': 1}, 'iterations': []}]\n"
             "json.dump({'state': state, 'runs': runs}, open(out, 'w'))\n")
         with tempfile.TemporaryDirectory() as tmp:
             summary, files = run_stand_in(tmp, ["bench"], 200, bench_runner=fake)
-            self.assertIn("gpu-check: failed with whole steps: (the results file is interrupted, not "
-                          "complete: its unfinished runs)", summary)
-            again = [line for line in summary if "the failed runs again with PARALAB_STEP_MOVES=per_rank" in line]
-            self.assertEqual(len(again), 1, summary)
-            self.assertIn("exit 0", again[0])
+            self.assert_resumed_per_rank(summary, "(the results file is interrupted, not complete: "
+                                                  "its unfinished runs)")
+
+    def assert_resumed_per_rank(self, summary, why):
+        # gpu-check's bench part named why it reruns, and reran per rank once, successfully.
+        self.assertIn("gpu-check: failed with whole steps: " + why, summary)
+        again = [line for line in summary if "the failed runs again with PARALAB_STEP_MOVES=per_rank" in line]
+        self.assertEqual(len(again), 1, summary)
+        self.assertIn("exit 0", again[0])
+        return again[0]
 
     @staticmethod
     def speed_stand_in(ms, status="ok", config=True):
         # A stand-in bench_runner for the speed part: median step ms[kernels], + 0.1 without
         # split-K, + 0.2 under PARALAB_CUDNN_RULE=gemm; the tile set it ran with recorded.
         return (
-            "#!/usr/bin/python3\n"
-            "import json, os, sys\n"
-            "a = sys.argv\n"
-            "out = a[a.index('--out') + 1]\n"
+            BENCH_RUNNER_HEAD +
             "kernels = [x.split('=', 1)[1] for x in a if x.startswith('kernels=')][0]\n"
             f"ms = {ms!r}[kernels]\n"
             "tiles = os.environ.get('PARALAB_OWN_TILES', 'wide')\n"
@@ -332,10 +325,7 @@ class Verdicts(unittest.TestCase):
         # CUDA_DEVICE_MAX_CONNECTIONS=32, as the A/B asks. One gpu-check call for both, and one
         # where the caller set both variables: then neither runs.
         fake = (
-            "#!/usr/bin/python3\n"
-            "import json, os, sys\n"
-            "a = sys.argv\n"
-            "out = a[a.index('--out') + 1]\n"
+            BENCH_RUNNER_HEAD +
             "wide = os.environ.get('CUDA_DEVICE_MAX_CONNECTIONS') == '32'\n"
             "runs = [{'status': 'failed', 'label': 'data_parallel/ring x2 [virtual]',\n"
             "         'config': {'devices': 2}, 'reason': 'cuda: capture\\n invalidated', 'iterations': []}]\n"
@@ -352,12 +342,9 @@ class Verdicts(unittest.TestCase):
             "json.dump({'runs': runs}, open(out, 'w'))\n")
         with tempfile.TemporaryDirectory() as tmp:
             summary, files = run_stand_in(tmp, ["bench"], 200, bench_runner=fake)
-            self.assertIn("gpu-check: failed with whole steps: data_parallel/ring x2 [virtual]: "
-                          "cuda: capture invalidated", summary)
-            again = [line for line in summary if "the failed runs again with PARALAB_STEP_MOVES=per_rank" in line]
-            self.assertEqual(len(again), 1, summary)
-            self.assertIn("exit 0", again[0])
-            self.assertIn("gpu-check-per-rank.json", again[0])
+            again = self.assert_resumed_per_rank(
+                summary, "data_parallel/ring x2 [virtual]: cuda: capture invalidated")
+            self.assertIn("gpu-check-per-rank.json", again)
             with open(os.path.join(files, "gpu-check-per-rank.json")) as f:
                 rerun = json.load(f)["runs"][0]
             self.assertEqual(rerun["moves"], "per_rank")
