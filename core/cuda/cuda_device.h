@@ -31,7 +31,7 @@ class CudaDevice final : public Device {
   // gpu: the CUDA device index; sharing: how many devices of the group share this GPU. With an
   // SM share (a green context and its stream) the device takes it over; otherwise it makes a
   // stream of its own on the whole GPU, and sm_note says why it has no share (if it shares).
-  // kernels: what runs the conv stages, "cudnn" or "fused" (DeviceOptions::kernels).
+  // kernels: what runs the conv stages, "cudnn", "fused" or "mixed" (DeviceOptions::kernels).
   CudaDevice(int ordinal, int gpu, int sharing, bool tf32, SmShare share = {},
              std::string sm_note = {}, const std::string& kernels = "cudnn");
   ~CudaDevice() override;
@@ -160,7 +160,7 @@ int usable_gpus(std::string* why_none = nullptr);
 
 std::vector<std::unique_ptr<Device>> make_cuda_devices(int count, const DeviceOptions& options);
 
-// The device's ops; kernels "cudnn" or "fused" (an Error names the known ones otherwise).
+// The device's ops; kernels "cudnn", "fused" or "mixed" (an Error names the known ones otherwise).
 std::unique_ptr<Ops> make_ops(CudaDevice& device, const std::string& kernels);
 
 #if PARALAB_HAVE_NCCL

@@ -22,6 +22,12 @@ namespace paralab::cuda {
 std::unique_ptr<ConvReluPool> make_cudnn_conv_relu_pool(CudaDevice& device, KernelLog& log);
 std::unique_ptr<ConvReluPool> make_fused_conv_relu_pool(CudaDevice& device, KernelLog& log);
 
+std::unique_ptr<Conv2d> make_cudnn_conv2d(CudaDevice& device, KernelLog& log,
+                                          const Conv2dParams& params);
+std::unique_ptr<Linear> make_cuda_linear(CudaDevice& device, KernelLog& log, bool relu);
+
+namespace {
+
 // "mixed": the own kernels for stages whose filters take the direct kernels (crp::direct: at most
 // kDirectMaxCrs values, LeNet's conv1), cuDNN for the others (conv2). Each shape goes to one of
 // the two, always the same, so a backward meets the forward it follows. On an H200 at batch 256
@@ -49,11 +55,6 @@ class MixedConvReluPool final : public ConvReluPool {
   }
   std::unique_ptr<ConvReluPool> own_, cudnn_;
 };
-std::unique_ptr<Conv2d> make_cudnn_conv2d(CudaDevice& device, KernelLog& log,
-                                          const Conv2dParams& params);
-std::unique_ptr<Linear> make_cuda_linear(CudaDevice& device, KernelLog& log, bool relu);
-
-namespace {
 
 class CudaRelu final : public Relu {
  public:
