@@ -159,6 +159,19 @@ class ModuleMatchesBookTest(unittest.TestCase):
         for name, b, m in zip(NAMES, book, module.parameters()):
             assert_close(self, module_view(name, m.grad), b.grad, f"gradient of {name}")
 
+    def test_the_update_has_the_bits_of_the_per_parameter_expression(self):
+        # The multi-tensor update computes p - (lr * g) / n for every parameter, bit for bit.
+        module = pytorch_lenet.make_lenet_module(torch, 0, "cpu")
+        step = pytorch_lenet.ModuleStep(torch, module, self.loss_fn, self.x, self.y, 0.9, 128)
+        g = torch.Generator().manual_seed(4)
+        grads = [torch.randn(p.shape, generator=g) for p in step.params]
+        # n = 100, not a power of two: (lr * g) / n and g * (lr / n) then differ in their bits.
+        want = [p.detach() - 0.9 * d / 100 for p, d in zip(step.params, grads)]
+        step._update(tuple(grads), 100, torch.zeros(4, 10), torch.zeros(4, dtype=torch.int64),
+                     torch.zeros(()))
+        for name, p, w in zip(NAMES, step.params, want):
+            self.assertTrue(torch.equal(p.detach(), w), name)
+
     def test_steps_match_the_book(self):
         """The captured step's body (run eagerly) and the eager partial step against the book's
         sgd: parameters and the device-side loss/accuracy sums after 2 full steps + 1 of 44."""
