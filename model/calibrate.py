@@ -459,6 +459,24 @@ def _point(kind, source, label, config, measured, predicted, breakdown, held_out
             "note": note}
 
 
+def step_moves_mismatch(config, report, link):
+    """Why a run's collective steps moved otherwise than the fitted link prices them ("" when
+    alike): data_parallel's and channel_split's reports name their step_moves where steps moved
+    whole (one kernel per step for all ranks); the link prices whole steps where its rows were
+    timed so. A run retried per rank (gpu-check.sh) beside a sweep in whole steps is one. GPUs
+    only: the CPU model prices a step's moves alike either way (one host memory, copied by
+    threads)."""
+    if (config.get("backend") != "cuda" or config.get("strategy") not in ("data_parallel", "channel_split")
+            or config.get("devices", 1) < 2):
+        return ""
+    whole = "step_moves" in (report or {})
+    priced = bool(getattr(link, "whole_steps", ()))
+    if whole == priced:
+        return ""
+    return ("its collective steps moved %s; the link fitted prices them %s" %
+            ("whole" if whole else "per rank", "whole" if priced else "per rank"))
+
+
 def validate_runs(kind, path, comp, link, effective=None, own_level=True, kernels=None,
                   not_predicted=None):
     """Predict every ok run of a results file; `effective` maps a config to the batch scale.
@@ -487,6 +505,11 @@ def validate_runs(kind, path, comp, link, effective=None, own_level=True, kernel
             if not_predicted is not None:
                 not_predicted.append("%s: %s (kernels %s; the compute profile is %s's)" % (
                     src, r["label"], run_kernels(c), kernels))
+            continue
+        moved = step_moves_mismatch(c, r.get("strategy_report"), link)
+        if moved:
+            if not_predicted is not None:
+                not_predicted.append("%s: %s (%s)" % (src, r["label"], moved))
             continue
         net = nets.for_config(c, r.get("strategy_report"))
         measured = r["timing"]["median_iteration_ms"]

@@ -792,6 +792,36 @@ class H200Runs(unittest.TestCase):
             self.assertIn("(from %s)" % os.path.relpath(os.path.join(d, "gpu-check-per-rank.json"), calibrate.ROOT),
                           comp.note)
 
+    def test_runs_whose_steps_moved_otherwise_than_the_link_prices_are_not_predicted(self):
+        # A run retried per rank beside a sweep timed in whole steps, or the other way round.
+        d = os.path.join(calibrate.REFERENCE, "h200-2026-12-04")
+        comp = calibrate.h200_compute(os.path.join(d, "gpu-check.json"))
+        link = calibrate.h200_link(os.path.join(d, "allreduce-cuda-sweep.json"))[0]
+        self.assertEqual(link.whole_steps, frozenset())
+        with open(os.path.join(d, "gpu-check.json")) as f:
+            doc = json.load(f)
+        ring = [r for r in doc["runs"] if r["status"] == "ok" and r["config"]["strategy"] == "data_parallel"
+                and r["config"]["devices"] == 2][0]
+        ring["strategy_report"]["step_moves"] = "whole steps"
+        with tempfile.TemporaryDirectory() as t:
+            path = os.path.join(t, "gpu-check.json")
+            with open(path, "w") as f:
+                json.dump(doc, f)
+            skipped = []
+            labels = {p["label"] for p in calibrate.validate_runs("h200", path, comp, link, calibrate.h200_effective,
+                                                                  not_predicted=skipped)}
+        self.assertNotIn(ring["label"], labels)
+        self.assertEqual(skipped, ["%s: %s (its collective steps moved whole; the link fitted prices them per rank)"
+                                   % (os.path.relpath(path, calibrate.ROOT), ring["label"])])
+        whole = perf.Link(link.params, chunk=link.chunk, whole_steps=("naive", "ring", "tree"))
+        cuda = {"backend": "cuda", "strategy": "data_parallel", "devices": 2}
+        self.assertEqual(calibrate.step_moves_mismatch(cuda, {"step_moves": "whole"}, whole), "")
+        self.assertIn("moved per rank; the link fitted prices them whole",
+                      calibrate.step_moves_mismatch(cuda, {}, whole))
+        # The CPU's moves and layer_split's hand-offs are priced alike either way.
+        self.assertEqual(calibrate.step_moves_mismatch(dict(cuda, backend="cpu"), {}, whole), "")
+        self.assertEqual(calibrate.step_moves_mismatch(dict(cuda, strategy="layer_split"), {}, whole), "")
+
     def test_eager_rows_moved_in_whole_steps_are_not_fitted_host_bound(self):
         # Graphs that could not be captured leave eager rows; moved in whole steps they are not
         # the per-rank messages the host-bound model prices, so the directory is passed over.
