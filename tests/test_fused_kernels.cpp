@@ -486,6 +486,8 @@ TEST(FusedKernels, DimsFitInt32NamesEveryDimensionAndTheFilterSize) {
   EXPECT_FALSE(dims_fit_int32(1, 1, 28, big, 20, 3, 3));
   // Each dimension fits, c r s does not.
   EXPECT_FALSE(dims_fit_int32(1, 1 << 20, 4096, 4096, 1, 4096, 4096));
+  // Every factor just below 2^31: c r s would leave int64 (2^93).
+  EXPECT_FALSE(dims_fit_int32(1, INT32_MAX, 1, 1, 1, INT32_MAX, INT32_MAX));
 }
 
 TEST(FusedKernels, ColumnSumsMatchReference) {

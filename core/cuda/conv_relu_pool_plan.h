@@ -39,8 +39,9 @@ inline Geometry make_geometry(int n, int c, int h, int w, int k, int r, int s) {
 inline bool dims_fit_int32(int64_t n, int64_t c, int64_t h, int64_t w, int64_t k, int64_t r,
                            int64_t s) {
   constexpr int64_t kMax = INT32_MAX;
+  // c r first: with each factor below 2^31 neither product leaves int64.
   return n <= kMax && c <= kMax && h <= kMax && w <= kMax && k <= kMax && r <= kMax && s <= kMax &&
-         c * r * s <= kMax;
+         c * r <= kMax && c * r * s <= kMax;
 }
 
 // Stages whose filters have at most this many values (LeNet's conv1: 1x3x3 = 9) take the direct
