@@ -302,8 +302,8 @@ for k in cudnn fused mixed; do
 done
 
 # Steps read once per epoch (read_back "epoch", the GPU's default) against after every step:
-# the same bits (epochs and final parameters), and the epoch not slower. 3 epochs each, twice,
-# alternating; epochs 2-3 timed.
+# the same bits (epochs and final parameters), and the epoch not slower (within 2 %). 3 epochs
+# each, twice, alternating; epochs 2-3 timed.
 for rep in 1 2; do
   for rb in step epoch; do
     lenet "$work/rb-$rb-$rep.json" --set training.epochs=3 --set runs.0.read_back=$rb
@@ -322,7 +322,8 @@ mode = runs["epoch"][0]["config"]["options"].get("read_back")
 print(f"same bits: {same}; epoch (train) median: per step {secs['step'] * 1e3:.1f} ms, "
       f"per epoch {secs['epoch'] * 1e3:.1f} ms ({secs['step'] / secs['epoch']:.2f}x); "
       f"recorded read_back {mode}")
-sys.exit(0 if same and secs["epoch"] <= secs["step"] and mode == "epoch" else 1)
+# Not slower: within 2 % (noise between alternating runs), as speed's default.
+sys.exit(0 if same and secs["epoch"] <= 1.02 * secs["step"] and mode == "epoch" else 1)
 PY
 )
 goal "steps read once per epoch: same bits as per step, not slower" $? "$(tail -1 <<< "$detail")"
