@@ -269,6 +269,18 @@ def h200_effective(config):
     return H200_SMS / share
 
 
+def width_points(runs):
+    """[(devices, global batch, effective batch, per-device compute ms)] of the ok channel_split
+    profile runs (labels starting with WIDTH_CALIBRATION) among `runs`."""
+    out = []
+    for r in runs:
+        c = r["config"]
+        if r["status"] == "ok" and c["strategy"] == "channel_split" and r["label"].startswith(WIDTH_CALIBRATION):
+            per_dev = median([p["compute_ms"] + p["optimizer_ms"] for p in r["timing"]["per_device"]])
+            out.append((c["devices"], c["global_batch"], c["global_batch"] * h200_effective(c), per_dev))
+    return out
+
+
 def h200_compute(gpu_check_path=None):
     path = gpu_check_path or os.path.join(H200_REF, "gpu-check.json")
     d = load(path)
@@ -278,9 +290,7 @@ def h200_compute(gpu_check_path=None):
             continue
         c = r["config"]
         rep = r.get("strategy_report") or {}
-        if c["strategy"] == "channel_split" and r["label"].startswith(WIDTH_CALIBRATION):
-            per_dev = median([p["compute_ms"] + p["optimizer_ms"] for p in r["timing"]["per_device"]])
-            widths.append((c["devices"], c["global_batch"], c["global_batch"] * h200_effective(c), per_dev))
+        widths += width_points([r])
         if "profiled_layer_ms" in rep:
             mb = c["global_batch"] / rep["microbatches"]
             layers.append((mb * h200_effective(c), rep["profiled_layer_ms"]))
@@ -319,12 +329,7 @@ def h200_compute(gpu_check_path=None):
     widths_from = path
     retry = path[:-len(".json")] + "-per-rank.json" if path.endswith(".json") else None
     if not widths and retry and os.path.isfile(retry):
-        for r in load(retry)["runs"]:
-            c = r["config"]
-            if (r["status"] == "ok" and c["strategy"] == "channel_split" and
-                    r["label"].startswith(WIDTH_CALIBRATION)):
-                per_dev = median([p["compute_ms"] + p["optimizer_ms"] for p in r["timing"]["per_device"]])
-                widths.append((c["devices"], c["global_batch"], c["global_batch"] * h200_effective(c), per_dev))
+        widths = width_points(load(retry)["runs"])
         widths_from = retry
     # channel_split's narrower kernels on their SM shares: the profile runs' per-device compute
     # over the layer model's at 1/k of the channels (as cpu_compute), the median per k.
