@@ -537,31 +537,48 @@ TEST(AutoChunk, OneMessagePerRingStepOnOneGpu) {
   }
 }
 
+// `algorithm` over the point-to-point transport on a fake NCCL, k CPU ranks of n floats from
+// input(r): every rank's result, and into `groups` (if given) how many groups each posted.
+std::vector<std::vector<float>> allreduce_over_fake_nccl(
+    const std::string& algorithm, int k, int64_t n,
+    const std::function<std::vector<float>(int)>& input, int64_t chunk,
+    std::vector<int>* groups = nullptr) {
+  auto devices = make_devices("cpu", k, {});
+  std::vector<Device*> ptrs;
+  for (auto& d : devices) ptrs.push_back(d.get());
+  Wire wire(k);
+  RankGroup threads(ptrs);
+  std::vector<std::vector<float>> got(static_cast<std::size_t>(k));
+  if (groups) groups->assign(static_cast<std::size_t>(k), 0);
+  auto ar = make_allreduce(algorithm, {chunk});
+  threads.run([&](int r) {
+    auto fake = std::make_unique<FakeNcclPointToPoint>(wire, r, k);
+    FakeNcclPointToPoint* counted = fake.get();
+    auto t = make_point_to_point_transport(*ptrs[r], std::move(fake), [] {});
+    Tensor buf = Tensor::from_host(*ptrs[r], {n}, input(r));
+    ar->run(*t, buf);
+    got[r] = buf.to_host_f32();
+    if (groups) (*groups)[r] = counted->groups;
+  });
+  return got;
+}
+
+// n = 0, 1 and k - 1 too: fewer floats than ranks, where the ring's steps carry empty pieces and
+// a rank whose step adds nothing must still post its group, so that its peers' receives meet
+// their sends.
 TEST(PointToPoint, GroupedSendsRunEveryCollectiveWithTheSameBits) {
-  for (int k : {2, 3, 4}) {
-    auto devices = make_devices("cpu", k, {});
-    std::vector<Device*> ptrs;
-    for (auto& d : devices) ptrs.push_back(d.get());
-    for (const std::string algorithm : {"naive", "ring", "tree"})
-      for (int64_t chunk : {int64_t{0}, int64_t{16}}) {
-        const int64_t n = 1001;
-        auto input = [&](int r) { return random_data(n, 40 + r); };
-        const auto want = allreduce_all(algorithm, k, n, input, chunk);
-        Wire wire(k);
-        RankGroup threads(ptrs);
-        std::vector<std::vector<float>> got(static_cast<std::size_t>(k));
-        auto ar = make_allreduce(algorithm, {chunk});
-        std::mutex barrier_mu;
-        threads.run([&](int r) {
-          auto t = make_point_to_point_transport(
-              *ptrs[r], std::make_unique<FakeNcclPointToPoint>(wire, r, k), [] {});
-          Tensor buf = Tensor::from_host(*ptrs[r], {n}, input(r));
-          ar->run(*t, buf);
-          got[r] = buf.to_host_f32();
-        });
-        EXPECT_EQ(got, want) << algorithm << " on " << k << " ranks, chunk " << chunk;
-      }
-  }
+  for (int k : {2, 3, 4})
+    for (const int64_t n : {int64_t{0}, int64_t{1}, int64_t{k - 1}, int64_t{1001}})
+      for (const std::string algorithm : {"naive", "ring", "tree"})
+        for (int64_t chunk : {int64_t{0}, int64_t{16}}) {
+          auto input = [&](int r) { return random_data(n, 40 + r); };
+          const auto want = allreduce_all(algorithm, k, n, input, chunk);
+          std::vector<std::vector<float>> got;
+          EXPECT_NO_THROW(got = allreduce_over_fake_nccl(algorithm, k, n, input, chunk))
+              << algorithm << " on " << k << " ranks, n " << n << ", chunk " << chunk;
+          EXPECT_EQ(got, want) << algorithm << " on " << k << " ranks, n " << n << ", chunk "
+                               << chunk;
+        }
 }
 
 // Over NCCL's point-to-point a collective step is one group, however its messages are cut: a
@@ -571,60 +588,18 @@ TEST(PointToPoint, GroupedSendsRunEveryCollectiveWithTheSameBits) {
 TEST(PointToPoint, AStepIsOneGroupHoweverItIsCut) {
   const int k = 3;
   const int64_t n = 1001;
-  auto devices = make_devices("cpu", k, {});
-  std::vector<Device*> ptrs;
-  for (auto& d : devices) ptrs.push_back(d.get());
   for (const std::string algorithm : {"ring", "naive"})
     for (int64_t chunk : {int64_t{0}, int64_t{16}}) {
       auto input = [&](int r) { return random_data(n, 60 + r); };
       const auto want = allreduce_all(algorithm, k, n, input, chunk);
-      Wire wire(k);
-      RankGroup threads(ptrs);
-      std::vector<std::vector<float>> got(static_cast<std::size_t>(k));
-      std::vector<int> groups(static_cast<std::size_t>(k));
-      auto ar = make_allreduce(algorithm, {chunk});
-      threads.run([&](int r) {
-        auto fake = std::make_unique<FakeNcclPointToPoint>(wire, r, k);
-        FakeNcclPointToPoint* counted = fake.get();
-        auto t = make_point_to_point_transport(*ptrs[r], std::move(fake), [] {});
-        Tensor buf = Tensor::from_host(*ptrs[r], {n}, input(r));
-        ar->run(*t, buf);
-        got[r] = buf.to_host_f32();
-        groups[r] = counted->groups;
-      });
+      std::vector<int> groups;
+      const auto got = allreduce_over_fake_nccl(algorithm, k, n, input, chunk, &groups);
       EXPECT_EQ(got, want) << algorithm << " chunk " << chunk;
       for (int r = 0; r < k; ++r) {
         const int expect = algorithm == "ring" ? 2 * (k - 1) : (r == 0 ? k : 2);
         EXPECT_EQ(groups[r], expect) << algorithm << " chunk " << chunk << " rank " << r;
       }
     }
-}
-
-// Fewer floats than ranks (or none): the ring's steps carry empty pieces, and a rank whose step
-// adds nothing still posts its group, so that its peers' receives meet their sends.
-TEST(PointToPoint, StepsWithEmptyPiecesGiveTheInProcessSums) {
-  for (const int k : {2, 3, 4})
-    for (const int64_t n : {int64_t{0}, int64_t{1}, int64_t{k - 1}})
-      for (const std::string algorithm : {"ring", "naive", "tree"}) {
-        auto devices = make_devices("cpu", k, {});
-        std::vector<Device*> ptrs;
-        for (auto& d : devices) ptrs.push_back(d.get());
-        auto input = [&](int r) { return random_data(n, 80 + r); };
-        const auto want = allreduce_all(algorithm, k, n, input, 0);
-        Wire wire(k);
-        RankGroup threads(ptrs);
-        std::vector<std::vector<float>> got(static_cast<std::size_t>(k));
-        auto ar = make_allreduce(algorithm, {0});
-        EXPECT_NO_THROW(threads.run([&](int r) {
-          auto t = make_point_to_point_transport(
-              *ptrs[r], std::make_unique<FakeNcclPointToPoint>(wire, r, k), [] {});
-          Tensor buf = Tensor::from_host(*ptrs[r], {n}, input(r));
-          ar->run(*t, buf);
-          got[r] = buf.to_host_f32();
-        })) << algorithm
-            << " k " << k << " n " << n;
-        EXPECT_EQ(got, want) << algorithm << " k " << k << " n " << n;
-      }
 }
 
 // A device whose thread cannot be bound (as a CUDA device that is gone): each task the group
