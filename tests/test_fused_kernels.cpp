@@ -278,7 +278,7 @@ TEST(FusedKernels, NarrowTilesGiveTheWideTilesBits) {
   // (several threads loading each row of A, one pool window per thread; smaller tiles of the
   // input gradient's columns) changes no bit.
   // The weight gradient's tile is one for both sets (run_backward's static_assert): only the
-  // forward and input-gradient GEMMs differ, so only they run twice (the emulator is slow).
+  // forward and input-gradient GEMMs differ, so only they run twice.
   for (const Shape7& s : {kConv2, kOdd, kWide, kDeep}) {
     Stage wide = make_stage(s, 71), narrow = make_stage(s, 71);
     run_forward(wide, true, kWideTiles);
@@ -515,9 +515,10 @@ std::vector<float> channel_sums(const std::vector<float>& dy, int n, int c, int 
 }
 
 TEST(FusedKernels, ChannelSumsMatchReference) {
-  // Small batches, so that the emulator (one host thread per CUDA thread) stays quick: parts of
-  // several examples with a shorter last one, a plane larger than a block (LeNet's conv1: 676),
-  // one smaller (conv2: 81), one part, and the launcher's own partition of a small batch.
+  // Small batches, so that the emulator stays quick under TSan (a host thread per CUDA thread
+  // there): parts of several examples with a shorter last one, a plane larger than a block
+  // (LeNet's conv1: 676), one smaller (conv2: 81), one part, and the launcher's own partition of
+  // a small batch.
   for (const auto& [n, c, hw, chunk] :
        {std::tuple{7, 3, 300, 3}, std::tuple{5, 2, 676, 2}, std::tuple{4, 5, 81, 4},
         std::tuple{1, 1, 5, 1},
