@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <string>
 #include <tuple>
 #include <vector>
 
@@ -271,6 +272,60 @@ TEST(FusedKernels, GemmBackwardMatchesReference) {
   expect_backward_matches_reference(kOdd, true);
   expect_backward_matches_reference(kWide, true);
   expect_backward_matches_reference(kDeep, true);
+}
+
+// A stage whose values lie on grids coarse enough that every product and every partial sum is
+// exact in float at LeNet's training batch: x in {-2..2}/4, w in {-4..4}/64, b in {-8..8}/256,
+// dy in {-8..8}/16. Bounds at N = 256, the larger of the two stages each: a conv output adds
+// <= 500 products (conv2) on a 2^-8 grid to below 2^4; dw <= 256 * 676 products (conv1) on a
+// 2^-8 grid, each below 2^-4, to below 2^14; db as many values on a 2^-6 grid to below 2^15; dx
+// <= 1,250 products (conv2) on a 2^-12 grid to below 2^4: at most 2^22 steps of a grid, within
+// float's 24 bits. So the kernels must give the double-precision reference's values to the bit
+// in any order, and the ReLU decides alike in float and in double (ties at exactly 0 included).
+Stage exact_stage(const Shape7& s, uint64_t seed) {
+  Stage st = make_stage(s, seed);
+  ref::Rng rng(seed);
+  const auto fill = [&rng](std::vector<float>& v, int half_range, float step) {
+    for (float& x : v)
+      x = step *
+          static_cast<float>(static_cast<int>(rng.next_u64() % (2 * half_range + 1)) - half_range);
+  };
+  fill(st.x, 2, 0.25f);
+  fill(st.w, 4, 1.0f / 64);
+  fill(st.b, 8, 1.0f / 256);
+  fill(st.dy, 8, 1.0f / 16);
+  return st;
+}
+
+template <typename T>
+int64_t count_unequal(const std::vector<T>& got, const std::vector<double>& want) {
+  int64_t n = 0;
+  for (std::size_t i = 0; i < got.size(); ++i) n += double(got[i]) != want[i];
+  return got.size() == want.size() ? n : -1;
+}
+
+TEST(FusedKernels, LeNetStagesAtItsTrainingBatchAreExact) {
+  // LeNet's two stages at batch 256 (under sanitizers 64: the same code on fewer tiles), through
+  // the launch grids, weight-gradient chunks and input-gradient slices the launcher uses there,
+  // with each tile set; the stage's forward and backward as the launcher picks them.
+  const int n = testing::kSanitizerBuild ? 64 : 256;
+  for (const Shape7 s : {Shape7{n, 1, 28, 28, 20, 3, 3}, Shape7{n, 20, 13, 13, 50, 5, 5}}) {
+    const Stage base = exact_stage(s, 91);
+    const ref::StageResult r = base.reference();
+    for (const TileSet* tiles : {&kWideTiles, &kNarrowTiles}) {
+      Stage st = base;
+      const bool gemm = !direct(st.g);
+      run_forward(st, gemm, *tiles);
+      const Grads got = run_backward(st, gemm, *tiles);
+      const std::string at = "C=" + std::to_string(s.c) + (gemm ? " gemm" : " direct") +
+                             (tiles == &kNarrowTiles ? " narrow" : " wide");
+      EXPECT_EQ(count_unequal(st.y, r.y), 0) << "y, " << at;
+      EXPECT_EQ(count_unequal(got.dw, r.dw), 0) << "dw, " << at;
+      EXPECT_EQ(count_unequal(got.db, r.db), 0) << "db, " << at;
+      EXPECT_EQ(count_unequal(got.dx, r.dx), 0) << "dx, " << at;
+      if (!gemm) break;  // the direct kernels have no tiles
+    }
+  }
 }
 
 TEST(FusedKernels, NarrowTilesGiveTheWideTilesBits) {
