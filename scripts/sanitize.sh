@@ -12,9 +12,9 @@
 #   2. ThreadSanitizer (build-tsan/): the multi-threaded tests (transport, collectives, every
 #      strategy; each strategy's comparison with one device for 3 steps, PARALAB_TEST_MAX_STEPS in
 #      tests/strategy_harness.h: the suite 228 -> 121 s on 2 cores, 2026-12-04), with one OpenMP
-#      thread per device, and the own CUDA kernels under the CPU emulator that share memory
-#      within a block (the conv stages, column sums, softmax cross-entropy; one thread per CUDA
-#      thread: a missing __syncthreads() is a race TSan reports).
+#      thread per device, and the own CUDA kernels under the CPU emulator (each CUDA thread a
+#      fiber whose switches order nothing but the kernel's barriers: a missing __syncthreads()
+#      is a race TSan reports), all but the exact LeNet-sized stages (35 s there, run under ASan).
 # Any report fails its test. Suppressions, each with why it is a false positive, are in
 # tests/sanitizers/. Part of .ci/run; on 2 cores from scratch, 14.7 minutes at faa5db5 (ASan
 # tests 4.0, TSan tests 3.6, the two builds 7.1) on an AMD EPYC VM, 2026-12-05; more runs in
@@ -58,7 +58,8 @@ for kind in "${kinds[@]}"; do
         TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:suppressions=$supp/tsan.supp:clear_shadow_mmap_threshold=4194304 \
         OMP_NUM_THREADS=1 PARALAB_TEST_MAX_STEPS=3 \
         ctest --output-on-failure --timeout 900 -j "$(nproc)" --no-tests=error \
-          -R '^(Transport|RankGroup|Allreduce|ReduceScatterAllgather|WholeSteps|DataParallel|LayerSplit|Pipeline|ChannelSplit)\.|^FusedKernels\.(GemmForward|DirectBackward|ColumnSums)|^ModelKernels\.SoftmaxXent')
+          -R '^(Transport|RankGroup|Allreduce|ReduceScatterAllgather|WholeSteps|DataParallel|LayerSplit|Pipeline|ChannelSplit|FusedKernels|ModelKernels)\.' \
+          -E '^FusedKernels\.LeNetStagesAtItsTrainingBatchAreExact$')
       ;;
     *) echo "sanitize.sh: unknown kind '$kind' (known: asan, tsan)" >&2; exit 2 ;;
   esac

@@ -3,18 +3,19 @@
 //
 // Include this before a kernel header (.cuh) and launch with emulate(grid, block, kernel, args...):
 // the blocks run one after another, and __syncthreads() is a real barrier among a block's
-// threads, so a missing one shows up as a wrong result (or, under TSan, as a race). The threads
-// of a block run in one of two ways:
-//   - fibers (x86-64, every build but TSan's): one stack per CUDA thread, all on the calling
-//     thread. Each runs until it reaches __syncthreads() or returns from the kernel, then the
-//     next; a barrier opens once every thread still running has reached it. Even-numbered blocks
-//     run their threads in ascending order, odd ones in descending order, so a read of another
-//     thread's value without a barrier between sees a stale value from one side or the other.
-//     Deterministic, and cheap: the two emulated suites' 30 tests took 0.7 s (3.2 s under ASan) on
-//     a 2-core AMD EPYC VM, against 73 (131) CPU seconds with host threads, most of them in the
-//     kernel's futex calls of 256 threads meeting at barriers on 2 cores (2026-12-05).
-//   - host threads (TSan builds, and other CPUs): one host thread per CUDA thread, all at once, so
-//     that TSan sees every access a missing barrier leaves unordered.
+// threads, so a missing one shows up as a wrong result, and under TSan as a race.
+//
+// On x86-64 Linux a block's threads are fibers: one stack per CUDA thread, all on the calling
+// thread. Each runs until it reaches __syncthreads() or returns from the kernel, then the next;
+// a barrier opens once every thread still running has reached it. Even-numbered blocks run their
+// threads in ascending order, odd ones in descending order, so a read of another thread's value
+// without a barrier between sees a stale value from one side or the other. Under TSan the
+// switches between fibers order nothing, and only the barriers do, so TSan reports what a
+// missing one leaves unordered whatever the order the fibers ran in. Deterministic, and cheap:
+// the two emulated suites' 30 tests took 0.7 s (3.2 s under ASan) on a 2-core AMD EPYC VM,
+// against 73 (131) CPU seconds with a host thread per CUDA thread, most of them in the kernel's
+// futex calls of 256 threads meeting at barriers on 2 cores (2026-12-05). Elsewhere each CUDA
+// thread is a host thread, all of a block's at once.
 // __shared__ arrays become function statics: one per kernel instantiation, shared by the block's
 // threads, reused by the next block (as on a GPU, nothing carries over that a correct kernel may
 // rely on). fmaf is the C library's, correctly rounded like the GPU's, so a kernel whose
@@ -49,13 +50,22 @@
 #define PARALAB_EMULATOR_ASAN 1
 #endif
 #endif
-#if defined(__x86_64__) && defined(__linux__) && !defined(PARALAB_EMULATOR_TSAN)
+#if defined(__x86_64__) && defined(__linux__)
 #define PARALAB_EMULATOR_FIBERS 1
 #include <sys/mman.h>
 #ifdef PARALAB_EMULATOR_ASAN
 #include <sanitizer/asan_interface.h>
 #include <sanitizer/common_interface_defs.h>
 #endif
+#ifdef PARALAB_EMULATOR_TSAN
+#include <sanitizer/tsan_interface.h>
+// The launch's own bookkeeping, which TSan is not to see: only the kernels' accesses and the
+// barriers' happens-before (below) are the fibers' own.
+#define PARALAB_EMULATOR_UNSEEN __attribute__((no_sanitize("thread")))
+#endif
+#endif
+#ifndef PARALAB_EMULATOR_UNSEEN
+#define PARALAB_EMULATOR_UNSEEN
 #endif
 
 struct dim3 {
@@ -152,6 +162,27 @@ class Stacks {
   int count_ = 0;
 };
 
+#ifdef PARALAB_EMULATOR_TSAN
+// TSan's fibers, one per CUDA thread, kept for the host thread's next launch: creating and
+// destroying them per launch mapped and unmapped their traces each time (twice the test's time).
+class TsanFibers {
+ public:
+  TsanFibers() = default;
+  TsanFibers(const TsanFibers&) = delete;
+  TsanFibers& operator=(const TsanFibers&) = delete;
+  ~TsanFibers() {
+    for (void* f : fibers_) __tsan_destroy_fiber(f);
+  }
+  void* get(int t) {
+    while (int(fibers_.size()) <= t) fibers_.push_back(__tsan_create_fiber(0));
+    return fibers_[std::size_t(t)];
+  }
+
+ private:
+  std::vector<void*> fibers_;
+};
+#endif
+
 enum class State : unsigned char { kRunnable, kAtBarrier, kAtBlockEnd, kDone };
 
 // Runs one launch: every block in order, each block's threads as fibers on the calling thread.
@@ -160,7 +191,7 @@ class Launch {
   Launch(dim3 grid, dim3 block, void (*run)(const void*), const void* kernel_and_args)
       : grid_(grid), block_(block), run_(run), kernel_and_args_(kernel_and_args) {}
 
-  void run_all() {
+  PARALAB_EMULATOR_UNSEEN void run_all() {
     const int threads = static_cast<int>(block_.x * block_.y * block_.z);
     const int64_t blocks = int64_t{grid_.x} * grid_.y * grid_.z;
     if (threads == 0 || blocks == 0) return;
@@ -188,12 +219,21 @@ class Launch {
       for (int r = 3; r <= 8; ++r) top[-r] = 0;
       top[-9] = uint64_t{mxcsr} | uint64_t{fpcw} << 32;
       f.sp = &top[-9];
+#ifdef PARALAB_EMULATOR_TSAN
+      static thread_local TsanFibers tsan_fibers;
+      f.tsan = tsan_fibers.get(t);
+#endif
     }
+#ifdef PARALAB_EMULATOR_TSAN
+    main_tsan_ = __tsan_get_current_fiber();
+    __tsan_release(&start_token_);  // this thread's writes of the kernel's inputs, for the fibers
+#endif
     Launch* const outer = current();
     current() = this;
     blockDim = block_;
     gridDim = grid_;
     for (int64_t b = 0; b < blocks; ++b) {
+      block_number_ = b;
       blockIdx = block_index(b, grid_);
       for (Fiber& f : fibers_) f.state = State::kRunnable;
       // Passes until every thread has returned from the kernel; between passes the threads
@@ -209,24 +249,42 @@ class Launch {
             f.state = State::kRunnable;
             waiting = true;
           }
+        generation_ += waiting;
       }
     }
     // Each fiber leaves its stack for good (under ASan, so that its fake stack is released).
     finishing_ = true;
     for (int t = 0; t < threads; ++t) resume(t);
+#ifdef PARALAB_EMULATOR_TSAN
+    __tsan_acquire(&done_token_);  // what the kernels wrote, for this thread's reads
+#endif
     current() = outer;
   }
 
   // On a fiber: back to the launch until it resumes this thread.
-  void yield(State state) {
+  PARALAB_EMULATOR_UNSEEN void yield(State state) {
     Fiber& f = fibers_[std::size_t(running_)];
     f.state = state;
+#ifdef PARALAB_EMULATOR_TSAN
+    // Switches between fibers order nothing (no_sync), so TSan reports any two accesses of
+    // different threads that no barrier orders. A barrier's happens-before: every thread that
+    // reaches barrier g releases a token that each acquires when the barrier opens; one of two
+    // tokens by the parity of g (or of the block at a block's end), since a thread may reach the
+    // next barrier before the others have left this one.
+    char* const token = state == State::kAtBarrier ? &barrier_token_[generation_ % 2]
+                                                   : &block_token_[block_number_ % 2];
+    __tsan_release(token);
+    __tsan_switch_to_fiber(main_tsan_, __tsan_switch_to_fiber_no_sync);
+#endif
 #ifdef PARALAB_EMULATOR_ASAN
     __sanitizer_start_switch_fiber(&f.fake_stack, main_bottom_, main_size_);
 #endif
     switch_stack(&f.sp, main_sp_);
 #ifdef PARALAB_EMULATOR_ASAN
     __sanitizer_finish_switch_fiber(f.fake_stack, nullptr, nullptr);
+#endif
+#ifdef PARALAB_EMULATOR_TSAN
+    __tsan_acquire(token);
 #endif
   }
 
@@ -241,13 +299,17 @@ class Launch {
     std::byte* bottom = nullptr;
     dim3 thread_idx;
     State state = State::kRunnable;
-    void* fake_stack = nullptr;
+    void* fake_stack = nullptr;  // ASan's
+    void* tsan = nullptr;        // TSan's fiber
   };
 
-  void resume(int t) {
+  PARALAB_EMULATOR_UNSEEN void resume(int t) {
     Fiber& f = fibers_[std::size_t(t)];
     running_ = t;
     threadIdx = f.thread_idx;
+#ifdef PARALAB_EMULATOR_TSAN
+    __tsan_switch_to_fiber(f.tsan, __tsan_switch_to_fiber_no_sync);
+#endif
 #ifdef PARALAB_EMULATOR_ASAN
     __sanitizer_start_switch_fiber(&main_fake_stack_, f.bottom, Stacks::kStackBytes);
 #endif
@@ -258,10 +320,13 @@ class Launch {
   }
 
   // Where every fiber starts: the kernel once per block until the launch ends.
-  [[noreturn]] static void fiber_main() noexcept {
+  [[noreturn]] PARALAB_EMULATOR_UNSEEN static void fiber_main() noexcept {
     Launch& l = *current();
 #ifdef PARALAB_EMULATOR_ASAN
     __sanitizer_finish_switch_fiber(nullptr, &l.main_bottom_, &l.main_size_);
+#endif
+#ifdef PARALAB_EMULATOR_TSAN
+    __tsan_acquire(&l.start_token_);
 #endif
     while (!l.finishing_) {
       l.run_(l.kernel_and_args_);
@@ -269,6 +334,10 @@ class Launch {
     }
     Fiber& f = l.fibers_[std::size_t(l.running_)];
     f.state = State::kDone;
+#ifdef PARALAB_EMULATOR_TSAN
+    __tsan_release(&l.done_token_);
+    __tsan_switch_to_fiber(l.main_tsan_, __tsan_switch_to_fiber_no_sync);
+#endif
 #ifdef PARALAB_EMULATOR_ASAN
     __sanitizer_start_switch_fiber(nullptr, l.main_bottom_, l.main_size_);
 #endif
@@ -286,6 +355,9 @@ class Launch {
   void* main_fake_stack_ = nullptr;
   const void* main_bottom_ = nullptr;
   std::size_t main_size_ = 0;
+  int64_t block_number_ = 0, generation_ = 0;
+  void* main_tsan_ = nullptr;
+  char start_token_ = 0, barrier_token_[2] = {}, block_token_[2] = {}, done_token_ = 0;
 };
 
 }  // namespace fibers
@@ -302,7 +374,7 @@ void emulate(dim3 grid, dim3 block, Kernel kernel, Args... args) {
 
 }  // namespace paralab::testing
 
-inline void __syncthreads() {
+PARALAB_EMULATOR_UNSEEN inline void __syncthreads() {
   paralab::testing::fibers::Launch::current()->yield(paralab::testing::fibers::State::kAtBarrier);
 }
 
