@@ -18,8 +18,17 @@
 // thread is a host thread, all of a block's at once.
 // __shared__ arrays become function statics: one per kernel instantiation, shared by the block's
 // threads, reused by the next block (as on a GPU, nothing carries over that a correct kernel may
-// rely on). fmaf is the C library's, correctly rounded like the GPU's, so a kernel whose
-// arithmetic is written with fmaf and plain float operations gives the GPU's bits.
+// rely on). fmaf is the C library's, correctly rounded like the GPU's, and the suites are built
+// without contraction (-ffp-contract=off), so a kernel gives the GPU's bits where its products
+// are summed through fmaf; a product added to something in one plain expression (p - step * g)
+// is one rounding on the GPU, where nvcc fuses it, and two here.
+//
+// A launch is checked as the GPU checks it (at most 1,024 threads a block, 64 along z; grids of
+// at most 2^31 - 1, 65,535, 65,535 blocks; no zero dimension); a barrier that the block's
+// running threads reach at different __syncthreads() calls, undefined on a GPU, aborts. What
+// the emulator cannot show: races between blocks (they run one after another), a missing
+// barrier between writes to shared memory that every block makes alike (the previous block
+// left the same values), and the limits __launch_bounds__ and the shared-memory size impose.
 //
 // The kernels may use blockIdx, threadIdx, blockDim, gridDim (x, y, z), static __shared__ arrays
 // (__align__ too), __syncthreads() and early return; not warp shuffles, atomics or dynamic shared
@@ -31,8 +40,12 @@
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <mutex>
 #include <stdexcept>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -81,6 +94,7 @@ inline thread_local dim3 threadIdx, blockIdx, blockDim, gridDim;
 #define __forceinline__ inline
 #define __shared__ static
 #define __launch_bounds__(...)
+#define __syncthreads() ::paralab::testing::sync_threads(__FILE__, __LINE__)
 #define __align__(n) __attribute__((aligned(n)))
 
 using std::fmaf;
@@ -95,6 +109,23 @@ inline dim3 thread_index(int t, dim3 block) {
 inline dim3 block_index(int64_t b, dim3 grid) {
   return dim3(static_cast<unsigned>(b % grid.x), static_cast<unsigned>(b / grid.x % grid.y),
               static_cast<unsigned>(b / (int64_t{grid.x} * grid.y)));
+}
+
+// The launch configuration a GPU accepts (CUDA's limits for every compute capability since 3.0).
+inline void check_launch(dim3 grid, dim3 block) {
+  const int64_t threads = int64_t{block.x} * block.y * block.z;
+  if (grid.x == 0 || grid.y == 0 || grid.z == 0 || block.x == 0 || block.y == 0 || block.z == 0)
+    throw std::invalid_argument("cuda_emulator: a launch with a zero dimension");
+  if (threads > 1024 || block.x > 1024 || block.y > 1024 || block.z > 64)
+    throw std::invalid_argument("cuda_emulator: a block of " + std::to_string(threads) +
+                                " threads, beyond a GPU's limits");
+  if (grid.x > 2147483647u || grid.y > 65535 || grid.z > 65535)
+    throw std::invalid_argument("cuda_emulator: a grid beyond a GPU's limits");
+}
+
+[[noreturn]] inline void emulation_abort(const char* what) {
+  std::fprintf(stderr, "cuda_emulator: %s\n", what);
+  std::abort();
 }
 
 #ifdef PARALAB_EMULATOR_FIBERS
@@ -131,33 +162,45 @@ namespace fibers {
 // thread's next launch (mapped once, not per launch).
 class Stacks {
  public:
-  static constexpr std::size_t kStackBytes = std::size_t{64} << 10, kGuardBytes = 4096,
+  // A guard as large as a stack: a frame larger than one page could step over a single page into
+  // the stack below (the suites are not built with stack-clash protection).
+  static constexpr std::size_t kStackBytes = std::size_t{64} << 10, kGuardBytes = kStackBytes,
                                kSlotBytes = kStackBytes + kGuardBytes;
   Stacks() = default;
   Stacks(const Stacks&) = delete;
   Stacks& operator=(const Stacks&) = delete;
-  ~Stacks() {
-    if (base_ != nullptr) munmap(base_, std::size_t(count_) * kSlotBytes);
-  }
+  ~Stacks() { release(); }
   void reserve(int count) {
     if (count <= count_) return;
-    if (base_ != nullptr) munmap(base_, std::size_t(count_) * kSlotBytes);
-    base_ = nullptr;
-    count_ = 0;
-    void* p = mmap(nullptr, std::size_t(count) * kSlotBytes, PROT_READ | PROT_WRITE,
+    release();
+    const std::size_t bytes = std::size_t(count) * kSlotBytes;
+    void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE,
                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (p == MAP_FAILED) throw std::runtime_error("cuda_emulator: cannot map the fiber stacks");
-    base_ = static_cast<std::byte*>(p);
-    count_ = count;
+    auto* base = static_cast<std::byte*>(p);
     for (int t = 0; t < count; ++t)
-      if (mprotect(base_ + std::size_t(t) * kSlotBytes, kGuardBytes, PROT_NONE) != 0)
-        throw std::runtime_error("cuda_emulator: cannot protect a fiber stack's guard page");
+      if (mprotect(base + std::size_t(t) * kSlotBytes, kGuardBytes, PROT_NONE) != 0) {
+        munmap(base, bytes);
+        throw std::runtime_error("cuda_emulator: cannot protect a fiber stack's guard");
+      }
+    base_ = base;
+    count_ = count;
   }
   // The lowest address of stack t and the address just above it.
   std::byte* bottom(int t) const { return base_ + std::size_t(t) * kSlotBytes + kGuardBytes; }
   std::byte* top(int t) const { return bottom(t) + kStackBytes; }
 
  private:
+  void release() {
+    if (base_ == nullptr) return;
+#ifdef PARALAB_EMULATOR_ASAN
+    // Redzones the frames left (fiber_main's never return) would poison a later mapping here.
+    for (int t = 0; t < count_; ++t) ASAN_UNPOISON_MEMORY_REGION(bottom(t), kStackBytes);
+#endif
+    munmap(base_, std::size_t(count_) * kSlotBytes);
+    base_ = nullptr;
+    count_ = 0;
+  }
   std::byte* base_ = nullptr;
   int count_ = 0;
 };
@@ -181,6 +224,16 @@ class TsanFibers {
  private:
   std::vector<void*> fibers_;
 };
+
+// TSan's sync objects for the barriers, one set per host thread: kept off the launch's stack
+// frame, whose addresses later frames reuse (a token's clocks would order their accesses too).
+struct TsanTokens {
+  char start = 0, barrier[2] = {}, block[2] = {}, done = 0;
+};
+inline TsanTokens& tsan_tokens() {
+  static thread_local TsanTokens tokens;
+  return tokens;
+}
 #endif
 
 enum class State : unsigned char { kRunnable, kAtBarrier, kAtBlockEnd, kDone };
@@ -192,9 +245,16 @@ class Launch {
       : grid_(grid), block_(block), run_(run), kernel_and_args_(kernel_and_args) {}
 
   PARALAB_EMULATOR_UNSEEN void run_all() {
+    check_launch(grid_, block_);
+    // One launch at a time on a host thread: its fibers' stacks and TSan's fibers are the
+    // thread's (a kernel does not launch kernels).
+    if (current() != nullptr) emulation_abort("a launch inside a launch");
     const int threads = static_cast<int>(block_.x * block_.y * block_.z);
     const int64_t blocks = int64_t{grid_.x} * grid_.y * grid_.z;
-    if (threads == 0 || blocks == 0) return;
+    // Launches alternate which blocks run their threads in ascending order, so that a launch of
+    // one block is run in either order too, over a suite's launches.
+    static thread_local uint64_t launches = 0;
+    const int64_t ascending_parity = int64_t(launches++ % 2);
     static thread_local Stacks stacks;
     stacks.reserve(threads);
     unsigned mxcsr = 0;
@@ -226,9 +286,8 @@ class Launch {
     }
 #ifdef PARALAB_EMULATOR_TSAN
     main_tsan_ = __tsan_get_current_fiber();
-    __tsan_release(&start_token_);  // this thread's writes of the kernel's inputs, for the fibers
+    __tsan_release(&tsan_tokens().start);  // this thread's writes of the kernel's inputs
 #endif
-    Launch* const outer = current();
     current() = this;
     blockDim = block_;
     gridDim = grid_;
@@ -240,12 +299,19 @@ class Launch {
       // waiting at a barrier go on.
       for (bool waiting = true; waiting;) {
         for (int i = 0; i < threads; ++i) {
-          const int t = b % 2 == 0 ? i : threads - 1 - i;
+          const int t = b % 2 == ascending_parity ? i : threads - 1 - i;
           if (fibers_[std::size_t(t)].state == State::kRunnable) resume(t);
         }
         waiting = false;
+        const Fiber* first = nullptr;
         for (Fiber& f : fibers_)
           if (f.state == State::kAtBarrier) {
+            if (first == nullptr) first = &f;
+            if (f.line != first->line || std::strcmp(f.file, first->file) != 0)
+              emulation_abort(("a block's threads wait at different __syncthreads(): " +
+                               std::string(first->file) + ":" + std::to_string(first->line) +
+                               " and " + f.file + ":" + std::to_string(f.line))
+                                  .c_str());
             f.state = State::kRunnable;
             waiting = true;
           }
@@ -256,23 +322,25 @@ class Launch {
     finishing_ = true;
     for (int t = 0; t < threads; ++t) resume(t);
 #ifdef PARALAB_EMULATOR_TSAN
-    __tsan_acquire(&done_token_);  // what the kernels wrote, for this thread's reads
+    __tsan_acquire(&tsan_tokens().done);  // what the kernels wrote, for this thread's reads
 #endif
-    current() = outer;
+    current() = nullptr;
   }
 
   // On a fiber: back to the launch until it resumes this thread.
-  PARALAB_EMULATOR_UNSEEN void yield(State state) {
+  PARALAB_EMULATOR_UNSEEN void yield(State state, const char* file = "", int line = 0) {
     Fiber& f = fibers_[std::size_t(running_)];
     f.state = state;
+    f.file = file;
+    f.line = line;
 #ifdef PARALAB_EMULATOR_TSAN
     // Switches between fibers order nothing (no_sync), so TSan reports any two accesses of
     // different threads that no barrier orders. A barrier's happens-before: every thread that
     // reaches barrier g releases a token that each acquires when the barrier opens; one of two
     // tokens by the parity of g (or of the block at a block's end), since a thread may reach the
     // next barrier before the others have left this one.
-    char* const token = state == State::kAtBarrier ? &barrier_token_[generation_ % 2]
-                                                   : &block_token_[block_number_ % 2];
+    char* const token = state == State::kAtBarrier ? &tsan_tokens().barrier[generation_ % 2]
+                                                   : &tsan_tokens().block[block_number_ % 2];
     __tsan_release(token);
     __tsan_switch_to_fiber(main_tsan_, __tsan_switch_to_fiber_no_sync);
 #endif
@@ -301,6 +369,8 @@ class Launch {
     State state = State::kRunnable;
     void* fake_stack = nullptr;  // ASan's
     void* tsan = nullptr;        // TSan's fiber
+    const char* file = "";       // the __syncthreads() it waits at
+    int line = 0;
   };
 
   PARALAB_EMULATOR_UNSEEN void resume(int t) {
@@ -326,7 +396,7 @@ class Launch {
     __sanitizer_finish_switch_fiber(nullptr, &l.main_bottom_, &l.main_size_);
 #endif
 #ifdef PARALAB_EMULATOR_TSAN
-    __tsan_acquire(&l.start_token_);
+    __tsan_acquire(&tsan_tokens().start);
 #endif
     while (!l.finishing_) {
       l.run_(l.kernel_and_args_);
@@ -335,7 +405,7 @@ class Launch {
     Fiber& f = l.fibers_[std::size_t(l.running_)];
     f.state = State::kDone;
 #ifdef PARALAB_EMULATOR_TSAN
-    __tsan_release(&l.done_token_);
+    __tsan_release(&tsan_tokens().done);
     __tsan_switch_to_fiber(l.main_tsan_, __tsan_switch_to_fiber_no_sync);
 #endif
 #ifdef PARALAB_EMULATOR_ASAN
@@ -357,7 +427,6 @@ class Launch {
   std::size_t main_size_ = 0;
   int64_t block_number_ = 0, generation_ = 0;
   void* main_tsan_ = nullptr;
-  char start_token_ = 0, barrier_token_[2] = {}, block_token_[2] = {}, done_token_ = 0;
 };
 
 }  // namespace fibers
@@ -372,11 +441,14 @@ void emulate(dim3 grid, dim3 block, Kernel kernel, Args... args) {
   launch.run_all();
 }
 
-}  // namespace paralab::testing
-
-PARALAB_EMULATOR_UNSEEN inline void __syncthreads() {
-  paralab::testing::fibers::Launch::current()->yield(paralab::testing::fibers::State::kAtBarrier);
+// __syncthreads() at file:line.
+PARALAB_EMULATOR_UNSEEN inline void sync_threads(const char* file, int line) {
+  fibers::Launch* const launch = fibers::Launch::current();
+  if (launch == nullptr) emulation_abort("__syncthreads() outside a launch");
+  launch->yield(fibers::State::kAtBarrier, file, line);
 }
+
+}  // namespace paralab::testing
 
 #else  // host threads
 
@@ -416,18 +488,19 @@ class BlockBarrier {
   uint64_t generation_ = 0;
 };
 
+// The barrier of the block the calling thread runs a thread of.
 inline BlockBarrier*& current_block_barrier() {
-  static BlockBarrier* barrier = nullptr;
+  static thread_local BlockBarrier* barrier = nullptr;
   return barrier;
 }
 
 // Runs kernel(args...) over grid x block, blocks in order (x fastest, then y, then z).
 template <typename Kernel, typename... Args>
 void emulate(dim3 grid, dim3 block, Kernel kernel, Args... args) {
+  check_launch(grid, block);
   const int threads = static_cast<int>(block.x * block.y * block.z);
   const int64_t blocks = int64_t{grid.x} * grid.y * grid.z;
   BlockBarrier barrier;
-  current_block_barrier() = &barrier;
   // Between blocks every thread waits here; the completion step readies the next block.
   auto start_block = [&]() noexcept { barrier.reset(threads); };
   std::barrier fence(threads, start_block);
@@ -436,6 +509,7 @@ void emulate(dim3 grid, dim3 block, Kernel kernel, Args... args) {
   pool.reserve(static_cast<std::size_t>(threads));
   for (int t = 0; t < threads; ++t)
     pool.emplace_back([&, t] {
+      current_block_barrier() = &barrier;
       threadIdx = thread_index(t, block);
       blockDim = block;
       gridDim = grid;
@@ -447,11 +521,14 @@ void emulate(dim3 grid, dim3 block, Kernel kernel, Args... args) {
       }
     });
   for (auto& t : pool) t.join();
-  current_block_barrier() = nullptr;
+}
+
+// __syncthreads() (the barrier has no use for the call's place).
+inline void sync_threads(const char*, int) {
+  if (current_block_barrier() == nullptr) emulation_abort("__syncthreads() outside a launch");
+  current_block_barrier()->arrive_and_wait();
 }
 
 }  // namespace paralab::testing
-
-inline void __syncthreads() { paralab::testing::current_block_barrier()->arrive_and_wait(); }
 
 #endif

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
@@ -341,6 +342,100 @@ TEST(ModelKernels, ElementwiseUpdateAndGatherKernelsMatchReference) {
     xs.push_back(xb);
   }
   EXPECT_TRUE(bits_equal(xs[0], xs[1]));
+}
+
+// The emulator itself (tests/cuda_emulator.h): what it must catch in a kernel.
+
+// Each thread writes its slot, then reads its neighbour's above or below (its own at the end):
+// without the barrier between, the neighbour may not have written yet.
+__global__ void neighbour_k(float* out, float value, int higher, int barrier) {
+  __shared__ float slot[64];
+  const unsigned t = threadIdx.x, n = blockDim.x;
+  slot[t] = value + float(t);
+  if (barrier) __syncthreads();
+  out[t] = slot[higher ? (t + 1 < n ? t + 1 : t) : (t > 0 ? t - 1 : t)];
+  if (barrier) __syncthreads();
+}
+
+// Threads 48 and above return at once; the rest meet at a barrier and read each other's slots.
+__global__ void early_return_k(float* out) {
+  __shared__ float slot[64];
+  const unsigned t = threadIdx.x;
+  if (t >= 48) return;
+  slot[t] = float(t);
+  __syncthreads();
+  out[t] = slot[47 - t];
+}
+
+// Does nothing, with any block shape.
+__global__ void nothing_k(float*) {}
+
+// Odd and even threads wait at different barriers: undefined on a GPU.
+__global__ void divergent_k(float* out) {
+  if (threadIdx.x % 2 == 0)
+    __syncthreads();
+  else
+    __syncthreads();
+  out[threadIdx.x] = 1.0f;
+}
+
+TEST(Emulator, AMissingBarrierReadsAStaleValueOnEitherSide) {
+#ifdef PARALAB_EMULATOR_TSAN
+  GTEST_SKIP() << "under TSan a missing barrier is a reported race (sanitize.sh, ModelKernels)";
+#endif
+  // Two launches of one block in a row run its threads in opposite orders: a read of the
+  // neighbour above is stale in one of them, of the neighbour below in the other. Each launch
+  // writes other values than the one before, so a stale slot holds a wrong one.
+  const auto expected = [](float value, int higher, int t) {
+    return value + float(higher ? std::min(t + 1, 63) : std::max(t - 1, 0));
+  };
+  for (const int higher : {0, 1}) {
+    int wrong_launches = 0;
+    for (int launch = 0; launch < 2; ++launch) {
+      const float value = 100.0f * float(1 + 3 * higher + launch);
+      std::vector<float> out(64, -1.0f);
+      emulate(dim3(1), dim3(64), neighbour_k, out.data(), value, higher, 0);
+      int wrong = 0;
+      for (int t = 0; t < 64; ++t) wrong += out[std::size_t(t)] != expected(value, higher, t);
+      wrong_launches += wrong > 0;
+    }
+    EXPECT_EQ(wrong_launches, 1) << "without the barrier, higher=" << higher;
+    const float value = 100.0f * float(3 + 3 * higher);
+    std::vector<float> out(64, -1.0f);
+    emulate(dim3(1), dim3(64), neighbour_k, out.data(), value, higher, 1);
+    for (int t = 0; t < 64; ++t)
+      EXPECT_EQ(out[std::size_t(t)], expected(value, higher, t)) << "with the barrier, t=" << t;
+  }
+}
+
+TEST(Emulator, ThreadsThatReturnEarlyDoNotHoldABarrier) {
+  std::vector<float> out(64, -1.0f);
+  emulate(dim3(3), dim3(64), early_return_k, out.data());
+  for (int t = 0; t < 48; ++t) EXPECT_EQ(out[std::size_t(t)], float(47 - t)) << t;
+  for (int t = 48; t < 64; ++t) EXPECT_EQ(out[std::size_t(t)], -1.0f) << t;
+}
+
+TEST(Emulator, LaunchesAGpuRefusesAreRefused) {
+  std::vector<float> out(2048);
+  const auto launch = [&](dim3 grid, dim3 block) { emulate(grid, block, nothing_k, out.data()); };
+  EXPECT_THROW(launch(dim3(1), dim3(1025)), std::invalid_argument);
+  EXPECT_THROW(launch(dim3(1), dim3(16, 1, 65)), std::invalid_argument);
+  EXPECT_THROW(launch(dim3(1, 65536), dim3(32)), std::invalid_argument);
+  EXPECT_THROW(launch(dim3(1, 1, 65536), dim3(32)), std::invalid_argument);
+  EXPECT_THROW(launch(dim3(0), dim3(32)), std::invalid_argument);
+  EXPECT_THROW(launch(dim3(1), dim3(32, 0)), std::invalid_argument);
+  EXPECT_NO_THROW(launch(dim3(1), dim3(1024)));
+  EXPECT_NO_THROW(launch(dim3(2, 3, 2), dim3(4, 4, 64)));
+}
+
+TEST(Emulator, ThreadsAtDifferentBarriersAbort) {
+#if !defined(PARALAB_EMULATOR_FIBERS)
+  GTEST_SKIP() << "host threads: a divergent barrier is not told apart";
+#endif
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  std::vector<float> out(64);
+  EXPECT_DEATH(emulate(dim3(1), dim3(64), divergent_k, out.data()),
+               "wait at different __syncthreads\\(\\)");
 }
 
 }  // namespace
