@@ -16,8 +16,8 @@
 #      fiber whose switches order nothing but the kernel's barriers: a missing __syncthreads()
 #      is a race TSan reports), all but the exact LeNet-sized stages (35 s there, run under ASan).
 # Any report fails its test. Suppressions, each with why it is a false positive, are in
-# tests/sanitizers/. Part of .ci/run; on 2 cores from scratch, 14.7 minutes at faa5db5 (ASan
-# tests 4.0, TSan tests 3.6, the two builds 7.1) on an AMD EPYC VM, 2026-12-05; more runs in
+# tests/sanitizers/. Part of .ci/run; on 2 cores from scratch, 11.2 minutes at 7675d12 (ASan
+# tests 2.7, TSan tests 2.3, the two builds 5.9) on an AMD EPYC VM, 2026-12-05; more runs in
 # .ci/timings.md. In these builds some suites run a subset of their sweeps
 # (testing::kSanitizerBuild in tests/test_util.h).
 #   scripts/sanitize.sh [asan|tsan]...   (default: both)
