@@ -2,20 +2,23 @@
 // reduction orders are tested on machines without a GPU (tests/test_fused_kernels.cpp).
 //
 // Include this before a kernel header (.cuh) and launch with emulate(grid, block, kernel, args...):
-// the blocks run one after another, and __syncthreads() is a real barrier among a block's
-// threads, so a missing one shows up as a wrong result, and under TSan as a race.
+// the blocks run one after another, first to last in a host thread's even launches and last to
+// first in its odd ones (a GPU keeps no order: a result that depends on it differs between the
+// two), and __syncthreads() is a real barrier among a block's threads, so a missing one shows up
+// as a wrong result, and under TSan as a race.
 //
 // On x86-64 Linux a block's threads are fibers: one stack per CUDA thread, all on the calling
 // thread. Each runs until it reaches __syncthreads() or returns from the kernel, then the next;
-// a barrier opens once every thread still running has reached it. Even-numbered blocks run their
-// threads in ascending order, odd ones in descending order, so a read of another thread's value
-// without a barrier between sees a stale value from one side or the other. Under TSan the
+// a barrier opens once every thread still running has reached it. Every other block runs its
+// threads in descending order, the others in ascending order (which ones alternates between
+// launches), so a read of another thread's value without a barrier between sees a stale value
+// from one side or the other. Under TSan the
 // switches between fibers order nothing, and only the barriers do, so TSan reports what a
 // missing one leaves unordered whatever the order the fibers ran in. Deterministic, and cheap:
 // the two emulated suites' 30 tests took 0.7 s (3.2 s under ASan) on a 2-core AMD EPYC VM,
 // against 73 (131) CPU seconds with a host thread per CUDA thread, most of them in the kernel's
 // futex calls of 256 threads meeting at barriers on 2 cores (2026-12-05). Elsewhere each CUDA
-// thread is a host thread, all of a block's at once.
+// thread is a host thread, all of a block's at once, and blocks run first to last.
 // __shared__ arrays become function statics: one per kernel instantiation, shared by the block's
 // threads, reused by the next block (as on a GPU, nothing carries over that a correct kernel may
 // rely on). fmaf is the C library's, correctly rounded like the GPU's, and the suites are built
@@ -26,7 +29,7 @@
 // A launch is checked as the GPU checks it (at most 1,024 threads a block, 64 along z; grids of
 // at most 2^31 - 1, 65,535, 65,535 blocks; no zero dimension); a barrier that the block's
 // running threads reach at different __syncthreads() calls, undefined on a GPU, aborts. What
-// the emulator cannot show: races between blocks (they run one after another), a missing
+// the emulator cannot show: races between blocks (one runs after another), a missing
 // barrier between writes to shared memory that every block makes alike (the previous block
 // left the same values), and the limits __launch_bounds__ and the shared-memory size impose.
 //
@@ -251,10 +254,10 @@ class Launch {
     if (current() != nullptr) emulation_abort("a launch inside a launch");
     const int threads = static_cast<int>(block_.x * block_.y * block_.z);
     const int64_t blocks = int64_t{grid_.x} * grid_.y * grid_.z;
-    // Launches alternate which blocks run their threads in ascending order, so that a launch of
-    // one block is run in either order too, over a suite's launches.
+    // Launches alternate the order of their blocks and which of them run their threads in
+    // ascending order (a launch of one block runs them in either order over a suite's launches).
     static thread_local uint64_t launches = 0;
-    const int64_t ascending_parity = int64_t(launches++ % 2);
+    const int64_t odd_launch = int64_t(launches++ % 2);
     static thread_local Stacks stacks;
     stacks.reserve(threads);
     unsigned mxcsr = 0;
@@ -291,15 +294,18 @@ class Launch {
     current() = this;
     blockDim = block_;
     gridDim = grid_;
-    for (int64_t b = 0; b < blocks; ++b) {
-      block_number_ = b;
+    for (int64_t j = 0; j < blocks; ++j) {
+      // Odd launches run their blocks last to first: a GPU runs them in no order, so a kernel
+      // whose result depends on it gives a wrong value in one of two launches.
+      const int64_t b = odd_launch == 0 ? j : blocks - 1 - j;
+      block_number_ = j;
       blockIdx = block_index(b, grid_);
       for (Fiber& f : fibers_) f.state = State::kRunnable;
       // Passes until every thread has returned from the kernel; between passes the threads
       // waiting at a barrier go on.
       for (bool waiting = true; waiting;) {
         for (int i = 0; i < threads; ++i) {
-          const int t = b % 2 == ascending_parity ? i : threads - 1 - i;
+          const int t = (j + odd_launch) % 2 == 0 ? i : threads - 1 - i;
           if (fibers_[std::size_t(t)].state == State::kRunnable) resume(t);
         }
         waiting = false;
@@ -431,7 +437,8 @@ class Launch {
 
 }  // namespace fibers
 
-// Runs kernel(args...) over grid x block, blocks in order (x fastest, then y, then z).
+// Runs kernel(args...) over grid x block, one block after another: in order (x fastest, then y,
+// then z) in even launches of the host thread, in reverse in odd ones.
 template <typename Kernel, typename... Args>
 void emulate(dim3 grid, dim3 block, Kernel kernel, Args... args) {
   const auto call = [&] { kernel(args...); };

@@ -367,6 +367,12 @@ __global__ void early_return_k(float* out) {
   out[t] = slot[47 - t];
 }
 
+// Block b reads what block b - 1 wrote in the same launch: right only if the blocks run in order.
+__global__ void chain_k(float* out) {
+  const unsigned b = blockIdx.x;
+  if (threadIdx.x == 0) out[b] = b == 0 ? 1.0f : out[b - 1] + 1.0f;
+}
+
 // Does nothing, with any block shape.
 __global__ void nothing_k(float*) {}
 
@@ -413,6 +419,20 @@ TEST(Emulator, ThreadsThatReturnEarlyDoNotHoldABarrier) {
   emulate(dim3(3), dim3(64), early_return_k, out.data());
   for (int t = 0; t < 48; ++t) EXPECT_EQ(out[std::size_t(t)], float(47 - t)) << t;
   for (int t = 48; t < 64; ++t) EXPECT_EQ(out[std::size_t(t)], -1.0f) << t;
+}
+
+TEST(Emulator, AResultThatDependsOnTheBlocksOrderDiffersBetweenTwoLaunches) {
+  // A GPU runs a grid's blocks in no order; the emulator runs them first to last and last to
+  // first in turn.
+  int in_order = 0;
+  for (int launch = 0; launch < 2; ++launch) {
+    std::vector<float> out(8, -1.0f);
+    emulate(dim3(8), dim3(32), chain_k, out.data());
+    bool chain = true;
+    for (int b = 0; b < 8; ++b) chain = chain && out[std::size_t(b)] == float(b + 1);
+    in_order += chain;
+  }
+  EXPECT_EQ(in_order, 1);
 }
 
 TEST(Emulator, LaunchesAGpuRefusesAreRefused) {
