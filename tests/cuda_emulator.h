@@ -239,9 +239,9 @@ inline TsanTokens& tsan_tokens() {
 }
 #endif
 
-enum class State : unsigned char { kRunnable, kAtBarrier, kAtBlockEnd, kDone };
+enum class State : unsigned char { kRunnable, kAtBarrier, kAtBlockEnd };
 
-// Runs one launch: every block in order, each block's threads as fibers on the calling thread.
+// Runs one launch: one block after another, each block's threads as fibers on the calling thread.
 class Launch {
  public:
   Launch(dim3 grid, dim3 block, void (*run)(const void*), const void* kernel_and_args)
@@ -409,7 +409,6 @@ class Launch {
       l.yield(State::kAtBlockEnd);
     }
     Fiber& f = l.fibers_[std::size_t(l.running_)];
-    f.state = State::kDone;
 #ifdef PARALAB_EMULATOR_TSAN
     __tsan_release(&tsan_tokens().done);
     __tsan_switch_to_fiber(l.main_tsan_, __tsan_switch_to_fiber_no_sync);
