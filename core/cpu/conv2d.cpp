@@ -7,6 +7,7 @@
 
 #include "core/cpu/cpu_device.h"
 #include "core/cpu/cpu_ops.h"
+#include "core/cpu/onednn_api.h"
 #include "core/error.h"
 
 namespace paralab::cpu {
@@ -86,19 +87,13 @@ class CpuConv2d final : public Conv2d {
     Conv2dPlan p;
     PARALAB_DNNL("conv2d plan", {
       auto& eng = device_.engine();
-      const auto alg = dnnl::algorithm::convolution_direct;
-      const dnnl::convolution_forward::primitive_desc fwd_pd(
-          dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training, alg, any(src),
-                                          any(wei), plain_desc(bias), any(dst), strides, pad, pad),
-          own_scratchpad(), eng);
-      const dnnl::convolution_backward_weights::primitive_desc bwd_w_pd(
-          dnnl::convolution_backward_weights::desc(alg, any(src), any(wei), plain_desc(bias),
-                                                   any(dst), strides, pad, pad),
-          own_scratchpad(), eng, fwd_pd);
-      const dnnl::convolution_backward_data::primitive_desc bwd_d_pd(
-          dnnl::convolution_backward_data::desc(alg, any(src), any(wei), any(dst), strides, pad,
-                                                pad),
-          own_scratchpad(), eng, fwd_pd);
+      const auto fwd_pd = onednn::conv_forward(eng, any(src), any(wei), plain_desc(bias), any(dst),
+                                               strides, pad, pad, own_scratchpad());
+      const auto bwd_w_pd =
+          onednn::conv_backward_weights(eng, any(src), any(wei), plain_desc(bias), any(dst),
+                                        strides, pad, pad, fwd_pd, own_scratchpad());
+      const auto bwd_d_pd = onednn::conv_backward_data(eng, any(src), any(wei), any(dst), strides,
+                                                       pad, pad, fwd_pd, own_scratchpad());
       p.fwd = Primitive(fwd_pd);
       p.bwd_weights = Primitive(bwd_w_pd);
       p.bwd_data = Primitive(bwd_d_pd);

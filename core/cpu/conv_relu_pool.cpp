@@ -11,6 +11,7 @@
 
 #include "core/cpu/cpu_device.h"
 #include "core/cpu/cpu_ops.h"
+#include "core/cpu/onednn_api.h"
 #include "core/error.h"
 
 namespace paralab::cpu {
@@ -163,33 +164,28 @@ class CpuConvReluPool final : public ConvReluPool {
     PARALAB_DNNL("conv_relu_pool plan", {
       auto& eng = device_.engine();
       dnnl::post_ops relu;
-      relu.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f);
+      onednn::append_relu(relu);
       dnnl::primitive_attr attr;
       attr.set_post_ops(relu);
-      const auto conv_desc = dnnl::convolution_forward::desc(
-          dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct, act_md(src),
-          any(wei), plain_desc(bias), act_md(act), strides, pad, pad);
-      const dnnl::convolution_forward::primitive_desc conv_pd(conv_desc, own_scratchpad(attr), eng);
+      const auto conv_pd =
+          onednn::conv_forward(eng, act_md(src), any(wei), plain_desc(bias), act_md(act), strides,
+                               pad, pad, own_scratchpad(attr));
       // The hint for backward is the same convolution without the post-op.
-      const dnnl::convolution_forward::primitive_desc hint_pd(conv_desc, eng);
+      const auto hint_pd = onednn::conv_forward(eng, act_md(src), any(wei), plain_desc(bias),
+                                                act_md(act), strides, pad, pad, {});
       const auto alg = dnnl::algorithm::pooling_avg_exclude_padding;
-      const dnnl::pooling_forward::primitive_desc pool_pd(
-          dnnl::pooling_forward::desc(dnnl::prop_kind::forward_training, alg, conv_pd.dst_desc(),
-                                      act_md(pooled), pool_strides, kernel, pad, pool_pad_r),
-          own_scratchpad(), eng);
-      const dnnl::pooling_backward::primitive_desc pool_bwd_pd(
-          dnnl::pooling_backward::desc(alg, conv_pd.dst_desc(), pool_pd.dst_desc(), pool_strides,
-                                       kernel, pad, pool_pad_r),
-          own_scratchpad(), eng, pool_pd);
-      const dnnl::convolution_backward_weights::primitive_desc bwd_w_pd(
-          dnnl::convolution_backward_weights::desc(dnnl::algorithm::convolution_direct, act_md(src),
-                                                   any(wei), plain_desc(bias), conv_pd.dst_desc(),
-                                                   strides, pad, pad),
-          own_scratchpad(), eng, hint_pd);
-      const dnnl::convolution_backward_data::primitive_desc bwd_d_pd(
-          dnnl::convolution_backward_data::desc(dnnl::algorithm::convolution_direct, act_md(src),
-                                                any(wei), conv_pd.dst_desc(), strides, pad, pad),
-          own_scratchpad(), eng, hint_pd);
+      const auto pool_pd =
+          onednn::pool_forward(eng, alg, conv_pd.dst_desc(), act_md(pooled), pool_strides, kernel,
+                               pad, pool_pad_r, own_scratchpad());
+      const auto pool_bwd_pd =
+          onednn::pool_backward(eng, alg, conv_pd.dst_desc(), pool_pd.dst_desc(), pool_strides,
+                                kernel, pad, pool_pad_r, pool_pd, own_scratchpad());
+      const auto bwd_w_pd = onednn::conv_backward_weights(
+          eng, act_md(src), any(wei), plain_desc(bias), conv_pd.dst_desc(), strides, pad, pad,
+          hint_pd, own_scratchpad());
+      const auto bwd_d_pd =
+          onednn::conv_backward_data(eng, act_md(src), any(wei), conv_pd.dst_desc(), strides, pad,
+                                     pad, hint_pd, own_scratchpad());
       PARALAB_REQUIRE(pool_bwd_pd.diff_src_desc() == conv_pd.dst_desc() &&
                           bwd_w_pd.diff_dst_desc() == conv_pd.dst_desc() &&
                           bwd_d_pd.diff_dst_desc() == conv_pd.dst_desc(),

@@ -5,6 +5,7 @@
 
 #include "core/cpu/cpu_device.h"
 #include "core/cpu/cpu_ops.h"
+#include "core/cpu/onednn_api.h"
 #include "core/error.h"
 
 namespace paralab::cpu {
@@ -92,8 +93,7 @@ class CpuLinear final : public Linear {
       auto& eng = device_.engine();
       auto make = [&](const memory::desc& a, const memory::desc& bm, const memory::desc* bias,
                       const memory::desc& c) {
-        auto d = bias ? dnnl::matmul::desc(a, bm, *bias, c) : dnnl::matmul::desc(a, bm, c);
-        return Primitive(dnnl::matmul::primitive_desc(d, own_scratchpad(), eng));
+        return Primitive(onednn::matmul(eng, a, bm, bias, c, own_scratchpad()));
       };
       auto mem = [&](const memory::desc& d) { return memory(d, eng, DNNL_MEMORY_NONE); };
       const auto xd = f32({n, in}, tag::ab), wd = f32({in, out}, tag::ab),

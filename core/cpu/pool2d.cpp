@@ -15,6 +15,7 @@
 
 #include "core/cpu/cpu_device.h"
 #include "core/cpu/cpu_ops.h"
+#include "core/cpu/onednn_api.h"
 #include "core/error.h"
 
 namespace paralab::cpu {
@@ -82,14 +83,10 @@ class CpuPool2d final : public Pool2d {
     PoolPlan p;
     PARALAB_DNNL("pool2d plan", {
       auto& eng = device_.engine();
-      const dnnl::pooling_forward::primitive_desc fwd_pd(
-          dnnl::pooling_forward::desc(dnnl::prop_kind::forward_training, alg, plain_desc(src),
-                                      plain_desc(dst), strides, kernel, pad, pad),
-          own_scratchpad(), eng);
-      const dnnl::pooling_backward::primitive_desc bwd_pd(
-          dnnl::pooling_backward::desc(alg, plain_desc(src), plain_desc(dst), strides, kernel, pad,
-                                       pad),
-          own_scratchpad(), eng, fwd_pd);
+      const auto fwd_pd = onednn::pool_forward(eng, alg, plain_desc(src), plain_desc(dst), strides,
+                                               kernel, pad, pad, own_scratchpad());
+      const auto bwd_pd = onednn::pool_backward(eng, alg, plain_desc(src), plain_desc(dst), strides,
+                                                kernel, pad, pad, fwd_pd, own_scratchpad());
       p.fwd = Primitive(fwd_pd);
       p.bwd = Primitive(bwd_pd);
       for (memory* m : {&p.x, &p.dx}) *m = memory(plain_desc(src), eng, DNNL_MEMORY_NONE);
