@@ -6,7 +6,7 @@
 # another repository must not report that repository's commit. Otherwise STAMP (default
 # SRC/.paralab-source-commit), written by whoever copied the tree (scripts/make-gpu-bundle.sh),
 # names it in two lines, "commit <sha>" and "dirty true|false". Else both are unknown.
-cmake_minimum_required(VERSION 3.25)
+cmake_minimum_required(VERSION 3.22...3.25)
 if(NOT SRC OR NOT OUT)
   message(FATAL_ERROR "build_info.cmake: needs -DSRC=<source dir> -DOUT=<header>")
 endif()

@@ -630,7 +630,17 @@ void print_help() {
       "A --benchmark_out file must not exist (results are never overwritten); a\n"
       "--benchmark_filter that selects nothing, or is not a valid regex, is an error.\n"
       "Google Benchmark's flags:\n");
+#if PARALAB_BENCHMARK_PRINTS_HELP
   benchmark::PrintDefaultHelp();
+#else
+  // Google Benchmark < 1.7 (Ubuntu 22.04 has 1.6) prints its flags only when its own parser
+  // meets --help, and then exits with status 0.
+  std::fflush(stdout);
+  int help_argc = 2;
+  char help_flag[] = "--help";
+  char* help_argv[] = {const_cast<char*>("allreduce_bench"), help_flag, nullptr};
+  benchmark::Initialize(&help_argc, help_argv);
+#endif
 }
 
 }  // namespace

@@ -340,7 +340,7 @@ class DataParallel final : public Strategy {
     json out = json::object();
     // Where the allreduce's steps moved whole (virtual devices of one GPU: one kernel per step).
     if (group_->moves_steps_whole()) out["step_moves"] = group_->step_moves();
-    if (!o_.cuda_graphs) return out.empty() ? nullptr : out;
+    if (!o_.cuda_graphs) return out.empty() ? json(nullptr) : out;
     // Graphs made and launched: one per group capture (every rank's part is in it), one per
     // device otherwise.
     int64_t captures = 0, replays = 0;

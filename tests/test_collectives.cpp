@@ -705,7 +705,11 @@ std::size_t address_space_bytes() {
 TEST(RankGroup, AThreadTheSystemRefusesFailsTheGroupWithAnError) {
   if (testing::kSanitizerBuild)
     GTEST_SKIP() << "the sanitizers' shadow memory does not fit an address-space limit";
+#ifdef GTEST_FLAG_SET
   GTEST_FLAG_SET(death_test_style, "threadsafe");
+#else  // GoogleTest < 1.12 (Ubuntu 22.04 has 1.11)
+  ::testing::GTEST_FLAG(death_test_style) = "threadsafe";
+#endif
   auto devices = make_devices("cpu", 4, {});
   std::vector<Device*> ptrs;
   for (auto& d : devices) ptrs.push_back(d.get());

@@ -16,7 +16,14 @@ import sys
 from pathlib import Path
 
 import jsonschema
-from jsonschema import Draft202012Validator
+
+try:
+    from jsonschema import Draft202012Validator as SchemaValidator
+except ImportError:
+    # jsonschema < 4 (Ubuntu 22.04 has 3.2) knows drafts up to 7. The schemas use no keyword that
+    # draft 7 reads otherwise: their "$defs" are reached by JSON pointer, and the only keywords
+    # beside a "$ref" (which draft 7 ignores) are annotations ("default", "description").
+    from jsonschema import Draft7Validator as SchemaValidator
 
 MAX_MESSAGE = 400  # messages quote the offending instance; a whole run object helps nobody
 
@@ -39,7 +46,7 @@ def _validator(schema_path):
 
 def _make_validator(schema_path):
     schema = _load_json(schema_path)
-    Draft202012Validator.check_schema(schema)
+    SchemaValidator.check_schema(schema)
     # Without an $id the schema's base URI is its file, so relative $refs find sibling files.
     schema = dict(schema)
     schema.setdefault("$id", schema_path.as_uri())
@@ -53,9 +60,9 @@ def _make_validator(schema_path):
             return Resource.from_contents(_load_json(uri[len("file://"):]),
                                           default_specification=DRAFT202012)
 
-        return Draft202012Validator(schema, registry=Registry(retrieve=retrieve))
+        return SchemaValidator(schema, registry=Registry(retrieve=retrieve))
     except ImportError:  # older jsonschema (Debian 12 has 4.10) fetches file:// URIs itself
-        return Draft202012Validator(schema)
+        return SchemaValidator(schema)
 
 
 def _one_line(text):
@@ -63,10 +70,20 @@ def _one_line(text):
     return text if len(text) <= MAX_MESSAGE else text[:MAX_MESSAGE] + " ..."
 
 
+def _json_path(error):
+    """The instance location as "$.a[0].b" (jsonschema >= 4 has it as error.json_path)."""
+    if hasattr(error, "json_path"):
+        return error.json_path
+    path = "$"
+    for part in error.absolute_path:
+        path += f"[{part}]" if isinstance(part, int) else f".{part}"
+    return path
+
+
 def validate(schema_path, instance):
     """Error lines ("JSON_PATH: message") for `instance` against the schema file; [] if valid."""
     errors = _validator(schema_path).iter_errors(instance)
-    return [f"{e.json_path}: {_one_line(e.message)}"
+    return [f"{_json_path(e)}: {_one_line(e.message)}"
             for e in sorted(errors, key=lambda e: [str(p) for p in e.absolute_path])]
 
 

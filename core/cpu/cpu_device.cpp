@@ -1,5 +1,6 @@
 #include "core/cpu/cpu_device.h"
 
+#include <dnnl_version.h>
 #include <omp.h>
 
 #include <cstdlib>
@@ -13,7 +14,17 @@ namespace paralab::cpu {
 
 namespace {
 constexpr std::size_t kAlignment = 64;  // one cache line, and what AVX-512 loads like
-}
+
+#if DNNL_VERSION_MAJOR < 2 || (DNNL_VERSION_MAJOR == 2 && DNNL_VERSION_MINOR < 6)
+// oneDNN before 2.6 (Ubuntu 22.04 has 2.2) reads DNNL_MAX_CPU_ISA only; the README and
+// scripts/test.sh name ONEDNN_MAX_CPU_ISA, which later versions read. Passed on before main(), so
+// before oneDNN reads its environment, and only where DNNL_MAX_CPU_ISA is not set already.
+const bool g_isa_limit_passed_on = [] {
+  const char* limit = std::getenv("ONEDNN_MAX_CPU_ISA");
+  return limit && ::setenv("DNNL_MAX_CPU_ISA", limit, /*overwrite=*/0) == 0;
+}();
+#endif
+}  // namespace
 
 CpuDevice::CpuDevice(int ordinal, int threads) : ordinal_(ordinal), threads_(threads) {
   PARALAB_REQUIRE(threads >= 1,
@@ -81,18 +92,33 @@ std::string onednn_cpu_isa() {
   // The most capable instruction set oneDNN dispatches to: the CPU's, or less where
   // ONEDNN_MAX_CPU_ISA (or dnnl::set_max_cpu_isa) limits it. Names as ONEDNN_MAX_CPU_ISA takes
   // them.
+  // oneDNN 3.x dropped the Xeon Phi values and "all" and added others; unknown values print as
+  // numbers.
   using isa = dnnl::cpu_isa;
-  static const std::pair<isa, const char*> kNames[] = {{isa::sse41, "sse41"},
-                                                       {isa::avx, "avx"},
-                                                       {isa::avx2, "avx2"},
-                                                       {isa::avx2_vnni, "avx2_vnni"},
-                                                       {isa::avx512_mic, "avx512_mic"},
-                                                       {isa::avx512_mic_4ops, "avx512_mic_4ops"},
-                                                       {isa::avx512_core, "avx512_core"},
-                                                       {isa::avx512_core_vnni, "avx512_core_vnni"},
-                                                       {isa::avx512_core_bf16, "avx512_core_bf16"},
-                                                       {isa::avx512_core_amx, "avx512_core_amx"},
-                                                       {isa::all, "all"}};
+  static const std::pair<isa, const char*> kNames[] = {
+    {isa::sse41, "sse41"},
+    {isa::avx, "avx"},
+    {isa::avx2, "avx2"},
+    {isa::avx2_vnni, "avx2_vnni"},
+#if DNNL_VERSION_MAJOR >= 3
+    {isa::avx2_vnni_2, "avx2_vnni_2"},
+#else
+    {isa::avx512_mic, "avx512_mic"},
+    {isa::avx512_mic_4ops, "avx512_mic_4ops"},
+#endif
+    {isa::avx512_core, "avx512_core"},
+    {isa::avx512_core_vnni, "avx512_core_vnni"},
+    {isa::avx512_core_bf16, "avx512_core_bf16"},
+#if DNNL_VERSION_MAJOR >= 3
+    {isa::avx512_core_fp16, "avx512_core_fp16"},
+#endif
+    {isa::avx512_core_amx, "avx512_core_amx"},
+#if DNNL_VERSION_MAJOR >= 3
+    {isa::avx512_core_amx_fp16, "avx512_core_amx_fp16"},
+#else
+    {isa::all, "all"},
+#endif
+  };
   const isa used = dnnl::get_effective_cpu_isa();
   for (const auto& [value, name] : kNames)
     if (value == used) return name;
