@@ -1,34 +1,56 @@
 #!/usr/bin/env bash
-# Proves the README's two commands on a fresh machine. Builds a minimal Debian 12 root with
-# debootstrap (variant minbase: no compiler, no git, nothing of ParaLab's), copies a clean clone
-# of this repository's HEAD into it, and runs, inside it with chroot and as its root user,
+# Proves the README's two commands on a fresh machine. Builds a minimal Debian or Ubuntu root
+# with debootstrap (variant minbase: no compiler, no git, nothing of ParaLab's), copies a clean
+# clone of this repository's HEAD into it, and runs, inside it with chroot and as its root user,
 #   1. scripts/quickstart.sh   (the main job, set-up included)
 #   2. scripts/test.sh         (the tests, set-up included)
 # with nothing installed but what those scripts install. Prints what each took and whether it
 # passed; exits 1 if either failed. Uncommitted changes are not part of the check (a warning
-# says so). Needs root, debootstrap and Debian's mirror; about 15 minutes on 2 cores.
+# says so). Needs root, debootstrap and the distribution's mirror; about 15 minutes on 2 cores.
 #
-# Usage: scripts/fresh-machine-check.sh [--root DIR] [--keep] [--mirror URL] [--suite SUITE]
-#   --root DIR    where to build the root (default: a new directory under /var/tmp); must not exist
-#   --keep        keep the root afterwards (logs are kept either way, beside it)
-#   --mirror URL  Debian mirror (default http://deb.debian.org/debian)
-#   --suite NAME  Debian suite (default bookworm, Debian 12)
+# Usage: scripts/fresh-machine-check.sh [--root DIR] [--keep] [--suite SUITE] [--mirror URL]
+#                                       [--keyring FILE]
+#   --root DIR      where to build the root (default: a new directory under /var/tmp); must not
+#                   exist
+#   --keep          keep the root afterwards (logs are kept either way, beside it)
+#   --suite NAME    bookworm (Debian 12, the default), trixie (Debian 13), or an Ubuntu release:
+#                   jammy (22.04), noble (24.04)
+#   --mirror URL    the archive (default http://deb.debian.org/debian, or
+#                   http://archive.ubuntu.com/ubuntu for Ubuntu)
+#   --keyring FILE  the archive's signing keys for debootstrap (default: debootstrap's own for
+#                   Debian, /usr/share/keyrings/ubuntu-archive-keyring.gpg for Ubuntu)
+# An Ubuntu root gets the sources a standard install has (main and universe; the release,
+# -updates and -security), since ParaLab's packages are in universe there.
 # Run it whenever the dependency list changes; CI does not run it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 repo=$PWD
-root="" keep=0 mirror=http://deb.debian.org/debian suite=bookworm
-while (($#)); do
-  case "$1" in
-    --root) root=${2:?--root needs a directory}; shift 2 ;;
-    --keep) keep=1; shift ;;
-    --mirror) mirror=${2:?--mirror needs a URL}; shift 2 ;;
-    --suite) suite=${2:?--suite needs a name}; shift 2 ;;
-    *) echo "fresh-machine-check.sh: unknown option '$1' (known: --root, --keep, --mirror, --suite)" >&2; exit 2 ;;
-  esac
-done
+root="" keep=0 mirror="" suite=bookworm keyring=""
 say() { echo "fresh-machine-check: $*"; }
 die() { echo "fresh-machine-check.sh: $*" >&2; exit 2; }
+value() { [[ -n $2 ]] || die "$1 needs $3"; }  # value OPTION "${2-}" WHAT
+while (($#)); do
+  case "$1" in
+    --root) value "$1" "${2-}" "a directory"; root=$2; shift 2 ;;
+    --keep) keep=1; shift ;;
+    --mirror) value "$1" "${2-}" "a URL"; mirror=$2; shift 2 ;;
+    --suite) value "$1" "${2-}" "a name"; suite=$2; shift 2 ;;
+    --keyring) value "$1" "${2-}" "a file"; keyring=$2; shift 2 ;;
+    *) die "unknown option '$1' (known: --root, --keep, --mirror, --suite, --keyring)" ;;
+  esac
+done
+case "$suite" in
+  focal | jammy | noble | oracular | plucky | questing) distro=Ubuntu ;;
+  *) distro=Debian ;;
+esac
+if [[ $distro == Ubuntu ]]; then
+  mirror=${mirror:-http://archive.ubuntu.com/ubuntu}
+  keyring=${keyring:-/usr/share/keyrings/ubuntu-archive-keyring.gpg}
+  [[ -r $keyring ]] || die "no Ubuntu archive keyring at $keyring: install ubuntu-keyring, or give --keyring FILE (ubuntu-archive-keyring.gpg from the ubuntu-keyring package)"
+else
+  mirror=${mirror:-http://deb.debian.org/debian}
+fi
+[[ -z $keyring || -r $keyring ]] || die "--keyring $keyring: cannot read it"
 [[ $(id -u) -eq 0 ]] || die "needs root (debootstrap, mount and chroot)"
 command -v debootstrap >/dev/null || die "debootstrap is not installed (apt-get install debootstrap)"
 git -C "$repo" rev-parse --verify -q HEAD >/dev/null || die "$repo is not a git checkout with a commit"
@@ -52,8 +74,15 @@ cleanup() {
 trap cleanup EXIT
 
 t0=$(date +%s)
-say "debootstrap $suite (minbase) into $root from $mirror"
-if ! debootstrap --variant=minbase "$suite" "$root" "$mirror" > "$logs/debootstrap.log" 2>&1; then
+bootstrap=(debootstrap --variant=minbase)
+[[ -z $keyring ]] || bootstrap+=(--keyring="$keyring")
+[[ $distro == Ubuntu ]] && bootstrap+=(--components=main,universe)
+bootstrap+=("$suite" "$root" "$mirror")
+# debootstrap knows newer Ubuntu releases by the script all of them share.
+scripts=/usr/share/debootstrap/scripts
+[[ $distro == Ubuntu && ! -e $scripts/$suite && -e $scripts/gutsy ]] && bootstrap+=("$scripts/gutsy")
+say "debootstrap $distro $suite (minbase) into $root from $mirror"
+if ! "${bootstrap[@]}" > "$logs/debootstrap.log" 2>&1; then
   tail -n 20 "$logs/debootstrap.log" >&2
   die "debootstrap failed (log: $logs/debootstrap.log)"
 fi
@@ -63,6 +92,13 @@ commit=$(git -C "$repo" rev-parse HEAD)
 git clone -q --no-local "$repo" "$root/root/paralab"
 say "cloned $commit into /root/paralab"
 
+if [[ $distro == Ubuntu ]]; then
+  rm -f "$root/etc/apt/sources.list.d/ubuntu.sources"
+  security=http://security.ubuntu.com/ubuntu
+  [[ $mirror == http://archive.ubuntu.com/ubuntu ]] || security=$mirror
+  printf 'deb %s %s main universe\n' "$mirror" "$suite" "$mirror" "$suite-updates" \
+    "$security" "$suite-security" > "$root/etc/apt/sources.list"
+fi
 cp /etc/resolv.conf "$root/etc/resolv.conf"
 for m in proc sys dev dev/pts; do mkdir -p "$root/$m"; done
 mount -t proc proc "$root/proc" && mounted+=("$root/proc")
@@ -88,7 +124,7 @@ for cmd in scripts/quickstart.sh scripts/test.sh; do
 done
 
 echo
-echo "fresh Debian $suite root, commit $commit, $(nproc) cores ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'))"
+echo "fresh $distro $suite root, commit $commit, $(nproc) cores ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'))"
 printf '%-24s %8s  %s\n' command seconds result
 status=0
 for i in "${!names[@]}"; do
