@@ -59,7 +59,9 @@ def main():
 
     with tempfile.TemporaryDirectory(prefix="paralab-mpi-runner-") as tmp:
         tmp = Path(tmp)
-        for np_, extra in ((2, []), (3, ["--mca", "btl", "tcp,self"])):
+        # 3 ranks over TCP, on the loopback interface (tests/CMakeLists.txt says why).
+        tcp = ["--mca", "btl", "tcp,self", "--mca", "btl_tcp_if_include", "lo"]
+        for np_, extra in ((2, []), (3, tcp)):
             d = json.loads(json.dumps(DESCRIPTOR))
             for run in d["runs"]:
                 if run["strategy"] != "single":
