@@ -91,9 +91,8 @@ void rethrow_dnnl(const dnnl::error& e, const char* op, const char* file, int li
 std::string onednn_cpu_isa() {
   // The most capable instruction set oneDNN dispatches to: the CPU's, or less where
   // ONEDNN_MAX_CPU_ISA (or dnnl::set_max_cpu_isa) limits it. Names as ONEDNN_MAX_CPU_ISA takes
-  // them.
-  // oneDNN 3.x dropped the Xeon Phi values and "all" and added others; unknown values print as
-  // numbers.
+  // them. oneDNN 3.x dropped the Xeon Phi values and "all" and added others; a value this table
+  // lacks prints as its number.
   using isa = dnnl::cpu_isa;
   static const std::pair<isa, const char*> kNames[] = {
     {isa::sse41, "sse41"},
@@ -102,7 +101,8 @@ std::string onednn_cpu_isa() {
     {isa::avx2_vnni, "avx2_vnni"},
 #if DNNL_VERSION_MAJOR >= 3
     {isa::avx2_vnni_2, "avx2_vnni_2"},
-#else
+#endif
+#if DNNL_VERSION_MAJOR < 3
     {isa::avx512_mic, "avx512_mic"},
     {isa::avx512_mic_4ops, "avx512_mic_4ops"},
 #endif
