@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Installs what ParaLab needs to build, test and run on Debian 12 / Ubuntu 22.04+, skipping what
-# is already there. Usage: scripts/install-deps.sh [--with-torch]
+# Installs what ParaLab needs to build, test and run on Debian 12 or 13 and Ubuntu 22.04 or 24.04
+# (on Ubuntu from universe, which a standard install enables), skipping what is already there.
+# Usage: scripts/install-deps.sh [--with-torch]
 #   --with-torch  also Debian's PyTorch (python3-torch), for the baseline benchmark
 #                 (experiments/baselines/compare_pytorch.py); large, so not installed by default.
 set -euo pipefail
@@ -41,7 +42,21 @@ if [[ $(id -u) -ne 0 ]]; then
   command -v sudo >/dev/null || { echo "install-deps.sh: need root or sudo to install: ${missing[*]}" >&2; exit 1; }
   sudo=(sudo)
 fi
-echo "install-deps.sh: installing ${missing[*]}"
 export DEBIAN_FRONTEND=noninteractive
 "${sudo[@]}" apt-get update -qq
+# A package this release does not have (Ubuntu 24.04 has no python3-torch; universe not enabled)
+# is named in one line, before anything is installed.
+unknown=()
+for p in "${missing[@]}"; do
+  candidate=$(apt-cache policy "$p" 2>/dev/null | sed -n 's/^ *Candidate: //p')
+  [[ -n $candidate && $candidate != "(none)" ]] || unknown+=("$p")
+done
+if ((${#unknown[@]})); then
+  hint="on Ubuntu they come from universe"
+  [[ " ${unknown[*]} " == *" python3-torch "* ]] &&
+    hint+="; where there is no python3-torch (Ubuntu 24.04), install PyTorch with pip and give compare_pytorch.py --python"
+  echo "install-deps.sh: not in this system's package sources: ${unknown[*]} ($hint)" >&2
+  exit 1
+fi
+echo "install-deps.sh: installing ${missing[*]}"
 "${sudo[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"
