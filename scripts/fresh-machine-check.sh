@@ -21,7 +21,8 @@
 #                   Debian, /usr/share/keyrings/ubuntu-archive-keyring.gpg for Ubuntu)
 # An Ubuntu root gets the sources a standard install has (main and universe; the release,
 # -updates and -security), since ParaLab's packages are in universe there.
-# Run it whenever the dependency list changes; CI does not run it.
+# Run it, for each of the four releases above, whenever the dependency list, the build files or
+# the oneDNN calls change; CI (Debian 12 only) does not run it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 repo=$PWD

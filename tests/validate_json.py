@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Validates a JSON file against a JSON Schema (draft 2020-12).
+"""Validates a JSON file against a JSON Schema (draft 2020-12; draft 7 with jsonschema < 4).
 
     tests/validate_json.py SCHEMA FILE
 
