@@ -97,6 +97,25 @@ class SchemaDrafts(unittest.TestCase):
                 if name != "valid":
                     self.assertNotEqual(locations[0], [], f"{name}: no error found")
 
+    def test_the_json_path_built_for_jsonschema_3_matches_jsonschema_4s(self):
+        # validate_json.py builds "$.a[0].b" itself where errors have no json_path (< 4).
+        try:
+            from jsonschema import Draft202012Validator
+        except ImportError:
+            self.skipTest("jsonschema < 4 has no json_path to compare with")
+        sys.path.insert(0, str(SOURCE_DIR / "tests"))
+        from validate_json import _json_path
+
+        schema = json.loads((SOURCE_DIR / "experiments" / "descriptor.schema.json").read_text())
+        valid = json.loads((SOURCE_DIR / "experiments" / "quickstart.json").read_text())
+        doc = {**valid, "runs": [valid["runs"][0], {**valid["runs"][0], "devices": "two"}],
+               "training": {**valid["training"], "epochs": "2"}}
+        errors = list(Draft202012Validator(schema).iter_errors(doc))
+        self.assertGreaterEqual(len(errors), 2)
+        for error in errors:
+            bare = type("Bare", (), {"absolute_path": error.absolute_path})()
+            self.assertEqual(_json_path(bare), error.json_path)
+
 
 def main():
     global SOURCE_DIR
