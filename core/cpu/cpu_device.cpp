@@ -99,23 +99,17 @@ std::string onednn_cpu_isa() {
     {isa::avx, "avx"},
     {isa::avx2, "avx2"},
     {isa::avx2_vnni, "avx2_vnni"},
-#if DNNL_VERSION_MAJOR >= 3
-    {isa::avx2_vnni_2, "avx2_vnni_2"},
-#endif
-#if DNNL_VERSION_MAJOR < 3
-    {isa::avx512_mic, "avx512_mic"},
-    {isa::avx512_mic_4ops, "avx512_mic_4ops"},
-#endif
     {isa::avx512_core, "avx512_core"},
     {isa::avx512_core_vnni, "avx512_core_vnni"},
     {isa::avx512_core_bf16, "avx512_core_bf16"},
-#if DNNL_VERSION_MAJOR >= 3
-    {isa::avx512_core_fp16, "avx512_core_fp16"},
-#endif
     {isa::avx512_core_amx, "avx512_core_amx"},
 #if DNNL_VERSION_MAJOR >= 3
+    {isa::avx2_vnni_2, "avx2_vnni_2"},
+    {isa::avx512_core_fp16, "avx512_core_fp16"},
     {isa::avx512_core_amx_fp16, "avx512_core_amx_fp16"},
 #else
+    {isa::avx512_mic, "avx512_mic"},
+    {isa::avx512_mic_4ops, "avx512_mic_4ops"},
     {isa::all, "all"},
 #endif
   };
