@@ -264,6 +264,9 @@ std::string resolve_backend(const std::string& backend);
 std::string backend_unavailable(const std::string& backend);
 // GPUs this process can use (0 in builds without the CUDA backend, or without a usable GPU).
 int usable_gpu_count();
+// Those GPUs as their device properties name them: [{"gpu": 0, "gpu_model": "NVIDIA H200",
+// "sm_count": 132}, ...]; [] where there are none.
+nlohmann::json usable_gpu_properties();
 // Why `ranks_on_node` processes of one node that each take the GPU of their node-local rank (CUDA
 // ranks under mpirun) cannot each have one of its `gpus`; "" when they can.
 std::string gpu_per_rank_shortfall(int ranks_on_node, int gpus);

@@ -91,6 +91,14 @@ int usable_gpu_count() {
 #endif
 }
 
+nlohmann::json usable_gpu_properties() {
+#if PARALAB_HAVE_CUDA
+  return cuda::gpu_properties();
+#else
+  return nlohmann::json::array();
+#endif
+}
+
 std::string gpu_per_rank_shortfall(int ranks_on_node, int gpus) {
   if (ranks_on_node <= gpus) return "";
   if (gpus <= 0) return "cuda: no usable GPU on this node";

@@ -739,6 +739,21 @@ int allreduce_bench_main(int argc, char** argv,
   } else {
     benchmark::AddCustomContext("paralab_step_moves", "auto");
   }
+  // The GPUs the rows ran on (the performance model checks them against the directory a file is
+  // committed in): their distinct names in GPU order, and the first one's SM count.
+  if (g_backend == "cuda") {
+    const nlohmann::json gpus = usable_gpu_properties();
+    std::vector<std::string> names;
+    for (const auto& g : gpus)
+      if (const auto name = g.at("gpu_model").get<std::string>();
+          std::find(names.begin(), names.end(), name) == names.end())
+        names.push_back(name);
+    std::string models;
+    for (const auto& n : names) models += (models.empty() ? "" : ", ") + n;
+    benchmark::AddCustomContext("paralab_gpu_model", models);
+    if (!gpus.empty())
+      benchmark::AddCustomContext("paralab_gpu_sm_count", gpus[0]["sm_count"].dump());
+  }
   // Not under mpirun, where a rank should not fork (some MPI transports forbid it).
   if (const std::string t = g_mpi ? "" : memcpy_non_temporal_threshold(); !t.empty())
     benchmark::AddCustomContext("memcpy_non_temporal_threshold_bytes", t);

@@ -186,6 +186,12 @@ log "budget $budget s; parts: ${parts[*]}; files in $FILES, packed into $OUT/gpu
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv > "$FILES/gpu.csv" 2>&1 ||
   log "nvidia-smi failed (see gpu.csv)"
 log "GPU: $(tail -n +2 "$FILES/gpu.csv" 2>/dev/null | head -1)"
+# The performance model reads a GPU's runs from results/reference/<kind>-<date>/, kind the model's
+# name after "NVIDIA" in lower case (model/calibrate.py gpu_kind: h200, h100, ...).
+kind=$(tail -n +2 "$FILES/gpu.csv" 2>/dev/null | head -1 | sed -n 's/^ *NVIDIA \([A-Za-z0-9]*\).*/\1/p' |
+  tr '[:upper:]' '[:lower:]')
+[[ -z $kind ]] ||
+  log "results: commit this call's files under results/reference/$kind-$(date -u +%F)/ (what the performance model reads)"
 
 # cuDNN / cuBLAS / CUDA runtime from Python wheels when the toolkit lacks them.
 wheel_dir() { python3 -c "import importlib, os; m = importlib.import_module('$1'); print(os.path.dirname(m.__file__) if m.__file__ else list(m.__path__)[0])" 2>/dev/null; }
@@ -1074,9 +1080,13 @@ log "allreduce_bench (cuda, the model's sweep) exit $rc in $(( $(date +%s) - t0 
 goal_lines "sweep: the model's collective sweep" < <(python3 - "$FILES/allreduce-cuda-sweep.json" $rc <<'PY'
 import json, re, sys
 try:
-    rows = json.load(open(sys.argv[1]))["benchmarks"]
+    doc = json.load(open(sys.argv[1]))
+    rows = doc["benchmarks"]
 except (OSError, ValueError, KeyError) as e:
     print(f"FAIL: the model's collective sweep: no results ({e})"); sys.exit()
+# The GPU the rows ran on names the directory the model reads them from (model/calibrate.py).
+gpu = doc.get("context", {}).get("paralab_gpu_model", "")
+m = re.match(r"\s*NVIDIA\s+([A-Za-z0-9]+)", gpu)
 sizes, seen, errors = set(), {}, []
 for r in rows:
     f = dict(re.findall(r"(devices|bytes):(\d+)", r["name"]))
@@ -1092,11 +1102,14 @@ want = [(a, k) for a in ("allreduce/naive", "allreduce/ring", "allreduce/tree", 
                          "reduce_scatter/ring") for k in (2, 4, 8)] + [("memcpy", 2)]
 short = [f"{a} x{k} ({len(seen.get((a, k), ()))}/{len(sizes)} sizes)" for a, k in want
          if seen.get((a, k), set()) != sizes]
-ok = sizes and not short and not errors and sys.argv[2] == "0"
+ok = sizes and not short and not errors and sys.argv[2] == "0" and m
 print(("PASS" if ok else "FAIL") + ": the model's collective sweep: every algorithm at every size "
       f"on 2, 4 and 8 devices (exit {sys.argv[2]}, {sum(map(len, seen.values()))} rows"
       + (f"; missing: {', '.join(short)}" if short else "")
-      + (f"; {len(errors)} failed, e.g. {errors[0]}" if errors else "") + ")")
+      + (f"; {len(errors)} failed, e.g. {errors[0]}" if errors else "")
+      + (f"; on an {gpu}: commit it with this call's gpu-check.json under results/reference/"
+         f"{m.group(1).lower()}-<date>/" if m else f"; the GPU it ran on is not recorded as NVIDIA's "
+         f"(context paralab_gpu_model '{gpu}')") + ")")
 PY
 )
 }

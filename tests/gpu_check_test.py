@@ -12,6 +12,7 @@ then fail, and the test only asks that each goal is reported).
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 import tarfile
@@ -367,8 +368,9 @@ class Verdicts(unittest.TestCase):
                              ["gpu-check.json"])
 
     def test_the_model_sweep_passes_when_complete_and_names_what_it_misses(self):
-        # A stand-in build: its allreduce_bench writes the sweep's rows (all of them, or without
-        # all-gather on 8 devices and with one failed row), as the GPU run would.
+        # A stand-in build: its allreduce_bench writes the sweep's rows (all of them and the GPU's
+        # name, or without all-gather on 8 devices, with one failed row and no GPU named), as the
+        # GPU run would.
         fake = (
             "#!/usr/bin/python3\n"
             "import json, os, sys\n"
@@ -387,29 +389,46 @@ class Verdicts(unittest.TestCase):
             "            if short and a == 'allreduce/tree' and k == 4 and b == 1024:\n"
             "                r = dict(r, error_occurred=True, error_message='tree broke')\n"
             "            rows.append(r)\n"
-            "json.dump({'context': {}, 'benchmarks': rows}, open(out, 'w'))\n")
+            "context = {} if short else {'paralab_gpu_model': 'NVIDIA H100 80GB HBM3'}\n"
+            "json.dump({'context': context, 'benchmarks': rows}, open(out, 'w'))\n")
         with tempfile.TemporaryDirectory() as tmp:
             build = stand_in_build(tmp, allreduce_bench=fake)
+            # nvidia-smi names the GPU: the directory its files go to is said at the start.
+            bin_dir = os.path.join(tmp, "bin")
+            os.mkdir(bin_dir)
+            with open(os.path.join(bin_dir, "nvidia-smi"), "w") as f:
+                f.write("#!/bin/sh\necho 'name, driver_version, memory.total [MiB]'\n"
+                        "echo 'NVIDIA H100 80GB HBM3, 580.95.05, 81559 MiB'\n")
+            os.chmod(os.path.join(bin_dir, "nvidia-smi"), 0o755)
             verdicts = []
+            env_path = os.environ["PATH"]
             for short in ("0", "1"):
                 out, files = os.path.join(tmp, "out" + short), os.path.join(tmp, "files" + short)
                 os.environ["FAKE_SWEEP_SHORT"] = short
+                os.environ["PATH"] = bin_dir + os.pathsep + env_path
                 try:
                     gpu_check(["--budget", "200", "sweep"], out, files, build=build)
                 finally:
                     del os.environ["FAKE_SWEEP_SHORT"]
+                    os.environ["PATH"] = env_path
                 summary = lines_of(os.path.join(out, "summary.txt"))
+                self.assertEqual(len([line for line in summary if re.match(
+                    r"gpu-check: results: commit this call's files under "
+                    r"results/reference/h100-\d{4}-\d\d-\d\d/ \(", line)]), 1, summary)
                 found = [line for line in summary if "the model's collective sweep" in line
                          and line.startswith(("gpu-check: PASS: ", "gpu-check: FAIL: "))]
                 self.assertEqual(len(found), 1, summary)
                 verdicts.append(found[0])
                 self.assertTrue(os.path.isfile(os.path.join(files, "allreduce-cuda-sweep.json")))
             self.assertTrue(verdicts[0].startswith("gpu-check: PASS: "), verdicts[0])
-            self.assertIn("(exit 0, 256 rows)", verdicts[0])
+            self.assertIn("(exit 0, 256 rows; on an NVIDIA H100 80GB HBM3: commit it with this call's "
+                          "gpu-check.json under results/reference/h100-<date>/)", verdicts[0])
             self.assertTrue(verdicts[1].startswith("gpu-check: FAIL: "), verdicts[1])
             self.assertIn("missing: allreduce/tree x4 (15/16 sizes), allgather/ring x8 (0/16 sizes)",
                           verdicts[1])
             self.assertIn("1 failed, e.g. allreduce/tree/devices:4/bytes:1024", verdicts[1])
+            self.assertIn("the GPU it ran on is not recorded as NVIDIA's (context paralab_gpu_model '')",
+                          verdicts[1])
 
 
 def main():

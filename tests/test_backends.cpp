@@ -285,6 +285,20 @@ TEST(CudaBackend, CublasIsLoadedOnFirstUseWithEveryFunction) {
   EXPECT_EQ(backend_versions()["cublas"], cuda::blas_version());
 }
 
+// What allreduce_bench records of the GPUs it ran on (the performance model checks it against the
+// directory a file is committed in): each usable GPU's name and SM count, in GPU order.
+TEST(CudaBackend, GpuPropertiesNameEveryUsableGpu) {
+  const nlohmann::json gpus = usable_gpu_properties();
+  ASSERT_TRUE(gpus.is_array());
+  ASSERT_EQ(static_cast<int>(gpus.size()), usable_gpu_count());
+  if (gpus.empty()) GTEST_SKIP() << "no usable GPU";
+  for (std::size_t i = 0; i < gpus.size(); ++i) {
+    EXPECT_EQ(gpus[i].at("gpu").get<std::size_t>(), i);
+    EXPECT_EQ(gpus[i].at("gpu_model").get<std::string>().rfind("NVIDIA ", 0), 0u) << gpus[i];
+    EXPECT_GT(gpus[i].at("sm_count").get<int>(), 0) << gpus[i];
+  }
+}
+
 // A cuBLAS that cannot be found is one Error naming the file, both places looked in and why.
 TEST(CudaBackend, ALibraryThatCannotBeLoadedIsAnErrorNamingIt) {
   try {

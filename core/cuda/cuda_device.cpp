@@ -563,6 +563,16 @@ int usable_gpus(std::string* why_none) {
   return count;
 }
 
+nlohmann::json gpu_properties() {
+  nlohmann::json out = nlohmann::json::array();
+  for (int gpu = 0, n = usable_gpus(); gpu < n; ++gpu) {
+    cudaDeviceProp prop{};
+    PARALAB_CUDA(cudaGetDeviceProperties(&prop, gpu));
+    out.push_back({{"gpu", gpu}, {"gpu_model", prop.name}, {"sm_count", prop.multiProcessorCount}});
+  }
+  return out;
+}
+
 std::vector<std::unique_ptr<Device>> make_cuda_devices(int count, const DeviceOptions& options) {
   std::string why;
   const int gpus = usable_gpus(&why);

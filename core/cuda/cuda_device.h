@@ -157,6 +157,9 @@ std::shared_ptr<HandlePool<cudaEvent_t>> event_pool(int gpu, unsigned flags,
 // How many GPUs are usable, and why none when 0 ("CUDA driver version is insufficient", no
 // device, ...): the reason GPU tests give when they skip.
 int usable_gpus(std::string* why_none = nullptr);
+// The usable GPUs as their device properties name them: [{"gpu": 0, "gpu_model": "NVIDIA H200",
+// "sm_count": 132}, ...]; [] where none is usable.
+nlohmann::json gpu_properties();
 
 std::vector<std::unique_ptr<Device>> make_cuda_devices(int count, const DeviceOptions& options);
 
