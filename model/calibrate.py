@@ -5,22 +5,25 @@ Device kinds:
         (experiments/model-profile.json: single steps at batch 32..512, per-layer profiles).
         Collectives: allreduce_bench's sweep on 2 devices (results/reference/cpu-2core-xeon/
         allreduce-sweep.json); its memcpy rows are the point-to-point hand-off.
-  h200  virtual devices on one H200: the newest results/reference/h200-<date>/ that holds a
-        gpu-check.json and an allreduce_bench file (h200_ref; the first, h200-2026-11-30, is
+  <gpu> virtual devices on one GPU of that model (h200, h100, ...: gpu_kind of the name CUDA
+        reports), from the newest results/reference/<gpu>-<date>/ that holds a gpu-check.json and
+        an allreduce_bench file (gpu_ref; for the H200 the first run, h200-2026-11-30, is
         H200_FIRST). Compute: the eager single step at batch 256 on the whole GPU for the level,
         the layer_split runs' profiling passes (per-layer forward+backward at batch 32 and 256 on
-        64- and 32-SM shares) for the shape, in "effective batch" x = batch * 132 / SMs.
-        Collectives: allreduce-cuda-sweep.json (gpu-check.sh sweep) or allreduce-cuda.json
-        (gpu-check.sh collectives). Rows timed as CUDA graphs (the collectives enqueued on the
-        device, one graph per collective) are fitted as alpha * messages + beta * bytes + gamma *
-        reduced per algorithm and k, at the piece size they were timed with; a file without them
-        (the first run: eager, every message a host hand-off) by the host-bound model.
+        SM shares of a half and a quarter) for the shape, in "effective batch" x = batch * SMs /
+        the share's SMs (the counts the runs recorded). Collectives: allreduce-cuda-sweep.json
+        (gpu-check.sh sweep) or allreduce-cuda.json (gpu-check.sh collectives). Rows timed as CUDA
+        graphs (the collectives enqueued on the device, one graph per collective) are fitted as
+        alpha * messages + beta * bytes + gamma * reduced per algorithm and k, at the piece size
+        they were timed with; a file without them (the first H200 run: eager, every message a host
+        hand-off) by the host-bound model.
 
 Hold-out: a strategy run's own timing is never used. CPU runs are measured on a VM whose speed
 drifts by +-20 % from one session to the next, so each results file's level comes from its own
 `single` run nearest before it (the baseline results/README.md defines); single runs are
 predicted from the profile alone.
 """
+import dataclasses
 import glob
 import json
 import os
@@ -37,9 +40,13 @@ CPU_REF = os.path.join(REFERENCE, "cpu-2core-xeon")
 # The first H200 run (eager collectives over host hand-offs); tests that check what it measured
 # read it by this name, whatever runs are committed after it.
 H200_FIRST = os.path.join(REFERENCE, "h200-2026-11-30")
-# allreduce_bench's files in an H200 directory, the one preferred first: gpu-check.sh's sweep part
+# allreduce_bench's files in a GPU run's directory, the one preferred first: gpu-check.sh's sweep part
 # (every algorithm and size on 2, 4 and 8 devices) before its collectives part.
-H200_BENCH_FILES = ("allreduce-cuda-sweep.json", "allreduce-cuda.json")
+GPU_BENCH_FILES = ("allreduce-cuda-sweep.json", "allreduce-cuda.json")
+# A GPU run's directory: <kind>-<date>[-more], kind from gpu_kind.
+GPU_DIR = re.compile(r"^([a-z][a-z0-9]*)-(\d{4}-\d{2}-\d{2})")
+# The SM count of a GPU whose runs recorded none (device_list[].sm_count): an H200's (every
+# committed run records it).
 H200_SMS = 132
 GRAPH_CALIBRATION = "single gpu epoch"  # gpu-check.json's graphed single run: the graph factor
 # ... and its graphed data_parallel run on one device: what running as a group adds to a step
@@ -48,7 +55,8 @@ GROUP_CALIBRATION = "data_parallel/nccl x1 (NCCL on one GPU)"
 # per-device compute at 1/k of the channels on a 1/k SM share, channel_split's width efficiency.
 WIDTH_CALIBRATION = "profile channel_split"
 # Per-message host cost of a hand-off's CUDA call sequence with 1, 2, 4, 8 host threads, emulated
-# standalone on the same H200 (results/reference/h200-2026-11-30/FINDINGS.md).
+# standalone on the H200 of the first run (results/reference/h200-2026-11-30/FINDINGS.md); the
+# host-bound model prices other GPUs' eager rows with it too.
 H200_CONTENTION_US = (6.0, 36.0, 74.0, 156.0)
 
 
@@ -263,10 +271,23 @@ def cpu_compute(profile_paths, concurrent_paths=()):
     return comp
 
 
-def h200_effective(config):
-    """A virtual device's batch scale on its SM share: the whole H200's SMs over the share's."""
-    share = (config.get("device_list") or [{}])[0].get("sm_share") or H200_SMS
-    return H200_SMS / share
+def gpu_kind(gpu_model):
+    """The model's short name of a GPU from the name CUDA reports: the first word after NVIDIA in
+    lower case ("NVIDIA H200" -> "h200", "NVIDIA H100 80GB HBM3" -> "h100"); None otherwise."""
+    m = re.match(r"\s*NVIDIA\s+([A-Za-z0-9]+)", gpu_model or "")
+    return m.group(1).lower() if m else None
+
+
+def gpu_sms(config):
+    """The SM count of the GPU a run's first device is on (device_list[0].sm_count)."""
+    return (config.get("device_list") or [{}])[0].get("sm_count") or H200_SMS
+
+
+def gpu_effective(config):
+    """A virtual device's batch scale on its SM share: the whole GPU's SMs over the share's."""
+    total = gpu_sms(config)
+    share = (config.get("device_list") or [{}])[0].get("sm_share") or total
+    return total / share
 
 
 def width_points(runs):
@@ -277,14 +298,39 @@ def width_points(runs):
         c = r["config"]
         if r["status"] == "ok" and c["strategy"] == "channel_split" and r["label"].startswith(WIDTH_CALIBRATION):
             per_dev = median([p["compute_ms"] + p["optimizer_ms"] for p in r["timing"]["per_device"]])
-            out.append((c["devices"], c["global_batch"], c["global_batch"] * h200_effective(c), per_dev))
+            out.append((c["devices"], c["global_batch"], c["global_batch"] * gpu_effective(c), per_dev))
     return out
 
 
-def h200_compute(gpu_check_path=None):
-    path = gpu_check_path or os.path.join(H200_REF, "gpu-check.json")
+def gpu_models(runs):
+    """The GPU names (device_list[].gpu_model) of the ok CUDA runs among `runs`, sorted."""
+    return sorted({dev.get("gpu_model") for r in runs if r["status"] == "ok" and
+                   r["config"].get("backend") == "cuda"
+                   for dev in r["config"].get("device_list") or [] if dev.get("gpu_model")})
+
+
+def gpu_of(path, models):
+    """The one GPU the runs of a results file (path) ran on, by `models` (gpu_models): its name.
+    A file in a GPU run's directory (GPU_DIR) must hold runs of that kind only: ValueError naming
+    the file and what its runs ran on otherwise, or when they ran on several GPU models."""
+    name = os.path.relpath(path, ROOT)
+    if len(models) > 1:
+        raise ValueError("%s: runs on %s; one GPU model per file" % (name, ", ".join(models)))
+    m = GPU_DIR.match(os.path.basename(os.path.dirname(os.path.abspath(path))))
+    if models and m and gpu_kind(models[0]) != m.group(1):
+        raise ValueError("%s: its runs ran on an %s (%s), not in the directory of its kind (%s-<date>)"
+                         % (name, models[0], gpu_kind(models[0]), gpu_kind(models[0])))
+    return models[0] if models else None
+
+
+def gpu_compute(path):
+    """The compute of a GPU's virtual devices, fitted on gpu-check.json (path) of one GPU run."""
     d = load(path)
+    m = GPU_DIR.match(os.path.basename(os.path.dirname(os.path.abspath(path))))
+    gpu = gpu_of(path, gpu_models(d["runs"])) or "NVIDIA " + (m.group(1).upper() if m else "GPU")
+    short = gpu.replace("NVIDIA ", "", 1)
     layers, step, graphed, group, kernels, widths = [], None, None, None, None, []
+    shares, sms = set(), set()
     for r in d["runs"]:
         if r["status"] != "ok":
             continue
@@ -293,7 +339,9 @@ def h200_compute(gpu_check_path=None):
         widths += width_points([r])
         if "profiled_layer_ms" in rep:
             mb = c["global_batch"] / rep["microbatches"]
-            layers.append((mb * h200_effective(c), rep["profiled_layer_ms"]))
+            layers.append((mb * gpu_effective(c), rep["profiled_layer_ms"]))
+            shares.add((c.get("device_list") or [{}])[0].get("sm_share"))
+            sms.add(gpu_sms(c))
         if c["strategy"] == "single" and not (c.get("options") or {}).get("cuda_graphs", True):
             kernels = run_kernels(c)
             its = r["iterations"]
@@ -308,19 +356,25 @@ def h200_compute(gpu_check_path=None):
                                     ("an ok run '%s'" % GRAPH_CALIBRATION, graphed),
                                     ("an ok run '%s'" % GROUP_CALIBRATION, group)) if not got]
     if lacks:
-        raise ValueError("%s: lacks %s to fit the H200's compute on" % (os.path.relpath(path, ROOT), ", ".join(lacks)))
+        raise ValueError("%s: lacks %s to fit the %s's compute on" % (os.path.relpath(path, ROOT), ", ".join(lacks),
+                                                                     short))
     shape = perf.Compute.fit([(x, sum(l)) for x, l in layers], layers, step[2])
     level = step[1] / shape.step(step[0])
     line = (shape.line[0] * level, shape.line[1] * level)
     # Host-bound virtual devices: the eager single step taken as all launches at one thread, and
-    # the cost of a plain kernel launch with 1 and 8 host threads measured standalone on the same
-    # H200 (FINDINGS.md: "plain launches alone: 4.3 -> 9.5 us"), linear in between.
+    # the cost of a plain kernel launch with 1 and 8 host threads measured standalone on the H200
+    # (FINDINGS.md: "plain launches alone: 4.3 -> 9.5 us"), linear in between; other GPUs' hosts
+    # are priced alike (no other measurement of it).
     launch = [4.3, 4.3 + (9.5 - 4.3) * 1 / 7, 4.3 + (9.5 - 4.3) * 3 / 7, 9.5]
+    shares = sorted((x for x in shares if x), reverse=True)
     comp = perf.Compute(line, shape.layers, step[2],
-                        note="level: the eager single step at batch 256 on the whole H200; shape: "
-                             "the layer_split profiling passes on 64- and 32-SM shares, in effective "
-                             "batch x = batch * 132 / SMs; host term: that step's time as launches, "
-                             "each 4.3 us with one host thread, 9.5 us with 8 (FINDINGS.md)",
+                        note="level: the eager single step at batch %d on the whole %s; shape: "
+                             "the layer_split profiling passes on %s-SM shares, in effective "
+                             "batch x = batch * %s / SMs; host term: that step's time as launches, "
+                             "each 4.3 us with one host thread, 9.5 us with 8 (FINDINGS.md%s)" % (
+                                 step[0], short, "- and ".join(str(x) for x in shares) or "no",
+                                 "/".join(str(x) for x in sorted(sms)),
+                                 "" if gpu_kind(gpu) == "h200" else ", measured on the H200"),
                         host=(step[1], launch), graph_factor=graphed / step[1],
                         group_overhead=group - graphed, kernels=kernels)
     # Profile runs that failed with whole steps were run again per rank (scripts/gpu-check.sh's
@@ -358,13 +412,28 @@ def cpu_link(path=None):
     return cpu_link_fit(rows, note="fitted on allreduce-sweep.json (2 devices, a core each)"), rows
 
 
-def h200_link(path=None):
-    """(link, rows, fit) of an H200 allreduce_bench file (default: h200_bench_path()): rows timed
-    as CUDA graphs where the file has them, fitted per algorithm and k as alpha * messages +
-    beta * bytes + gamma * reduced at their piece size; else its eager rows, host-bound. fit(rows)
-    refits the same kind of link on other rows (the hold-out)."""
-    path = path or h200_bench_path()
+def bench_gpu(path):
+    """The GPU an allreduce_bench file of CUDA devices ran on, short ("H200"): its context's
+    paralab_gpu_model (recorded since 2026-12-05; it must be of the kind its directory is
+    named for), else the directory's kind in capitals."""
     name = os.path.relpath(path, ROOT)
+    recorded = load(path)["context"].get("paralab_gpu_model")
+    m = GPU_DIR.match(os.path.basename(os.path.dirname(os.path.abspath(path))))
+    if recorded:
+        if m and gpu_kind(recorded) != m.group(1):
+            raise ValueError("%s: its rows ran on an %s (%s), not in the directory of its kind "
+                             "(%s-<date>)" % (name, recorded, gpu_kind(recorded), gpu_kind(recorded)))
+        return recorded.replace("NVIDIA ", "", 1)
+    return m.group(1).upper() if m else "GPU"
+
+
+def gpu_link(path):
+    """(link, rows, fit) of a GPU's allreduce_bench file (gpu_bench_path): rows timed as CUDA
+    graphs where the file has them, fitted per algorithm and k as alpha * messages + beta * bytes
+    + gamma * reduced at their piece size; else its eager rows, host-bound. fit(rows) refits the
+    same kind of link on other rows (the hold-out)."""
+    name = os.path.relpath(path, ROOT)
+    gpu = bench_gpu(path)
     rows = bench_rows(path, graphs=True)
     if rows:
         chunk = bench_chunk(path)
@@ -373,10 +442,10 @@ def h200_link(path=None):
                              "(time one piece size to fit the model)" % name)
         op_chunk = bench_op_chunks(path, chunk)
         whole = bench_whole_steps(path)
-        note = ("device-side collectives fitted on %s (%s virtual devices on one H200, each "
+        note = ("device-side collectives fitted on %s (%s virtual devices on one %s, each "
                 "collective one CUDA graph, %s%s%s): alpha per message, beta per byte, gamma per byte "
                 "added, per algorithm and k; other k extrapolated geometrically in k" %
-                (name, ", ".join(str(k) for k in sorted({r[2] for r in rows})),
+                (name, ", ".join(str(k) for k in sorted({r[2] for r in rows})), gpu,
                  "whole messages" if chunk == 0 else "%d-byte pieces" % chunk,
                  "".join("; %s in %d-byte pieces" % (op, c) for op, c in sorted(op_chunk.items())),
                  "; %s in whole steps (a message is a step of every rank, one kernel)" %
@@ -396,9 +465,10 @@ def h200_link(path=None):
         if rows and bench_chunk(path, graphs=False) not in (None, perf.CHUNK_BYTES):
             raise ValueError("%s: its rows are eager in %s-byte pieces; the host-bound model prices "
                              "%d-byte ones" % (name, bench_chunk(path, graphs=False), perf.CHUNK_BYTES))
-        note = ("host-bound model fitted on %s (%s virtual devices on one H200, eager): copy per "
+        note = ("host-bound model fitted on %s (%s virtual devices on one %s, eager): copy per "
                 "byte from its memcpy rows, alpha and adds per algorithm and k; other k "
-                "extrapolated geometrically in k" % (name, " and ".join(str(k) for k in sorted({r[2] for r in rows}))))
+                "extrapolated geometrically in k" % (name, " and ".join(str(k) for k in sorted({r[2] for r in rows})),
+                                                     gpu))
 
         def fit(r):
             return perf.Link.fit_host_bound(r, contention=H200_CONTENTION_US, note=note)
@@ -407,46 +477,104 @@ def h200_link(path=None):
     return fit(rows), rows, fit
 
 
-# What the model prices on the H200 and so needs measured: the three allreduces and the copy.
-H200_ALGORITHMS = ("naive", "ring", "tree", "p2p")
+# What the model prices on a GPU and so needs measured: the three allreduces and the copy.
+GPU_ALGORITHMS = ("naive", "ring", "tree", "p2p")
 
 
-def h200_ref(reference=REFERENCE, skipped=None):
-    """The newest H200 run committed under `reference` that the model can fit: the last, in name
-    order (h200-<date>...), of the h200-* directories whose gpu-check.json fits the compute
-    (h200_compute) and whose allreduce_bench file (H200_BENCH_FILES, the first present) measures
-    every algorithm of H200_ALGORITHMS at one piece size; H200_FIRST when none does. `skipped`,
-    a list, receives one line per newer directory passed over and why."""
-    for d in sorted(glob.glob(os.path.join(reference, "h200-*")), reverse=True):
+@dataclasses.dataclass(frozen=True)
+class GpuRun:
+    """A GPU run the model fits: results/reference/<kind>-<date>/ (gpu_ref)."""
+    kind: str       # "h200"
+    directory: str  # absolute
+    gpu: str        # "H200": the name CUDA reports, without "NVIDIA "
+    sms: int        # the whole GPU's SM count, as the runs recorded it
+
+    @property
+    def gpu_check(self):
+        return os.path.join(self.directory, "gpu-check.json")
+
+    @property
+    def bench(self):
+        return gpu_bench_path(self.directory)
+
+
+def gpu_run(directory):
+    """The GpuRun of a run directory, after fitting what the model needs from it: its
+    gpu-check.json's compute (gpu_compute) and an allreduce_bench file (GPU_BENCH_FILES, the first
+    present) that measures every algorithm of GPU_ALGORITHMS at one piece size, on a GPU of the
+    kind the directory is named for. ValueError (or OSError) saying what it lacks otherwise."""
+    kind = GPU_DIR.match(os.path.basename(directory)).group(1)
+    gpu_compute(os.path.join(directory, "gpu-check.json"))
+    _, rows, _ = gpu_link(gpu_bench_path(directory))
+    lacks = sorted(set(GPU_ALGORITHMS) - {r[0] for r in rows})
+    if lacks:
+        raise ValueError("%s: no %s rows" % (os.path.relpath(gpu_bench_path(directory), ROOT), ", ".join(lacks)))
+    runs = load(os.path.join(directory, "gpu-check.json"))["runs"]
+    gpu = gpu_of(os.path.join(directory, "gpu-check.json"), gpu_models(runs)) or "NVIDIA " + kind.upper()
+    sms = {gpu_sms(r["config"]) for r in runs if r["status"] == "ok" and r["config"].get("backend") == "cuda"}
+    return GpuRun(kind, directory, gpu.replace("NVIDIA ", "", 1), max(sms) if sms else H200_SMS)
+
+
+def gpu_ref(kind, reference=REFERENCE, skipped=None):
+    """The newest run of a GPU kind committed under `reference` that the model can fit (gpu_run):
+    the last, in name order (<kind>-<date>...), of the <kind>-* directories; when none does,
+    H200_FIRST's for the H200, else None. `skipped`, a list, receives one line per newer
+    directory passed over and why."""
+    for d in sorted(glob.glob(os.path.join(reference, kind + "-*")), reverse=True):
+        m = GPU_DIR.match(os.path.basename(d))
+        if not m or m.group(1) != kind or not os.path.isdir(d):
+            continue
         try:
-            h200_compute(os.path.join(d, "gpu-check.json"))
-            _, rows, _ = h200_link(h200_bench_path(d))
-            lacks = sorted(set(H200_ALGORITHMS) - {r[0] for r in rows})
-            if lacks:
-                raise ValueError("%s: no %s rows" % (os.path.relpath(h200_bench_path(d), ROOT), ", ".join(lacks)))
-            return d
+            return gpu_run(d)
         except (OSError, ValueError, KeyError, TypeError) as e:  # a file it cannot read: passed over
             if skipped is not None and d != H200_FIRST:
                 skipped.append("%s not fitted: %s" % (os.path.relpath(d, ROOT), e))
-    return H200_FIRST
+    return GpuRun("h200", H200_FIRST, "H200", H200_SMS) if kind == "h200" else None
 
 
-def h200_bench_path(ref=None):
-    """The allreduce_bench file of an H200 directory (H200_BENCH_FILES, the first present)."""
-    ref = ref or H200_REF
-    for f in H200_BENCH_FILES:
+def gpu_kinds(reference=REFERENCE):
+    """The GPU kinds with a run directory (GPU_DIR) under `reference`, h200 first (always: see
+    gpu_ref), then by name."""
+    kinds = {"h200"} | {m.group(1) for m in (GPU_DIR.match(os.path.basename(d))
+                                  for d in glob.glob(os.path.join(reference, "*")) if os.path.isdir(d))
+                        if m and m.group(1) != "cpu"}
+    return sorted(kinds, key=lambda k: (k != "h200", k))
+
+
+def gpu_runs(reference=REFERENCE, skipped=None):
+    """{kind: GpuRun} of every GPU kind with a run the model can fit (gpu_ref), h200 first."""
+    out = {}
+    for kind in gpu_kinds(reference):
+        run = gpu_ref(kind, reference, skipped)
+        if run:
+            out[kind] = run
+        elif skipped is not None:
+            skipped.append("%s: no run under %s that the model can fit" % (kind, os.path.relpath(reference, ROOT)))
+    return out
+
+
+def gpu_bench_path(ref):
+    """The allreduce_bench file of a GPU run's directory (GPU_BENCH_FILES, the first present)."""
+    for f in GPU_BENCH_FILES:
         if os.path.isfile(os.path.join(ref, f)):
             return os.path.join(ref, f)
-    raise FileNotFoundError("%s: none of %s" % (os.path.relpath(ref, ROOT), ", ".join(H200_BENCH_FILES)))
+    raise FileNotFoundError("%s: none of %s" % (os.path.relpath(ref, ROOT), ", ".join(GPU_BENCH_FILES)))
 
 
-# The H200 run the model fits, and the newer ones it passed over (report.py prints them).
-H200_SKIPPED = []
-H200_REF = h200_ref(skipped=H200_SKIPPED)
+# The GPU runs the model fits, and the newer ones it passed over (report.py prints them). H200_REF:
+# the H200's, which the hand-written passages of report.py describe.
+GPU_SKIPPED = []
+GPU_RUNS = gpu_runs(skipped=GPU_SKIPPED)
+H200_REF = GPU_RUNS["h200"].directory
 
 
 # ---------------------------------------------------------------------------------------------
 # validation
+
+
+def is_gpu(kind):
+    """Whether a point's kind is a GPU's (h200, h100, ...) rather than the CPU's (cpu, cpu-...)."""
+    return not kind.startswith("cpu")
 
 
 def _point(kind, source, label, config, measured, predicted, breakdown, held_out=True, note=""):
@@ -525,19 +653,19 @@ def validate_runs(kind, path, comp, link, effective=None, own_level=True, kernel
             continue
         if c["strategy"] == "single":
             pred, bd = perf.predict(comp, link, c, net)
-            held = not (kind == "h200" and (r["label"] == GRAPH_CALIBRATION or
-                                            not (c.get("options") or {}).get("cuda_graphs", True)))
+            held = not (is_gpu(kind) and (r["label"] == GRAPH_CALIBRATION or
+                                          not (c.get("options") or {}).get("cuda_graphs", True)))
             points.append(_point(kind, src, r["label"], r["config"], measured, pred, bd, held,
                                  "" if held else "calibration point (the fit's level)"))
             if kind.startswith("cpu") and own_level:
                 level = measured / pred  # this file's speed, for the runs after it
             continue
-        if r["label"] == GROUP_CALIBRATION and kind == "h200":
+        if r["label"] == GROUP_CALIBRATION and is_gpu(kind):
             pred, bd = perf.predict(comp, link, c)
             points.append(_point(kind, src, r["label"], r["config"], measured, pred, bd, False,
                                  "calibration point (the group step overhead)"))
             continue
-        if r["label"].startswith(WIDTH_CALIBRATION) and kind == "h200":
+        if r["label"].startswith(WIDTH_CALIBRATION) and is_gpu(kind):
             pred, bd = perf.predict(comp, link, c, net)
             points.append(_point(kind, src, r["label"], r["config"], measured, pred, bd, False,
                                  "calibration point (channel_split's width efficiency)"))

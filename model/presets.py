@@ -1,9 +1,10 @@
-"""Hardware presets: this machine and the H200 as measured, two clusters from published figures.
+"""Hardware presets: this machine and each GPU run as measured, two clusters from published figures.
 
 Each preset is (Compute, Link). Measured presets are fitted in model/calibrate.py; the published
-ones reuse the H200's measured per-GPU compute (H100 SXM and H200 share the GH100 chip, 132 SMs,
-67 TFLOP/s fp32; LeNet's step is latency-bound, so the H200's extra memory bandwidth is moot) and
-take their links from the sources cited beside each number.
+ones reuse a measured per-GPU compute, an H100's where one was measured, else the H200's (H100 SXM
+and H200 share the GH100 chip, 132 SMs, 67 TFLOP/s fp32; LeNet's step is latency-bound, so the
+H200's extra memory bandwidth is moot), and take their links from the sources cited beside each
+number.
 """
 from . import perf
 
@@ -38,20 +39,34 @@ def infiniband_ndr(gpu_compute):
                                        "range 40-50), alpha 6 us assumed")
 
 
-def all_presets(cpu, h200):
-    """cpu, h200: (Compute, Link) as fitted. The published presets use the H200's compute with
-    a whole GPU per device (no SM share)."""
+def published_kind(gpus):
+    """The measured GPU whose compute the published presets take: the H100 (theirs) where one was
+    measured, else the H200 (the same chip), else the first."""
+    for kind in ("h100", "h200"):
+        if kind in gpus:
+            return kind
+    return next(iter(gpus))
+
+
+def virtual_name(kind):
+    """The preset name of a GPU kind's virtual devices as measured."""
+    return "%s virtual devices (measured)" % kind
+
+
+def all_presets(cpu, gpus):
+    """cpu: (Compute, Link) as fitted; gpus: {kind: (Compute, Link)} as fitted, h200 first. The
+    published presets use published_kind's compute with a whole GPU per device (no SM share)."""
     # One process per GPU there (as DDP runs): the eager step's launch floor stays, but no
     # contention between the host threads of one process.
-    h = h200[0]
+    h = gpus[published_kind(gpus)][0]
     gpu_compute = perf.Compute(h.line, h.layers, h.backward_fraction, h.note + "; one process per GPU",
                                host=(h.host[0], [h.host[1][0]] * 4), graph_factor=h.graph_factor)
-    return {
-        "cpu-2core-xeon (measured)": cpu,
-        "h200 virtual devices (measured)": h200,
-        "8xH100 NVLink (published)": nvlink_h100(gpu_compute),
-        "H100 + InfiniBand NDR (published)": infiniband_ndr(gpu_compute),
-    }
+    out = {"cpu-2core-xeon (measured)": cpu}
+    for kind, model in gpus.items():
+        out[virtual_name(kind)] = model
+    out["8xH100 NVLink (published)"] = nvlink_h100(gpu_compute)
+    out["H100 + InfiniBand NDR (published)"] = infiniband_ndr(gpu_compute)
+    return out
 
 
 # ---------------------------------------------------------------------------------------------
@@ -59,12 +74,13 @@ def all_presets(cpu, h200):
 # run), so its GPU compute is an assumption built from stated figures, not a measurement:
 #   per example: its training FLOP (6 x forward multiply-adds, from the results' config.model)
 #                at a throughput = the GPU's FP32 peak x an efficiency;
-#   efficiency:  LeNet's measured one on the H200 (the marginal per-example time of the fitted
-#                eager step against LeNet's 13.5 MFLOP, calibrate.h200_compute: ~15.6 TFLOP/s,
-#                23 % of 67 TFLOP/s) or a higher one given as a sensitivity (cuDNN's large
-#                convolutions run nearer peak than LeNet's small ones; no figure measured here);
-#   fixed per step: LeNet's fitted fixed H200 time x (AlexNet's 14 layers / LeNet's 4), plus SGD
-#                reading the weights and gradient and writing the weights (3 x 187 MB) at the
+#   efficiency:  LeNet's measured one on the GPU whose compute the published presets take
+#                (published_kind: the marginal per-example time of its fitted eager step against
+#                LeNet's 13.5 MFLOP, calibrate.gpu_compute; the H200's: ~15.6 TFLOP/s, 23 % of
+#                67 TFLOP/s) or a higher one given as a sensitivity (cuDNN's large convolutions run
+#                nearer peak than LeNet's small ones; no figure measured here);
+#   fixed per step: LeNet's fitted fixed time on that GPU x (AlexNet's 14 layers / LeNet's 4), plus
+#                SGD reading the weights and gradient and writing the weights (3 x 187 MB) at the
 #                H100 SXM's 3.35 TB/s HBM3 (NVIDIA H100 datasheet);
 #   per layer:   the per-example time split in proportion to the layer's multiply-adds (pooling,
 #                dropout and resize get none), the fixed time evenly;
@@ -75,35 +91,36 @@ HBM_BYTES_PER_S = 3.35e12  # H100 SXM5 HBM3 (NVIDIA H100 datasheet)
 LENET_TRAINING_FLOP = 13.5e6  # README's Models table: 2,250,360 multiply-adds x 6
 
 
-def lenet_gpu_efficiency(h200_compute):
-    """LeNet's marginal FP32 efficiency on the H200: training FLOP per example / fitted ms per example."""
-    return LENET_TRAINING_FLOP / (h200_compute.line[1] * 1e-3) / (FP32_PEAK_TFLOPS * 1e12)
+def lenet_gpu_efficiency(gpu_compute):
+    """LeNet's marginal FP32 efficiency on a measured GPU: training FLOP per example / fitted ms per example."""
+    return LENET_TRAINING_FLOP / (gpu_compute.line[1] * 1e-3) / (FP32_PEAK_TFLOPS * 1e12)
 
 
-def alexnet_gpu_compute(h200_compute, net, efficiency):
+def alexnet_gpu_compute(gpu_compute, net, efficiency, gpu="H200"):
     macs = list(net.layer_macs)
     per_example = 6.0 * sum(macs) / (FP32_PEAK_TFLOPS * 1e12 * efficiency) * 1e3  # ms
-    fixed = h200_compute.line[0] * len(net.layers) / len(perf.LAYERS) + 3 * net.gradient_bytes / HBM_BYTES_PER_S * 1e3
+    fixed = gpu_compute.line[0] * len(net.layers) / len(perf.LAYERS) + 3 * net.gradient_bytes / HBM_BYTES_PER_S * 1e3
     n = len(macs)
     layers = [(fixed / n, per_example * m / sum(macs)) for m in macs]
-    return perf.Compute((fixed, per_example), layers, h200_compute.backward_fraction, names=net.layers,
+    return perf.Compute((fixed, per_example), layers, gpu_compute.backward_fraction, names=net.layers,
                         note="assumed, not measured: AlexNet's training FLOP at %.0f %% of the FP32 peak "
-                             "(%.0f TFLOP/s); fixed %.2f ms (LeNet's fitted H200 fixed time x %d/%d layers "
+                             "(%.0f TFLOP/s); fixed %.2f ms (LeNet's fitted %s fixed time x %d/%d layers "
                              "+ SGD over 3 x %d B at 3.35 TB/s); per layer in proportion to multiply-adds"
-                             % (100 * efficiency, FP32_PEAK_TFLOPS, fixed, len(net.layers), len(perf.LAYERS),
+                             % (100 * efficiency, FP32_PEAK_TFLOPS, fixed, gpu, len(net.layers), len(perf.LAYERS),
                                 net.gradient_bytes))
 
 
-def alexnet_presets(cpu, h200_compute, net, sensitivity_efficiency=0.5):
-    """cpu: (Compute, Link) fitted on AlexNet's CPU profile. The GPU presets take the published
-    links of nvlink_h100 / infiniband_ndr with the assumed compute above, at LeNet's measured
-    efficiency and at `sensitivity_efficiency`. The H200 virtual devices are left out for AlexNet
-    (their host-bound hand-offs were measured for LeNet's sizes only, and no AlexNet GPU step)."""
-    e = lenet_gpu_efficiency(h200_compute)
+def alexnet_presets(cpu, gpu_compute, net, sensitivity_efficiency=0.5, gpu="H200"):
+    """cpu: (Compute, Link) fitted on AlexNet's CPU profile; gpu_compute: LeNet's fitted on the
+    GPU `gpu` (published_kind's). The GPU presets take the published links of nvlink_h100 /
+    infiniband_ndr with the assumed compute above, at LeNet's measured efficiency and at
+    `sensitivity_efficiency`. Virtual devices are left out for AlexNet (no AlexNet GPU step was
+    measured, and the collectives' fits cover LeNet's sizes)."""
+    e = lenet_gpu_efficiency(gpu_compute)
     out = {"cpu-2core-xeon (measured)": cpu}
-    for eff, tag in ((e, "LeNet's H200 efficiency %.0f %%" % (100 * e)),
+    for eff, tag in ((e, "LeNet's %s efficiency %.0f %%" % (gpu, 100 * e)),
                      (sensitivity_efficiency, "%.0f %% of peak" % (100 * sensitivity_efficiency))):
-        comp = alexnet_gpu_compute(h200_compute, net, eff)
+        comp = alexnet_gpu_compute(gpu_compute, net, eff, gpu)
         out["8xH100 NVLink (published; compute assumed, %s)" % tag] = nvlink_h100(comp)
         out["H100 + InfiniBand NDR (published; compute assumed, %s)" % tag] = infiniband_ndr(comp)
     return out

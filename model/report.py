@@ -32,14 +32,12 @@ def cpu_files():
     return [os.path.join(calibrate.CPU_REF, n) for n in names]
 
 
-# H200 runs left out of the validation, with why (validate_runs: another kernel set than the
-# compute profile's).
-H200_NOT_PREDICTED = []
-
-
-def validate(models):
+def validate(models, gpus):
+    """models["cpu"]: (compute, link, allreduce_bench rows); gpus: {kind: (GpuRun, compute, link,
+    rows, fit)}. (points, the CPU reference level, the CPU compute at it, {kind: the GPU runs left
+    out of the validation with why (validate_runs: another kernel set than the compute
+    profile's, ...)})."""
     cpu_comp, cpu_link, cpu_rows = models["cpu"]
-    h_comp, h_link, h_rows, h_fit = models["h200"]
     # The reference VM's speed: the median of its single runs against the profile.
     ratios = []
     for f in cpu_files():
@@ -56,18 +54,20 @@ def validate(models):
                 p["held_out"] = False
                 p["note"] = "level calibration: sets this file's speed for the runs after it"
         points += pts
-    for f in [os.path.join(calibrate.H200_REF, "gpu-check.json")] + sorted(
-            glob.glob(os.path.join(calibrate.H200_REF, "lenet-10epochs-seed*.json"))):
-        points += calibrate.validate_runs("h200", f, h_comp, h_link, calibrate.h200_effective,
-                                          kernels=h_comp.kernels, not_predicted=H200_NOT_PREDICTED)
+    not_predicted = {}
+    for kind, (run, comp, link, rows, fit) in gpus.items():
+        skipped = not_predicted.setdefault(kind, [])
+        for f in [run.gpu_check] + sorted(glob.glob(os.path.join(run.directory, "lenet-10epochs-seed*.json"))):
+            points += calibrate.validate_runs(kind, f, comp, link, calibrate.gpu_effective,
+                                              kernels=comp.kernels, not_predicted=skipped)
     for f in ["allreduce-sweep.json", "allreduce-lenet-2dev.json", "allreduce-lenet-2dev-10reps.json",
               "allreduce-large-2dev-5reps.json", "allreduce-large-2dev-5reps-2.json"]:
         rows = calibrate.bench_rows(os.path.join(calibrate.CPU_REF, f))
         points += calibrate.validate_bench("cpu", rows, cpu_rows, "results/reference/cpu-2core-xeon/" + f,
                                           fit=calibrate.cpu_link_fit)
-    points += calibrate.validate_bench("h200", h_rows, h_rows,
-                                       os.path.relpath(calibrate.h200_bench_path(), ROOT), fit=h_fit)
-    return points, ref_level, ref_comp
+    for kind, (run, comp, link, rows, fit) in gpus.items():
+        points += calibrate.validate_bench(kind, rows, rows, os.path.relpath(run.bench, ROOT), fit=fit)
+    return points, ref_level, ref_comp, not_predicted
 
 
 # ---------------------------------------------------------------------------------------------
@@ -192,7 +192,7 @@ ALEXNET_WEAK_BATCH = 128     # the book's AlexNet batch, per device
 ALEXNET_BUCKET_BYTES = 26214400  # data_parallel's default bucket_bytes (the runs': 5 buckets)
 
 
-def alexnet(profile, cpu_link, h200_comp):
+def alexnet(profile, cpu_link, gpu_comp, gpu="H200"):
     """Fit AlexNet's CPU compute on its profile, predict every run of alexnet-strategies.json held
     out (its single runs set each round's speed level, as for LeNet's files), project it."""
     net = nets.alexnet()
@@ -211,13 +211,13 @@ def alexnet(profile, cpu_link, h200_comp):
                for r in calibrate.load(src)["runs"] if r["status"] == "ok" and r["config"]["strategy"] == "single"]
     level = statistics.median(singles)
     ref = comp.scaled(level)
-    pres = presets.alexnet_presets((ref, cpu_link), h200_comp, net)
+    pres = presets.alexnet_presets((ref, cpu_link), gpu_comp, net, gpu=gpu)
     proj = {n: project(n, c, l, net=net, strong_batch=ALEXNET_STRONG_BATCH, weak_batch=ALEXNET_WEAK_BATCH,
                        overlap_bucket_bytes=ALEXNET_BUCKET_BYTES) for n, (c, l) in pres.items()}
     return {"net": net.to_json(), "profile": os.path.relpath(profile, ROOT),
             "profile_description": calibrate.load(profile)["descriptor"].get("description", ""),
             "cpu_compute": ref.to_json(), "cpu_reference_level": level,
-            "gpu_efficiency_lenet_h200": presets.lenet_gpu_efficiency(h200_comp),
+            "gpu_efficiency_lenet": presets.lenet_gpu_efficiency(gpu_comp), "gpu_efficiency_gpu": gpu,
             "gpu_compute": {n: c.to_json() for n, (c, l) in pres.items() if "cpu" not in n},
             "points": points, "projections": proj,
             "channel_split_errors_at_width_efficiency_1": {p["label"]: p["relative_error"] for p in diag},
@@ -260,7 +260,8 @@ def book_model():
 # figures
 
 
-def plots(out_dir, points, projections, acc, crossovers_allreduce, links):
+def plots(out_dir, points, projections, acc, crossovers_allreduce, links, gpus=None):
+    """gpus: {kind: GPU name} of the measured GPU runs (calibrate.GPU_RUNS), a panel each."""
     try:
         import matplotlib
         matplotlib.use("Agg")
@@ -269,8 +270,10 @@ def plots(out_dir, points, projections, acc, crossovers_allreduce, links):
         print("report: matplotlib missing, no figures (apt-get install python3-matplotlib)")
         return []
     files = []
-    fig, axes = plt.subplots(1, 2, figsize=(12, 5.5))
-    for ax, kind in zip(axes, ("cpu", "h200")):
+    gpus = gpus or {"h200": "H200"}
+    kinds = ["cpu"] + list(gpus)
+    fig, axes = plt.subplots(1, len(kinds), figsize=(6 * len(kinds), 5.5))
+    for ax, kind in zip(axes, kinds):
         for group, marker in (("training", "o"), ("allreduce_bench", "^")):
             sel = [p for p in points if p["kind"] == kind and
                    (group == "allreduce_bench") == p["strategy"].startswith("allreduce_bench")]
@@ -285,8 +288,8 @@ def plots(out_dir, points, projections, acc, crossovers_allreduce, links):
             al = [p for p in points if p["kind"] == "cpu-alexnet" and p["held_out"]]
             ax.scatter([p["measured_ms"] for p in al], [p["predicted_ms"] for p in al], s=22, marker="s",
                        label="AlexNet training (held out)", alpha=0.8)
-        lo = min(p["measured_ms"] for p in points if p["kind"].startswith(kind)) / 2
-        hi = max(p["measured_ms"] for p in points if p["kind"].startswith(kind)) * 2
+        mine = [p["measured_ms"] for p in points if p["kind"] == kind or p["kind"].startswith(kind + "-")]
+        lo, hi = min(mine) / 2, max(mine) * 2
         ax.plot([lo, hi], [lo, hi], "k-", lw=0.8)
         ax.fill_between([lo, hi], [lo * 0.85, hi * 0.85], [lo * 1.15, hi * 1.15], color="g", alpha=0.1,
                         label="±15 %")
@@ -294,7 +297,7 @@ def plots(out_dir, points, projections, acc, crossovers_allreduce, links):
         ax.set_yscale("log")
         ax.set_xlabel("measured ms")
         ax.set_ylabel("predicted ms")
-        ax.set_title({"cpu": "CPU cores (2-core Xeon VM)", "h200": "H200 virtual devices"}[kind])
+        ax.set_title("CPU cores (2-core Xeon VM)" if kind == "cpu" else "%s virtual devices" % gpus[kind])
         ax.legend(fontsize=7)
     fig.tight_layout()
     files.append(_save(fig, out_dir, "predicted_vs_measured.png"))
@@ -418,12 +421,12 @@ def write_readme(out_dir, report, figures):
     w("## 1. How good is the model? Held-out predictions")
     w("")
     w("Compute is fitted on `single`-step and per-layer profiles (`experiments/model-profile.json`, "
-      "and the H200's eager single step plus its layer_split profiling passes); communication on "
+      "and on a GPU its eager single step plus its layer_split profiling passes); communication on "
       "`allreduce_bench` rows. " + stale_h200_prose() + HOLD_OUT_RULE + " No strategy run's own "
       "timing enters any fit. Calibration points, listed in predictions.json with `held_out: false` "
       "and not counted below: on the CPU each results file's `single` runs, which set that file's speed "
       "level (the VM drifts by ±20 % between sessions; files without one use the median level); on the "
-      "H200 the eager and the graphed single step and the graphed data_parallel x1 step (the cost of "
+      "GPUs the eager and the graphed single step and the graphed data_parallel x1 step (the cost of "
       "running as a group). A layer_split run's stage times come from its own profiling pass in setup, "
       "not from its timed iterations. The CPU profile (report/data/profile-cpu.json) was measured while "
       "the accuracy sweep kept the other core busy; channel_split's width efficiency in it comes from a "
@@ -538,8 +541,8 @@ def write_readme(out_dir, report, figures):
     w("Strong scaling keeps the global batch at %d (so every k up to 1,024 has ≥ 8 examples per "
       "device); weak scaling gives each device %d. Speedup = throughput against one device of the "
       "same preset. layer_split is limited to 4 devices (LeNet's 4 layers, 8 micro-batches), "
-      "channel_split to 10 (fc2's 10 units); the H200-virtual preset stops where a device's SM share "
-      "falls below 8 SMs (k = 16)." % (STRONG_BATCH, WEAK_BATCH))
+      "channel_split to 10 (fc2's 10 units); a GPU's virtual-device preset stops where a device's SM share "
+      "falls below 8 SMs (k = 16 on a 132-SM GPU)." % (STRONG_BATCH, WEAK_BATCH))
     w("")
     for f in ("projection_strong.png", "projection_weak.png", "breakdown_weak_ring.png"):
         if f in figures:
@@ -595,14 +598,18 @@ def write_readme(out_dir, report, figures):
       "1/k of its channels x the measured width efficiency + the strategy's collectives; a group's "
       "step adds the group overhead.")
     w("")
-    h200 = report["h200_run"]
-    w("The H200 run fitted: `%s` (the newest under results/reference/ whose gpu-check.json and "
-      "allreduce_bench file the model can fit: calibrate.h200_ref)%s" % (
-          h200["directory"], "; passed over: " + "; ".join(h200["passed_over"]) + "." if h200["passed_over"] else "."))
-    if h200.get("not_predicted"):
+    for kind, run in report["gpu_runs"].items():
+        w("The %s run fitted (kind `%s`, %d SMs): `%s` (the newest results/reference/%s-<date>/ whose "
+          "gpu-check.json and allreduce_bench file the model can fit: calibrate.gpu_ref)%s" % (
+              run["gpu"], kind, run["sms"], run["directory"], kind,
+              "; passed over: " + "; ".join(run["passed_over"]) + "." if run["passed_over"] else "."))
+        if run.get("not_predicted"):
+            w("")
+            w("Not predicted (%d runs): %s." % (len(run["not_predicted"]), "; ".join(run["not_predicted"])))
         w("")
-        w("Not predicted (%d runs): %s." % (len(h200["not_predicted"]), "; ".join(h200["not_predicted"])))
-    w("")
+    if report.get("gpu_runs_passed_over"):
+        w("GPU runs not fitted: %s." % "; ".join(report["gpu_runs_passed_over"]))
+        w("")
     w("Fitted values:")
     w("")
     w("```json")
@@ -681,14 +688,14 @@ def write_alexnet(w, a, report, figures):
     w("**GPU presets for AlexNet are assumptions, not measurements.** No AlexNet step was timed on a GPU "
       "here (experiments/alexnet-gpu.json has not run). Its GPU compute is AlexNet's training FLOP "
       "(6 × 938,146,176 multiply-adds per example) at the FP32 peak of an H100 SXM / H200 (67 TFLOP/s, "
-      "NVIDIA datasheets) times an efficiency: LeNet's measured one on the H200 (%.1f %%: the fitted "
+      "NVIDIA datasheets) times an efficiency: LeNet's measured one on the %s (%.1f %%: the fitted "
       "eager step's ms per example against LeNet's 13.5 MFLOP), and, as a sensitivity, 50 %% (large "
       "convolutions run nearer peak than LeNet's; no figure measured here). Fixed time per step: LeNet's "
-      "fitted H200 fixed time × 14/4 layers plus SGD over 3 × 187 MB at 3.35 TB/s. Per layer in proportion "
+      "fitted %s fixed time × 14/4 layers plus SGD over 3 × 187 MB at 3.35 TB/s. Per layer in proportion "
       "to its multiply-adds; channel_split's narrower kernels assumed as efficient as the full ones "
-      "(optimistic for channel_split). Links: the published presets above. The H200 virtual devices are "
-      "left out for AlexNet (their hand-offs were measured at LeNet's sizes only)." % (
-          100 * a["gpu_efficiency_lenet_h200"]))
+      "(optimistic for channel_split). Links: the published presets above. Virtual devices are "
+      "left out for AlexNet (no AlexNet step measured on a GPU, collectives fitted at LeNet's sizes)." % (
+          a["gpu_efficiency_gpu"], 100 * a["gpu_efficiency_lenet"], a["gpu_efficiency_gpu"]))
     w("")
     for f in ("alexnet_projection_strong.png", "alexnet_projection_weak.png", "alexnet_breakdown_weak_ring.png"):
         if f in figures:
@@ -879,11 +886,14 @@ def main(argv=None):
 
     cpu_comp = calibrate.cpu_compute(args.profile)
     cpu_link, cpu_rows = calibrate.cpu_link()
-    h_comp = calibrate.h200_compute()
-    h_link, h_rows, h_fit = calibrate.h200_link()
-    models = {"cpu": (cpu_comp, cpu_link, cpu_rows), "h200": (h_comp, h_link, h_rows, h_fit)}
-    points, ref_level, ref_comp = validate(models)
-    alex = alexnet(args.profile_alexnet, cpu_link, h_comp) if os.path.exists(args.profile_alexnet) else None
+    gpus = {}
+    for kind, run in calibrate.GPU_RUNS.items():
+        link, rows, fit = calibrate.gpu_link(run.bench)
+        gpus[kind] = (run, calibrate.gpu_compute(run.gpu_check), link, rows, fit)
+    points, ref_level, ref_comp, not_predicted = validate({"cpu": (cpu_comp, cpu_link, cpu_rows)}, gpus)
+    pub = presets.published_kind(gpus)
+    alex = (alexnet(args.profile_alexnet, cpu_link, gpus[pub][1], gpus[pub][0].gpu)
+            if os.path.exists(args.profile_alexnet) else None)
     if alex:
         points += alex.pop("points")
     else:
@@ -893,10 +903,11 @@ def main(argv=None):
     config_summary = noise.summarize_configs(configs)
     noise_floor = noise.floor(points)
 
-    pres = presets.all_presets((ref_comp, cpu_link), (h_comp, h_link))
+    pres = presets.all_presets((ref_comp, cpu_link), {k: (g[1], g[2]) for k, g in gpus.items()})
+    sms = {presets.virtual_name(k): g[0].sms for k, g in gpus.items()}
     projections = {}
     for name, (comp, link) in pres.items():
-        projections[name] = project(name, comp, link, virtual_sms=calibrate.H200_SMS if "virtual" in name else None)
+        projections[name] = project(name, comp, link, virtual_sms=sms.get(name))
     strat_x = {n: strategy_crossovers(p) for n, p in projections.items()}
     ar_x = {n: allreduce_crossovers(link, [2, 4, 8, 16] if "virtual" in n else [2, 4, 8, 16, 64, 256, 1024])
             for n, (comp, link) in pres.items()}
@@ -912,10 +923,11 @@ def main(argv=None):
         "noise_floor": noise_floor,
         "configs": configs,
         "points": points,
-        "parameters": {"cpu_compute": ref_comp.to_json(), "cpu_reference_level": ref_level,
-                       "cpu_link": cpu_link.to_json(), "h200_compute": h_comp.to_json(),
-                       "h200_link": h_link.to_json(),
-                       "presets": {n: {"link": l.to_json()} for n, (c, l) in pres.items()}},
+        "parameters": dict([("cpu_compute", ref_comp.to_json()), ("cpu_reference_level", ref_level),
+                            ("cpu_link", cpu_link.to_json())] +
+                           [(k + x, g[i].to_json()) for k, g in gpus.items()
+                            for x, i in (("_compute", 1), ("_link", 2))] +
+                           [("presets", {n: {"link": l.to_json()} for n, (c, l) in pres.items()})]),
         "projections": projections,
         "alexnet": alex,
         "strategy_crossovers": strat_x,
@@ -924,13 +936,19 @@ def main(argv=None):
         "accuracy_answer_text": accuracy.answer_text(acc) if acc else "",
         "book": {"model": book, "explanation": BOOK_TEXT},
         "why_errors": stale_h200_prose() + WHY_ERRORS,
-        "h200_run": {"directory": os.path.relpath(calibrate.H200_REF, ROOT),
-                     "allreduce_bench": os.path.relpath(calibrate.h200_bench_path(), ROOT),
-                     "passed_over": list(calibrate.H200_SKIPPED),
-                     "not_predicted": list(H200_NOT_PREDICTED)},
+        "gpu_runs": {k: {"gpu": run.gpu, "sms": run.sms,
+                         "directory": os.path.relpath(run.directory, ROOT),
+                         "allreduce_bench": os.path.relpath(run.bench, ROOT),
+                         "passed_over": [l for l in calibrate.GPU_SKIPPED
+                                         if l.startswith(os.path.join("results", "reference", k + "-"))],
+                         "not_predicted": not_predicted.get(k, [])}
+                     for k, (run, *_) in gpus.items()},
+        "gpu_runs_passed_over": [l for l in calibrate.GPU_SKIPPED
+                                 if not any(l.startswith(os.path.join("results", "reference", k + "-"))
+                                            for k in gpus)],
     }
-    for line in calibrate.H200_SKIPPED:
-        print("report: H200: " + line)
+    for line in calibrate.GPU_SKIPPED:
+        print("report: GPU: " + line)
     sess_dir = session.first()
     if sess_dir:
         report["session"] = session.validate(sess_dir)
@@ -943,7 +961,8 @@ def main(argv=None):
     if others:
         report["other_sessions"] = others
     figures = [] if args.no_plots else plots(args.out, points, projections, acc, ar_x,
-                                             {n: l for n, (c, l) in pres.items()})
+                                             {n: l for n, (c, l) in pres.items()},
+                                             {k: g[0].gpu for k, g in gpus.items()})
     if alex and not args.no_plots:
         figures += projection_plots(args.out, alex["projections"], "alexnet_", "AlexNet")
     with open(os.path.join(args.out, "predictions.json"), "w") as f:
@@ -1292,13 +1311,21 @@ PROSE_H200_RUN = "h200-2026-12-04"
 
 
 def stale_h200_prose():
-    """'' while the fitted H200 run is the one the prose describes; else a sentence saying so."""
+    """'' while the fitted H200 run is the one the prose describes and no other GPU is fitted;
+    else sentences saying what the prose does not cover."""
     fitted = os.path.basename(os.path.normpath(calibrate.H200_REF))
-    if fitted == PROSE_H200_RUN:
-        return ""
-    return ("(The H200 passages below were written for results/reference/%s; the model now fits "
-            "results/reference/%s: the tables and figures are that run's, those passages are not "
-            "yet.) " % (PROSE_H200_RUN, fitted))
+    out = ""
+    if fitted != PROSE_H200_RUN:
+        out += ("(The H200 passages below were written for results/reference/%s; the model now fits "
+                "results/reference/%s: the tables and figures are that run's, those passages are not "
+                "yet.) " % (PROSE_H200_RUN, fitted))
+    others = [r for k, r in calibrate.GPU_RUNS.items() if k != "h200"]
+    if others:
+        out += ("(%s fitted as the H200 is and predicted in the tables and figures, with no "
+                "hand-written account of %s errors below yet.) " % (
+                    "; ".join("The %s run results/reference/%s is" % (r.gpu, os.path.basename(r.directory))
+                              for r in others), "their" if len(others) > 1 else "its"))
+    return out
 
 
 WHY_ERRORS = (

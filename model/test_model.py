@@ -89,7 +89,7 @@ class PerDeviceCount(unittest.TestCase):
         # the marginal cost of a message about doubles for ring and tree (their pieces at 4-256
         # MiB; FINDINGS' emulated call sequence: 36 -> 74 us), while naive's, two whole-buffer
         # messages per peer, hardly moves; tree's small calls carry a fixed start instead.
-        link, _, _ = calibrate.h200_link(os.path.join(calibrate.H200_FIRST, "allreduce-cuda.json"))
+        link, _, _ = calibrate.gpu_link(os.path.join(calibrate.H200_FIRST, "allreduce-cuda.json"))
         ratio = {op: link._p(op, 4)[0] / link._p(op, 2)[0] for op in ("naive", "ring", "tree")}
         self.assertGreater(ratio["ring"], 1.8)
         self.assertGreater(ratio["tree"], 1.6)
@@ -534,8 +534,8 @@ class H200Runs(unittest.TestCase):
             make("h200-2027-03-01", collectives=self.graphed_rows(("ring", "tree", "p2p")))
             make("cpu-2core-xeon", sweep=self.graphed_rows())
             skipped = []
-            self.assertEqual(calibrate.h200_ref(ref, skipped), fits)
-            self.assertEqual(calibrate.h200_bench_path(fits), os.path.join(fits, "allreduce-cuda-sweep.json"))
+            self.assertEqual(calibrate.gpu_ref("h200", ref, skipped).directory, fits)
+            self.assertEqual(calibrate.gpu_bench_path(fits), os.path.join(fits, "allreduce-cuda-sweep.json"))
             self.assertEqual(len(skipped), 2, skipped)
             self.assertIn("h200-2027-03-01/allreduce-cuda.json: no naive rows", skipped[0])
             self.assertIn("h200-2027-02-01", skipped[1])
@@ -549,11 +549,11 @@ class H200Runs(unittest.TestCase):
             with open(os.path.join(fits, "gpu-check.json"), "w") as f:
                 json.dump(doc, f)
             skipped = []
-            self.assertEqual(calibrate.h200_ref(ref, skipped), os.path.join(ref, "h200-2026-11-30"))
+            self.assertEqual(calibrate.gpu_ref("h200", ref, skipped).directory, os.path.join(ref, "h200-2026-11-30"))
             self.assertIn("h200-2027-01-05", skipped[2])
             self.assertIn("lacks an ok run '%s'" % calibrate.GROUP_CALIBRATION, skipped[2])
         with tempfile.TemporaryDirectory() as ref:
-            self.assertEqual(calibrate.h200_ref(ref), calibrate.H200_FIRST)
+            self.assertEqual(calibrate.gpu_ref("h200", ref).directory, calibrate.H200_FIRST)
 
     def test_rows_at_a_named_piece_size_stay_out_of_the_fit(self):
         # gpu-check.sh collectives times the ring at 16 MiB at four piece sizes beside the
@@ -575,7 +575,7 @@ class H200Runs(unittest.TestCase):
             with open(path, "w") as f:
                 json.dump(doc, f)
             self.assertEqual(calibrate.bench_chunk(path), 0)
-            link, rows, _ = calibrate.h200_link(path)
+            link, rows, _ = calibrate.gpu_link(path)
             self.assertEqual(len([r for r in rows if r[0] == "ring"]), 28)
             self.assertAlmostEqual(link.time("ring", 1 << 24, 4) / self.TRUTH.time("ring", 1 << 24, 4), 1.0, places=6)
 
@@ -591,7 +591,7 @@ class H200Runs(unittest.TestCase):
             self.bench_file(path, rows)
             self.assertEqual(calibrate.bench_chunk(path), 0)
             self.assertEqual(calibrate.bench_chunk(path, graphs=False), perf.CHUNK_BYTES)
-            link, fitted, fit = calibrate.h200_link(path)
+            link, fitted, fit = calibrate.gpu_link(path)
             self.assertFalse(link.host_bound)
             self.assertEqual(link.chunk, 0)
             self.assertEqual(len(fitted), len(rows) // 2)
@@ -614,26 +614,26 @@ class H200Runs(unittest.TestCase):
                 json.dump(doc, f)
             self.assertIsNone(calibrate.bench_chunk(path))
             with self.assertRaisesRegex(ValueError, "no single chunk_bytes"):
-                calibrate.h200_link(path)
+                calibrate.gpu_link(path)
 
     def test_runs_on_another_kernel_set_than_the_profile_are_not_predicted(self):
         # The compute profile comes from gpu-check.json's single runs, on cuDNN (the default
         # kernels); a run on the own kernels computes at another speed the model never profiled.
         d = os.path.join(calibrate.REFERENCE, "h200-2026-12-04")
-        comp = calibrate.h200_compute(os.path.join(d, "gpu-check.json"))
+        comp = calibrate.gpu_compute(os.path.join(d, "gpu-check.json"))
         self.assertEqual(comp.kernels, "cudnn")
         self.assertEqual(comp.scaled(2.0).kernels, "cudnn")
-        link = calibrate.h200_link(os.path.join(d, "allreduce-cuda-sweep.json"))[0]
+        link = calibrate.gpu_link(os.path.join(d, "allreduce-cuda-sweep.json"))[0]
         skipped = []
         got = {k: calibrate.validate_runs("h200", os.path.join(d, "lenet-10epochs-seeds-%s.json" % k),
-                                          comp, link, calibrate.h200_effective, kernels=comp.kernels,
+                                          comp, link, calibrate.gpu_effective, kernels=comp.kernels,
                                           not_predicted=skipped) for k in ("cudnn", "fused")}
         self.assertEqual((len(got["cudnn"]), len(got["fused"])), (5, 0))
         self.assertEqual(len(skipped), 5)
         self.assertIn("kernels fused; the compute profile is cudnn's", skipped[0])
         # Without a kernel set every run is predicted, as before there was a choice.
         self.assertEqual(len(calibrate.validate_runs("h200", os.path.join(d, "lenet-10epochs-seeds-fused.json"),
-                                                     comp, link, calibrate.h200_effective)), 5)
+                                                     comp, link, calibrate.gpu_effective)), 5)
         self.assertIsNone(calibrate.run_kernels({"backend": "cpu"}))
         self.assertEqual(calibrate.run_kernels({"backend": "cuda", "device_list": [{"name": "cuda:0"}]}), "cudnn")
 
@@ -652,7 +652,7 @@ class H200Runs(unittest.TestCase):
             path = os.path.join(d, "allreduce-cuda-sweep.json")
             self.bench_file(path, rows, op_chunks={"allgather": 262144})
             self.assertEqual(calibrate.bench_op_chunks(path, 0), {"allgather": 262144})
-            link = calibrate.h200_link(path)[0]
+            link = calibrate.gpu_link(path)[0]
             self.assertEqual(link.op_chunk, {"allgather": 262144})
             self.assertIn("allgather in 262144-byte pieces", link.note)
             for k in (2, 4):
@@ -688,7 +688,7 @@ class H200Runs(unittest.TestCase):
             self.bench_file(path, rows, chunk=chunk, op_chunks={"allgather": chunk, "reduce_scatter": chunk},
                             whole_steps=ops)
             self.assertEqual(calibrate.bench_whole_steps(path), frozenset(ops))
-            link = calibrate.h200_link(path)[0]
+            link = calibrate.gpu_link(path)[0]
             self.assertEqual(link.whole_steps, frozenset(ops))
             self.assertIn("in whole steps", link.note)
             self.assertEqual(link.to_json()["whole_steps"], sorted(ops))
@@ -712,13 +712,13 @@ class H200Runs(unittest.TestCase):
             with open(path, "w") as f:
                 json.dump(doc, f)
             with self.assertRaisesRegex(ValueError, "allreduce-cuda-sweep.json: naive timed both in whole steps"):
-                calibrate.h200_link(path)
+                calibrate.gpu_link(path)
 
     def test_channel_split_profile_runs_set_the_width_efficiency_and_are_not_predicted(self):
         # gpu-check.json's "profile channel_split ..." runs (other batches than the predicted
         # runs): per-device compute over the layer model's at 1/k of the channels, per k.
         src = os.path.join(calibrate.REFERENCE, "h200-2026-12-04", "gpu-check.json")
-        self.assertEqual(calibrate.h200_compute(src).width_efficiency, {})
+        self.assertEqual(calibrate.gpu_compute(src).width_efficiency, {})
         with open(src) as f:
             doc = json.load(f)
         base = {r["config"]["devices"]: r for r in doc["runs"] if r["label"].startswith("channel_split/none x")}
@@ -731,7 +731,7 @@ class H200Runs(unittest.TestCase):
                 doc["runs"].append(p)
         with tempfile.TemporaryDirectory() as d:
             path = os.path.join(d, "gpu-check.json")
-            plain = calibrate.h200_compute(src)
+            plain = calibrate.gpu_compute(src)
             for p in doc["runs"]:
                 if p["label"].startswith(calibrate.WIDTH_CALIBRATION):
                     c = p["config"]
@@ -742,19 +742,19 @@ class H200Runs(unittest.TestCase):
                         dev["compute_ms"], dev["optimizer_ms"] = ms - 0.01, 0.01
             with open(path, "w") as f:
                 json.dump(doc, f)
-            comp = calibrate.h200_compute(path)
+            comp = calibrate.gpu_compute(path)
             self.assertEqual(sorted(comp.width_efficiency), [2, 4])
             for k in (2, 4):
                 self.assertAlmostEqual(comp.width_efficiency[k], want[k], places=9)
             self.assertIn("width efficiency", comp.note)
-            link = calibrate.h200_link(os.path.join(calibrate.REFERENCE, "h200-2026-12-04",
+            link = calibrate.gpu_link(os.path.join(calibrate.REFERENCE, "h200-2026-12-04",
                                                     "allreduce-cuda-sweep.json"))[0]
-            points = calibrate.validate_runs("h200", path, comp, link, calibrate.h200_effective)
+            points = calibrate.validate_runs("h200", path, comp, link, calibrate.gpu_effective)
             profiled = [p for p in points if p["label"].startswith(calibrate.WIDTH_CALIBRATION)]
             self.assertEqual(len(profiled), 4)
             self.assertTrue(all(not p["held_out"] and "width efficiency" in p["note"] for p in profiled))
             # The predicted channel_split runs take it: x2's compute twice the layer model's.
-            before = {p["label"]: p for p in calibrate.validate_runs("h200", src, plain, link, calibrate.h200_effective)}
+            before = {p["label"]: p for p in calibrate.validate_runs("h200", src, plain, link, calibrate.gpu_effective)}
             after = {p["label"]: p for p in points}
             label = "channel_split/none x2 [virtual]"
             self.assertTrue(after[label]["held_out"])
@@ -774,20 +774,20 @@ class H200Runs(unittest.TestCase):
             path = os.path.join(d, "gpu-check.json")
             with open(path, "w") as f:
                 json.dump(dict(doc, runs=doc["runs"] + [failed], state="interrupted"), f)
-            comp = calibrate.h200_compute(path)
+            comp = calibrate.gpu_compute(path)
             self.assertEqual(comp.width_efficiency, {})
             self.assertIn("width efficiency: none (the runs '%s ...' did not end ok)" % calibrate.WIDTH_CALIBRATION,
                           comp.note)
             # The failed run and the unfinished file are named among the runs not predicted.
-            link = calibrate.h200_link(os.path.join(calibrate.REFERENCE, "h200-2026-12-04",
+            link = calibrate.gpu_link(os.path.join(calibrate.REFERENCE, "h200-2026-12-04",
                                                     "allreduce-cuda-sweep.json"))[0]
             skipped = []
-            calibrate.validate_runs("h200", path, comp, link, calibrate.h200_effective, not_predicted=skipped)
+            calibrate.validate_runs("h200", path, comp, link, calibrate.gpu_effective, not_predicted=skipped)
             self.assertIn("gpu-check.json: %s (failed: cuda: capture invalidated)" % failed["label"], skipped[0])
             self.assertIn("gpu-check.json: the file is interrupted, not complete", skipped[-1])
             with open(os.path.join(d, "gpu-check-per-rank.json"), "w") as f:
                 json.dump(dict(doc, runs=[profile]), f)
-            comp = calibrate.h200_compute(path)
+            comp = calibrate.gpu_compute(path)
             self.assertEqual(sorted(comp.width_efficiency), [2])
             self.assertIn("(from %s)" % os.path.relpath(os.path.join(d, "gpu-check-per-rank.json"), calibrate.ROOT),
                           comp.note)
@@ -795,8 +795,8 @@ class H200Runs(unittest.TestCase):
     def test_runs_whose_steps_moved_otherwise_than_the_link_prices_are_not_predicted(self):
         # A run retried per rank beside a sweep timed in whole steps, or the other way round.
         d = os.path.join(calibrate.REFERENCE, "h200-2026-12-04")
-        comp = calibrate.h200_compute(os.path.join(d, "gpu-check.json"))
-        link = calibrate.h200_link(os.path.join(d, "allreduce-cuda-sweep.json"))[0]
+        comp = calibrate.gpu_compute(os.path.join(d, "gpu-check.json"))
+        link = calibrate.gpu_link(os.path.join(d, "allreduce-cuda-sweep.json"))[0]
         self.assertEqual(link.whole_steps, frozenset())
         with open(os.path.join(d, "gpu-check.json")) as f:
             doc = json.load(f)
@@ -808,7 +808,7 @@ class H200Runs(unittest.TestCase):
             with open(path, "w") as f:
                 json.dump(doc, f)
             skipped = []
-            labels = {p["label"] for p in calibrate.validate_runs("h200", path, comp, link, calibrate.h200_effective,
+            labels = {p["label"] for p in calibrate.validate_runs("h200", path, comp, link, calibrate.gpu_effective,
                                                                   not_predicted=skipped)}
         self.assertNotIn(ring["label"], labels)
         self.assertEqual(skipped, ["%s: %s (its collective steps moved whole; the link fitted prices them per rank)"
@@ -831,9 +831,9 @@ class H200Runs(unittest.TestCase):
             path = os.path.join(d, "allreduce-cuda-sweep.json")
             self.bench_file(path, rows, whole_steps=("naive", "ring", "tree"))
             with self.assertRaisesRegex(ValueError, "eager and moved in whole steps"):
-                calibrate.h200_link(path)
+                calibrate.gpu_link(path)
             self.bench_file(path, rows)
-            self.assertTrue(calibrate.h200_link(path)[0].host_bound)
+            self.assertTrue(calibrate.gpu_link(path)[0].host_bound)
 
     def test_the_h200_prose_says_when_it_was_written_for_another_run(self):
         self.assertEqual(os.path.basename(calibrate.H200_REF), report.PROSE_H200_RUN)
@@ -847,10 +847,108 @@ class H200Runs(unittest.TestCase):
             calibrate.H200_REF = fitted
 
     def test_an_eager_file_is_fitted_host_bound(self):
-        link, rows, fit = calibrate.h200_link(os.path.join(calibrate.H200_FIRST, "allreduce-cuda.json"))
+        link, rows, fit = calibrate.gpu_link(os.path.join(calibrate.H200_FIRST, "allreduce-cuda.json"))
         self.assertTrue(link.host_bound)
         self.assertTrue(fit(rows).host_bound)
         self.assertEqual(sorted({r[2] for r in rows}), [2, 4])
+
+
+class GpuKinds(unittest.TestCase):
+    """Each GPU model's runs are a device kind of their own (results/reference/<kind>-<date>/):
+    fitted, validated, summarized and projected beside the others, never mixed with them."""
+
+    SRC = os.path.join(calibrate.REFERENCE, "h200-2026-12-04")
+    H100 = "NVIDIA H100 80GB HBM3"
+
+    def copy(self, ref, name, runs_on=None, bench_on=None):
+        """A copy of the 2026-12-04 H200 run's check and sweep as the run `name`, its runs
+        renamed to the GPU runs_on and its sweep's context naming bench_on."""
+        d = os.path.join(ref, name)
+        os.makedirs(d)
+        for f in ("gpu-check.json", "allreduce-cuda-sweep.json"):
+            with open(os.path.join(self.SRC, f)) as src:
+                text = src.read()
+            if runs_on:
+                text = text.replace('"NVIDIA H200"', json.dumps(runs_on))
+            if f.startswith("allreduce") and bench_on:
+                doc = json.loads(text)
+                doc["context"]["paralab_gpu_model"] = bench_on
+                text = json.dumps(doc)
+            with open(os.path.join(d, f), "w") as out:
+                out.write(text)
+        return d
+
+    def test_the_kind_is_the_model_after_nvidia(self):
+        self.assertEqual(calibrate.gpu_kind("NVIDIA H200"), "h200")
+        self.assertEqual(calibrate.gpu_kind(self.H100), "h100")
+        self.assertEqual(calibrate.gpu_kind("NVIDIA A100-SXM4-80GB"), "a100")
+        self.assertIsNone(calibrate.gpu_kind("Radeon Instinct MI300X"))
+        self.assertIsNone(calibrate.gpu_kind(None))
+
+    def test_the_effective_batch_scale_is_the_recorded_sm_counts(self):
+        self.assertAlmostEqual(calibrate.gpu_effective({"device_list": [{"sm_count": 114, "sm_share": 56}]}),
+                               114 / 56, places=12)
+        self.assertEqual(calibrate.gpu_effective({"device_list": [{"sm_count": 114}]}), 1.0)
+
+    def test_each_gpu_model_is_fitted_from_its_own_newest_run(self):
+        with tempfile.TemporaryDirectory() as ref:
+            self.copy(ref, "h200-2026-12-04")
+            fits = self.copy(ref, "h100-2027-01-01", self.H100, self.H100)
+            self.copy(ref, "h100-2027-02-01")                        # its runs ran on an H200
+            self.copy(ref, "h100-2027-03-01", self.H100, "NVIDIA H200")  # its sweep did
+            os.makedirs(os.path.join(ref, "a100-2027-01-01"))            # nothing in it
+            os.makedirs(os.path.join(ref, "cpu-2core-xeon"))
+            skipped = []
+            runs = calibrate.gpu_runs(ref, skipped)
+            self.assertEqual(list(runs), ["h200", "h100"])
+            self.assertEqual(runs["h100"], calibrate.GpuRun("h100", fits, "H100 80GB HBM3", 132))
+            self.assertEqual(runs["h200"].gpu, "H200")
+            text = "\n".join(skipped)
+            self.assertIn("h100-2027-03-01 not fitted", text)
+            self.assertIn("its rows ran on an NVIDIA H200 (h200), not in the directory of its kind", text)
+            self.assertIn("h100-2027-02-01 not fitted", text)
+            self.assertIn("its runs ran on an NVIDIA H200 (h200), not in the directory of its kind", text)
+            self.assertIn("a100-2027-01-01 not fitted", text)
+            self.assertIn("a100: no run under", text)
+            self.assertIsNone(calibrate.gpu_ref("a100", ref))
+
+            # Validated side by side: the same measurements under two kinds give the same errors,
+            # and no point of one kind is counted in the other's summary.
+            gpus = {}
+            for kind, run in runs.items():
+                link, rows, fit = calibrate.gpu_link(run.bench)
+                gpus[kind] = (run, calibrate.gpu_compute(run.gpu_check), link, rows, fit)
+            self.assertIn("on the whole H100 80GB HBM3", gpus["h100"][1].note)
+            self.assertIn("on one H100 80GB HBM3", gpus["h100"][2].note)
+            cpu = (calibrate.cpu_compute(os.path.join(calibrate.ROOT, "report", "data", "profile-cpu.json")),) + \
+                calibrate.cpu_link()
+            points, _, ref_comp, not_predicted = report.validate({"cpu": cpu}, gpus)
+            summary = calibrate.summarize(points)
+            for group in ("training", "allreduce_bench"):
+                self.assertEqual(summary["h100/" + group], summary["h200/" + group])
+                self.assertGreater(summary["h100/" + group]["points"], 10)
+            self.assertEqual(set(not_predicted), {"h200", "h100"})
+
+            # The published H100 presets take the H100's measured compute once there is one.
+            pres = presets.all_presets((ref_comp, cpu[1]), {k: (g[1], g[2]) for k, g in gpus.items()})
+            self.assertEqual(presets.published_kind(gpus), "h100")
+            self.assertIn("h100 virtual devices (measured)", pres)
+            self.assertIn("h200 virtual devices (measured)", pres)
+            self.assertIn("H100 80GB HBM3", pres["8xH100 NVLink (published)"][0].note)
+            del gpus["h100"]
+            pres = presets.all_presets((ref_comp, cpu[1]), {k: (g[1], g[2]) for k, g in gpus.items()})
+            self.assertNotIn("h100 virtual devices (measured)", pres)
+            self.assertIn("whole H200", pres["8xH100 NVLink (published)"][0].note)
+
+            # The hand-written passages say they do not cover the other GPU.
+            saved = calibrate.GPU_RUNS
+            try:
+                calibrate.GPU_RUNS = dict(saved, h100=runs["h100"])
+                self.assertIn("The H100 80GB HBM3 run results/reference/h100-2027-01-01 is fitted as the "
+                              "H200 is", report.stale_h200_prose())
+            finally:
+                calibrate.GPU_RUNS = saved
+            self.assertEqual(report.stale_h200_prose(), "")
 
 
 class Strategies(unittest.TestCase):
