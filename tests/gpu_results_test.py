@@ -124,6 +124,21 @@ class GpuResults(unittest.TestCase):
         self.assertEqual(proc.returncode, 0, proc.stderr)
         self.assertIn("summary.txt", os.listdir(os.path.join(self.ref, "h100-2026-12-08")))
 
+    def test_the_model_fits_a_real_run_gathered_so(self):
+        # The 2026-12-04 H200 run's check and sweep as one call's files: the directory it makes is
+        # one the performance model fits (model/calibrate.py gpu_run), and the script says so.
+        src = os.path.join(SOURCE, "results", "reference", "h200-2026-12-04")
+        files = {}
+        for f in ("gpu.csv", "gpu-check.json", "allreduce-cuda-sweep.json"):
+            with open(os.path.join(src, f)) as fh:
+                files[f] = fh.read()
+        with open(os.path.join(src, "summary-call2.txt")) as fh:
+            c = call(self.root, "c", files, fh.read())
+        proc = run("--reference", self.ref, c)
+        self.assertEqual(proc.returncode, 0, proc.stdout + proc.stderr)
+        self.assertIn("the performance model fits it (scripts/report.sh): GpuRun(kind='h200', directory='%s', "
+                      "gpu='H200', sms=132)" % os.path.join(self.ref, "h200-2026-12-04"), proc.stdout)
+
     def test_bad_inputs_are_one_line_and_write_nothing(self):
         good = call(self.root, "good", {"gpu.csv": CSV, "gpu-check.json": json.dumps(gpu_check_json())}, SUMMARY1)
         self.refused(run("--reference", self.ref), 2, "no call's output folder given")
