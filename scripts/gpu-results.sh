@@ -14,7 +14,10 @@
 # results/reference). An existing directory is never written into: one line, exit 1, nothing
 # made. The analysis (what the figures show against the goals) is written by hand below the facts.
 set -euo pipefail
+here=$PWD
 cd "$(dirname "$0")/.."
+# A path as given from where the script was called (it runs from the repository root).
+given() { [[ $1 == /* ]] && echo "$1" || echo "$here/$1"; }
 die() { echo "gpu-results.sh: $*" >&2; exit 1; }
 usage() { sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; }
 
@@ -24,10 +27,10 @@ while (($#)); do
     --help | -h) usage; exit 0 ;;
     --date | --reference)
       (($# >= 2)) || { echo "gpu-results.sh: $1 needs a value" >&2; exit 2; }
-      [[ $1 == --date ]] && date_arg=$2 || reference=$2
+      [[ $1 == --date ]] && date_arg=$2 || reference=$(given "$2")
       shift 2 ;;
     -*) echo "gpu-results.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
-    *) outs+=("$1"); shift ;;
+    *) outs+=("$(given "$1")"); shift ;;
   esac
 done
 ((${#outs[@]})) || { echo "gpu-results.sh: no call's output folder given (see --help)" >&2; exit 2; }

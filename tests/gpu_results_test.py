@@ -52,8 +52,8 @@ SUMMARY2 = ("gpu-check: budget 200 s; parts: sweep; files in /tmp/y, packed into
 CSV = "name, driver_version, memory.total [MiB]\nNVIDIA H100 80GB HBM3, 580.1, 81559 MiB\n"
 
 
-def run(*args):
-    return subprocess.run([SCRIPT, *args], capture_output=True, text=True, timeout=120, cwd=SOURCE)
+def run(*args, cwd=SOURCE):
+    return subprocess.run([SCRIPT, *args], capture_output=True, text=True, timeout=120, cwd=cwd)
 
 
 class GpuResults(unittest.TestCase):
@@ -119,8 +119,9 @@ class GpuResults(unittest.TestCase):
         self.assertIn("h100-2026-12-07 exists: nothing written", proc.stderr)
         self.assertEqual(sorted(os.listdir(d)), before)
         self.assertEqual(self.contents(), ["h100-2026-12-07"])
-        # Another date is another directory; one call keeps its summary as summary.txt.
-        proc = run("--reference", self.ref, "--date", "2026-12-08", c1)
+        # Another date is another directory; one call keeps its summary as summary.txt. Paths are
+        # taken from where the script is called.
+        proc = run("--reference", "reference", "--date", "2026-12-08", "c1", cwd=self.root)
         self.assertEqual(proc.returncode, 0, proc.stderr)
         self.assertIn("summary.txt", os.listdir(os.path.join(self.ref, "h100-2026-12-08")))
 
