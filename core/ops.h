@@ -232,6 +232,10 @@ class Ops {
   // What the ops chose so far, for the results' device list (CUDA: which convolution kernels,
   // and per shape cuDNN's algorithms or the own kernels' tiles); null where there is no choice.
   virtual nlohmann::json describe() const { return nullptr; }
+  // Forgets the choices made since describe() returned `before`: a pass over shapes the device
+  // will not train with (layer_split's profiling of every layer on its first device) leaves no
+  // trace in what the results say the device used.
+  virtual void forget_choices_since(const nlohmann::json& before) { (void)before; }
   virtual std::unique_ptr<ConvReluPool> make_conv_relu_pool() = 0;
   virtual std::unique_ptr<Relu> make_relu() = 0;
   virtual std::unique_ptr<Linear> make_linear() = 0;

@@ -82,8 +82,12 @@ class LayerSplit final : public Strategy {
       for (const auto& b : o_.split) bounds_.push_back(b.get<int>());
       bounds_.push_back(layers);
     } else {
+      // Every layer runs on the first device here; what its ops chose for the layers it will not
+      // run is forgotten after, so that the results list only its own stage's choices.
+      const nlohmann::json before = s.devices[0]->ops().describe();
       layer_ms_ = profile_layers(model, *s.devices[0], s.initial_parameters,
                                  std::max<int64_t>(1, s.train_batch / m));
+      s.devices[0]->ops().forget_choices_since(before);
       // Between processes each profiled its own device: every rank takes rank 0's profile, so
       // that all cut the model alike.
       std::vector<std::vector<double>> profiles(static_cast<std::size_t>(k));

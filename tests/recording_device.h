@@ -268,6 +268,9 @@ class RecordingDevice final : public ForwardingDevice {
       });
     }
     nlohmann::json describe() const override { return inner_.describe(); }
+    void forget_choices_since(const nlohmann::json& before) override {
+      inner_.forget_choices_since(before);
+    }
 
     std::unique_ptr<ConvReluPool> make_conv_relu_pool() override {
       struct Op final : ConvReluPool {

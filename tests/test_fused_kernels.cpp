@@ -22,6 +22,7 @@
 #include "core/cuda/column_sums.cuh"
 // clang-format on
 #include "core/cuda/channel_sums_plan.h"
+#include "core/cuda/kernel_log.h"
 
 namespace paralab {
 namespace {
@@ -209,6 +210,24 @@ void expect_forward_matches_reference(const Shape7& shape, bool gemm) {
     wrong += (st.mask[i] >> 4) != 0;
   }
   EXPECT_EQ(wrong, 0) << "mask bits that disagree with the reference's ReLU";
+}
+
+// What a CUDA device's ops chose, as the results list it: restore() puts back an earlier
+// entries(), forgetting what was noted since (layer_split's profiling pass); the first note of a
+// key still wins after.
+TEST(KernelLog, RestoreForgetsWhatWasNotedSince) {
+  cuda::KernelLog log;
+  log.note("a", 1);
+  const nlohmann::json before = log.entries();
+  log.note("b", 2);
+  log.revise("a", 3);
+  log.restore(before);
+  EXPECT_EQ(log.entries(), nlohmann::json({{"a", 1}}));
+  log.note("b", 4);
+  log.note("b", 5);
+  EXPECT_EQ(log.entries(), nlohmann::json({{"a", 1}, {"b", 4}}));
+  log.restore(nullptr);
+  EXPECT_EQ(log.entries(), nlohmann::json::object());
 }
 
 TEST(FusedKernels, DirectForwardMatchesReference) {

@@ -77,6 +77,94 @@ TEST(LayerSplit, ProfilingMeasuresEveryLayer) {
   EXPECT_GT(ms[1], ms[3]) << "conv2 (2.0 M multiply-adds per image) vs fc2 (1,280)";
 }
 
+// A CPU device whose ops note each kind of op they make, as a CUDA device's ops note their
+// choices per shape for the results' device list.
+class NotingDevice final : public testing::ForwardingDevice {
+ public:
+  explicit NotingDevice(Device& inner) : ForwardingDevice(inner), ops_(inner.ops()) {}
+  Ops& ops() override { return ops_; }
+
+ private:
+  class NotingOps final : public Ops {
+   public:
+    explicit NotingOps(Ops& inner) : in_(inner) {}
+    json describe() const override { return {{"choices", noted_}}; }
+    void forget_choices_since(const json& before) override { noted_ = before.at("choices"); }
+    std::unique_ptr<ConvReluPool> make_conv_relu_pool() override {
+      return note("conv_relu_pool", in_.make_conv_relu_pool());
+    }
+    std::unique_ptr<Relu> make_relu() override { return note("relu", in_.make_relu()); }
+    std::unique_ptr<Linear> make_linear() override { return note("linear", in_.make_linear()); }
+    std::unique_ptr<Linear> make_linear_relu() override {
+      return note("linear_relu", in_.make_linear_relu());
+    }
+    std::unique_ptr<SoftmaxXent> make_softmax_xent() override {
+      return note("softmax_xent", in_.make_softmax_xent());
+    }
+    std::unique_ptr<Conv2d> make_conv2d(const Conv2dParams& p) override {
+      return note("conv2d", in_.make_conv2d(p));
+    }
+    std::unique_ptr<Pool2d> make_pool2d(const Pool2dParams& p) override {
+      return note("pool2d", in_.make_pool2d(p));
+    }
+    std::unique_ptr<Dropout> make_dropout() override { return note("dropout", in_.make_dropout()); }
+    std::unique_ptr<Resize> make_resize(ResizeMode m) override {
+      return note("resize", in_.make_resize(m));
+    }
+    void sgd(Tensor& p, const Tensor& g, float step) override { in_.sgd(p, g, step); }
+    void sgd(Tensor& p, const Tensor& g, const Tensor& step) override { in_.sgd(p, g, step); }
+    void set_scalar(Tensor& t, float v) override { in_.set_scalar(t, v); }
+    void add_inplace(Tensor& d, const Tensor& s) override { in_.add_inplace(d, s); }
+    void gather(const Tensor& images, const Tensor& labels, const Tensor& indices, int64_t offset,
+                int64_t count, Tensor& x, Tensor& y) override {
+      in_.gather(images, labels, indices, offset, count, x, y);
+    }
+
+   private:
+    template <typename Op>
+    std::unique_ptr<Op> note(const std::string& kind, std::unique_ptr<Op> op) {
+      noted_[kind] = true;
+      return op;
+    }
+    Ops& in_;
+    json noted_ = json::object();
+  };
+  NotingOps ops_;
+};
+
+// The profiling pass runs every layer on the first device; what its ops chose there for the
+// layers of other stages is forgotten: each device's results list its own stage's choices.
+TEST(LayerSplit, ProfilingLeavesNoChoicesOfOtherStagesOnTheFirstDevice) {
+  auto owned = make_devices("cpu", 2, {});
+  NotingDevice d0(*owned[0]), d1(*owned[1]);
+  const Dataset data = [] {
+    Dataset d;
+    d.count = 32;
+    d.rows = d.cols = kImageSide;
+    d.images.assign(static_cast<std::size_t>(32 * 784), 0.5f);
+    d.labels.assign(32, 3);
+    return d;
+  }();
+  auto s = make_strategy("layer_split", {{"microbatches", 2}}, "runs.0");
+  StrategySetup setup;
+  setup.devices = {&d0, &d1};
+  setup.train = setup.test = &data;
+  setup.initial_parameters = lenet_initial_parameters(1);
+  setup.train_batch = 16;
+  s->setup(setup);
+  std::vector<int32_t> order(32);
+  for (int i = 0; i < 32; ++i) order[static_cast<std::size_t>(i)] = i;
+  s->begin_epoch(order);
+  s->train_step(0, 16, 0.1f);
+  ASSERT_TRUE(s->report().contains("profiled_layer_ms"));
+  // The loss is the last stage's, on the second device only.
+  EXPECT_FALSE(d0.ops().describe()["choices"].contains("softmax_xent")) << d0.ops().describe();
+  EXPECT_TRUE(d1.ops().describe()["choices"].contains("softmax_xent")) << d1.ops().describe();
+  // conv1 is the first stage's, on the first device only.
+  EXPECT_TRUE(d0.ops().describe()["choices"].contains("conv_relu_pool")) << d0.ops().describe();
+  s.reset();
+}
+
 TEST(Pipeline, SchedulesRunEveryPassOnceInADependencyRespectingOrder) {
   for (const char* name : {"gpipe", "1f1b"})
     for (int k : {1, 2, 3, 4})

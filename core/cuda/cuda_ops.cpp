@@ -202,6 +202,10 @@ class CudaOps final : public Ops {
   nlohmann::json describe() const override {
     return {{"kernels", kernels_}, {"choices", log_.entries()}};
   }
+  void forget_choices_since(const nlohmann::json& before) override {
+    log_.restore(before.is_object() ? before.value("choices", nlohmann::json::object())
+                                    : nlohmann::json::object());
+  }
   std::unique_ptr<Relu> make_relu() override { return std::make_unique<CudaRelu>(d_); }
   std::unique_ptr<Linear> make_linear() override { return make_cuda_linear(d_, log_, false); }
   std::unique_ptr<Linear> make_linear_relu() override { return make_cuda_linear(d_, log_, true); }

@@ -23,6 +23,11 @@ class KernelLog {
     std::lock_guard lock(mutex_);
     entries_[key] = std::move(choice);
   }
+  // Puts back what entries() returned earlier: the choices noted since are forgotten.
+  void restore(nlohmann::json entries) {
+    std::lock_guard lock(mutex_);
+    entries_ = entries.is_object() ? std::move(entries) : nlohmann::json::object();
+  }
   // {key: choice, ...}; empty before the first op ran.
   nlohmann::json entries() const {
     std::lock_guard lock(mutex_);
