@@ -77,6 +77,32 @@ TEST(LayerSplit, ProfilingMeasuresEveryLayer) {
   EXPECT_GT(ms[1], ms[3]) << "conv2 (2.0 M multiply-adds per image) vs fc2 (1,280)";
 }
 
+// `count` images of 0.5 labelled 3: data for tests of what a step reports.
+Dataset flat_dataset(int count) {
+  Dataset d;
+  d.count = count;
+  d.rows = d.cols = kImageSide;
+  d.images.assign(static_cast<std::size_t>(count * 784), 0.5f);
+  d.labels.assign(static_cast<std::size_t>(count), 3);
+  return d;
+}
+
+// Sets `s` up on `devices` over `data` (for training and test) at `batch` a step, and runs its
+// first step.
+StepResult first_step(Strategy& s, const std::vector<Device*>& devices, const Dataset& data,
+                      int batch) {
+  StrategySetup setup;
+  setup.devices = devices;
+  setup.train = setup.test = &data;
+  setup.initial_parameters = lenet_initial_parameters(1);
+  setup.train_batch = batch;
+  s.setup(setup);
+  std::vector<int32_t> order(static_cast<std::size_t>(data.count));
+  for (int i = 0; i < data.count; ++i) order[static_cast<std::size_t>(i)] = i;
+  s.begin_epoch(order);
+  return s.train_step(0, batch, 0.1f);
+}
+
 // A CPU device whose ops note each kind of op they make, as a CUDA device's ops note their
 // choices per shape for the results' device list.
 class NotingDevice final : public testing::ForwardingDevice {
@@ -137,25 +163,9 @@ class NotingDevice final : public testing::ForwardingDevice {
 TEST(LayerSplit, ProfilingLeavesNoChoicesOfOtherStagesOnTheFirstDevice) {
   auto owned = make_devices("cpu", 2, {});
   NotingDevice d0(*owned[0]), d1(*owned[1]);
-  const Dataset data = [] {
-    Dataset d;
-    d.count = 32;
-    d.rows = d.cols = kImageSide;
-    d.images.assign(static_cast<std::size_t>(32 * 784), 0.5f);
-    d.labels.assign(32, 3);
-    return d;
-  }();
   auto s = make_strategy("layer_split", {{"microbatches", 2}}, "runs.0");
-  StrategySetup setup;
-  setup.devices = {&d0, &d1};
-  setup.train = setup.test = &data;
-  setup.initial_parameters = lenet_initial_parameters(1);
-  setup.train_batch = 16;
-  s->setup(setup);
-  std::vector<int32_t> order(32);
-  for (int i = 0; i < 32; ++i) order[static_cast<std::size_t>(i)] = i;
-  s->begin_epoch(order);
-  s->train_step(0, 16, 0.1f);
+  const Dataset data = flat_dataset(32);
+  first_step(*s, {&d0, &d1}, data, 16);
   ASSERT_TRUE(s->report().contains("profiled_layer_ms"));
   // The loss is the last stage's, on the second device only.
   EXPECT_FALSE(d0.ops().describe()["choices"].contains("softmax_xent")) << d0.ops().describe();
@@ -326,26 +336,10 @@ TEST(Pipeline, TransferTimeIncludesWaitingForThePeer) {
 }
 
 TEST(LayerSplit, ReportsTheSplitBubbleAndBytesMoved) {
-  const Dataset data = [] {
-    Dataset d;
-    d.count = 64;
-    d.rows = d.cols = kImageSide;
-    d.images.assign(static_cast<std::size_t>(64 * 784), 0.5f);
-    d.labels.assign(64, 3);
-    return d;
-  }();
   auto owned = make_devices("cpu", 2, {});
   auto s = make_strategy("layer_split", {{"split", {2}}, {"microbatches", 4}}, "runs.0");
-  StrategySetup setup;
-  setup.devices = {owned[0].get(), owned[1].get()};
-  setup.train = setup.test = &data;
-  setup.initial_parameters = lenet_initial_parameters(1);
-  setup.train_batch = 32;
-  s->setup(setup);
-  std::vector<int32_t> order(64);
-  for (int i = 0; i < 64; ++i) order[static_cast<std::size_t>(i)] = i;
-  s->begin_epoch(order);
-  const StepResult r = s->train_step(0, 32, 0.1f);
+  const Dataset data = flat_dataset(64);
+  const StepResult r = first_step(*s, {owned[0].get(), owned[1].get()}, data, 32);
   // conv2's output (50x4x4 floats per image) forward and its gradient back.
   EXPECT_EQ(r.detail["bytes_expected"].get<int64_t>(), 2 * 32 * 800 * 4);
   EXPECT_EQ(r.detail["bytes_sent"].get<int64_t>(), 2 * 32 * 800 * 4);
