@@ -503,7 +503,10 @@ def gpu_run(directory):
     gpu-check.json's compute (gpu_compute) and an allreduce_bench file (GPU_BENCH_FILES, the first
     present) that measures every algorithm of GPU_ALGORITHMS at one piece size, on a GPU of the
     kind the directory is named for. ValueError (or OSError) saying what it lacks otherwise."""
-    kind = GPU_DIR.match(os.path.basename(directory)).group(1)
+    m = GPU_DIR.match(os.path.basename(os.path.normpath(directory)))
+    if not m:
+        raise ValueError("%s: not a GPU run's directory name (<gpu>-<YYYY-MM-DD>...)" % directory)
+    kind = m.group(1)
     gpu_compute(os.path.join(directory, "gpu-check.json"))
     _, rows, _ = gpu_link(gpu_bench_path(directory))
     lacks = sorted(set(GPU_ALGORITHMS) - {r[0] for r in rows})

@@ -76,9 +76,10 @@ def all_presets(cpu, gpus):
 #                at a throughput = the GPU's FP32 peak x an efficiency;
 #   efficiency:  LeNet's measured one on the GPU whose compute the published presets take
 #                (published_kind: the marginal per-example time of its fitted eager step against
-#                LeNet's 13.5 MFLOP, calibrate.gpu_compute; the H200's: ~15.6 TFLOP/s, 23 % of
-#                67 TFLOP/s) or a higher one given as a sensitivity (cuDNN's large convolutions run
-#                nearer peak than LeNet's small ones; no figure measured here);
+#                LeNet's 13.5 MFLOP, calibrate.gpu_compute; the report prints it: 28 % of
+#                67 TFLOP/s on the 2026-12-04 H200 run) or a higher one given as a sensitivity
+#                (cuDNN's large convolutions run nearer peak than LeNet's small ones; no figure
+#                measured here);
 #   fixed per step: LeNet's fitted fixed time on that GPU x (AlexNet's 14 layers / LeNet's 4), plus
 #                SGD reading the weights and gradient and writing the weights (3 x 187 MB) at the
 #                H100 SXM's 3.35 TB/s HBM3 (NVIDIA H100 datasheet);

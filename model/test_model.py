@@ -911,6 +911,8 @@ class GpuKinds(unittest.TestCase):
             self.assertIn("a100-2027-01-01 not fitted", text)
             self.assertIn("a100: no run under", text)
             self.assertIsNone(calibrate.gpu_ref("a100", ref))
+            with self.assertRaisesRegex(ValueError, "cpu-2core-xeon: not a GPU run's directory name"):
+                calibrate.gpu_run(os.path.join(ref, "cpu-2core-xeon"))
 
             # Validated side by side: the same measurements under two kinds give the same errors,
             # and no point of one kind is counted in the other's summary.
