@@ -56,10 +56,10 @@ done
 ((n > 1)) || mv "$stage/summary-call1.txt" "$stage/summary.txt"
 
 # The directory's name and PROVENANCE.md, from the files (Python: they are JSON and CSV).
-name=$(/usr/bin/python3 - "$stage" "$date_arg" "${outs[@]}" <<'PY'
+name=$(/usr/bin/python3 - "$stage" "$date_arg" <<'PY'
 import csv, glob, json, os, re, sys
 
-stage, date_arg, outs = sys.argv[1], sys.argv[2], sys.argv[3:]
+stage, date_arg = sys.argv[1], sys.argv[2]
 
 
 def fail(msg):
