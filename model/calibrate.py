@@ -309,25 +309,31 @@ def gpu_models(runs):
                    for dev in r["config"].get("device_list") or [] if dev.get("gpu_model")})
 
 
-def gpu_of(path, models):
-    """The one GPU the runs of a results file (path) ran on, by `models` (gpu_models): its name.
-    A file in a GPU run's directory (GPU_DIR) must hold runs of that kind only: ValueError naming
-    the file and what its runs ran on otherwise, or when they ran on several GPU models."""
-    name = os.path.relpath(path, ROOT)
-    if len(models) > 1:
-        raise ValueError("%s: runs on %s; one GPU model per file" % (name, ", ".join(models)))
+def dir_kind(path):
+    """The GPU kind the directory of a file (path) is named for (GPU_DIR), or None."""
     m = GPU_DIR.match(os.path.basename(os.path.dirname(os.path.abspath(path))))
-    if models and m and gpu_kind(models[0]) != m.group(1):
-        raise ValueError("%s: its runs ran on an %s (%s), not in the directory of its kind (%s-<date>)"
-                         % (name, models[0], gpu_kind(models[0]), gpu_kind(models[0])))
-    return models[0] if models else None
+    return m.group(1) if m else None
+
+
+def gpu_of(path, models, what="runs"):
+    """The one GPU a results file (path) ran on, by `models` (the names its `what` recorded:
+    gpu_models, or an allreduce_bench file's context), else the one its directory is named for
+    ("NVIDIA H200" for h200-<date>/), else "NVIDIA GPU". A file in a GPU run's directory must hold
+    `what` of that kind only: ValueError naming the file and what they ran on otherwise, or
+    when they ran on several GPU models."""
+    name, kind = os.path.relpath(path, ROOT), dir_kind(path)
+    if len(models) > 1:
+        raise ValueError("%s: %s on %s; one GPU model per file" % (name, what, ", ".join(models)))
+    if models and kind and gpu_kind(models[0]) != kind:
+        raise ValueError("%s: its %s ran on an %s (%s), not in the directory of its kind (%s-<date>)"
+                         % (name, what, models[0], gpu_kind(models[0]), gpu_kind(models[0])))
+    return models[0] if models else "NVIDIA " + (kind.upper() if kind else "GPU")
 
 
 def gpu_compute(path):
     """The compute of a GPU's virtual devices, fitted on gpu-check.json (path) of one GPU run."""
     d = load(path)
-    m = GPU_DIR.match(os.path.basename(os.path.dirname(os.path.abspath(path))))
-    gpu = gpu_of(path, gpu_models(d["runs"])) or "NVIDIA " + (m.group(1).upper() if m else "GPU")
+    gpu = gpu_of(path, gpu_models(d["runs"]))
     short = gpu.replace("NVIDIA ", "", 1)
     layers, step, graphed, group, kernels, widths = [], None, None, None, None, []
     shares, sms = set(), set()
@@ -416,15 +422,8 @@ def bench_gpu(path):
     """The GPU an allreduce_bench file of CUDA devices ran on, short ("H200"): its context's
     paralab_gpu_model (recorded since 2026-12-05; it must be of the kind its directory is
     named for), else the directory's kind in capitals."""
-    name = os.path.relpath(path, ROOT)
     recorded = load(path)["context"].get("paralab_gpu_model")
-    m = GPU_DIR.match(os.path.basename(os.path.dirname(os.path.abspath(path))))
-    if recorded:
-        if m and gpu_kind(recorded) != m.group(1):
-            raise ValueError("%s: its rows ran on an %s (%s), not in the directory of its kind "
-                             "(%s-<date>)" % (name, recorded, gpu_kind(recorded), gpu_kind(recorded)))
-        return recorded.replace("NVIDIA ", "", 1)
-    return m.group(1).upper() if m else "GPU"
+    return gpu_of(path, [recorded] if recorded else [], "rows").replace("NVIDIA ", "", 1)
 
 
 def gpu_link(path):
@@ -513,7 +512,7 @@ def gpu_run(directory):
     if lacks:
         raise ValueError("%s: no %s rows" % (os.path.relpath(gpu_bench_path(directory), ROOT), ", ".join(lacks)))
     runs = load(os.path.join(directory, "gpu-check.json"))["runs"]
-    gpu = gpu_of(os.path.join(directory, "gpu-check.json"), gpu_models(runs)) or "NVIDIA " + kind.upper()
+    gpu = gpu_of(os.path.join(directory, "gpu-check.json"), gpu_models(runs))
     sms = {gpu_sms(r["config"]) for r in runs if r["status"] == "ok" and r["config"].get("backend") == "cuda"}
     return GpuRun(kind, directory, gpu.replace("NVIDIA ", "", 1), max(sms) if sms else H200_SMS)
 
