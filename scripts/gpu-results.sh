@@ -81,10 +81,11 @@ try:
     gpu, driver, memory = rows[1][:3]
 except (OSError, IndexError, ValueError):
     fail("gpu.csv: no GPU named in the calls' files (nvidia-smi failed on the host?)")
-m = re.match(r"\s*NVIDIA\s+([A-Za-z0-9]+)", gpu)
-if not m:
+sys.path.insert(0, os.getcwd())  # the repository root: the model's name of a GPU
+from model.calibrate import gpu_kind  # noqa: E402
+kind = gpu_kind(gpu)
+if not kind:
     fail("gpu.csv: '%s' is not an NVIDIA GPU's name" % gpu)
-kind = m.group(1).lower()
 
 check = load("gpu-check.json") or {}
 env = check.get("environment") or {}

@@ -2,8 +2,9 @@
 """scripts/gpu-results.sh: gpu-check.sh calls' files into results/reference/<gpu>-<date>/ with a
 PROVENANCE.md of their facts; every bad input one line, a non-zero exit, nothing written.
 
-    gpu_results_test.py SOURCE_DIR
+    gpu_results_test.py --source-dir DIR
 """
+import argparse
 import io
 import json
 import os
@@ -13,9 +14,7 @@ import tarfile
 import tempfile
 import unittest
 
-SOURCE = os.path.abspath(sys.argv.pop(1)) if len(sys.argv) > 1 and os.path.isdir(sys.argv[1]) else \
-    os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SCRIPT = os.path.join(SOURCE, "scripts", "gpu-results.sh")
+SOURCE = None  # main(): --source-dir
 
 
 def gpu_check_json(gpu="NVIDIA H100 80GB HBM3", utc="2026-12-07T10:11:12Z"):
@@ -52,8 +51,9 @@ SUMMARY2 = ("gpu-check: budget 200 s; parts: sweep; files in /tmp/y, packed into
 CSV = "name, driver_version, memory.total [MiB]\nNVIDIA H100 80GB HBM3, 580.1, 81559 MiB\n"
 
 
-def run(*args, cwd=SOURCE):
-    return subprocess.run([SCRIPT, *args], capture_output=True, text=True, timeout=120, cwd=cwd)
+def run(*args, cwd=None):
+    return subprocess.run([os.path.join(SOURCE, "scripts", "gpu-results.sh"), *args], capture_output=True,
+                          text=True, timeout=120, cwd=cwd or SOURCE)
 
 
 class GpuResults(unittest.TestCase):
@@ -169,5 +169,14 @@ class GpuResults(unittest.TestCase):
         self.assertEqual(run("--help").returncode, 0)
 
 
+def main():
+    global SOURCE
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--source-dir", required=True)
+    args, rest = ap.parse_known_args()
+    SOURCE = os.path.abspath(args.source_dir)
+    unittest.main(module=__name__, argv=[sys.argv[0], *rest])
+
+
 if __name__ == "__main__":
-    unittest.main()
+    main()
