@@ -73,7 +73,8 @@ class GroupCapture {
 
 // One move of a collective step over devices that share one memory (virtual devices of a GPU):
 // dst = src[0] (a copy), or dst = (dst + src[0]) + src[1] ... in that order (a reduction: the
-// same float sums as receiving and adding the messages one by one).
+// same float sums as receiving and adding the messages one by one). `phase`: its step's place
+// among the steps queued together.
 struct GroupMove {
   static constexpr int kMaxSources = 2;
   float* dst = nullptr;
@@ -81,11 +82,13 @@ struct GroupMove {
   int sources = 1;
   int64_t floats = 0;
   bool reduce = false;
+  int phase = 0;
 };
 
-// Queues every move of one collective step over a group's devices as one unit of work (CUDA: one
-// kernel on the whole GPU for all ranks' moves, instead of a kernel per rank and message). The
-// moves of a step must not overlap: no move writes what another reads or writes.
+// Queues every move of one collective step, or of a whole collective's steps (its phases, in
+// order), over a group's devices as one unit of work (CUDA: a kernel on the whole GPU for all
+// ranks' moves, instead of a kernel per rank and message). The moves of a phase must not
+// overlap: no move writes what another of its phase reads or writes.
 class GroupMover {
  public:
   struct Done {
@@ -94,8 +97,9 @@ class GroupMover {
     TimeMark moved;     // and when the moves were done
   };
   virtual ~GroupMover() = default;
-  // Queues `moves` after the work of every event in `after` (each rank's, recorded when it
-  // reached the step). Called by one rank's thread per step, one step at a time.
+  // Queues `moves` (phases not decreasing) after the work of every event in `after` (each
+  // rank's, recorded when it reached the first of them; null events are skipped). Called by one
+  // rank's thread at a time.
   virtual Done run(std::span<const GroupMove> moves, std::span<const Event> after, bool timed) = 0;
   // Where the moves run, for the results ("one kernel per collective step on GPU 0's SMs").
   virtual std::string describe() const = 0;

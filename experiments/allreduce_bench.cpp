@@ -430,6 +430,8 @@ void run_collective(benchmark::State& state, Op op, const std::string& algorithm
   // 1 where the group's collective steps moved whole (one unit per step for all ranks: virtual
   // devices of one GPU, transport.h), 0 where each message was its receiver's own.
   state.counters["whole_steps"] = g.spmd->moves_steps_whole() ? 1.0 : 0.0;
+  // 1 where, moreover, each collective's steps moved together as one unit (one kernel).
+  state.counters["whole_collectives"] = g.spmd->moves_collectives_whole() ? 1.0 : 0.0;
 }
 
 // The same bytes from device 0's buffer into device 1's, by device 1's thread (the transport's

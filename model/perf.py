@@ -305,7 +305,10 @@ def collective_features(op, n, k, chunk=CHUNK_BYTES, whole=False):
     PARALAB_STEP_MOVES; allreduce_bench's whole_steps counter): every rank's moves of a step are
     one kernel, so "messages" counts steps. naive: k-1 gather steps and one broadcast step; the
     ring family: its steps, the pieces of a step's segment merged into one move; tree: its
-    lock-step schedule, chunks + depth - 1 steps each way, a parent's two adds one move."""
+    lock-step schedule, chunks + depth - 1 steps each way, a parent's two adds one move. Where the
+    steps moved as one kernel for the whole collective (the whole_collectives counter, the default
+    since whole steps), they are counted the same way: a step is then a phase of that kernel,
+    whose cost (a block barrier and its data's latency, not a launch) is what alpha fits."""
     if k <= 1:
         return (0.0, 0.0, 0.0)
     if op == "naive":

@@ -727,6 +727,14 @@ part_collectives() {
     --benchmark_filter='^(allreduce/(ring|tree)/devices:[248]/bytes:(516272|16777216|67108864)/chunk:-1/|allreduce/ring/devices:[248]/bytes:16777216/chunk:|memcpy/devices:2/bytes:(516272|16777216|67108864)/)' \
     --benchmark_out="$FILES/allreduce-cuda-per-rank.json" --benchmark_out_format=json \
     >> "$FILES/allreduce_bench.log" 2>&1 || log "allreduce_bench (PARALAB_STEP_MOVES=per_rank) exit $?"
+  # And with each step its own kernel for all ranks (PARALAB_STEP_MOVES=whole_steps, how the
+  # default moved before whole collectives): what one kernel per collective changes (figures).
+  capped 60 env PARALAB_STEP_MOVES=whole_steps $BUILD/allreduce_bench --backend=cuda \
+    --devices=2,4,8 --sizes=sweep \
+    --benchmark_filter='^(allreduce/(ring|tree)/devices:[248]/bytes:(516272|16777216|67108864)/chunk:-1/|memcpy/devices:2/bytes:(516272|16777216|67108864)/)' \
+    --benchmark_out="$FILES/allreduce-cuda-whole-steps.json" --benchmark_out_format=json \
+    >> "$FILES/allreduce_bench.log" 2>&1 ||
+    log "allreduce_bench (PARALAB_STEP_MOVES=whole_steps) exit $?"
   goal_lines "collectives: ring/tree against memcpy, per-message cost" < <(python3 - "$FILES/allreduce-cuda.json" "$FILES/allreduce-cuda-per-rank.json" <<'PY'
 import json, re, sys
 try:
@@ -736,7 +744,7 @@ except (OSError, ValueError, KeyError) as e:
 def parse(name):
     f = dict(re.findall(r"(devices|bytes|chunk):(-?\d+)", name))
     return {k: int(v) for k, v in f.items()}
-memcpy, ar, whole_steps = {}, {}, {}
+memcpy, ar, whole_steps, whole_collectives = {}, {}, {}, {}
 for r in rows:
     if r.get("error_occurred") or "real_time" not in r:
         continue
@@ -747,6 +755,7 @@ for r in rows:
         algo = r["name"].split("/")[1]
         ar[(algo, f["devices"], f["bytes"], f.get("chunk", -1))] = (us, r.get("chunk_bytes"))
         whole_steps[(algo, f["devices"])] = r.get("whole_steps") == 1
+        whole_collectives[(algo, f["devices"])] = r.get("whole_collectives") == 1
 limits = {2: 4, 4: 11, 8: 26}
 for algo in ("ring", "tree"):
     for k, limit in limits.items():
@@ -797,10 +806,12 @@ for k in (2, 4, 8):
         print(("PASS" if slope <= 5 else "FAIL") +
               f": per-message cost x{k} <= 5 us (fitted {slope:.2f} us over {n} chunk sizes)")
         continue
-    # Whole steps (one kernel per step for all ranks) move a step's pieces as one: their slope says
-    # that cutting costs nothing (a figure); the goal is read where each message is its own kernel.
+    # Whole steps (one kernel per step for all ranks) and whole collectives (one per collective)
+    # move a step's pieces as one: their slope says that cutting costs nothing (a figure); the
+    # goal is read where each message is its own kernel.
     whole_slope, _ = fit(ar, k)
-    note = "" if whole_slope is None else f"; whole steps: {whole_slope:.2f} us"
+    how = "whole collectives" if whole_collectives.get(("ring", k)) else "whole steps"
+    note = "" if whole_slope is None else f"; {how}: {whole_slope:.2f} us"
     per_step = ar.get(("ring", k, 516272, -1))
     if per_step:
         note += (f", the LeNet gradient's {2 * (k - 1)} steps {per_step[0]:.1f} us, "
@@ -813,7 +824,8 @@ for k in (2, 4, 8):
           f": per-message cost x{k} <= 5 us (messages per rank: fitted {slope:.2f} us over {n} chunk sizes{note})")
 PY
 )
-  python3 - "$FILES/allreduce-cuda.json" "$FILES/allreduce-cuda-per-rank.json" <<'PY' | while IFS= read -r l; do log "$l"; done
+  python3 - "$FILES/allreduce-cuda.json" "$FILES/allreduce-cuda-whole-steps.json" \
+    "$FILES/allreduce-cuda-per-rank.json" <<'PY' | while IFS= read -r l; do log "$l"; done
 import json, re, sys
 def rows(path):
     out, memcpy = {}, {}
@@ -826,18 +838,26 @@ def rows(path):
                 memcpy[int(f["bytes"])] = r["real_time"]
             else:
                 out[(r["name"].split("/")[1], int(f["devices"]), int(f["bytes"]))] = (
-                    r["real_time"], r.get("whole_steps"))
+                    r["real_time"], r.get("whole_steps"), r.get("whole_collectives"))
     except (OSError, ValueError, KeyError):
         pass
     return out, memcpy
-(whole, mw), (per, mp) = rows(sys.argv[1]), rows(sys.argv[2])
-for key in sorted(per):
-    if key in whole:
-        (algo, k, b), (w, ws), (p, ps) = key, whole[key], per[key]
-        ratio = lambda us, m: f" ({us / m[b]:.2f}x memcpy)" if b in m else ""
-        flag = lambda v: "?" if v is None else int(v)
-        print(f"{algo} x{k} {b} B: whole steps {w:.1f} us{ratio(w, mw)} (whole_steps={flag(ws)}), "
-              f"per rank {p:.1f} us{ratio(p, mp)} (whole_steps={flag(ps)}): {p / w:.2f}x")
+# The default (whole collectives where built so), whole steps, per rank; each against its own
+# file's memcpy, and how each row recorded it moved (whole_steps / whole_collectives counters).
+(default, md), (steps, ms), (per, mp) = (rows(p) for p in sys.argv[1:4])
+flag = lambda v: "?" if v is None else int(v)
+for key in sorted(default):
+    algo, k, b = key
+    cells = []
+    for name, table, m in (("default", default, md), ("whole steps", steps, ms), ("per rank", per, mp)):
+        if key not in table:
+            continue
+        us, ws, wc = table[key]
+        versus = f", {us / m[b]:.2f}x memcpy" if b in m else ""
+        cells.append(f"{name} {us:.1f} us ({flag(ws)}/{flag(wc)}{versus})")
+    if len(cells) > 1:
+        gain = f"; per rank / default {per[key][0] / default[key][0]:.2f}x" if key in per else ""
+        print(f"{algo} x{k} {b} B (whole_steps/whole_collectives): " + ", ".join(cells) + gain)
 PY
   # What one queued operation costs a rank while k ranks queue theirs (allreduce_bench
   # --launches: 32 tiny kernels per rank in one graph over the group). If it grows with k, the

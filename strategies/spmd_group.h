@@ -55,6 +55,7 @@ class SpmdGroup {
   // Whether collective steps move whole between this process's ranks (LocalFabric; never
   // between processes), and how, for the results.
   bool moves_steps_whole() const { return fabric_ && fabric_->moves_steps_whole(); }
+  bool moves_collectives_whole() const { return fabric_ && fabric_->moves_collectives_whole(); }
   std::string step_moves() const {
     return fabric_ ? fabric_->step_moves_description()
                    : "per rank: each message is its receiver's own (ranks in separate processes)";

@@ -229,23 +229,27 @@ class Verdicts(unittest.TestCase):
             self.assertIn("(ParaLab: mixed, kernels mixed)", compared[0])
 
     def test_the_per_message_cost_is_read_where_each_message_is_its_own_operation(self):
-        # A stand-in allreduce_bench: with whole steps (the default) the ring's time does not
-        # depend on its pieces; moved per rank it costs 4 us a message on 2 and 4 devices and
-        # 7 us on 8. The goal reads the per-rank fit; the whole steps' slope is a figure.
+        # A stand-in allreduce_bench: with whole collectives (the default) the ring's time does
+        # not depend on its pieces; with whole steps it costs 1.5 us more a step; moved per rank
+        # it costs 4 us a message on 2 and 4 devices and 7 us on 8. The goal reads the per-rank
+        # fit; the whole collectives' slope is a figure, and the three ways are logged side by side.
         fake = (
             "#!/usr/bin/python3\n"
             "import json, os, sys\n"
             "out = [x.split('=', 1)[1] for x in sys.argv if x.startswith('--benchmark_out=')][0]\n"
-            "whole = os.environ.get('PARALAB_STEP_MOVES') != 'per_rank'\n"
+            "mode = os.environ.get('PARALAB_STEP_MOVES', 'auto')\n"
+            "whole, collectives = mode != 'per_rank', mode not in ('per_rank', 'whole_steps')\n"
             "rows = [{'name': f'memcpy/devices:2/bytes:{b}/real_time', 'real_time': 20.0}\n"
             "        for b in (516272, 16777216, 67108864)]\n"
             "for k in (2, 4, 8):\n"
             "    for chunk in (-1, 0, 1048576, 262144, 65536):\n"
             "        used = max(chunk, 0)\n"
             "        msgs = 2 * (k - 1) * (1 if used == 0 else -(-(16777216 // k) // used))\n"
-            "        us = 100.0 if whole else 100.0 + (7.0 if k == 8 else 4.0) * msgs\n"
+            "        us = 100.0 if collectives else 100.0 + 1.5 * 2 * (k - 1) if whole else \\\n"
+            "            100.0 + (7.0 if k == 8 else 4.0) * msgs\n"
             "        rows.append({'name': f'allreduce/ring/devices:{k}/bytes:16777216/chunk:{chunk}/real_time',\n"
-            "                     'real_time': us, 'chunk_bytes': used, 'whole_steps': int(whole)})\n"
+            "                     'real_time': us, 'chunk_bytes': used, 'whole_steps': int(whole),\n"
+            "                     'whole_collectives': int(collectives)})\n"
             "json.dump({'benchmarks': rows}, open(out, 'w'))\n")
         with tempfile.TemporaryDirectory() as tmp:
             summary, _ = run_stand_in(tmp, ["collectives"], allreduce_bench=fake)
@@ -255,7 +259,11 @@ class Verdicts(unittest.TestCase):
             self.assertTrue(line.startswith(("gpu-check: FAIL: " if k == 8 else "gpu-check: PASS: ") +
                                             f"per-message cost x{k} <= 5 us (messages per rank: fitted "
                                             f"{7.0 if k == 8 else 4.0:.2f} us over 4 chunk sizes; "
-                                            "whole steps: 0.00 us"), line)
+                                            "whole collectives: 0.00 us"), line)
+        side = [line for line in summary if "ring x2 16777216 B (whole_steps/whole_collectives)" in line]
+        self.assertEqual(len(side), 1, summary)
+        self.assertIn("default 100.0 us (1/1, 5.00x memcpy), whole steps 103.0 us (1/0, 5.15x memcpy), "
+                      "per rank 108.0 us (0/0, 5.40x memcpy); per rank / default 1.08x", side[0])
 
     def test_an_unfinished_results_file_is_resumed_per_rank_too(self):
         # A stand-in bench_runner that stops half-way (as one killed at its time limit or crashed

@@ -895,24 +895,29 @@ TEST(WholeSteps, EveryCollectiveGivesThePerRankBits) {
     std::vector<Device*> devices = Group::pointers(owned);
     {
       SpmdGroup g(devices, StepMoves::Whole);
-      EXPECT_NE(g.step_moves().find("whole steps"), std::string::npos) << g.step_moves();
+      EXPECT_EQ(g.step_moves().rfind("whole collectives: ", 0), 0u) << g.step_moves();
+      EXPECT_TRUE(g.moves_collectives_whole());
+      SpmdGroup steps(devices, StepMoves::WholeSteps);
+      EXPECT_EQ(steps.step_moves().rfind("whole steps: ", 0), 0u) << steps.step_moves();
+      EXPECT_TRUE(steps.moves_steps_whole());
+      EXPECT_FALSE(steps.moves_collectives_whole());
     }
     for (int64_t n : {int64_t{0}, int64_t{1}, int64_t(k - 1), int64_t{1001}, int64_t{20000}})
-      for (int64_t chunk : {int64_t{0}, n > 1001 ? int64_t{4096} : int64_t{64}, int64_t{1} << 18}) {
-        for (const std::string algorithm : {"naive", "ring", "tree"}) {
-          const auto want =
-              collective(devices, StepMoves::PerRank, algorithm, Op::Allreduce, n, chunk, 7);
-          const auto got =
-              collective(devices, StepMoves::Whole, algorithm, Op::Allreduce, n, chunk, 7);
-          ASSERT_EQ(got, want) << algorithm << " k=" << k << " n=" << n << " chunk=" << chunk;
+      for (int64_t chunk : {int64_t{0}, n > 1001 ? int64_t{4096} : int64_t{64}, int64_t{1} << 18})
+        for (StepMoves moves : {StepMoves::Whole, StepMoves::WholeSteps}) {
+          for (const std::string algorithm : {"naive", "ring", "tree"}) {
+            const auto want =
+                collective(devices, StepMoves::PerRank, algorithm, Op::Allreduce, n, chunk, 7);
+            const auto got = collective(devices, moves, algorithm, Op::Allreduce, n, chunk, 7);
+            ASSERT_EQ(got, want) << algorithm << " k=" << k << " n=" << n << " chunk=" << chunk;
+          }
+          for (Op op : {Op::ReduceScatter, Op::Allgather}) {
+            const auto want = collective(devices, StepMoves::PerRank, "ring", op, n, chunk, 9);
+            const auto got = collective(devices, moves, "ring", op, n, chunk, 9);
+            ASSERT_EQ(got, want) << (op == Op::Allgather ? "allgather" : "reduce-scatter")
+                                 << " k=" << k << " n=" << n << " chunk=" << chunk;
+          }
         }
-        for (Op op : {Op::ReduceScatter, Op::Allgather}) {
-          const auto want = collective(devices, StepMoves::PerRank, "ring", op, n, chunk, 9);
-          const auto got = collective(devices, StepMoves::Whole, "ring", op, n, chunk, 9);
-          ASSERT_EQ(got, want) << (op == Op::Allgather ? "allgather" : "reduce-scatter")
-                               << " k=" << k << " n=" << n << " chunk=" << chunk;
-        }
-      }
   }
 }
 
@@ -946,7 +951,7 @@ class FakeMover final : public GroupMover {
     if (timed) done.moved = TimeMark{std::chrono::steady_clock::now(), nullptr};
     return done;
   }
-  std::string describe() const override { return "fake: one unit per step"; }
+  std::string describe() const override { return "fake: one unit per call"; }
 
  private:
   StepLog& log_;
@@ -978,7 +983,10 @@ struct FakeGpu {
   std::vector<Device*> devices;
 };
 
-TEST(WholeSteps, OneUnitPerStepWhateverKAndChunkOnOneGpu) {
+// A collective is one unit on one GPU (Auto: whole collectives), its steps the unit's phases in
+// order; under WholeSteps each step is a unit of its own, with moves of the same shapes. Either way
+// a step is one unit's worth whatever k and chunk.
+TEST(WholeSteps, OneUnitPerCollectiveItsStepsInOrderWhateverKAndChunkOnOneGpu) {
   const int64_t n = 40003;
   for (int k : {2, 4, 8}) {
     for (const std::string algorithm : {"naive", "ring", "tree"})
@@ -986,8 +994,11 @@ TEST(WholeSteps, OneUnitPerStepWhateverKAndChunkOnOneGpu) {
         FakeGpu gpu(k);
         {
           SpmdGroup g(gpu.devices, StepMoves::Auto);  // Auto takes a group mover where there is one
-          EXPECT_EQ(g.step_moves(), "fake: one unit per step");
+          EXPECT_EQ(g.step_moves(),
+                    "whole collectives: each collective's steps moved together, in order, as "
+                    "fake: one unit per call");
           EXPECT_TRUE(g.moves_steps_whole());
+          EXPECT_TRUE(g.moves_collectives_whole());
           EXPECT_FALSE(SpmdGroup(gpu.devices, StepMoves::PerRank).moves_steps_whole());
         }
         const auto got =
@@ -996,6 +1007,25 @@ TEST(WholeSteps, OneUnitPerStepWhateverKAndChunkOnOneGpu) {
         const auto want = collective(Group::pointers(owned), StepMoves::PerRank, algorithm,
                                      Op::Allreduce, n, chunk, 3);
         ASSERT_EQ(got, want) << algorithm << " k=" << k << " chunk=" << chunk;
+        ASSERT_EQ(gpu.log.steps.size(), 1u) << algorithm << " k=" << k << " chunk=" << chunk;
+        const std::vector<GroupMove> unit = gpu.log.steps.front();
+        // The same collective a step at a time: its units are the one unit's phases.
+        gpu.log.steps.clear();
+        ASSERT_EQ(
+            collective(gpu.devices, StepMoves::WholeSteps, algorithm, Op::Allreduce, n, chunk, 3),
+            want);
+        std::size_t at = 0;
+        for (std::size_t s = 0; s < gpu.log.steps.size(); ++s)
+          for (const GroupMove& m : gpu.log.steps[s]) {
+            ASSERT_LT(at, unit.size());
+            const GroupMove& u = unit[at++];
+            EXPECT_EQ(u.phase, static_cast<int>(s)) << algorithm << " k=" << k << " step " << s;
+            EXPECT_EQ(m.phase, 0);
+            // (Other buffers, so other addresses: the moves' shapes.)
+            EXPECT_TRUE(u.floats == m.floats && u.sources == m.sources && u.reduce == m.reduce)
+                << algorithm << " k=" << k << " chunk=" << chunk << " step " << s;
+          }
+        EXPECT_EQ(at, unit.size());
         int depth = 0;
         for (int x = k; x > 1; x /= 2) ++depth;
         const std::size_t chunks =
@@ -1111,8 +1141,8 @@ TEST(WholeSteps, ReceiveTimesCountEveryReceive) {
     EXPECT_GE(times[r].wait_ms, 0.0);
     EXPECT_GE(times[r].move_ms, 0.0);
   }
-  // A tree's root receives both children in one step: two receives, one step's time (each
-  // step's moves take 30 ms here; the tree on 3 ranks is one step up and one down).
+  // A tree's root receives both children in one step: two receives, one unit's time (each
+  // unit of moves takes 30 ms here; the tree on 3 ranks, one step up and one down, is one unit).
   FakeGpu three(3);
   three.log.delay = std::chrono::milliseconds(30);
   SpmdGroup g3(three.devices, StepMoves::Auto);
@@ -1164,8 +1194,86 @@ TEST(WholeSteps, OrderedByEventsNotHostSynchronisation) {
   }
 }
 
-// On a GPU: virtual devices of one GPU move whole steps by default (one kernel per step on the
-// whole GPU), with the bits each message's own kernel gives, for every collective, chunked or not.
+// A run of steps (a collective) waits for each rank's work before its first step, moves its
+// steps' data in order after that, and every rank's later work waits for the whole run: no host
+// synchronisation, no event per later step.
+TEST(WholeSteps, ARunOfStepsIsOrderedByEventsAsOneStep) {
+  LoggedPair pair;
+  const auto& log = pair.log;
+  const auto& devices = pair.devices;
+  SpmdGroup g(devices, StepMoves::Whole);
+  g.run([&](int r, Transport& t) {
+    Tensor buf = Tensor::from_host(*devices[r], {4}, std::vector<float>{1, 2, 3, float(r)});
+    using Send = Transport::StepSend;
+    using Receive = Transport::StepReceive;
+    StepRun run(t);
+    // Rank 0's buffer to rank 1, then rank 1's (now rank 0's) back, added.
+    if (r == 0) {
+      t.step(std::vector<Send>{{1, buf}}, {});
+      t.step({}, std::vector<Receive>{{1, buf, true}});
+    } else {
+      t.step({}, std::vector<Receive>{{0, buf, false}});
+      t.step(std::vector<Send>{{0, buf}}, {});
+    }
+    run.end();
+    EXPECT_EQ(buf.to_host_f32(),
+              r == 0 ? (std::vector<float>{2, 4, 6, 0}) : (std::vector<float>{1, 2, 3, 0}));
+  });
+  std::string leader;
+  for (const auto& entry : log) {
+    EXPECT_EQ(entry.find("synchronize"), std::string::npos) << entry;
+    if (entry.find(" copy") != std::string::npos) leader = entry.substr(0, entry.find(' '));
+  }
+  ASSERT_FALSE(leader.empty()) << "no copy";
+  auto at = [&](const std::string& entry) { return pair.at(entry); };
+  const auto end = static_cast<std::ptrdiff_t>(log.size());
+  // Events 1 and 2: the ranks' work before the run's first step; 3: the run's end.
+  for (const char* e : {"e1", "e2"})
+    ASSERT_LT(at(leader + " wait " + e), at(leader + " copy")) << e << " waited before the copy";
+  ASSERT_LT(at(leader + " copy"), at(leader + " record e3"));
+  EXPECT_EQ(at(leader + " record e4"), end) << "one event for the run's end, none per step";
+  for (const std::string d : {"cpu:0", "cpu:1"}) {
+    ASSERT_LT(at(d + " wait e3"), end) << d << " waits for the run";
+    EXPECT_LT(at(leader + " record e3"), at(d + " wait e3"));
+  }
+}
+
+// Ranks that disagree on whether a step belongs to a run all fail with one line, none hangs.
+TEST(WholeSteps, RanksOutOfStepWithARunFailEveryRank) {
+  FakeGpu gpu(2);
+  SpmdGroup g(gpu.devices, StepMoves::Auto);
+  std::atomic<int> failed{0};
+  try {
+    g.run([&](int r, Transport& t) {
+      Tensor buf = Tensor::zeros(*gpu.devices[r], {8});
+      std::vector<Transport::StepSend> sends;
+      std::vector<Transport::StepReceive> receives;
+      if (r == 0) sends.push_back({1, buf});
+      if (r == 1) receives.push_back({0, buf, false});
+      try {
+        if (r == 0) {
+          StepRun run(t);
+          t.step(sends, receives);
+          run.end();
+        } else {
+          t.step(sends, receives);
+        }
+      } catch (const Error&) {
+        ++failed;
+        throw;
+      }
+    });
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("transport: ranks out of step"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_EQ(failed.load(), 2);
+}
+
+// On a GPU: virtual devices of one GPU move whole collectives by default (one kernel per
+// collective on the whole GPU; whole steps on request: one per step), with the bits each
+// message's own kernel gives, for every collective, chunked or not.
 TEST(WholeSteps, CudaVirtualDevicesMoveWholeStepsWithThePerRankBits) {
   if (const std::string why = backend_unavailable("cuda"); !why.empty())
     GTEST_SKIP() << "cuda: " << why;
@@ -1174,26 +1282,29 @@ TEST(WholeSteps, CudaVirtualDevicesMoveWholeStepsWithThePerRankBits) {
     std::vector<Device*> devices = Group::pointers(owned);
     {
       SpmdGroup g(devices, StepMoves::Auto);
-      ASSERT_EQ(g.step_moves().rfind("whole steps: one kernel per collective step", 0), 0u)
-          << g.step_moves();
+      ASSERT_EQ(g.step_moves().rfind("whole collectives: ", 0), 0u) << g.step_moves();
+      ASSERT_NE(g.step_moves().find("one kernel for all"), std::string::npos) << g.step_moves();
     }
     for (int64_t n : {int64_t{1}, int64_t(k - 1), int64_t{129068}, int64_t{1000003}})
-      for (int64_t chunk : {int64_t{0}, int64_t{1} << 18}) {
-        for (const std::string algorithm : {"naive", "ring", "tree"}) {
-          const auto want =
-              collective(devices, StepMoves::PerRank, algorithm, Op::Allreduce, n, chunk, 11);
-          const auto got =
-              collective(devices, StepMoves::Auto, algorithm, Op::Allreduce, n, chunk, 11);
-          ASSERT_EQ(got, want) << algorithm << " k=" << k << " n=" << n << " chunk=" << chunk;
-          for (int r = 1; r < k; ++r) ASSERT_EQ(got[r], got[0]) << algorithm << " rank " << r;
+      for (int64_t chunk : {int64_t{0}, int64_t{1} << 18})
+        for (StepMoves moves : {StepMoves::Auto, StepMoves::WholeSteps}) {
+          const char* how = moves == StepMoves::Auto ? " (whole collectives)" : " (whole steps)";
+          for (const std::string algorithm : {"naive", "ring", "tree"}) {
+            const auto want =
+                collective(devices, StepMoves::PerRank, algorithm, Op::Allreduce, n, chunk, 11);
+            const auto got = collective(devices, moves, algorithm, Op::Allreduce, n, chunk, 11);
+            ASSERT_EQ(got, want) << algorithm << " k=" << k << " n=" << n << " chunk=" << chunk
+                                 << how;
+            for (int r = 1; r < k; ++r)
+              ASSERT_EQ(got[r], got[0]) << algorithm << " rank " << r << how;
+          }
+          for (Op op : {Op::ReduceScatter, Op::Allgather}) {
+            const auto want = collective(devices, StepMoves::PerRank, "ring", op, n, chunk, 13);
+            const auto got = collective(devices, moves, "ring", op, n, chunk, 13);
+            ASSERT_EQ(got, want) << (op == Op::Allgather ? "allgather" : "reduce-scatter")
+                                 << " k=" << k << " n=" << n << " chunk=" << chunk << how;
+          }
         }
-        for (Op op : {Op::ReduceScatter, Op::Allgather}) {
-          const auto want = collective(devices, StepMoves::PerRank, "ring", op, n, chunk, 13);
-          const auto got = collective(devices, StepMoves::Auto, "ring", op, n, chunk, 13);
-          ASSERT_EQ(got, want) << (op == Op::Allgather ? "allgather" : "reduce-scatter")
-                               << " k=" << k << " n=" << n << " chunk=" << chunk;
-        }
-      }
   }
 }
 
@@ -1204,12 +1315,15 @@ TEST(WholeSteps, UnknownStepMovesNamesTheVariable) {
     step_moves_from_env();
     FAIL() << "no error";
   } catch (const Error& e) {
-    EXPECT_STREQ(e.what(), "PARALAB_STEP_MOVES: 'sometimes' is none of auto, per_rank, whole");
+    EXPECT_STREQ(e.what(),
+                 "PARALAB_STEP_MOVES: 'sometimes' is none of auto, per_rank, whole, whole_steps");
   }
   env.set("per_rank");
   EXPECT_EQ(step_moves_from_env(), StepMoves::PerRank);
   env.set("whole");
   EXPECT_EQ(step_moves_from_env(), StepMoves::Whole);
+  env.set("whole_steps");
+  EXPECT_EQ(step_moves_from_env(), StepMoves::WholeSteps);
   env.unset();
   EXPECT_EQ(step_moves_from_env(), StepMoves::Auto);
 }

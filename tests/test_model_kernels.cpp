@@ -238,40 +238,141 @@ TEST(ModelKernels, SoftmaxXentTiesGoToTheFirstMaximum) {
   for (int levels : {2, 1}) check_softmax_xent(300, 10, integer_vec(3000, 21, levels), 22);
 }
 
-// A collective step's moves over virtual devices of one GPU (the transport's whole steps): each
-// move gets its own blocks; copies copy, adds add their one or two sources in order, giving the
-// bits of receiving and adding the messages one by one; sizes no tile divides; more moves than
-// one launch holds go in several, as the launcher sends them.
+// Emulates the launcher (kernels.cu: group_moves) over `moves`; returns its launches.
+int emulate_group_moves(const std::vector<cuda::GroupMoveSpec>& moves) {
+  const std::vector<int> starts = cuda::own::group_launches(moves.data(), int(moves.size()));
+  for (std::size_t l = 0; l < starts.size(); ++l) {
+    const int end = l + 1 < starts.size() ? starts[l + 1] : int(moves.size());
+    cuda::own::GroupMovesArgs args;
+    const int64_t blocks = cuda::own::group_moves_args(args, moves.data(), starts[l], end);
+    if (blocks)
+      emulate(dim3(static_cast<unsigned>(blocks)), dim3(cuda::own::kGroupMovesThreads),
+              cuda::own::group_moves_k, args);
+  }
+  return static_cast<int>(starts.size());
+}
+
+// The moves one after another, as receiving the messages one by one does.
+void apply_in_order(const std::vector<cuda::GroupMoveSpec>& moves) {
+  for (const cuda::GroupMoveSpec& m : moves)
+    for (int64_t i = 0; i < m.floats; ++i) {
+      float v = m.sources == 0 ? m.src0[i] : m.dst[i] + m.src0[i];
+      if (m.sources == 2) v = v + m.src1[i];
+      m.dst[i] = v;
+    }
+}
+
+// The same moves on two copies of the buffers, `a` and `b`: their specs for a's, then b's.
+struct TwinBuffers {
+  TwinBuffers(int k, int64_t n, uint64_t seed) {
+    for (int r = 0; r < k; ++r) a.push_back(to_float(random_vec(std::size_t(n), seed + r)));
+    b = a;
+  }
+  // A spec on a's buffers moved onto b's (same ranks and offsets).
+  cuda::GroupMoveSpec on_b(const cuda::GroupMoveSpec& m) const {
+    // (Inside a buffer first: one buffer may end where the next begins.)
+    auto move = [&](const float* p) -> float* {
+      if (!p) return nullptr;
+      for (int end = 0; end < 2; ++end)
+        for (std::size_t r = 0; r < a.size(); ++r)
+          if (p >= a[r].data() && p < a[r].data() + a[r].size() + end)
+            return const_cast<float*>(b[r].data()) + (p - a[r].data());
+      ADD_FAILURE() << "a pointer outside the buffers";
+      return nullptr;
+    };
+    return {move(m.dst), move(m.src0), move(m.src1), m.sources, m.floats, m.phase};
+  }
+  std::vector<std::vector<float>> a, b;
+};
+
+// A ring allreduce's moves on k buffers of n floats (segments as equal_segments cuts them): k - 1
+// reduce-scatter steps of adds, then k - 1 all-gather steps of copies, each step a phase.
+std::vector<cuda::GroupMoveSpec> ring_moves(std::vector<std::vector<float>>& bufs, int64_t n) {
+  const int k = static_cast<int>(bufs.size());
+  std::vector<int64_t> bound(std::size_t(k) + 1, 0);
+  for (int i = 0; i < k; ++i) bound[i + 1] = bound[i] + n / k + (i < n % k ? 1 : 0);
+  auto mod = [k](int x) { return ((x % k) + k) % k; };
+  std::vector<cuda::GroupMoveSpec> moves;
+  for (int phase = 0; phase < 2 * (k - 1); ++phase) {
+    const bool add = phase < k - 1;
+    const int s = add ? phase : phase - (k - 1);
+    for (int r = 0; r < k; ++r) {
+      const int seg = add ? mod(r - s - 2) : mod(r - s - 1), prev = mod(r - 1);
+      moves.push_back({bufs[r].data() + bound[seg], bufs[prev].data() + bound[seg], nullptr,
+                       add ? 1 : 0, bound[seg + 1] - bound[seg], phase});
+    }
+  }
+  return moves;
+}
+
+// A collective's steps in one launch: each block carries its floats through every step (a ring's
+// segment lies at the same offset in every rank), so one kernel gives the bits of moving the
+// steps one by one, for sizes no tile divides, at every tile the launcher picks (32 to 2,048
+// floats: 40 floats to 5 million on 2 ranks), on 2, 3 and 8 ranks (8: 112 moves, one launch's
+// worth).
+TEST(ModelKernels, GroupMovesRunACollectivesStepsInOneLaunch) {
+  for (int k : {2, 3, 8})
+    for (int64_t n : {int64_t{40}, int64_t{1001}, int64_t{129068}, int64_t{5000011}}) {
+      if (k > 2 && n > 200000) continue;  // the largest tile once is enough (emulator time)
+      TwinBuffers bufs(k, n, 300 + uint64_t(k));
+      const auto moves = ring_moves(bufs.a, n);
+      std::vector<cuda::GroupMoveSpec> same;
+      for (const auto& m : moves) same.push_back(bufs.on_b(m));
+      EXPECT_EQ(emulate_group_moves(moves), 1) << "k=" << k << " n=" << n;
+      apply_in_order(same);
+      for (int r = 0; r < k; ++r) {
+        ASSERT_TRUE(bits_equal(bufs.a[r], bufs.b[r])) << "k=" << k << " n=" << n << " rank " << r;
+        ASSERT_TRUE(bits_equal(bufs.a[r], bufs.a[0])) << "k=" << k << " n=" << n << " rank " << r;
+      }
+    }
+}
+
+// One step's moves: copies copy, adds add their one or two sources in order; more moves than one
+// launch holds go in several.
 TEST(ModelKernels, GroupMovesDoEveryRanksMoveOfAStep) {
   const int64_t sizes[] = {5000, 3001, 2049, 1, 257, 40};
-  const int kMoves = 30;  // > own::kMaxGroupMoves: two launches
-  std::vector<std::vector<float>> dst(kMoves), a(kMoves), b(kMoves), want(kMoves);
-  std::vector<cuda::GroupMoveSpec> specs;
+  const int kMoves = cuda::own::kMaxGroupMoves + 8;
+  TwinBuffers bufs(3 * kMoves, 5000, 40);
+  std::vector<cuda::GroupMoveSpec> specs, same;
   for (int m = 0; m < kMoves; ++m) {
-    const int64_t n = sizes[m % 6];
-    const auto un = static_cast<std::size_t>(n);
-    dst[m] = to_float(random_vec(un, 40 + m));
-    a[m] = to_float(random_vec(un, 100 + m));
-    b[m] = to_float(random_vec(un, 200 + m));
     const int sources = m % 3;  // copy, one add, two adds
-    want[m] = dst[m];
-    for (std::size_t i = 0; i < un; ++i) {
-      if (sources == 0) want[m][i] = a[m][i];
-      if (sources >= 1) want[m][i] += a[m][i];  // as the receiver adds one message,
-      if (sources == 2) want[m][i] += b[m][i];  // then the next
-    }
-    specs.push_back({dst[m].data(), a[m].data(), sources == 2 ? b[m].data() : nullptr, sources, n});
+    specs.push_back({bufs.a[3 * m].data(), bufs.a[3 * m + 1].data(),
+                     sources == 2 ? bufs.a[3 * m + 2].data() : nullptr, sources, sizes[m % 6], 0});
+    same.push_back(bufs.on_b(specs.back()));
   }
-  const int block = 32;
-  int launches = 0;
-  for (int at = 0; at < kMoves; ++launches) {
-    cuda::own::GroupMovesArgs args;
-    at += cuda::own::group_moves_args(args, specs.data() + at, kMoves - at, block);
-    emulate(dim3(static_cast<unsigned>(args.first_block[args.count])), dim3(block),
-            cuda::own::group_moves_k, args);
+  EXPECT_EQ(emulate_group_moves(specs), 2);
+  apply_in_order(same);
+  for (std::size_t i = 0; i < bufs.a.size(); ++i)
+    EXPECT_TRUE(bits_equal(bufs.a[i], bufs.b[i])) << "buffer " << i;
+}
+
+// Where a later step reads what an earlier one wrote from another start (a float would change
+// blocks between the steps), the launcher splits there, and only there; the bits stay those of
+// moving the steps one by one.
+TEST(ModelKernels, GroupMovesSplitWhereAStepReadsAnotherStartOfAnEarlierOnesWrites) {
+  const int64_t n = 100000;
+  // Twice: the emulator runs every other launch's blocks last to first, and a launch that mixed
+  // the steps would go wrong in one of the two orders.
+  for (int twice = 0; twice < 2; ++twice) {
+    TwinBuffers bufs(3, n, 70);
+    auto* x = bufs.a[0].data();
+    auto* y = bufs.a[1].data();
+    auto* z = bufs.a[2].data();
+    const std::vector<cuda::GroupMoveSpec> moves = {
+        {y, x, nullptr, 1, n / 2, 0},          // y[0, n/2) += x
+        {z, y, nullptr, 1, n / 2, 1},          // z += y from y's start: one block each float
+        {x + 1, y + 1, nullptr, 0, n / 4, 2},  // reads y from another start: a new launch
+        {z + 7, x + 7, y + 3, 2, 1000, 3},     // reads x from another start: another
+    };
+    EXPECT_FALSE(cuda::own::group_moves_clash(moves[0], moves[1]));
+    EXPECT_TRUE(cuda::own::group_moves_clash(moves[0], moves[2]));
+    EXPECT_EQ(cuda::own::group_launches(moves.data(), 4), (std::vector<int>{0, 2, 3}));
+    std::vector<cuda::GroupMoveSpec> same;
+    for (const auto& m : moves) same.push_back(bufs.on_b(m));
+    EXPECT_EQ(emulate_group_moves(moves), 3);
+    apply_in_order(same);
+    for (int r = 0; r < 3; ++r) EXPECT_TRUE(bits_equal(bufs.a[r], bufs.b[r])) << "buffer " << r;
   }
-  EXPECT_EQ(launches, 2);
-  for (int m = 0; m < kMoves; ++m) EXPECT_TRUE(bits_equal(dst[m], want[m])) << "move " << m;
 }
 
 // The grid-stride kernels of a step, each from the same inputs with both grids: the same bits,

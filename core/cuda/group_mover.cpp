@@ -1,14 +1,15 @@
-// The mover of whole collective steps over virtual devices of one GPU (Device::group_mover,
-// LocalFabric's whole steps in strategies/collectives/transport.h).
+// The mover of whole collective steps, or of whole collectives, over virtual devices of one GPU
+// (Device::group_mover, LocalFabric's whole steps in strategies/collectives/transport.h).
 //
 // Why one kernel on the whole GPU: a ring step over k virtual devices is k small kernels, one per
 // rank, each on its rank's SM share; the 2026-12-04 H200 run fitted 3.3, 8.5 and 14.0 us per
 // message on 2, 4 and 8 devices even inside one CUDA graph, about 1.7-2.1 us per kernel of all
-// ranks together, so a step's cost grew with k. Here the step is one kernel whatever k, after
-// an event wait per rank (graph edges in a capture). It runs on a stream of the GPU's own
-// context, not on any rank's SM share: the moves of k ranks stand for k links' transfers, which
-// on k real GPUs would not run on one rank's SMs (a tree's root would otherwise move all of its
-// children's data through 1/k of the SMs).
+// ranks together, so a step's cost grew with k. Here a step, or a whole collective's steps (the
+// fabric's default), is one kernel whatever k (group_moves.h: each block carries its floats
+// through every step), after an event wait per rank (graph edges in a capture). It runs on a
+// stream of the GPU's own context, not on any rank's SM share: the moves of k ranks stand for k
+// links' transfers, which on k real GPUs would not run on one rank's SMs (a tree's root would
+// otherwise move all of its children's data through 1/k of the SMs).
 #include <cuda_runtime.h>
 
 #include <chrono>
@@ -50,8 +51,10 @@ class CudaGroupMover final : public GroupMover {
       PARALAB_REQUIRE(
           m.sources >= 1 && m.sources <= GroupMove::kMaxSources && (m.reduce || m.sources == 1),
           std::string("group mover: a move with a bad source count"));
+      PARALAB_REQUIRE(specs.empty() || m.phase >= specs.back().phase,
+                      std::string("group mover: phases out of order"));
       specs.push_back({m.dst, m.src[0], m.sources > 1 ? m.src[1] : nullptr,
-                       m.reduce ? m.sources : 0, m.floats});
+                       m.reduce ? m.sources : 0, m.floats, m.phase});
     }
     std::vector<cudaEvent_t> waits;
     waits.reserve(after.size());
@@ -73,7 +76,7 @@ class CudaGroupMover final : public GroupMover {
   }
 
   std::string describe() const override {
-    return "whole steps: one kernel per collective step for all " + std::to_string(ranks_) +
+    return "one kernel for all " + std::to_string(ranks_) +
            " virtual devices, on a stream of GPU " + std::to_string(gpu_) +
            "'s own context (all its SMs)";
   }

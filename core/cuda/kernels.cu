@@ -1,6 +1,7 @@
 // Launchers of the CUDA backend's own kernels (kernels.cuh, column_sums.cuh).
 #include <climits>
 #include <string>
+#include <vector>
 
 #include "core/cuda/check.h"
 #include "core/cuda/column_sums.cuh"
@@ -91,14 +92,14 @@ void add_inplace(float* d, const float* x, int64_t n, cudaStream_t s) {
 }
 
 void group_moves(const GroupMoveSpec* moves, int count, cudaStream_t s) {
-  constexpr int kBlock = 256;
-  for (int at = 0; at < count;) {
+  const std::vector<int> starts = own::group_launches(moves, count);
+  for (std::size_t l = 0; l < starts.size(); ++l) {
+    const int end = l + 1 < starts.size() ? starts[l + 1] : count;
     own::GroupMovesArgs a;
-    at += own::group_moves_args(a, moves + at, count - at, kBlock);
-    const int64_t blocks = a.first_block[a.count];
+    const int64_t blocks = own::group_moves_args(a, moves, starts[l], end);
     if (blocks == 0) continue;
-    PARALAB_REQUIRE(blocks <= INT_MAX, std::string("group moves: too many floats in one step"));
-    own::group_moves_k<<<static_cast<unsigned>(blocks), kBlock, 0, s>>>(a);
+    PARALAB_REQUIRE(blocks <= INT_MAX, std::string("group moves: too many floats in one move"));
+    own::group_moves_k<<<static_cast<unsigned>(blocks), own::kGroupMovesThreads, 0, s>>>(a);
     PARALAB_CUDA_LAUNCHED();
   }
 }

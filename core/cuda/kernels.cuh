@@ -107,35 +107,46 @@ __global__ void gather_k(const float* images, const int32_t* labels, const int32
   }
 }
 
-// One collective step's moves over virtual devices of one GPU, all ranks at once
-// (group_moves.h; the transport's whole steps): move m is dst = src0 (a copy), or
+// A collective's moves over virtual devices of one GPU, all ranks at once (group_moves.h; the
+// transport's whole steps and whole collectives): move m is dst = src0 (a copy), or
 // dst = (dst + src0) + src1 over its sources in order (an add: the bits of adding the messages
-// one by one). The block's move comes from first_block, its floats are the block's tile.
+// one by one). Block b takes floats [b T, (b + 1) T) of every move, phase after phase, with a
+// block barrier between phases: what a phase writes, the next reads from the same block (the
+// launcher puts moves that would break that in separate launches). Within a phase the block's
+// threads share its moves' floats, kMovePerThread loads in flight each.
 __global__ void group_moves_k(GroupMovesArgs a) {
-  const int64_t b = blockIdx.x;
-  int m = 0;
-  while (m + 1 < a.count && a.first_block[m + 1] <= b) ++m;
-  const int64_t tile = int64_t{blockDim.x} * kMovePerThread;
-  const int64_t base = (b - a.first_block[m]) * tile + threadIdx.x;
-  const int64_t n = a.floats[m];
-  float* d = a.dst[m];
-  const float* x = a.src0[m];
-  const float* y = a.src1[m];
-  const int sources = a.sources[m];
-  float v[kMovePerThread];
-  // All loads first, then the stores: kMovePerThread independent loads in flight per thread.
-  for (int j = 0; j < kMovePerThread; ++j) {
-    const int64_t i = base + j * int64_t{blockDim.x};
-    if (i < n) v[j] = sources == 0 ? x[i] : d[i] + x[i];
-  }
-  if (sources == 2)
-    for (int j = 0; j < kMovePerThread; ++j) {
-      const int64_t i = base + j * int64_t{blockDim.x};
-      if (i < n) v[j] = v[j] + y[i];
+  const int64_t tile = int64_t{1} << a.tile_shift;
+  const int64_t base = blockIdx.x * tile;
+  const int64_t stride = int64_t{blockDim.x} * kMovePerThread;
+  for (int first = 0; first < a.count;) {
+    int end = first + 1;
+    while (end < a.count && !a.starts_phase[end]) ++end;
+    const int64_t items = int64_t{end - first} << a.tile_shift;
+    for (int64_t q0 = threadIdx.x; q0 < items; q0 += stride) {
+      float v[kMovePerThread];
+      int move[kMovePerThread];
+      int64_t at[kMovePerThread];
+      // All loads first, then the stores: independent loads in flight (a phase's moves do not
+      // overlap).
+      for (int j = 0; j < kMovePerThread; ++j) {
+        const int64_t q = q0 + j * int64_t{blockDim.x};
+        move[j] = -1;
+        at[j] = 0;
+        if (q >= items) continue;
+        const int m = first + static_cast<int>(q >> a.tile_shift);
+        const int64_t i = base + (q & (tile - 1));
+        if (i >= a.floats[m]) continue;
+        move[j] = m;
+        at[j] = i;
+        v[j] = a.sources[m] == 0 ? a.src0[m][i] : a.dst[m][i] + a.src0[m][i];
+      }
+      for (int j = 0; j < kMovePerThread; ++j)
+        if (move[j] >= 0 && a.sources[move[j]] == 2) v[j] = v[j] + a.src1[move[j]][at[j]];
+      for (int j = 0; j < kMovePerThread; ++j)
+        if (move[j] >= 0) a.dst[move[j]][at[j]] = v[j];
     }
-  for (int j = 0; j < kMovePerThread; ++j) {
-    const int64_t i = base + j * int64_t{blockDim.x};
-    if (i < n) d[i] = v[j];
+    __syncthreads();  // this phase's stores before the next phase's loads (a block's own floats)
+    first = end;
   }
 }
 

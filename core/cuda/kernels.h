@@ -38,8 +38,8 @@ void sgd_at(float* p, const float* g, const float* step, int64_t n, cudaStream_t
 void set_scalar(float* p, float value, cudaStream_t s);
 // d += x (x may live on a peer GPU with peer access, or on this one)
 void add_inplace(float* d, const float* x, int64_t n, cudaStream_t s);
-// One collective step's moves over virtual devices of one GPU (group_moves.h), as one kernel per
-// own::kMaxGroupMoves moves. No move may overlap another.
+// A collective's moves over virtual devices of one GPU, in phases (group_moves.h): as few
+// kernels as group_launches() allows, often one. A phase's moves must not overlap each other.
 void group_moves(const GroupMoveSpec* moves, int count, cudaStream_t s);
 // x[i] = images[idx[i]] (row floats each), y[i] = labels[idx[i]] for i < count.
 void gather_rows(const float* images, const int32_t* labels, const int32_t* idx, int64_t count,

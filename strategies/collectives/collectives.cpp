@@ -75,17 +75,21 @@ void ring_step(Transport& t, Tensor& buf, std::span<const int64_t> b, int send_s
 
 void reduce_scatter_impl(Transport& t, Tensor& buf, std::span<const int64_t> b, int64_t piece) {
   const int k = t.size(), r = t.rank();
+  StepRun run(t);
   // Step s: send segment (r - s - 1), receive-and-add segment (r - s - 2); after k-1 steps
   // rank r holds the full sum of segment r.
   for (int s = 0; s < k - 1; ++s)
     ring_step(t, buf, b, mod(r - s - 1, k), mod(r - s - 2, k), true, piece);
+  run.end();
 }
 
 void allgather_impl(Transport& t, Tensor& buf, std::span<const int64_t> b, int64_t piece) {
   const int k = t.size(), r = t.rank();
+  StepRun run(t);
   // Step s: send segment (r - s), receive (overwrite) segment (r - s - 1).
   for (int s = 0; s < k - 1; ++s)
     ring_step(t, buf, b, mod(r - s, k), mod(r - s - 1, k), false, piece);
+  run.end();
 }
 
 class Naive final : public Allreduce {
@@ -98,6 +102,7 @@ class Naive final : public Allreduce {
     if (k == 1) return;
     using Send = Transport::StepSend;
     using Receive = Transport::StepReceive;
+    StepRun run(t);
     for (int p = 1; p < k; ++p) {
       if (r == 0)
         t.step({}, std::vector<Receive>{{p, buf, true}});
@@ -113,6 +118,7 @@ class Naive final : public Allreduce {
     } else {
       t.step({}, std::vector<Receive>{{0, buf, false}});
     }
+    run.end();
   }
 };
 
@@ -122,9 +128,13 @@ class Ring final : public Allreduce {
   std::string name() const override { return "ring"; }
   void run(Transport& t, Tensor& buf) override {
     if (t.size() == 1) return;
+    // Both halves as one run of steps: where the transport moves collectives whole, the ring is
+    // one unit.
     const auto b = equal_segments(buf.numel(), t.size());
+    StepRun run(t);
     reduce_scatter_impl(t, buf, b, piece_);
     allgather_impl(t, buf, b, piece_);
+    run.end();
   }
 
  private:
@@ -199,6 +209,7 @@ class Tree final : public Allreduce {
     const int64_t chunks = pieces(buf.numel(), piece_);
     auto chunk = [&](int64_t c) { return chunk_of(buf, c); };
     const int64_t steps = chunks + deepest - 1;
+    StepRun run(t);
     for (int64_t s = 0; s < steps; ++s) {
       std::vector<Transport::StepSend> sends;
       std::vector<Transport::StepReceive> receives;
@@ -220,6 +231,7 @@ class Tree final : public Allreduce {
         for (int child : children) sends.push_back({child, chunk(to_children)});
       t.step(sends, receives);
     }
+    run.end();
   }
 
   int64_t piece_;

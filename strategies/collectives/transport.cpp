@@ -37,7 +37,9 @@ StepMoves step_moves_from_env() {
   if (!v || !*v || std::string_view(v) == "auto") return StepMoves::Auto;
   if (std::string_view(v) == "per_rank") return StepMoves::PerRank;
   if (std::string_view(v) == "whole") return StepMoves::Whole;
-  throw Error("PARALAB_STEP_MOVES: '" + std::string(v) + "' is none of auto, per_rank, whole");
+  if (std::string_view(v) == "whole_steps") return StepMoves::WholeSteps;
+  throw Error("PARALAB_STEP_MOVES: '" + std::string(v) +
+              "' is none of auto, per_rank, whole, whole_steps");
 }
 
 Transport::ReceiveTimes Transport::receive_times(Device& device) const {
@@ -95,11 +97,31 @@ bool spin_until(Ready ready) {
 }  // namespace
 
 struct LocalFabric::Impl {
+  // What a rank reached the rendezvous for: a step moved on its own, a step of a run (gathered,
+  // moved at the run's end), or a run's end. Every rank must reach it for the same.
+  enum class Meeting { Step, RunStep, RunEnd };
   // A rank's part of a whole step (Transport::step), left at the rendezvous.
   struct Arrival {
+    Meeting meeting = Meeting::Step;
     std::vector<Transport::StepSend> sends;
     std::vector<Transport::StepReceive> receives;
-    Event ready;
+    Event ready;  // null within a run after its first step (the rank queued nothing since)
+    bool timed = false;
+  };
+  // A receive's move, paired with the send it takes; phase: its step's place in the run.
+  struct Pending {
+    int rank;
+    Tensor dst;
+    std::vector<Tensor> srcs;
+    bool reduce;
+    int phase = 0;
+  };
+  // The run of steps gathered so far (whole collectives): their moves, in step order, and what
+  // they wait for. Touched by the last rank to arrive at each meeting, under the rendezvous lock.
+  struct Run {
+    std::vector<Pending> moves;
+    std::vector<Event> after;
+    int steps = 0;
     bool timed = false;
   };
   struct Rendezvous {
@@ -169,56 +191,55 @@ struct LocalFabric::Impl {
       for (const StepSend& s : sends) check_peer(s.peer);
       for (const StepReceive& r : receives) check_peer(r.peer);
       const bool timed = receive_timing();
-      const TimeMark called = timed ? device_.mark() : TimeMark{};
+      int64_t moving = 0;  // receives that move data
+      for (const StepReceive& r : receives) moving += r.buf.numel() ? 1 : 0;
       Arrival mine;
       mine.sends.assign(sends.begin(), sends.end());
       mine.receives.assign(receives.begin(), receives.end());
       mine.timed = timed;
-      mine.ready = device_.record();  // every rank's work so far: what the step may read or write
       for (const StepSend& s : sends) bytes_sent_ += static_cast<int64_t>(s.buf.bytes());
-      Rendezvous& rv = fabric_.rendezvous;
-      std::unique_lock lock(rv.mu);
-      fabric_.check_aborted(rank_);
-      rv.slots[static_cast<std::size_t>(rank_)] = std::move(mine);
-      const uint64_t gen = rv.gen.load(std::memory_order_relaxed);
-      if (++rv.arrived == fabric_.size) {
-        // The last rank to arrive moves the step for all.
-        rv.arrived = 0;
-        rv.error.clear();
-        try {
-          rv.done = fabric_.move_step(device_);
-        } catch (const std::exception& e) {
-          rv.error = e.what();
+      if (in_run_) {
+        // Gathered; moved at the run's end. Its first step marks what the run waits for.
+        mine.meeting = Meeting::RunStep;
+        if (run_.steps++ == 0) {
+          if (timed) run_.called = device_.mark();
+          mine.ready = device_.record();
         }
-        for (Arrival& a : rv.slots) a = {};  // drop the buffers' references
-        rv.gen.fetch_add(1, std::memory_order_release);
-        rv.cv.notify_all();
-      } else {
-        // Spin first, as a receive does: the last rank is usually a few microseconds away.
-        lock.unlock();
-        spin_until([&] {
-          return rv.gen.load(std::memory_order_acquire) != gen || fabric_.aborted.load();
-        });
-        lock.lock();
-        rv.cv.wait(lock, [&] { return rv.gen.load() != gen || fabric_.aborted; });
-        if (rv.gen.load() == gen) fabric_.check_aborted(rank_);
+        run_.receives += moving;
+        meet(std::move(mine));
+        return;
       }
-      if (!rv.error.empty()) throw Error(rv.error);
-      const GroupMover::Done done = rv.done;  // read before this rank's next step lets it change
-      lock.unlock();
+      const TimeMark called = timed ? device_.mark() : TimeMark{};
+      mine.ready = device_.record();  // every rank's work so far: what the step may read or write
+      const GroupMover::Done done = meet(std::move(mine));
       device_.wait(done.done);
-      // Each receive is counted; the step's waiting and moving once (its receives moved together).
-      bool first = true;
-      for (const StepReceive& r : receives) {
-        if (!timed || !r.buf.numel()) continue;
-        if (first)
-          note_receive(called, done.can_move, done.moved);
-        else
-          note_receive(done.moved, done.moved, done.moved);
-        first = false;
-      }
+      note_moved(timed, moving, called, done);
     }
 
+    // Runs nest (a ring's reduce-scatter and all-gather within its own run): the outermost
+    // counts.
+    void begin_steps() override {
+      if (run_depth_++ > 0) return;
+      in_run_ = fabric_.whole && fabric_.collectives;
+      run_ = {};
+    }
+
+    void end_steps() override {
+      if (run_depth_ == 0 || --run_depth_ > 0 || !in_run_) return;
+      in_run_ = false;
+      // Every rank took the same steps (SPMD): with none, there is nothing to meet for.
+      if (run_.steps == 0) return;
+      Arrival mine;
+      mine.meeting = Meeting::RunEnd;
+      const GroupMover::Done done = meet(std::move(mine));
+      device_.wait(done.done);
+      note_moved(receive_timing(), run_.receives, run_.called, done);
+    }
+
+    void drop_steps() noexcept override {
+      run_depth_ = 0;
+      in_run_ = false;
+    }
     void recv(int peer, Tensor& buf) override { receive(peer, buf, false); }
     void recv_reduce(int peer, Tensor& buf) override { receive(peer, buf, true); }
 
@@ -237,6 +258,55 @@ struct LocalFabric::Impl {
     }
 
    private:
+    // Leaves this rank's part at the rendezvous and returns once every rank has arrived; the last
+    // to arrive acts for all (Impl::act, on its device). An Error on every rank if that failed.
+    GroupMover::Done meet(Arrival mine) {
+      Rendezvous& rv = fabric_.rendezvous;
+      std::unique_lock lock(rv.mu);
+      fabric_.check_aborted(rank_);
+      rv.slots[static_cast<std::size_t>(rank_)] = std::move(mine);
+      const uint64_t gen = rv.gen.load(std::memory_order_relaxed);
+      if (++rv.arrived == fabric_.size) {
+        // The last rank to arrive moves the step for all.
+        rv.arrived = 0;
+        rv.error.clear();
+        try {
+          rv.done = fabric_.act(device_);
+        } catch (const std::exception& e) {
+          rv.error = e.what();
+          fabric_.run = {};
+        }
+        for (Arrival& a : rv.slots) a = {};  // drop the buffers' references
+        rv.gen.fetch_add(1, std::memory_order_release);
+        rv.cv.notify_all();
+      } else {
+        // Spin first, as a receive does: the last rank is usually a few microseconds away.
+        lock.unlock();
+        spin_until([&] {
+          return rv.gen.load(std::memory_order_acquire) != gen || fabric_.aborted.load();
+        });
+        lock.lock();
+        rv.cv.wait(lock, [&] { return rv.gen.load() != gen || fabric_.aborted; });
+        if (rv.gen.load() == gen) fabric_.check_aborted(rank_);
+      }
+      if (!rv.error.empty()) throw Error(rv.error);
+      return rv.done;  // read before this rank's next meeting lets it change
+    }
+
+    // The receive times of `moving` receives that moved together: the first from its call until
+    // the moves could start and while they ran, the others as nothing more (counted, not timed
+    // again).
+    void note_moved(bool timed, int64_t moving, const TimeMark& called,
+                    const GroupMover::Done& done) {
+      if (!timed) return;
+      for (int64_t i = 0; i < moving; ++i) {
+        if (i == 0)
+          note_receive(called, done.can_move, done.moved);
+        else
+          note_receive(done.moved, done.moved, done.moved);
+      }
+    }
+
     void receive(int peer, Tensor& buf, bool reduce) {
       check_peer(peer);
       const bool timed = receive_timing();
@@ -276,9 +346,20 @@ struct LocalFabric::Impl {
       box.cv.notify_all();
     }
 
+    // This rank's run of steps (begin_steps .. end_steps), where the fabric moves collectives
+    // whole.
+    struct RankRun {
+      int steps = 0;
+      int64_t receives = 0;  // its receives that move data
+      TimeMark called;       // timed: when its first step was called
+    };
+
     Impl& fabric_;
     int rank_;
     Device& device_;
+    int run_depth_ = 0;
+    bool in_run_ = false;
+    RankRun run_;
   };
 
   Impl(const std::vector<Device*>& devices, StepMoves moves)
@@ -291,7 +372,8 @@ struct LocalFabric::Impl {
   }
 
   // Whole steps where every device is in one memory domain, or none queues work (CPU cores:
-  // one host memory); per rank otherwise, and for a group of one.
+  // one host memory); per rank otherwise, and for a group of one. Whole collectives with whole
+  // steps unless WholeSteps.
   void choose_step_moves(const std::vector<Device*>& devices, StepMoves moves) {
     description = "per rank: each message is its receiver's own copy or add";
     if (moves == StepMoves::PerRank || size < 2) return;
@@ -306,20 +388,53 @@ struct LocalFabric::Impl {
     mover = devices.front()->group_mover(devices, &why);
     if (!mover && moves == StepMoves::Auto) return;
     whole = true;
-    description = mover ? mover->describe()
-                        : "whole steps: the last rank to reach a step moves every rank's "
-                          "messages of it on its own device, in order";
+    collectives = moves != StepMoves::WholeSteps;
+    description = collectives ? "whole collectives: each collective's steps moved together, in "
+                                "order, "
+                              : "whole steps: each collective step moved on its own, ";
+    description += mover ? "as " + mover->describe()
+                         : "by the last rank to reach it, on its own device, in order";
   }
 
-  // The moves of the step every rank has now reached, queued by the last to arrive on `leader`,
-  // its device. Each receive takes the next send its peer addressed to it in this step.
-  GroupMover::Done move_step(Device& leader) {
-    struct Pending {
-      int rank;
-      Tensor dst;
-      std::vector<Tensor> srcs;
-      bool reduce;
-    };
+  // What the last rank to reach a meeting does for all, on `leader`, its device: a step's moves
+  // (after every rank's work so far), a run's step gathered, or a run's steps moved.
+  GroupMover::Done act(Device& leader) {
+    const Meeting meeting = rendezvous.slots.front().meeting;
+    for (const Arrival& a : rendezvous.slots)
+      PARALAB_REQUIRE(a.meeting == meeting,
+                      std::string("transport: ranks out of step: some end a run of steps "
+                                  "(a collective) where others take a step, or take a step of "
+                                  "a run where others take one of their own"));
+    if (meeting == Meeting::RunEnd) {
+      Run done = std::move(run);
+      run = {};
+      return queue(leader, done.moves, done.after, done.timed);
+    }
+    const int phase = meeting == Meeting::RunStep ? run.steps : 0;
+    std::vector<Pending> moves = collect_step(phase);
+    // Marked only where a rank keeps the marks (a timed rank with a receive that moves data):
+    // a mark nobody holds goes back to its pool while a captured graph would still record it.
+    bool timed = false;
+    std::vector<Event> after;
+    for (const Arrival& a : rendezvous.slots) {
+      timed = timed || (a.timed && std::any_of(a.receives.begin(), a.receives.end(),
+                                               [](const Transport::StepReceive& r) {
+                                                 return r.buf.numel() > 0;
+                                               }));
+      if (a.ready) after.push_back(a.ready);
+    }
+    if (meeting == Meeting::Step) return queue(leader, moves, after, timed);
+    run.steps += 1;
+    run.timed = run.timed || timed;
+    run.after.insert(run.after.end(), after.begin(), after.end());
+    run.moves.insert(run.moves.end(), std::make_move_iterator(moves.begin()),
+                     std::make_move_iterator(moves.end()));
+    return {};
+  }
+
+  // The moves of the step every rank has now reached: each receive takes the next send its peer
+  // addressed to it in this step.
+  std::vector<Pending> collect_step(int phase) {
     std::vector<Pending> pending;
     // Each ordered pair's sends of this step, in order, and how many of them receives took.
     const auto pair = [&](int from, int to) { return static_cast<std::size_t>(from * size + to); };
@@ -349,7 +464,7 @@ struct LocalFabric::Impl {
           last->srcs.push_back(*src);
           continue;
         }
-        pending.push_back({r, rec.buf, {*src}, rec.reduce});
+        pending.push_back({r, rec.buf, {*src}, rec.reduce, phase});
       }
     for (int from = 0; from < size; ++from)
       for (int to = 0; to < size; ++to)
@@ -357,6 +472,12 @@ struct LocalFabric::Impl {
                         "transport: rank " + std::to_string(from) + " sends rank " +
                             std::to_string(to) + " more in a step than rank " + std::to_string(to) +
                             " receives");
+    std::vector<GroupMove> moves = as_moves(pending);
+    check_disjoint(merge_adjacent(moves));
+    return pending;
+  }
+
+  static std::vector<GroupMove> as_moves(const std::vector<Pending>& pending) {
     std::vector<GroupMove> moves;
     moves.reserve(pending.size());
     for (const Pending& p : pending) {
@@ -367,23 +488,17 @@ struct LocalFabric::Impl {
         m.src[i] = static_cast<const float*>(p.srcs[static_cast<std::size_t>(i)].raw());
       m.floats = p.dst.numel();
       m.reduce = p.reduce;
+      m.phase = p.phase;
       moves.push_back(m);
     }
-    const std::vector<GroupMove> merged = merge_adjacent(moves);
-    check_disjoint(merged);
-    // Marked only where a rank keeps the marks (a timed rank with a receive that moves data):
-    // a mark nobody holds goes back to its pool while a captured graph would still record it.
-    bool timed = false;
-    std::vector<Event> after;
-    for (const Arrival& a : rendezvous.slots) {
-      timed = timed || (a.timed && std::any_of(a.receives.begin(), a.receives.end(),
-                                               [](const Transport::StepReceive& r) {
-                                                 return r.buf.numel() > 0;
-                                               }));
-      after.push_back(a.ready);
-    }
-    if (mover) return mover->run(merged, after, timed);
-    // No mover of the devices' own: each move on the leader's device, after every rank's work.
+    return moves;
+  }
+
+  // Queues `pending` (one step, or a run's steps in order) on the group's mover, or without one
+  // on the leader's device, after the events in `after`.
+  GroupMover::Done queue(Device& leader, const std::vector<Pending>& pending,
+                         const std::vector<Event>& after, bool timed) {
+    if (mover) return mover->run(merge_adjacent(as_moves(pending)), after, timed);
     GroupMover::Done done;
     for (const Event& e : after) leader.wait(e);
     if (timed) done.can_move = leader.mark();
@@ -419,14 +534,15 @@ struct LocalFabric::Impl {
   }
 
   // Pieces of one message (a segment cut into chunks) moved as one: consecutive single-source
-  // moves whose destinations and sources both continue the previous one's.
+  // moves of one step whose destinations and sources both continue the previous one's.
   static std::vector<GroupMove> merge_adjacent(const std::vector<GroupMove>& moves) {
     std::vector<GroupMove> out;
     for (const GroupMove& m : moves) {
       if (!out.empty()) {
         GroupMove& last = out.back();
-        if (last.sources == 1 && m.sources == 1 && last.reduce == m.reduce &&
-            last.dst + last.floats == m.dst && last.src[0] + last.floats == m.src[0]) {
+        if (last.phase == m.phase && last.sources == 1 && m.sources == 1 &&
+            last.reduce == m.reduce && last.dst + last.floats == m.dst &&
+            last.src[0] + last.floats == m.src[0]) {
           last.floats += m.floats;
           continue;
         }
@@ -451,7 +567,9 @@ struct LocalFabric::Impl {
   uint64_t barrier_gen = 0;
   std::vector<std::unique_ptr<Endpoint>> endpoints;
   Rendezvous rendezvous;
-  bool whole = false;
+  bool whole = false;                 // collective steps move whole
+  bool collectives = false;           // and a run of steps (a collective) moves as one unit
+  Run run;                            // the run gathered so far
   std::unique_ptr<GroupMover> mover;  // null: whole steps move on the leader's device
   std::string description;
 };
@@ -462,6 +580,8 @@ LocalFabric::LocalFabric(std::vector<Device*> devices, StepMoves moves)
 }
 
 bool LocalFabric::moves_steps_whole() const { return impl_->whole; }
+
+bool LocalFabric::moves_collectives_whole() const { return impl_->whole && impl_->collectives; }
 
 std::string LocalFabric::step_moves_description() const { return impl_->description; }
 

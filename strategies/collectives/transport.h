@@ -76,6 +76,16 @@ class Transport {
   // Whether step() moves a whole step of all ranks at once (and then needs every rank in every
   // step); algorithms that pipeline messages across steps (tree) take lock-step steps instead.
   virtual bool moves_steps_whole() const { return false; }
+  // A collective's steps as one run: between begin_steps() and end_steps() a rank calls only
+  // step() (it queues no other work on its device), and every rank calls both. A transport that
+  // moves whole steps may then move the run's steps together at end_steps() (LocalFabric over
+  // virtual devices of one GPU: one kernel for the whole collective, the steps in order); until
+  // end_steps() returns, the run's buffers may not have moved yet. Runs nest: the outermost
+  // counts. drop_steps() forgets an unfinished run on this rank (a collective that fails
+  // half-way). Use StepRun. The default moves each step in step() and ignores the three.
+  virtual void begin_steps() {}
+  virtual void end_steps() {}
+  virtual void drop_steps() noexcept {}
   // The collective library's communicator this transport moves messages over (NCCL's, between
   // GPUs of different processes), for the library's own collectives ("nccl") over the same
   // ranks; null where messages go through ParaLab's own code (in one process, MPI).
@@ -126,6 +136,26 @@ class Transport {
   std::vector<std::array<TimeMark, 3>> receive_marks_;
 };
 
+// A collective's steps as one run (Transport::begin_steps): begun here, ended by end(), dropped
+// if the scope is left without end() (an exception).
+class StepRun {
+ public:
+  explicit StepRun(Transport& t) : t_(t) { t_.begin_steps(); }
+  ~StepRun() {
+    if (!ended_) t_.drop_steps();
+  }
+  StepRun(const StepRun&) = delete;
+  StepRun& operator=(const StepRun&) = delete;
+  void end() {
+    ended_ = true;
+    t_.end_steps();
+  }
+
+ private:
+  Transport& t_;
+  bool ended_ = false;
+};
+
 // The shared state of an in-process group: one mailbox per ordered pair of ranks. Each rank gets
 // its Transport from endpoint(rank). The receiving rank moves the data itself, reading the
 // sender's buffer through its own device (CPU: a memcpy or an add loop over the peer's memory).
@@ -133,18 +163,22 @@ class Transport {
 // Over devices of one memory domain (virtual devices of one GPU) the fabric may move each
 // collective step as a whole (Transport::step): the ranks meet, and the last to arrive queues
 // every rank's moves of the step at once (Device::group_mover: one kernel on the GPU), after each
-// rank's work so far; each rank's later work waits for it. That is the single-GPU form of a
-// collective library's one kernel per collective: no host work and no launch per rank and
-// message, so a step costs one launch at any k. StepMoves says when:
-//   Auto: where the devices have a group mover (CUDA devices of one GPU), unless
-//         PARALAB_STEP_MOVES=per_rank; PARALAB_STEP_MOVES=whole asks for it wherever possible.
+// rank's work so far; each rank's later work waits for it. Within a run of steps
+// (Transport::begin_steps, which every collective of collectives.h takes), it goes further: the
+// steps' moves are gathered and queued together when the run ends, as one unit (one kernel for
+// the whole collective, each step's moves after the previous step's). That is the single-GPU
+// form of a collective library's one kernel per collective: no host work and no launch per rank,
+// message or step. StepMoves says when:
+//   Auto: whole collectives where the devices have a group mover (CUDA devices of one GPU),
+//         unless PARALAB_STEP_MOVES says otherwise.
 //   PerRank: never: every receive is the receiver's own copy or add (the CPU's way).
-//   Whole: always (devices without a group mover: each move on the last rank's device, in
-//          order; how the tests run the protocol without a GPU).
-enum class StepMoves { Auto, PerRank, Whole };
+//   Whole: whole collectives always (devices without a group mover: each move on the last
+//          rank's device, in order; how the tests run the protocol without a GPU).
+//   WholeSteps: as Whole, but each step queued on its own (one unit per step).
+enum class StepMoves { Auto, PerRank, Whole, WholeSteps };
 
-// PARALAB_STEP_MOVES: unset or "auto" -> Auto, "per_rank", "whole"; any other value is an Error
-// naming the variable.
+// PARALAB_STEP_MOVES: unset or "auto" -> Auto, "per_rank", "whole", "whole_steps"; any other
+// value is an Error naming the variable.
 StepMoves step_moves_from_env();
 
 class LocalFabric {
@@ -159,8 +193,10 @@ class LocalFabric {
   // Wakes every rank blocked in the fabric with an Error: a rank that failed calls this so that
   // its peers do not wait forever for messages that will never come.
   void abort();
-  // Whether collective steps move whole (see StepMoves), and how, for the results.
+  // Whether collective steps move whole (see StepMoves), whether whole collectives do, and
+  // how, for the results.
   bool moves_steps_whole() const;
+  bool moves_collectives_whole() const;
   std::string step_moves_description() const;
 
  private:
