@@ -1238,37 +1238,49 @@ TEST(WholeSteps, ARunOfStepsIsOrderedByEventsAsOneStep) {
   }
 }
 
-// Ranks that disagree on whether a step belongs to a run all fail with one line, none hangs.
+// Ranks that disagree on whether a step belongs to a run, or to which run, all fail with one
+// line, none hangs: a step of a run against a step of its own; a run's second step against the
+// first of a new run (after a rank dropped the run it was in).
 TEST(WholeSteps, RanksOutOfStepWithARunFailEveryRank) {
-  FakeGpu gpu(2);
-  SpmdGroup g(gpu.devices, StepMoves::Auto);
-  std::atomic<int> failed{0};
-  try {
-    g.run([&](int r, Transport& t) {
-      Tensor buf = Tensor::zeros(*gpu.devices[r], {8});
-      std::vector<Transport::StepSend> sends;
-      std::vector<Transport::StepReceive> receives;
-      if (r == 0) sends.push_back({1, buf});
-      if (r == 1) receives.push_back({0, buf, false});
-      try {
-        if (r == 0) {
-          StepRun run(t);
-          t.step(sends, receives);
-          run.end();
-        } else {
-          t.step(sends, receives);
+  for (const bool dropped : {false, true}) {
+    FakeGpu gpu(2);
+    SpmdGroup g(gpu.devices, StepMoves::Auto);
+    std::atomic<int> failed{0};
+    try {
+      g.run([&](int r, Transport& t) {
+        Tensor buf = Tensor::zeros(*gpu.devices[r], {8});
+        std::vector<Transport::StepSend> sends;
+        std::vector<Transport::StepReceive> receives;
+        if (r == 0) sends.push_back({1, buf});
+        if (r == 1) receives.push_back({0, buf, false});
+        try {
+          if (r == 0 || dropped) {
+            StepRun run(t);
+            t.step(sends, receives);
+            if (dropped && r == 0) {
+              t.drop_steps();
+              StepRun again(t);
+              t.step(sends, receives);  // the first step of another run
+              again.end();
+            } else if (dropped) {
+              t.step(sends, receives);  // the run's second step
+            }
+            run.end();
+          } else {
+            t.step(sends, receives);
+          }
+        } catch (const Error&) {
+          ++failed;
+          throw;
         }
-      } catch (const Error&) {
-        ++failed;
-        throw;
-      }
-    });
-    FAIL() << "no error";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("transport: ranks out of step"), std::string::npos)
-        << e.what();
+      });
+      FAIL() << "no error";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("transport: ranks out of step"), std::string::npos)
+          << e.what();
+    }
+    EXPECT_EQ(failed.load(), 2) << (dropped ? "dropped" : "run against step");
   }
-  EXPECT_EQ(failed.load(), 2);
 }
 
 // On a GPU: virtual devices of one GPU move whole collectives by default (one kernel per

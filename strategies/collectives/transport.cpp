@@ -107,6 +107,7 @@ struct LocalFabric::Impl {
     std::vector<Transport::StepReceive> receives;
     Event ready;  // null within a run after its first step (the rank queued nothing since)
     bool timed = false;
+    bool first = false;  // the first step of a run
   };
   // A receive's move, paired with the send it takes; phase: its step's place in the run.
   struct Pending {
@@ -201,7 +202,8 @@ struct LocalFabric::Impl {
       if (in_run_) {
         // Gathered; moved at the run's end. Its first step marks what the run waits for.
         mine.meeting = Meeting::RunStep;
-        if (run_.steps++ == 0) {
+        mine.first = run_.steps++ == 0;
+        if (mine.first) {
           if (timed) run_.called = device_.mark();
           mine.ready = device_.record();
         }
@@ -400,11 +402,14 @@ struct LocalFabric::Impl {
   // (after every rank's work so far), a run's step gathered, or a run's steps moved.
   GroupMover::Done act(Device& leader) {
     const Meeting meeting = rendezvous.slots.front().meeting;
+    const bool first = rendezvous.slots.front().first;
     for (const Arrival& a : rendezvous.slots)
-      PARALAB_REQUIRE(a.meeting == meeting,
+      PARALAB_REQUIRE(a.meeting == meeting && a.first == first,
                       std::string("transport: ranks out of step: some end a run of steps "
                                   "(a collective) where others take a step, or take a step of "
-                                  "a run where others take one of their own"));
+                                  "a run where others take one of their own, or begin a run "
+                                  "where others go on with one"));
+    if (first) run = {};  // a run that failed half-way leaves nothing behind
     if (meeting == Meeting::RunEnd) {
       Run done = std::move(run);
       run = {};
