@@ -122,8 +122,9 @@ DESCRIBE = [
     (r"^runs/|^core-runs\.log$", "the core parts' other runs and their output"),
     (r"^compare-pytorch", "`compare_pytorch.py --device cuda`: against PyTorch's graphed LeNet and the book's trainer"),
     (r"^allreduce-cuda-sweep\.json$", "the performance model's collective sweep (gpu-check.sh sweep)"),
-    (r"^allreduce-cuda(-eager|-per-rank)?\.json$",
-     "allreduce_bench: the collectives goals' rows (one CUDA graph per collective; eager; each message its receiver's kernel)"),
+    (r"^allreduce-cuda(-eager|-per-rank|-whole-steps)?\.json$",
+     "allreduce_bench: the collectives goals' rows (one CUDA graph per collective; eager; each message its "
+     "receiver's kernel; a kernel per collective step)"),
     (r"^allreduce-launches\.json$", "allreduce_bench --launches: the cost of the ranks' kernel launches"),
     (r"^allreduce_bench.*\.log$", "allreduce_bench's output"),
     (r"^gpu-check-connections32\.json$", "data_parallel on 8 devices with 32 hardware queues (CUDA_DEVICE_MAX_CONNECTIONS)"),
