@@ -859,6 +859,36 @@ for key in sorted(default):
         gain = f"; per rank / default {per[key][0] / default[key][0]:.2f}x" if key in per else ""
         print(f"{algo} x{k} {b} B (whole_steps/whole_collectives): " + ", ".join(cells) + gain)
 PY
+  # The tree at 16 MiB cut into pieces, as the default moves it: its lock-step schedule has
+  # 2 (pieces + depth - 1) steps, all of them one kernel with whole collectives, so the slope of
+  # its time against its steps is what a step costs inside that kernel (a block barrier and its
+  # data's latency; with whole steps, a launch). A figure, not a goal.
+  python3 - "$FILES/allreduce-cuda.json" <<'PY' | while IFS= read -r l; do log "$l"; done
+import json, math, re, sys
+try:
+    rows = json.load(open(sys.argv[1]))["benchmarks"]
+except (OSError, ValueError, KeyError):
+    sys.exit()
+pts, how = {}, {}
+for r in rows:
+    f = dict(re.findall(r"(devices|bytes|chunk):(-?\d+)", r["name"]))
+    if (r.get("error_occurred") or "real_time" not in r or not r["name"].startswith("allreduce/tree/")
+            or f.get("bytes") != "16777216" or f.get("chunk", "-1") == "-1" or r.get("chunk_bytes") is None):
+        continue
+    k, used = int(f["devices"]), int(r["chunk_bytes"])
+    pieces = 1 if used == 0 else -(-16777216 // used)
+    pts.setdefault(k, {})[2 * (pieces + int(math.log2(k)) - 1)] = r["real_time"]
+    how[k] = "whole collectives" if r.get("whole_collectives") == 1 else (
+        "whole steps" if r.get("whole_steps") == 1 else "per rank")
+for k in sorted(pts):
+    xy = sorted(pts[k].items())
+    if len(xy) < 3:
+        continue
+    mx = sum(x for x, _ in xy) / len(xy); my = sum(y for _, y in xy) / len(xy)
+    slope = sum((x - mx) * (y - my) for x, y in xy) / sum((x - mx) ** 2 for x, _ in xy)
+    print(f"tree x{k} 16 MiB in pieces ({how[k]}): {slope:.2f} us per step over {len(xy)} piece sizes "
+          f"({xy[0][0]}..{xy[-1][0]} steps, {xy[0][1]:.1f}..{xy[-1][1]:.1f} us)")
+PY
   # What one queued operation costs a rank while k ranks queue theirs (allreduce_bench
   # --launches: 32 tiny kernels per rank in one graph over the group). If it grows with k, the
   # GPU launches the ranks' kernels one at a time, and the per-message cost above is that, not

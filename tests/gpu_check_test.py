@@ -250,6 +250,11 @@ class Verdicts(unittest.TestCase):
             "        rows.append({'name': f'allreduce/ring/devices:{k}/bytes:16777216/chunk:{chunk}/real_time',\n"
             "                     'real_time': us, 'chunk_bytes': used, 'whole_steps': int(whole),\n"
             "                     'whole_collectives': int(collectives)})\n"
+            "        if chunk >= 0:  # the tree: 0.5 us a step of its schedule, 2 (pieces + depth - 1)\n"
+            "            steps = 2 * ((1 if used == 0 else 16777216 // used) + {2: 1, 4: 2, 8: 3}[k] - 1)\n"
+            "            rows.append({'name': f'allreduce/tree/devices:{k}/bytes:16777216/chunk:{chunk}/real_time',\n"
+            "                         'real_time': 50.0 + 0.5 * steps, 'chunk_bytes': used,\n"
+            "                         'whole_steps': int(whole), 'whole_collectives': int(collectives)})\n"
             "json.dump({'benchmarks': rows}, open(out, 'w'))\n")
         with tempfile.TemporaryDirectory() as tmp:
             summary, _ = run_stand_in(tmp, ["collectives"], allreduce_bench=fake)
@@ -264,6 +269,10 @@ class Verdicts(unittest.TestCase):
         self.assertEqual(len(side), 1, summary)
         self.assertIn("default 100.0 us (1/1, 5.00x memcpy), whole steps 103.0 us (1/0, 5.15x memcpy), "
                       "per rank 108.0 us (0/0, 5.40x memcpy); per rank / default 1.08x", side[0])
+        tree = [line for line in summary if "tree x" in line and "per step" in line]
+        self.assertEqual(len(tree), 3, summary)
+        self.assertIn("tree x8 16 MiB in pieces (whole collectives): 0.50 us per step over 4 piece sizes "
+                      "(6..516 steps, 53.0..308.0 us)", tree[2])
 
     def test_an_unfinished_results_file_is_resumed_per_rank_too(self):
         # A stand-in bench_runner that stops half-way (as one killed at its time limit or crashed
