@@ -1159,11 +1159,33 @@ TEST(WholeSteps, ReceiveTimesCountEveryReceive) {
   for (int r = 1; r < 3; ++r) EXPECT_EQ(tree[r].receives, 1) << "rank " << r;
 }
 
+// The log of a pair that moved data in whole steps: no host synchronisation; the moving device
+// (the leader) waits on events 1 and 2 (the ranks' work so far) before its copies and records
+// event 3 after them; both ranks wait on event 3 after it. Returns the leader's name.
+std::string expect_ordered_by_events(const LoggedPair& pair) {
+  const auto& log = pair.log;
+  std::string leader;
+  for (const auto& entry : log) {
+    EXPECT_EQ(entry.find("synchronize"), std::string::npos) << entry;
+    if (entry.find(" copy") != std::string::npos) leader = entry.substr(0, entry.find(' '));
+  }
+  EXPECT_FALSE(leader.empty()) << "no copy";
+  auto at = [&](const std::string& entry) { return pair.at(entry); };
+  const auto end = static_cast<std::ptrdiff_t>(log.size());
+  for (const char* e : {"e1", "e2"})
+    EXPECT_LT(at(leader + " wait " + e), at(leader + " copy")) << e << " waited before the copy";
+  EXPECT_LT(at(leader + " copy"), at(leader + " record e3"));
+  for (const std::string d : {"cpu:0", "cpu:1"}) {
+    EXPECT_LT(at(d + " wait e3"), end) << d << " waits for the moves";
+    EXPECT_LT(at(leader + " record e3"), at(d + " wait e3"));
+  }
+  return leader;
+}
+
 TEST(WholeSteps, OrderedByEventsNotHostSynchronisation) {
   // The step waits for every rank's work so far and every rank's later work waits for the step:
   // each rank records, the leader's device waits on all, moves, records; each rank waits on it.
   LoggedPair pair;
-  const auto& log = pair.log;
   const auto& devices = pair.devices;
   SpmdGroup g(devices, StepMoves::Whole);
   g.run([&](int r, Transport& t) {
@@ -1176,22 +1198,7 @@ TEST(WholeSteps, OrderedByEventsNotHostSynchronisation) {
       EXPECT_EQ(buf.to_host_f32(), (std::vector<float>{1, 2, 3, 0}));
     }
   });
-  std::string leader;
-  for (const auto& entry : log) {
-    EXPECT_EQ(entry.find("synchronize"), std::string::npos) << entry;
-    if (entry.find(" copy") != std::string::npos) leader = entry.substr(0, entry.find(' '));
-  }
-  ASSERT_FALSE(leader.empty()) << "no copy";
-  auto at = [&](const std::string& entry) { return pair.at(entry); };
-  const auto end = static_cast<std::ptrdiff_t>(log.size());
-  // Events 1 and 2: the ranks' work so far; 3: the step's end.
-  for (const char* e : {"e1", "e2"})
-    ASSERT_LT(at(leader + " wait " + e), at(leader + " copy")) << e << " waited before the copy";
-  ASSERT_LT(at(leader + " copy"), at(leader + " record e3"));
-  for (const std::string d : {"cpu:0", "cpu:1"}) {
-    ASSERT_LT(at(d + " wait e3"), end) << d << " waits for the step";
-    EXPECT_LT(at(leader + " record e3"), at(d + " wait e3"));
-  }
+  expect_ordered_by_events(pair);
 }
 
 // A run of steps (a collective) waits for each rank's work before its first step, moves its
@@ -1219,23 +1226,10 @@ TEST(WholeSteps, ARunOfStepsIsOrderedByEventsAsOneStep) {
     EXPECT_EQ(buf.to_host_f32(),
               r == 0 ? (std::vector<float>{2, 4, 6, 0}) : (std::vector<float>{1, 2, 3, 0}));
   });
-  std::string leader;
-  for (const auto& entry : log) {
-    EXPECT_EQ(entry.find("synchronize"), std::string::npos) << entry;
-    if (entry.find(" copy") != std::string::npos) leader = entry.substr(0, entry.find(' '));
-  }
-  ASSERT_FALSE(leader.empty()) << "no copy";
-  auto at = [&](const std::string& entry) { return pair.at(entry); };
-  const auto end = static_cast<std::ptrdiff_t>(log.size());
-  // Events 1 and 2: the ranks' work before the run's first step; 3: the run's end.
-  for (const char* e : {"e1", "e2"})
-    ASSERT_LT(at(leader + " wait " + e), at(leader + " copy")) << e << " waited before the copy";
-  ASSERT_LT(at(leader + " copy"), at(leader + " record e3"));
-  EXPECT_EQ(at(leader + " record e4"), end) << "one event for the run's end, none per step";
-  for (const std::string d : {"cpu:0", "cpu:1"}) {
-    ASSERT_LT(at(d + " wait e3"), end) << d << " waits for the run";
-    EXPECT_LT(at(leader + " record e3"), at(d + " wait e3"));
-  }
+  // Event 3 is the run's end: no event per step after it.
+  const std::string leader = expect_ordered_by_events(pair);
+  EXPECT_EQ(pair.at(leader + " record e4"), static_cast<std::ptrdiff_t>(log.size()))
+      << "one event for the run's end, none per step";
 }
 
 // Ranks that disagree on whether a step belongs to a run, or to which run, all fail with one
