@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <deque>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <numeric>
@@ -1070,59 +1071,55 @@ TEST(WholeSteps, ARankThatFailsBeforeAStepFailsItsPeersInsteadOfHanging) {
   }
 }
 
-TEST(WholeSteps, SizeMismatchFailsEveryRankWithTheMessage) {
-  FakeGpu gpu(3);
+// Runs body(rank, transport, buf) on every rank of a fake GPU of k devices (buf: 8 zeros of the
+// rank's, or `floats(rank)`); expects every rank to fail, none to hang, and returns the error
+// the group reports.
+std::string error_of_every_rank(int k, const std::function<void(int, Transport&, Tensor&)>& body,
+                                const std::function<int64_t(int)>& floats = nullptr) {
+  FakeGpu gpu(k);
   SpmdGroup g(gpu.devices, StepMoves::Auto);
   std::atomic<int> failed{0};
   try {
     g.run([&](int r, Transport& t) {
-      Tensor buf = Tensor::zeros(*gpu.devices[r], {r == 1 ? 5 : 4});
+      Tensor buf = Tensor::zeros(*gpu.devices[r], {floats ? floats(r) : 8});
       try {
-        make_allreduce("naive", {0})->run(t, buf);
+        body(r, t, buf);
       } catch (const Error&) {
         ++failed;
         throw;
       }
     });
-    FAIL() << "no error";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("transport: rank 0 expected 4 values from rank 1, got 5"),
-              std::string::npos)
-        << e.what();
+    EXPECT_EQ(failed.load(), k) << "every rank fails, none hangs";
+    return e.what();
   }
-  EXPECT_EQ(failed.load(), 3) << "every rank fails, none hangs";
+  ADD_FAILURE() << "no error";
+  return "";
+}
+
+TEST(WholeSteps, SizeMismatchFailsEveryRankWithTheMessage) {
+  const std::string error = error_of_every_rank(
+      3, [](int, Transport& t, Tensor& buf) { make_allreduce("naive", {0})->run(t, buf); },
+      [](int r) { return r == 1 ? 5 : 4; });
+  EXPECT_NE(error.find("transport: rank 0 expected 4 values from rank 1, got 5"), std::string::npos)
+      << error;
 }
 
 // A step whose sends and receives do not pair up fails every rank with one line naming the
 // ranks, whichever side has the extra message.
 TEST(WholeSteps, UnpairedMessagesFailEveryRankNamingThem) {
   for (const bool extra_receive : {true, false}) {
-    FakeGpu gpu(2);
-    SpmdGroup g(gpu.devices, StepMoves::Auto);
-    std::atomic<int> failed{0};
-    try {
-      g.run([&](int r, Transport& t) {
-        Tensor buf = Tensor::zeros(*gpu.devices[r], {8});
-        std::vector<Transport::StepSend> sends;
-        std::vector<Transport::StepReceive> receives;
-        if (r == 0 && extra_receive) receives.push_back({1, buf, true});
-        if (r == 0 && !extra_receive) sends.push_back({1, buf});
-        try {
-          t.step(sends, receives);
-        } catch (const Error&) {
-          ++failed;
-          throw;
-        }
-      });
-      FAIL() << "no error";
-    } catch (const Error& e) {
-      EXPECT_STREQ(e.what(), extra_receive
-                                 ? "transport: rank 0 receives from rank 1 in a step where it "
-                                   "sends rank 0 nothing more"
-                                 : "transport: rank 0 sends rank 1 more in a step than rank 1 "
-                                   "receives");
-    }
-    EXPECT_EQ(failed.load(), 2);
+    const std::string error = error_of_every_rank(2, [&](int r, Transport& t, Tensor& buf) {
+      std::vector<Transport::StepSend> sends;
+      std::vector<Transport::StepReceive> receives;
+      if (r == 0 && extra_receive) receives.push_back({1, buf, true});
+      if (r == 0 && !extra_receive) sends.push_back({1, buf});
+      t.step(sends, receives);
+    });
+    EXPECT_EQ(error, extra_receive ? "transport: rank 0 receives from rank 1 in a step where it "
+                                     "sends rank 0 nothing more"
+                                   : "transport: rank 0 sends rank 1 more in a step than rank 1 "
+                                     "receives");
   }
 }
 
@@ -1237,43 +1234,29 @@ TEST(WholeSteps, ARunOfStepsIsOrderedByEventsAsOneStep) {
 // first of a new run (after a rank dropped the run it was in).
 TEST(WholeSteps, RanksOutOfStepWithARunFailEveryRank) {
   for (const bool dropped : {false, true}) {
-    FakeGpu gpu(2);
-    SpmdGroup g(gpu.devices, StepMoves::Auto);
-    std::atomic<int> failed{0};
-    try {
-      g.run([&](int r, Transport& t) {
-        Tensor buf = Tensor::zeros(*gpu.devices[r], {8});
-        std::vector<Transport::StepSend> sends;
-        std::vector<Transport::StepReceive> receives;
-        if (r == 0) sends.push_back({1, buf});
-        if (r == 1) receives.push_back({0, buf, false});
-        try {
-          if (r == 0 || dropped) {
-            StepRun run(t);
-            t.step(sends, receives);
-            if (dropped && r == 0) {
-              t.drop_steps();
-              StepRun again(t);
-              t.step(sends, receives);  // the first step of another run
-              again.end();
-            } else if (dropped) {
-              t.step(sends, receives);  // the run's second step
-            }
-            run.end();
-          } else {
-            t.step(sends, receives);
-          }
-        } catch (const Error&) {
-          ++failed;
-          throw;
-        }
-      });
-      FAIL() << "no error";
-    } catch (const Error& e) {
-      EXPECT_NE(std::string(e.what()).find("transport: ranks out of step"), std::string::npos)
-          << e.what();
-    }
-    EXPECT_EQ(failed.load(), 2) << (dropped ? "dropped" : "run against step");
+    const std::string error = error_of_every_rank(2, [&](int r, Transport& t, Tensor& buf) {
+      std::vector<Transport::StepSend> sends;
+      std::vector<Transport::StepReceive> receives;
+      if (r == 0) sends.push_back({1, buf});
+      if (r == 1) receives.push_back({0, buf, false});
+      if (r == 1 && !dropped) {
+        t.step(sends, receives);  // a step of its own
+        return;
+      }
+      StepRun run(t);
+      t.step(sends, receives);
+      if (dropped && r == 0) {
+        t.drop_steps();
+        StepRun again(t);
+        t.step(sends, receives);  // the first step of another run
+        again.end();
+      } else if (dropped) {
+        t.step(sends, receives);  // the run's second step
+      }
+      run.end();
+    });
+    EXPECT_NE(error.find("transport: ranks out of step"), std::string::npos)
+        << (dropped ? "dropped: " : "run against step: ") << error;
   }
 }
 
