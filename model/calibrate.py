@@ -136,21 +136,23 @@ BENCH_OPS = {"allreduce/naive": "naive", "allreduce/ring": "ring", "allreduce/tr
              "allgather/ring": "allgather", "reduce_scatter/ring": "reduce_scatter", "memcpy": "p2p"}
 
 
-def bench_whole_steps(path, graphs=True):
+def bench_whole_steps(path, graphs=True, counter="whole_steps"):
     """The algorithms whose rows of the kind `graphs` selects were timed in whole steps (their
     whole_steps counter 1: every rank's moves of a collective step one kernel, LocalFabric over
-    virtual devices of one GPU). Files from before the counter have none. An algorithm timed both
-    ways in the rows one fit takes cannot be priced as one: ValueError naming it."""
+    virtual devices of one GPU); with counter="whole_collectives", those whose steps moreover ran
+    as one kernel per collective (each step a phase of it). Files from before a counter have
+    none. An algorithm timed both ways in the rows one fit takes cannot be priced as one:
+    ValueError naming it."""
     seen = {}
     for b in _bench_entries(load(path)):
         op = BENCH_OPS.get(b["name"].split("/devices")[0])
         if op is None or op == "p2p" or (b.get("graph") == 1) != graphs or _explicit_chunk(b):
             continue
-        seen.setdefault(op, set()).add(int(b.get("whole_steps", 0)))
+        seen.setdefault(op, set()).add(int(b.get(counter, 0)))
     mixed = sorted(op for op, v in seen.items() if len(v) > 1)
     if mixed:
-        raise ValueError("%s: %s timed both in whole steps and per rank (whole_steps 0 and 1); "
-                         "time one way per file" % (os.path.relpath(path, ROOT), ", ".join(mixed)))
+        raise ValueError("%s: %s timed both with %s 0 and 1; time one way per file" %
+                         (os.path.relpath(path, ROOT), ", ".join(mixed), counter))
     return frozenset(op for op, v in seen.items() if v == {1})
 
 
@@ -441,14 +443,18 @@ def gpu_link(path):
                              "(time one piece size to fit the model)" % name)
         op_chunk = bench_op_chunks(path, chunk)
         whole = bench_whole_steps(path)
+        collectives = bench_whole_steps(path, counter="whole_collectives") & whole
+        steps = whole - collectives
         note = ("device-side collectives fitted on %s (%s virtual devices on one %s, each "
-                "collective one CUDA graph, %s%s%s): alpha per message, beta per byte, gamma per byte "
-                "added, per algorithm and k; other k extrapolated geometrically in k" %
+                "collective one CUDA graph, %s%s%s%s): alpha per message, beta per byte, gamma per "
+                "byte added, per algorithm and k; other k extrapolated geometrically in k" %
                 (name, ", ".join(str(k) for k in sorted({r[2] for r in rows})), gpu,
                  "whole messages" if chunk == 0 else "%d-byte pieces" % chunk,
                  "".join("; %s in %d-byte pieces" % (op, c) for op, c in sorted(op_chunk.items())),
                  "; %s in whole steps (a message is a step of every rank, one kernel)" %
-                 ", ".join(sorted(whole)) if whole else ""))
+                 ", ".join(sorted(steps)) if steps else "",
+                 "; %s in whole collectives (a message is a step of every rank, a phase of one "
+                 "kernel per collective)" % ", ".join(sorted(collectives)) if collectives else ""))
 
         def fit(r):
             return perf.Link.fit(r, per_k=True, note=note, chunk=chunk, op_chunk=op_chunk,

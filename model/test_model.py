@@ -486,7 +486,7 @@ class H200Runs(unittest.TestCase):
     collectives on the device) as alpha-beta-gamma at their piece size, eager rows host-bound."""
 
     @staticmethod
-    def bench_file(path, rows, chunk=0, op_chunks=None, whole_steps=None):
+    def bench_file(path, rows, chunk=0, op_chunks=None, whole_steps=None, whole_collectives=()):
         # allreduce_bench's JSON as Google Benchmark writes it: one entry per repetition.
         names = {"naive": "allreduce/naive", "ring": "allreduce/ring", "tree": "allreduce/tree",
                  "p2p": "memcpy", "allgather": "allgather/ring",
@@ -501,6 +501,7 @@ class H200Runs(unittest.TestCase):
                 b["chunk_bytes"] = op_chunks[op]
             if whole_steps is not None and op != "p2p":
                 b["whole_steps"] = 1.0 if op in whole_steps else 0.0
+                b["whole_collectives"] = 1.0 if op in whole_collectives else 0.0
             benchmarks.append(b)
         with open(path, "w") as f:
             json.dump({"context": {}, "benchmarks": benchmarks}, f)
@@ -691,7 +692,18 @@ class H200Runs(unittest.TestCase):
             link = calibrate.gpu_link(path)[0]
             self.assertEqual(link.whole_steps, frozenset(ops))
             self.assertIn("in whole steps", link.note)
+            self.assertNotIn("whole collectives", link.note)
             self.assertEqual(link.to_json()["whole_steps"], sorted(ops))
+            # Each collective one kernel (whole_collectives 1): steps counted and priced the same,
+            # the note says how they ran.
+            self.bench_file(path, rows, chunk=chunk, op_chunks={"allgather": chunk, "reduce_scatter": chunk},
+                            whole_steps=ops, whole_collectives=ops)
+            self.assertEqual(calibrate.bench_whole_steps(path, counter="whole_collectives"), frozenset(ops))
+            link = calibrate.gpu_link(path)[0]
+            self.assertEqual(link.whole_steps, frozenset(ops))
+            self.assertIn("in whole collectives (a message is a step of every rank, a phase of one kernel "
+                          "per collective)", link.note)
+            self.assertNotIn("in whole steps", link.note)
             for op in ops:
                 for k in (2, 4):
                     self.assertAlmostEqual(link.time(op, 1 << 26, k) / truth.time(op, 1 << 26, k), 1.0,
@@ -711,7 +723,7 @@ class H200Runs(unittest.TestCase):
             doc["benchmarks"].append(dict(doc["benchmarks"][0], whole_steps=0.0))
             with open(path, "w") as f:
                 json.dump(doc, f)
-            with self.assertRaisesRegex(ValueError, "allreduce-cuda-sweep.json: naive timed both in whole steps"):
+            with self.assertRaisesRegex(ValueError, "allreduce-cuda-sweep.json: naive timed both with whole_steps 0 and 1"):
                 calibrate.gpu_link(path)
 
     def test_channel_split_profile_runs_set_the_width_efficiency_and_are_not_predicted(self):
