@@ -117,10 +117,16 @@ struct LocalFabric::Impl {
     bool reduce;
     int phase = 0;
   };
-  // The run of steps gathered so far (whole collectives): their moves, in step order, and what
-  // they wait for. Touched by the last rank to arrive at each meeting, under the rendezvous lock.
+  // A step's moves, or a run's in step order: each receive's, and as the mover takes them (a
+  // step's pieces of one message merged, checked not to overlap within their step).
+  struct Moves {
+    std::vector<Pending> pending;
+    std::vector<GroupMove> merged;
+  };
+  // The run of steps gathered so far (whole collectives): their moves and what they wait for.
+  // Touched by the last rank to arrive at each meeting, under the rendezvous lock.
   struct Run {
-    std::vector<Pending> moves;
+    Moves moves;
     std::vector<Event> after;
     int steps = 0;
     bool timed = false;
@@ -416,7 +422,7 @@ struct LocalFabric::Impl {
       return queue(leader, done.moves, done.after, done.timed);
     }
     const int phase = meeting == Meeting::RunStep ? run.steps : 0;
-    std::vector<Pending> moves = collect_step(phase);
+    Moves moves = collect_step(phase);
     // Marked only where a rank keeps the marks (a timed rank with a receive that moves data):
     // a mark nobody holds goes back to its pool while a captured graph would still record it.
     bool timed = false;
@@ -432,14 +438,14 @@ struct LocalFabric::Impl {
     run.steps += 1;
     run.timed = run.timed || timed;
     run.after.insert(run.after.end(), after.begin(), after.end());
-    run.moves.insert(run.moves.end(), std::make_move_iterator(moves.begin()),
-                     std::make_move_iterator(moves.end()));
+    for (Pending& p : moves.pending) run.moves.pending.push_back(std::move(p));
+    run.moves.merged.insert(run.moves.merged.end(), moves.merged.begin(), moves.merged.end());
     return {};
   }
 
   // The moves of the step every rank has now reached: each receive takes the next send its peer
   // addressed to it in this step.
-  std::vector<Pending> collect_step(int phase) {
+  Moves collect_step(int phase) {
     std::vector<Pending> pending;
     // Each ordered pair's sends of this step, in order, and how many of them receives took.
     const auto pair = [&](int from, int to) { return static_cast<std::size_t>(from * size + to); };
@@ -477,9 +483,9 @@ struct LocalFabric::Impl {
                         "transport: rank " + std::to_string(from) + " sends rank " +
                             std::to_string(to) + " more in a step than rank " + std::to_string(to) +
                             " receives");
-    std::vector<GroupMove> moves = as_moves(pending);
-    check_disjoint(merge_adjacent(moves));
-    return pending;
+    std::vector<GroupMove> merged = merge_adjacent(as_moves(pending));
+    check_disjoint(merged);
+    return {std::move(pending), std::move(merged)};
   }
 
   static std::vector<GroupMove> as_moves(const std::vector<Pending>& pending) {
@@ -499,15 +505,15 @@ struct LocalFabric::Impl {
     return moves;
   }
 
-  // Queues `pending` (one step, or a run's steps in order) on the group's mover, or without one
-  // on the leader's device, after the events in `after`.
-  GroupMover::Done queue(Device& leader, const std::vector<Pending>& pending,
-                         const std::vector<Event>& after, bool timed) {
-    if (mover) return mover->run(merge_adjacent(as_moves(pending)), after, timed);
+  // Queues `moves` (one step, or a run's steps in order) on the group's mover, or without one on
+  // the leader's device, after the events in `after`.
+  GroupMover::Done queue(Device& leader, const Moves& moves, const std::vector<Event>& after,
+                         bool timed) {
+    if (mover) return mover->run(moves.merged, after, timed);
     GroupMover::Done done;
     for (const Event& e : after) leader.wait(e);
     if (timed) done.can_move = leader.mark();
-    for (const Pending& p : pending) {
+    for (const Pending& p : moves.pending) {
       Tensor dst = p.dst;
       if (p.reduce) {
         for (const Tensor& src : p.srcs) leader.ops().add_inplace(dst, src);
