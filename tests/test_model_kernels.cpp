@@ -316,9 +316,7 @@ TEST(ModelKernels, GroupMovesRunACollectivesStepsInOneLaunch) {
       if (k > 2 && n > 200000) continue;  // the largest tile once is enough (emulator time)
       if (k == 9 && n > 2000) continue;
       TwinBuffers bufs(k, n, 300 + uint64_t(k));
-      const auto moves = ring_moves(bufs.a, n);
-      std::vector<cuda::GroupMoveSpec> same;
-      for (const auto& m : moves) same.push_back(bufs.on_b(m));
+      const auto moves = ring_moves(bufs.a, n), same = ring_moves(bufs.b, n);
       // 9 ranks: 144 moves, two launches, the second from the middle of a step.
       EXPECT_EQ(emulate_group_moves(moves), k == 9 ? 2 : 1) << "k=" << k << " n=" << n;
       apply_in_order(same);
