@@ -182,8 +182,11 @@ class Device {
   // comm_streams: each rank's step also queues work from a communication thread
   // (bind_comm_thread), which joins the capture by waiting on an event of the rank's and rejoins
   // it through one the rank waits on (data_parallel's overlap); the capture must hold that too.
+  // group_moves: the transport moves collective steps with this group's group_mover() (whole
+  // steps or collectives), whose work the capture must hold as well.
   virtual std::unique_ptr<GroupCapture> capture_group(const std::vector<Device*>& group,
-                                                      bool comm_streams, std::string* why_not);
+                                                      bool comm_streams, bool group_moves,
+                                                      std::string* why_not);
 
   // A mover of collective steps over `group` (this device first; every device of one memory
   // domain), or null with *why_not set where this backend moves each message on its receiver's

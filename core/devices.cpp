@@ -138,9 +138,11 @@ std::unique_ptr<CapturedWork> Device::end_capture() {
 }
 
 std::unique_ptr<GroupCapture> Device::capture_group(const std::vector<Device*>& group,
-                                                    bool comm_streams, std::string* why_not) {
+                                                    bool comm_streams, bool group_moves,
+                                                    std::string* why_not) {
   (void)group;
   (void)comm_streams;
+  (void)group_moves;
   if (why_not) *why_not = name() + " cannot capture work (CUDA Graphs are CUDA only)";
   return nullptr;
 }

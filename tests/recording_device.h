@@ -150,7 +150,7 @@ class RecordingDevice final : public ForwardingDevice {
   }
 
   std::unique_ptr<GroupCapture> capture_group(const std::vector<Device*>& group, bool comm_streams,
-                                              std::string* why_not) override;
+                                              bool group_moves, std::string* why_not) override;
 
   void start_capture() {
     PARALAB_REQUIRE(!capturing_, name() + ": a capture in a capture");
@@ -500,8 +500,9 @@ class RecordingGroupCapture final : public GroupCapture {
 };
 
 inline std::unique_ptr<GroupCapture> RecordingDevice::capture_group(
-    const std::vector<Device*>& group, bool comm_streams, std::string* why_not) {
+    const std::vector<Device*>& group, bool comm_streams, bool group_moves, std::string* why_not) {
   (void)comm_streams;  // a recording device always has its second queue
+  (void)group_moves;   // and moves each message on its receiver's queue (no group mover)
   std::vector<RecordingDevice*> devices;
   for (Device* d : group) {
     auto* r = dynamic_cast<RecordingDevice*>(d);

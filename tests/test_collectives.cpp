@@ -27,6 +27,7 @@
 #include "strategies/collectives/transport.h"
 #include "strategies/rank_group.h"
 #include "strategies/spmd_group.h"
+#include "strategies/step_graphs.h"
 #include "tests/fake_nccl.h"
 #include "tests/test_util.h"
 
@@ -928,7 +929,8 @@ TEST(WholeSteps, EveryCollectiveGivesThePerRankBits) {
 struct StepLog {
   std::mutex mu;
   std::vector<std::vector<GroupMove>> steps;
-  std::chrono::milliseconds delay{0};  // how long each step's moves take
+  std::chrono::milliseconds delay{0};     // how long each step's moves take
+  std::vector<bool> captures_with_moves;  // each capture_group()'s group_moves
 };
 
 class FakeMover final : public GroupMover {
@@ -967,6 +969,16 @@ class FakeVirtualDevice final : public testing::ForwardingDevice {
     (void)group;
     (void)why_not;
     return std::make_unique<FakeMover>(log_);
+  }
+  // No graphs here: records what a capture over the group was asked to hold.
+  std::unique_ptr<GroupCapture> capture_group(const std::vector<Device*>& group, bool comm_streams,
+                                              bool group_moves, std::string* why_not) override {
+    (void)group;
+    (void)comm_streams;
+    std::lock_guard lock(log_.mu);
+    log_.captures_with_moves.push_back(group_moves);
+    if (why_not) *why_not = "fake: no graphs";
+    return nullptr;
   }
 
  private:
@@ -1053,6 +1065,24 @@ TEST(WholeSteps, OneUnitPerCollectiveItsStepsInOrderWhateverKAndChunkOnOneGpu) {
           EXPECT_TRUE(root[0].reduce);
         }
       }
+  }
+}
+
+// A graph over the group is tried with the work the transport will put in it: the group mover's
+// runs where the fabric moves whole steps or collectives (the CUDA trial capture then runs the
+// mover, core/cuda/group_capture.cpp), not where each message is its receiver's.
+TEST(WholeSteps, TheGroupsTrialCaptureHoldsTheMoverWhereTheFabricUsesIt) {
+  FakeGpu gpu(3);
+  for (const auto& [moves, want] :
+       {std::pair{StepMoves::Auto, true}, std::pair{StepMoves::WholeSteps, true},
+        std::pair{StepMoves::PerRank, false}}) {
+    SpmdGroup group(gpu.devices, moves);
+    gpu.log.captures_with_moves.clear();
+    std::unique_ptr<GroupCapture> capture;
+    EXPECT_EQ(plan_group_graph("the ring allreduce", group, gpu.devices, &capture),
+              "the ring allreduce needs one graph over the group: fake: no graphs");
+    ASSERT_EQ(gpu.log.captures_with_moves.size(), 1u);
+    EXPECT_EQ(gpu.log.captures_with_moves[0], want) << group.step_moves();
   }
 }
 

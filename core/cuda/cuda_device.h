@@ -70,7 +70,7 @@ class CudaDevice final : public Device {
   // A capture over virtual devices of this GPU (core/cuda/group_capture.cpp); null with the
   // reason for devices of other GPUs or backends.
   std::unique_ptr<GroupCapture> capture_group(const std::vector<Device*>& group, bool comm_streams,
-                                              std::string* why_not) override;
+                                              bool group_moves, std::string* why_not) override;
 
   // Over virtual devices of this GPU (all of the group's): a mover that queues a collective
   // step's moves of every rank as one kernel on a stream of the whole GPU (group_mover.cpp).

@@ -169,17 +169,24 @@ class CudaGroupCapture final : public GroupCapture {
   // launched once and checked, the marks read as a step's are. With comm_streams each rank's
   // part also has a communication thread's (data_parallel's overlap): on the device's
   // communication stream it waits for the rank's event, adds its buffer into a third one between
-  // two marks and records the event the rank's stream then waits on. "" when it
-  // works; otherwise what failed, so that the caller runs eagerly and says why instead of
-  // failing every multi-device run on a driver or GPU that cannot hold such a graph.
-  std::string probe(bool comm_streams) {
+  // two marks and records the event the rank's stream then waits on. With group_moves the
+  // transport's mover of whole collective steps (group_mover.cpp) joins it as the transport
+  // runs it: rank 0's thread queues two phases of moves over every rank's buffers after every
+  // rank's event (a copy, then an add of the next rank's input), timed, and each rank waits for
+  // their end. "" when it works; otherwise what failed, so that the caller runs eagerly and
+  // says why instead of failing every multi-device run on a driver or GPU that cannot hold such
+  // a graph.
+  std::string probe(bool comm_streams, bool group_moves) {
     const int k = static_cast<int>(devices_.size());
     const int64_t n = 256;
     std::vector<Tensor> in(devices_.size()), out(devices_.size()), copy(devices_.size()),
-        side(devices_.size());
+        side(devices_.size()), moved(devices_.size());
     std::vector<Event> ready(devices_.size());
     std::vector<std::pair<TimeMark, TimeMark>> marks(devices_.size()), side_marks(devices_.size());
     std::vector<std::string> errors(devices_.size());
+    std::unique_ptr<GroupMover> mover;
+    std::vector<GroupMove> moves;
+    GroupMover::Done moves_done;  // set by rank 0's thread before a barrier, read after it
     ProbeBarrier gate(k);
     try {
       for (int r = 0; r < k; ++r) {
@@ -189,9 +196,25 @@ class CudaGroupCapture final : public GroupCapture {
         out[r] = Tensor::zeros(d, {n});
         copy[r] = Tensor::zeros(d, {n});
         side[r] = Tensor::zeros(d, {n});
+        moved[r] = Tensor::zeros(d, {n});
         d.ops().add_inplace(out[r], in[r]);  // the kernels loaded, the cache warm
         d.synchronize();
         d.fill_zero(out[r].raw(), out[r].bytes());
+      }
+      if (group_moves) {
+        std::string why;
+        mover = devices_[0]->group_mover({devices_.begin(), devices_.end()}, &why);
+        if (!mover) return "the group's mover of collective steps: " + why;
+        for (int phase = 0; phase < 2; ++phase)
+          for (int r = 0; r < k; ++r) {
+            GroupMove m;
+            m.dst = moved[r].f32();
+            m.src[0] = (phase == 0 ? in[r] : in[(r + 1) % k]).f32();
+            m.floats = n;
+            m.reduce = phase == 1;  // phase 0 copies, phase 1 adds
+            m.phase = phase;
+            moves.push_back(m);
+          }
       }
     } catch (const std::exception& e) {
       return std::string("setting it up: ") + e.what();
@@ -210,6 +233,11 @@ class CudaGroupCapture final : public GroupCapture {
           std::optional<SidePart> side_work;
           if (comm_streams) side_work.emplace(d, ready[at], side[r], in[r], side_marks[at]);
           barrier();  // every rank's event recorded before any waits on one
+          if (mover) {
+            if (r == 0) moves_done = mover->run(moves, ready, /*timed=*/true);
+            barrier();  // the moves queued before any rank waits for their end
+            d.wait(moves_done.done);
+          }
           d.wait(ready[static_cast<std::size_t>((r + 1) % k)]);
           d.ops().add_inplace(out[r], in[(r + 1) % k]);
           d.copy_on_device(copy[r].raw(), out[r].raw(), out[r].bytes());  // a memcpy node
@@ -233,6 +261,16 @@ class CudaGroupCapture final : public GroupCapture {
             if (v != static_cast<float>(r + 1))
               throw Error(d.name() + "'s communication stream computed " + std::to_string(v) +
                           ", not " + std::to_string(r + 1));
+        if (mover) {
+          for (float v : moved[r].to_host_f32())
+            if (v != want)
+              throw Error("the group's moves left " + std::to_string(v) + " on " + d.name() +
+                          ", not " + std::to_string(want));
+          const double ms = d.elapsed_ms(moves_done.can_move, moves_done.moved);
+          if (!(ms >= 0.0))
+            throw Error("the group's moves' marks read " + std::to_string(ms) +
+                        " ms after a launch");
+        }
         for (const auto* m : {&marks[at], &side_marks[at]}) {
           if (m == &side_marks[at] && !comm_streams) continue;
           const double ms = d.elapsed_ms(m->first, m->second);
@@ -421,7 +459,8 @@ class CudaGroupCapture final : public GroupCapture {
 }  // namespace
 
 std::unique_ptr<GroupCapture> CudaDevice::capture_group(const std::vector<Device*>& group,
-                                                        bool comm_streams, std::string* why_not) {
+                                                        bool comm_streams, bool group_moves,
+                                                        std::string* why_not) {
   std::vector<CudaDevice*> devices;
   for (Device* d : group) {
     auto* c = dynamic_cast<CudaDevice*>(d);
@@ -441,7 +480,7 @@ std::unique_ptr<GroupCapture> CudaDevice::capture_group(const std::vector<Device
   PARALAB_REQUIRE(!devices.empty() && devices[0] == this,
                   name() + ": capture_group() of a group it does not lead");
   auto capture = std::make_unique<CudaGroupCapture>(std::move(devices));
-  if (const std::string why = capture->probe(comm_streams); !why.empty()) {
+  if (const std::string why = capture->probe(comm_streams, group_moves); !why.empty()) {
     if (why_not) *why_not = "a trial graph over the group failed (" + why + ")";
     return nullptr;
   }
