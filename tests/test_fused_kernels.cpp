@@ -126,8 +126,10 @@ std::vector<float> run_data_gemm(const Stage& st, const std::vector<float>& dcon
   return dx;
 }
 
-// backward_weights and backward_data as the launcher runs them.
-Grads run_backward(const Stage& st, bool gemm, const TileSet& tiles = kDefaultTiles) {
+// backward_weights and backward_data as the launcher runs them (generic_direct: the direct
+// weight gradient's generic instance even where the launcher takes the 3 x 3 patch one).
+Grads run_backward(const Stage& st, bool gemm, const TileSet& tiles = kDefaultTiles,
+                   bool generic_direct = false) {
   const Geometry& g = st.g;
   Grads out;
   out.dw.assign(std::size_t(g.k) * g.crs, -1.0f);
@@ -140,7 +142,11 @@ Grads run_backward(const Stage& st, bool gemm, const TileSet& tiles = kDefaultTi
   emulate(dim3(element_blocks(int64_t(out.dconv.size()))), dim3(kElementThreads), conv_grad_all, g,
           st.dy.data(), st.mask.data(), out.dconv.data());
   if (!gemm) {
-    if (direct_small(g))
+    if (direct_patch_3x3(g) && !generic_direct)
+      emulate(per_filter, dim3(kReduceThreads),
+              weights_direct_partial<kReduceThreads, kDirectSmallSlots, 3, 3>, g, part.chunk,
+              st.x.data(), st.dy.data(), st.mask.data(), partial.data());
+    else if (direct_small(g))
       emulate(per_filter, dim3(kReduceThreads),
               weights_direct_partial<kReduceThreads, kDirectSmallSlots>, g, part.chunk, st.x.data(),
               st.dy.data(), st.mask.data(), partial.data());
@@ -510,6 +516,21 @@ TEST(FusedKernels, BiasGradientIsTheSameBitsOnBothPaths) {
     run_forward(st, false);
     EXPECT_TRUE(bits_equal(run_backward(st, false).db, run_backward(st, true).db))
         << "N=" << shape.n;
+  }
+}
+
+TEST(FusedKernels, PatchWeightGradientGivesTheGenericKernelsBits) {
+  // The 3 x 3 one-channel instance (each window's patch loaded once) against the generic one, on
+  // random data with closed ReLU positions: the same fmas in the same order, so the same bits.
+  for (const Shape7& shape :
+       {kConv1, Shape7{3, 1, 9, 11, 5, 3, 3}, Shape7{2, 1, 38, 38, 16, 3, 3}}) {
+    Stage st = make_stage(shape, 61);
+    ASSERT_TRUE(direct_patch_3x3(st.g));
+    run_forward(st, false);
+    const Grads patch = run_backward(st, false), generic = run_backward(st, false, kDefaultTiles,
+                                                                        /*generic_direct=*/true);
+    EXPECT_TRUE(bits_equal(patch.dw, generic.dw)) << "dw, N=" << shape.n << " W=" << shape.w;
+    EXPECT_TRUE(bits_equal(patch.db, generic.db)) << "db, N=" << shape.n << " W=" << shape.w;
   }
 }
 

@@ -102,7 +102,10 @@ void backward_weights(const Geometry& g, const TileSet& tiles, const float* x, c
   const Partition part = partition(g.n);
   if (direct(g)) {
     const dim3 grid(static_cast<unsigned>(g.k), static_cast<unsigned>(part.parts));
-    if (direct_small(g))
+    if (direct_patch_3x3(g))
+      weights_direct_partial<kReduceThreads, kDirectSmallSlots, 3, 3>
+          <<<grid, kReduceThreads, 0, s>>>(g, part.chunk, x, dy, mask, partial);
+    else if (direct_small(g))
       weights_direct_partial<kReduceThreads, kDirectSmallSlots>
           <<<grid, kReduceThreads, 0, s>>>(g, part.chunk, x, dy, mask, partial);
     else
@@ -128,6 +131,8 @@ void backward_weights(const Geometry& g, const TileSet& tiles, const float* x, c
 void backward_data(const Geometry& g, const TileSet& tiles, const float* dconv, const float* w,
                    float* cols, float* dx, cudaStream_t s) {
   require_int32(g);
+  PARALAB_REQUIRE(reinterpret_cast<uintptr_t>(cols) % 16 == 0,
+                  std::string("conv_relu_pool: the columns buffer is not 16-byte aligned"));
   const Slices slices = data_slices(g);
   const bool no_positions = g.oh == 0 || g.ow == 0;  // dx is all zeros: col2im adds nothing
   for (int n_begin = 0; n_begin < g.n; n_begin += slices.examples) {

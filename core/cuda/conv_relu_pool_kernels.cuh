@@ -133,10 +133,15 @@ __device__ __forceinline__ int column_of(int tx, int jj) {
 // block multiplies (a double buffer in registers); loaders that step their indices expect the
 // fetches in order, l_begin, l_begin + BK, ... As is stored transposed (As[l][m]) so that a thread
 // reads its TM rows of one step side by side; a thread's columns are column_of(tx, 0 .. TN-1).
-template <int BM, int BN, int BK, int TM, int TN, typename LoadA, typename LoadB>
-__device__ __forceinline__ void gemm_mainloop(float (&As)[BK][BM + kApad], float (&Bs)[BK][BN],
+// Bs rows hold BN floats or more (kBRow: padded where a loader stores columns of it). kUnrollK
+// unrolls the loop over a step's BK values (the next values' shared loads issued while the
+// current ones multiply), where the registers it takes cost no blocks per SM.
+template <int BM, int BN, int BK, int TM, int TN, bool kUnrollK = false, typename LoadA,
+          typename LoadB, int kBRow>
+__device__ __forceinline__ void gemm_mainloop(float (&As)[BK][BM + kApad], float (&Bs)[BK][kBRow],
                                               int l_begin, int l_end, LoadA& load_a, LoadB& load_b,
                                               float (&acc)[TM][TN]) {
+  static_assert(kBRow >= BN && kBRow % 4 == 0, "Bs rows: BN floats or more, 16-byte aligned");
   constexpr int kCols = BN / TN;
   const int tx = static_cast<int>(threadIdx.x) % kCols, ty = static_cast<int>(threadIdx.x) / kCols;
   if (l_begin < l_end) {
@@ -151,12 +156,23 @@ __device__ __forceinline__ void gemm_mainloop(float (&As)[BK][BM + kApad], float
       load_a.fetch(l0 + BK);
       load_b.fetch(l0 + BK);
     }
-    for (int kk = 0; kk < BK; ++kk) {
+    const auto step = [&](int kk) {
       float a[TM], bv[TN];
+      PARALAB_UNROLL
       for (int i = 0; i < TM; ++i) a[i] = As[kk][ty * TM + i];
+      PARALAB_UNROLL
       for (int jj = 0; jj < TN; ++jj) bv[jj] = Bs[kk][column_of<TN, kCols>(tx, jj)];
-      for (int i = 0; i < TM; ++i)
+      PARALAB_UNROLL
+      for (int i = 0; i < TM; ++i) {
+        PARALAB_UNROLL
         for (int jj = 0; jj < TN; ++jj) acc[i][jj] = fmaf(a[i], bv[jj], acc[i][jj]);
+      }
+    };
+    if constexpr (kUnrollK) {
+      PARALAB_UNROLL
+      for (int kk = 0; kk < BK; ++kk) step(kk);
+    } else {
+      for (int kk = 0; kk < BK; ++kk) step(kk);
     }
     __syncthreads();  // before the next step overwrites the tiles others still read
   }
@@ -217,18 +233,33 @@ struct ForwardLoadA {
   }
 };
 
+// B[j][k] = w[k * crs + j], columns n0 ...: consecutive threads take consecutive j of one filter
+// (consecutive floats of w; a warp reads 32 / BK runs of BK floats, not 32 filters' rows apart),
+// and store them down a column of Bs, whose rows are padded by 4 floats so that those stores
+// fall on distinct banks (row stride BN + 4: bank 4 kk + column, for BK = 8).
+inline constexpr int kWeightBpad = 4;
 template <int BN, int BK, int kThreads>
-struct WeightLoadB : StridedTile<BK, BN, kThreads> {  // B[j][k] = w[k * crs + j], columns n0 ...
+struct WeightLoadB {
+  static_assert((BK * BN) % kThreads == 0, "the threads share the tile evenly");
+  static constexpr int kPer = BK * BN / kThreads;
   const float* w;
   int crs, k_count, n0;
+  float v[kPer];
   __device__ WeightLoadB(const float* w_, int crs_, int k_count_, int n0_)
       : w(w_), crs(crs_), k_count(k_count_), n0(n0_) {}
   __device__ void fetch(int j0) {
     PARALAB_UNROLL
-    for (int t = 0; t < this->kPer; ++t) {
+    for (int t = 0; t < kPer; ++t) {
       const int e = static_cast<int>(threadIdx.x) + t * kThreads;
-      const int j = j0 + e / BN, k = n0 + e % BN;
-      this->v[t] = j < crs && k < k_count ? w[k * crs + j] : 0.0f;
+      const int j = j0 + e % BK, k = n0 + e / BK;
+      v[t] = j < crs && k < k_count ? w[k * crs + j] : 0.0f;
+    }
+  }
+  __device__ void store(float (&Bs)[BK][BN + kWeightBpad]) const {
+    PARALAB_UNROLL
+    for (int t = 0; t < kPer; ++t) {
+      const int e = static_cast<int>(threadIdx.x) + t * kThreads;
+      Bs[e % BK][e / BK] = v[t];
     }
   }
 };
@@ -240,7 +271,7 @@ __global__ void __launch_bounds__((BM / TM) * (BN / TN))
   constexpr int kThreads = (BM / TM) * (BN / TN);
   static_assert(TM % 4 == 0, "a thread's rows are whole pool windows");
   __shared__ __align__(16) float As[BK][BM + kApad];
-  __shared__ __align__(16) float Bs[BK][BN];
+  __shared__ __align__(16) float Bs[BK][BN + kWeightBpad];
   const int rows = static_cast<int>(forward_rows(g));
   const int m0 = static_cast<int>(blockIdx.x) * BM;
   const int n0 = static_cast<int>(blockIdx.y) * BN;
@@ -259,7 +290,9 @@ __global__ void __launch_bounds__((BM / TM) * (BN / TN))
   float acc[TM][TN] = {};
   ForwardLoadA<BM, BK, kThreads> load_a(g, x, row_base);
   WeightLoadB<BN, BK, kThreads> load_b(w, g.crs, g.k, n0);
-  gemm_mainloop<BM, BN, BK, TM, TN>(As, Bs, 0, g.crs, load_a, load_b, acc);
+  // Few blocks an SM at LeNet's batch (wide 1, narrow about 4; ptxas: 127 and 47 registers, no
+  // spill): the unrolled steps' registers cost none.
+  gemm_mainloop<BM, BN, BK, TM, TN, /*kUnrollK=*/true>(As, Bs, 0, g.crs, load_a, load_b, acc);
 
   constexpr int kCols = BN / TN;
   const int tx = static_cast<int>(threadIdx.x) % kCols, ty = static_cast<int>(threadIdx.x) / kCols;
@@ -335,13 +368,17 @@ __global__ void relu_pool_backward_k(Geometry g, const float* __restrict__ dy,
   }
 }
 
-// Sums red[j][0 .. kThreads) into red[j][0] for j < count, in a fixed tree.
+// Sums red[j][0 .. kThreads) into red[j][0] for j < count, in a fixed tree: at each level
+// red[j][t] += red[j][t + half] for t < half, the count x half adds of a level spread over all
+// threads (each add its own; no thread's chain longer than a level's share).
 template <int kRows, int kThreads>
 __device__ __forceinline__ void block_tree_sum(float (&red)[kRows][kThreads], int count) {
   __syncthreads();
   for (int half = kThreads / 2; half > 0; half /= 2) {
-    if (static_cast<int>(threadIdx.x) < half)
-      for (int j = 0; j < count; ++j) red[j][threadIdx.x] += red[j][threadIdx.x + half];
+    for (int a = static_cast<int>(threadIdx.x); a < count * half; a += kThreads) {
+      const int j = a / half, t = a - j * half;
+      red[j][t] += red[j][t + half];
+    }
     __syncthreads();
   }
 }
@@ -365,7 +402,11 @@ __device__ __forceinline__ void window_grads(const float* dy, const uint8_t* mas
 // With 16 slots the kernel fits 64 registers (ptxas: no spill on sm_90, 24 bytes on sm_80), so 4
 // blocks share an SM (LeNet's conv1: 640 blocks in 1.2 waves on 132 SMs, not 1.6); 33 slots
 // would spill there and take 128 (2 blocks).
-template <int kThreads, int kSlots>
+// kR, kS > 0: one input channel and a kR x kS filter (direct_patch_3x3 in conv_relu_pool_plan.h;
+// LeNet's conv1): a window's (kR + 1) x (kS + 1) patch of x is loaded once, into registers, and
+// each position takes its kR kS values from it (16 loads a window for 3 x 3, not 36), with the
+// same fmas in the same order, so the same bits.
+template <int kThreads, int kSlots, int kR = 0, int kS = 0>
 __global__ void __launch_bounds__(kThreads, kSlots <= 16 ? 4 : 2)
     weights_direct_partial(Geometry g, int chunk, const float* __restrict__ x,
                            const float* __restrict__ dy, const uint8_t* __restrict__ mask,
@@ -393,19 +434,39 @@ __global__ void __launch_bounds__(kThreads, kSlots <= 16 ? 4 : 2)
     float d[4];
     window_grads(dy, mask, ((n * g.k + k) * g.ph + ph) * g.pw + pw, d);
     const float* xw = x + n * g.c * g.h * g.w + 2 * ph * g.w + 2 * pw;
-    PARALAB_UNROLL
-    for (int q = 0; q < 4; ++q) {
-      const float* xp = xw + (q >> 1) * g.w + (q & 1);
-      const bool open = d[q] != 0.0f;
-      // The loads are unconditional (every position is inside x), so that they issue together;
-      // a closed position keeps acc as it is.
+    if constexpr (kR > 0) {
+      static_assert(kS > 0 && kR * kS <= kMax, "a filter of kR x kS weights and its bias");
+      float patch[kR + 1][kS + 1];
       PARALAB_UNROLL
-      for (int j = 0; j < kMax; ++j)
-        if (j < g.crs) {
-          const float v = xp[offset[j]];
-          acc[j] = open ? fmaf(d[q], v, acc[j]) : acc[j];
+      for (int a = 0; a <= kR; ++a) {
+        PARALAB_UNROLL
+        for (int b = 0; b <= kS; ++b) patch[a][b] = xw[a * g.w + b];
+      }
+      PARALAB_UNROLL
+      for (int q = 0; q < 4; ++q) {
+        const bool open = d[q] != 0.0f;
+        PARALAB_UNROLL
+        for (int j = 0; j < kR * kS; ++j) {
+          const float f = fmaf(d[q], patch[(q >> 1) + j / kS][(q & 1) + j % kS], acc[j]);
+          acc[j] = open ? f : acc[j];
         }
-      acc[kMax] = open ? acc[kMax] + d[q] : acc[kMax];
+        acc[kMax] = open ? acc[kMax] + d[q] : acc[kMax];
+      }
+    } else {
+      PARALAB_UNROLL
+      for (int q = 0; q < 4; ++q) {
+        const float* xp = xw + (q >> 1) * g.w + (q & 1);
+        const bool open = d[q] != 0.0f;
+        // Written unconditionally (every position is inside x) so that the loads may issue
+        // together (nvcc still branches around them on sm_90); a closed position keeps acc.
+        PARALAB_UNROLL
+        for (int j = 0; j < kMax; ++j)
+          if (j < g.crs) {
+            const float v = xp[offset[j]];
+            acc[j] = open ? fmaf(d[q], v, acc[j]) : acc[j];
+          }
+        acc[kMax] = open ? acc[kMax] + d[q] : acc[kMax];
+      }
     }
   }
   PARALAB_UNROLL
@@ -575,13 +636,20 @@ __global__ void __launch_bounds__((BM / TM) * (BN / TN))
 }
 
 // dw (K, C R S) and db (K) from partial[p][k][0 .. crs], summed over p = 0, 1, ... in order.
+// parts <= kMaxParts: a thread loads its parts' values first, all in flight at once, then adds
+// them in order.
 __global__ void sum_partials(Geometry g, int parts, const float* __restrict__ partial,
                              float* __restrict__ dw, float* __restrict__ db) {
   const int width = g.k * (g.crs + 1);
   const int stride = static_cast<int>(blockDim.x * gridDim.x);
   for (int i = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x); i < width; i += stride) {
+    float v[kMaxParts];
+    PARALAB_UNROLL
+    for (int p = 0; p < kMaxParts; ++p) v[p] = p < parts ? partial[p * width + i] : 0.0f;
     float s = 0.0f;
-    for (int p = 0; p < parts; ++p) s += partial[p * width + i];
+    PARALAB_UNROLL
+    for (int p = 0; p < kMaxParts; ++p)
+      if (p < parts) s += v[p];
     const int k = i / (g.crs + 1);
     const int j = i - k * (g.crs + 1);
     if (j < g.crs)
@@ -671,10 +739,25 @@ __global__ void __launch_bounds__((BM / TM) * (BN / TN))
   for (int i = 0; i < TM; ++i) {
     const int j = static_cast<int>(blockIdx.y) * BM + ty * TM + i;
     if (j >= g.crs) break;
+#if defined(__CUDACC__)
+    // A thread's columns come in groups of 4 side by side from a multiple of 4, and columns
+    // (n_count OH OW; OH and OW are even) is a multiple of 4: a group is wholly in or wholly out,
+    // and goes as one 16-byte store (cols is 16-byte aligned, backward_data checks it), a warp's
+    // stores whole sectors instead of one float in every 16 bytes. (The emulation stores the same
+    // values one by one.)
+    PARALAB_UNROLL
+    for (int jj = 0; jj < TN; jj += 4) {
+      const int m = m0 + column_of<TN, kCols>(tx, jj);
+      if (m < columns)
+        *reinterpret_cast<float4*>(cols + j * columns + m) =
+            make_float4(acc[i][jj], acc[i][jj + 1], acc[i][jj + 2], acc[i][jj + 3]);
+    }
+#else
     for (int jj = 0; jj < TN; ++jj) {
       const int m = m0 + column_of<TN, kCols>(tx, jj);
       if (m < columns) cols[j * columns + m] = acc[i][jj];
     }
+#endif
   }
 }
 

@@ -90,6 +90,9 @@ inline constexpr int kReduceThreads = 256;  // weights_direct_partial, bias_part
 inline constexpr int kDirectSmallSlots = 16;
 inline constexpr int kDirectSlots = kDirectMaxCrs + 1;
 inline bool direct_small(const Geometry& g) { return g.crs < kDirectSmallSlots; }
+// One input channel and a 3 x 3 filter (LeNet's conv1): weights_direct_partial's instance that
+// loads each pool window's 4 x 4 patch of x once.
+inline bool direct_patch_3x3(const Geometry& g) { return g.c == 1 && g.r == 3 && g.s == 3; }
 inline constexpr int kElementThreads = 256;
 
 // The batch cut into P chunks of `chunk` examples (the last may be shorter). Weight and bias
@@ -98,8 +101,9 @@ inline constexpr int kElementThreads = 256;
 struct Partition {
   int chunk, parts;
 };
+inline constexpr int kMaxParts = 32;  // enough blocks to fill a GPU at LeNet's sizes
 inline Partition partition(int n) {
-  const int wanted = std::min(n, 32);  // enough blocks to fill a GPU at LeNet's sizes
+  const int wanted = std::min(n, kMaxParts);
   const int chunk = (n + wanted - 1) / wanted;
   return {chunk, (n + chunk - 1) / chunk};
 }
