@@ -77,8 +77,13 @@ void run_forward(Stage& st, bool gemm, const TileSet& tiles = kDefaultTiles) {
   st.mask.assign(st.pooled(), 0xff);
   const Geometry& g = st.g;
   if (!gemm) {
-    emulate(dim3(element_blocks(int64_t(st.pooled()))), dim3(kElementThreads), forward_direct, g,
-            st.x.data(), st.w.data(), st.b.data(), st.y.data(), st.mask.data());
+    if (direct_patch_3x3(g))
+      emulate(dim3(element_blocks(int64_t(st.pooled()))), dim3(kElementThreads),
+              forward_direct<3, 3>, g, st.x.data(), st.w.data(), st.b.data(), st.y.data(),
+              st.mask.data());
+    else
+      emulate(dim3(element_blocks(int64_t(st.pooled()))), dim3(kElementThreads), forward_direct<>,
+              g, st.x.data(), st.w.data(), st.b.data(), st.y.data(), st.mask.data());
   } else if (&tiles == &kNarrowTiles) {
     constexpr Tile F = kNarrowTiles.forward;
     emulate(dim3(unsigned(ceil_div(forward_rows(g), F.bm)), unsigned(ceil_div(g.k, F.bn))),

@@ -77,7 +77,10 @@ void forward(const Geometry& g, const TileSet& tiles, const float* x, const floa
   require_int32(g);
   if (direct(g)) {
     const int64_t outputs = int64_t{g.n} * g.k * g.ph * g.pw;
-    forward_direct<<<element_blocks(outputs), kElementThreads, 0, s>>>(g, x, w, b, y, mask);
+    if (direct_patch_3x3(g))
+      forward_direct<3, 3><<<element_blocks(outputs), kElementThreads, 0, s>>>(g, x, w, b, y, mask);
+    else
+      forward_direct<><<<element_blocks(outputs), kElementThreads, 0, s>>>(g, x, w, b, y, mask);
   } else {
     if (narrow(tiles))
       forward_gemm_on<kNarrowTiles>(g, x, w, b, y, mask, s);

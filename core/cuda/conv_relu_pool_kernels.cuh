@@ -64,9 +64,14 @@ __device__ __forceinline__ void pooled_coords(const Geometry& g, int i, int& nk,
 // four outputs read one (R+1) x (S+1) patch of each input channel: each patch value is loaded
 // once and added to every output whose filter covers it. For each output the products still come
 // in ascending (c, r, s), as the patch is walked row by row, so the sums are the GEMM's bits.
+// kR, kS > 0: the filter is kR x kS (direct_patch_3x3 in conv_relu_pool_plan.h; LeNet's conv1),
+// so the patch loops unroll, their tests are constants, and each weight is loaded once a channel
+// instead of once for each output that uses it (9 loads, not 36); the same fmas in the same order.
+template <int kR = 0, int kS = 0>
 __global__ void forward_direct(Geometry g, const float* __restrict__ x, const float* __restrict__ w,
                                const float* __restrict__ b, float* __restrict__ y,
                                uint8_t* __restrict__ mask) {
+  const int R = kR > 0 ? kR : g.r, S = kS > 0 ? kS : g.s;
   const int total = g.n * g.k * g.ph * g.pw;
   const int stride = static_cast<int>(blockDim.x * gridDim.x);
   for (int i = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x); i < total; i += stride) {
@@ -77,20 +82,23 @@ __global__ void forward_direct(Geometry g, const float* __restrict__ x, const fl
     const float* xw = x + n * g.c * g.h * g.w + 2 * ph * g.w + 2 * pw;
     float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
     for (int c = 0; c < g.c; ++c) {
-      const float* wc = wk + c * g.r * g.s;
+      const float* wc = wk + c * R * S;
       const float* xc = xw + c * g.h * g.w;
-      for (int pr = 0; pr <= g.r; ++pr)
-        for (int pc = 0; pc <= g.s; ++pc) {
+      PARALAB_UNROLL
+      for (int pr = 0; pr <= R; ++pr) {
+        PARALAB_UNROLL
+        for (int pc = 0; pc <= S; ++pc) {
           const float v = xc[pr * g.w + pc];
           // Output q = 2 dh + dw takes v with weight (pr - dh, pc - dw) where that is in the
           // filter; q's products reach it in ascending (r, s) as (pr, pc) ascends.
-          const bool top = (pr < g.r), left = (pc < g.s);
+          const bool top = (pr < R), left = (pc < S);
           const bool bottom = (pr > 0), right = (pc > 0);
-          if (top && left) acc[0] = fmaf(v, wc[pr * g.s + pc], acc[0]);
-          if (top && right) acc[1] = fmaf(v, wc[pr * g.s + pc - 1], acc[1]);
-          if (bottom && left) acc[2] = fmaf(v, wc[(pr - 1) * g.s + pc], acc[2]);
-          if (bottom && right) acc[3] = fmaf(v, wc[(pr - 1) * g.s + pc - 1], acc[3]);
+          if (top && left) acc[0] = fmaf(v, wc[pr * S + pc], acc[0]);
+          if (top && right) acc[1] = fmaf(v, wc[pr * S + pc - 1], acc[1]);
+          if (bottom && left) acc[2] = fmaf(v, wc[(pr - 1) * S + pc], acc[2]);
+          if (bottom && right) acc[3] = fmaf(v, wc[(pr - 1) * S + pc - 1], acc[3]);
         }
+      }
     }
     uint8_t bits;
     y[i] = pool_window(acc, b[k], bits);

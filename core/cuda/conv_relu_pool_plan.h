@@ -90,8 +90,9 @@ inline constexpr int kReduceThreads = 256;  // weights_direct_partial, bias_part
 inline constexpr int kDirectSmallSlots = 16;
 inline constexpr int kDirectSlots = kDirectMaxCrs + 1;
 inline bool direct_small(const Geometry& g) { return g.crs < kDirectSmallSlots; }
-// One input channel and a 3 x 3 filter (LeNet's conv1): weights_direct_partial's instance that
-// loads each pool window's 4 x 4 patch of x once.
+// One input channel and a 3 x 3 filter (LeNet's conv1): the direct kernels' instances for it
+// (forward_direct<3, 3>: each weight loaded once; weights_direct_partial<.., 3, 3>: each pool
+// window's 4 x 4 patch of x loaded once).
 inline bool direct_patch_3x3(const Geometry& g) { return g.c == 1 && g.r == 3 && g.s == 3; }
 inline constexpr int kElementThreads = 256;
 
