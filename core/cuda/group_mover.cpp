@@ -34,6 +34,13 @@ class CudaGroupMover final : public GroupMover {
   CudaGroupMover(int gpu, int ranks) : gpu_(gpu), ranks_(ranks) {
     order_events_ = event_pool(gpu, cudaEventDisableTiming, "group mover");
     timing_events_ = event_pool(gpu, cudaEventDefault, "group mover");
+    // The stream on gpu's own context; the calling thread's current device is left as it was.
+    int current = 0;
+    PARALAB_CUDA(cudaGetDevice(&current));
+    struct Restore {
+      int device;
+      ~Restore() { (void)cudaSetDevice(device); }
+    } restore{current};
     PARALAB_CUDA(cudaSetDevice(gpu_));
     PARALAB_CUDA(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   }

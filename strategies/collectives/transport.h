@@ -61,6 +61,9 @@ class Transport {
   // in that step, so that a transport may move the whole step at once: LocalFabric over virtual
   // devices of one GPU queues all ranks' moves of a step as one kernel (moves_steps_whole()).
   // No receive of a step may write what another send or receive of the step reads or writes.
+  // The buffers' memory must stay the caller's until its device's later work (a transport that
+  // queues the moves on the device keeps no reference to them once step() returns, and the
+  // device may reuse a freed buffer as soon as its own queue allows).
   // The default posts the sends (isend), receives in order, then waits for the sends: the same
   // messages as sending and receiving one by one.
   struct StepSend {
