@@ -441,19 +441,28 @@ TEST(FusedKernels, BiasReluPoolOverAConvOutputMatchesReference) {
   }
 }
 
-TEST(FusedKernels, ReluPoolBackwardFillsTheWholeConvOutput) {
-  for (const Shape7& shape : {kConv2, kOdd}) {
+TEST(FusedKernels, ReluPoolBackwardFillsTheWholeConvOutputAndSumsItAsChannelSums) {
+  // dconv over the whole conv output (conv_grad where a window reads, 0 in the rows and columns
+  // none reads), and in the same pass the bias gradient's partial sums with the bits
+  // channel_sums_partial makes of that dconv. Shapes: two with rows and columns no window reads
+  // (kConv2: 9x9 pooled to 4x4), a plane larger than a block (LeNet's conv1: 676) with several
+  // examples per part, and many channels with one example per part.
+  for (const Shape7& shape :
+       {kConv2, kOdd, Shape7{12, 1, 28, 28, 4, 3, 3}, Shape7{3, 2, 7, 6, 300, 3, 3}}) {
     Stage st = make_stage(shape, 89);
-    run_forward(st, true);
+    run_forward(st, !direct(st.g));
     const Geometry& g = st.g;
     std::vector<float> dconv(std::size_t(g.n) * g.k * g.oh * g.ow, -1.0f);
     emulate(dim3(element_blocks(int64_t(dconv.size()))), dim3(kElementThreads), conv_grad_all, g,
             st.dy.data(), st.mask.data(), dconv.data());
+    const cuda::ChannelSumsPartition part = cuda::channel_sums_partition(g.n, g.k);
+    const int chunk = int(part.chunk), parts = int(part.parts);
     std::vector<float> full(std::size_t(conv_output_floats(g)), -1.0f);
-    emulate(dim3(element_blocks(conv_output_floats(g))), dim3(kElementThreads),
-            relu_pool_backward_k, g, st.dy.data(), st.mask.data(), full.data());
+    std::vector<float> partial(std::size_t(parts) * g.k, -7.0f);
+    emulate(dim3(unsigned(g.k), unsigned(parts)), dim3(kReduceThreads),
+            relu_pool_backward_sums<kReduceThreads>, g, chunk, st.dy.data(), st.mask.data(),
+            full.data(), partial.data());
     const int ch = g.h - g.r + 1, cw = g.w - g.s + 1;
-    ASSERT_TRUE(ch > g.oh || cw > g.ow) << "a shape with a row or column no window reads";
     int wrong = 0;
     for (int nk = 0; nk < g.n * g.k; ++nk)
       for (int oh = 0; oh < ch; ++oh)
@@ -464,6 +473,10 @@ TEST(FusedKernels, ReluPoolBackwardFillsTheWholeConvOutput) {
           wrong += std::memcmp(&got, &want, sizeof got) != 0;
         }
     EXPECT_EQ(wrong, 0) << "K=" << g.k;
+    std::vector<float> want(partial.size(), -8.0f);
+    emulate(dim3(unsigned(g.k), unsigned(parts)), dim3(256), cuda::channel_sums_partial<256>,
+            static_cast<const float*>(full.data()), want.data(), g.n, g.k, ch * cw, chunk);
+    EXPECT_TRUE(bits_equal(partial, want)) << "K=" << g.k << " N=" << g.n;
   }
 }
 

@@ -14,9 +14,10 @@
 // (weight gradient) and 4.6e-3 (forward) of the tensor's maximum against fp64, 1,000x the others
 // (`../shared/gpu-runs/2026-11-30-h200/FINDINGS.md`). The choices are recorded (Ops::describe).
 //
-// The bias gradient is ParaLab's own fixed-order channel sum (kernels.h channel_sums), not
-// cudnnConvolutionBackwardBias: on an H200 cuDNN's took 216 us for conv1's 20 channels at batch
-// 256 (one block per channel), a third of the step (results/reference/h200-2026-12-04).
+// The bias gradient is ParaLab's own fixed-order channel sum (the bits of kernels.h channel_sums,
+// its partial sums made in relu_pool_backward's pass), not cudnnConvolutionBackwardBias: on an
+// H200 cuDNN's took 216 us for conv1's 20 channels at batch 256 (one block per channel), a third
+// of the step (results/reference/h200-2026-12-04).
 #include <algorithm>
 #include <map>
 #include <tuple>
@@ -87,9 +88,9 @@ class CudaConvReluPool final : public ConvReluPool {
     const float one = 1.0f, zero = 0.0f;
     cudnnHandle_t h = d_.cudnn();
     // The activation buffer's forward values are spent: its gradient takes its place.
-    crp::relu_pool_backward(p.g, dy.f32(), p.masks.training(), p.activation.f32(), d_.stream());
-    channel_sums(p.activation.f32(), db.f32(), p.bias_partial.f32(), x.dim(0), w.dim(0),
-                 p.activation.dim(2) * p.activation.dim(3), d_.stream());
+    // (and the bias gradient from it, in the same pass: the bits of channel_sums over it)
+    crp::relu_pool_backward(p.g, dy.f32(), p.masks.training(), p.activation.f32(),
+                            p.bias_partial.f32(), db.f32(), d_.stream());
     PARALAB_CUDNN(cudnnSetConvolutionMathType(p.conv, p.algos.filter_math));
     PARALAB_CUDNN(cudnnConvolutionBackwardFilter(h, &one, p.x, x.raw(), p.act, p.activation.raw(),
                                                  p.conv, p.algos.filter, p.workspace.raw(),

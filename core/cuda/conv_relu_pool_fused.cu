@@ -1,9 +1,11 @@
 #include <algorithm>
 #include <string>
 
+#include "core/cuda/channel_sums_plan.h"
 #include "core/cuda/check.h"
 #include "core/cuda/conv_relu_pool_fused.h"
 #include "core/cuda/conv_relu_pool_kernels.cuh"
+#include "core/cuda/kernels.h"
 
 namespace paralab::cuda::crp {
 
@@ -162,11 +164,16 @@ void bias_relu_pool(const Geometry& g, const float* conv, const float* b, float*
 }
 
 void relu_pool_backward(const Geometry& g, const float* dy, const uint8_t* mask, float* dconv,
-                        cudaStream_t s) {
+                        float* partial, float* db, cudaStream_t s) {
   require_int32(g);
-  relu_pool_backward_k<<<element_blocks(conv_output_floats(g)), kElementThreads, 0, s>>>(
-      g, dy, mask, dconv);
-  PARALAB_CUDA_LAUNCHED();
+  const ChannelSumsPartition part = channel_sums_partition(g.n, g.k);
+  if (part.parts > 0) {
+    relu_pool_backward_sums<kReduceThreads>
+        <<<dim3(static_cast<unsigned>(g.k), static_cast<unsigned>(part.parts)), kReduceThreads, 0,
+           s>>>(g, static_cast<int>(part.chunk), dy, mask, dconv, partial);
+    PARALAB_CUDA_LAUNCHED();
+  }
+  finish_channel_sums(partial, db, g.k, part.parts, s);
 }
 
 }  // namespace paralab::cuda::crp

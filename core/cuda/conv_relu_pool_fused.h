@@ -45,8 +45,11 @@ void backward_data(const Geometry& g, const TileSet& tiles, const float* dconv, 
 void bias_relu_pool(const Geometry& g, const float* conv, const float* b, float* y, uint8_t* mask,
                     cudaStream_t s);
 
-// d(loss)/d(conv output) (N,K,H-R+1,W-S+1) from dy and mask, 0 where no pool window reads.
+// d(loss)/d(conv output) (N,K,H-R+1,W-S+1) from dy and mask, 0 where no pool window reads, and
+// the bias gradient db (K) = its sums over examples and positions, with the bits of
+// channel_sums over dconv (kernels.h) in one pass less: partial holds
+// channel_sums_partition(N, K).parts * K floats.
 void relu_pool_backward(const Geometry& g, const float* dy, const uint8_t* mask, float* dconv,
-                        cudaStream_t s);
+                        float* partial, float* db, cudaStream_t s);
 
 }  // namespace paralab::cuda::crp

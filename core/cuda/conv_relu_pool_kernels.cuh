@@ -359,23 +359,6 @@ __device__ __forceinline__ float conv_grad(const Geometry& g, const float* dy, c
   return (mask[o] >> q) & 1 ? dy[o] * 0.25f : 0.0f;
 }
 
-// d(loss)/d(conv output) over the whole conv output (N,K,CH,CW) from dy and the mask, for
-// another library's backward convolutions: conv_grad where a pool window reads, 0 in the rows
-// and columns none reads (written every time, so the buffer needs no zeroing).
-__global__ void relu_pool_backward_k(Geometry g, const float* __restrict__ dy,
-                                     const uint8_t* __restrict__ mask, float* __restrict__ dconv) {
-  const int ch = g.h - g.r + 1, cw = g.w - g.s + 1;
-  const int total = g.n * g.k * ch * cw;
-  const int stride = static_cast<int>(blockDim.x * gridDim.x);
-  for (int i = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x); i < total; i += stride) {
-    int t = i / cw;
-    const int ow = i - t * cw;
-    const int oh = t % ch;
-    t /= ch;  // n K + k
-    dconv[i] = oh < g.oh && ow < g.ow ? conv_grad(g, dy, mask, t / g.k, t % g.k, oh, ow) : 0.0f;
-  }
-}
-
 // Sums red[j][0 .. kThreads) into red[j][0] for j < count, in a fixed tree: at each level
 // red[j][t] += red[j][t + half] for t < half, the count x half adds of a level spread over all
 // threads (each add its own; no thread's chain longer than a level's share).
@@ -389,6 +372,52 @@ __device__ __forceinline__ void block_tree_sum(float (&red)[kRows][kThreads], in
     }
     __syncthreads();
   }
+}
+
+// d(loss)/d(conv output) over the whole conv output (N,K,CH,CW) from dy and the mask, for
+// another library's backward convolutions: conv_grad where a pool window reads, 0 in the rows
+// and columns none reads (written every time, so the buffer needs no zeroing); and, in the same
+// pass, the bias gradient's partial sums as channel_sums_partial (column_sums.cuh) makes them
+// from that buffer: block (k, p) takes filter k's plane of part p's `chunk` examples
+// (channel_sums_partition in channel_sums_plan.h), thread t the flat indices t, t + kThreads, ...
+// of it in order, then the same tree, into partial[p K + k]. The same values in the same order
+// as the two passes, so the same bits, without reading the 4x larger conv output back. A
+// thread's (example, row, column) is divided out once and then stepped.
+template <int kThreads>
+__global__ void __launch_bounds__(kThreads)
+    relu_pool_backward_sums(Geometry g, int chunk, const float* __restrict__ dy,
+                            const uint8_t* __restrict__ mask, float* __restrict__ dconv,
+                            float* __restrict__ partial) {
+  __shared__ float red[1][kThreads];
+  const int ch = g.h - g.r + 1, cw = g.w - g.s + 1, hw = ch * cw;
+  const int k = static_cast<int>(blockIdx.x), p = static_cast<int>(blockIdx.y);
+  const int n_begin = p * chunk, n_end = imin(g.n, n_begin + chunk);
+  const int count = (n_end - n_begin) * hw;
+  int i = static_cast<int>(threadIdx.x);
+  int e = i / hw, oh = (i - e * hw) / cw, ow = i - e * hw - oh * cw;
+  // kThreads as (examples, rows, columns) to step by.
+  const int de = kThreads / hw, dq = kThreads - de * hw, doh = dq / cw, dow = dq - doh * cw;
+  float s = 0.0f;
+  for (; i < count; i += kThreads) {
+    const int n = n_begin + e;
+    const float v = oh < g.oh && ow < g.ow ? conv_grad(g, dy, mask, n, k, oh, ow) : 0.0f;
+    dconv[((n * g.k + k) * ch + oh) * cw + ow] = v;
+    s += v;
+    ow += dow;
+    if (ow >= cw) {
+      ow -= cw;
+      ++oh;
+    }
+    oh += doh;
+    if (oh >= ch) {
+      oh -= ch;
+      ++e;
+    }
+    e += de;
+  }
+  red[0][threadIdx.x] = s;
+  block_tree_sum<1, kThreads>(red, 1);
+  if (threadIdx.x == 0) partial[p * g.k + k] = red[0][0];
 }
 
 // The four conv-output gradients of pooled output o = (n,k,ph,pw), in the order q = 2 dh + dw:

@@ -5,6 +5,7 @@
 
 #include "core/cuda/check.h"
 #include "core/cuda/column_sums.cuh"
+#include "core/cuda/conv_relu_pool_plan.h"
 #include "core/cuda/kernels.cuh"
 #include "core/cuda/kernels.h"
 
@@ -60,8 +61,18 @@ void channel_sums(const float* dy, float* db, float* partial, int64_t n, int64_t
             static_cast<int>(part.chunk));
     PARALAB_CUDA_LAUNCHED();
   }
+  finish_channel_sums(partial, db, c, part.parts, s);
+}
+
+// relu_pool_backward's partial sums (conv_relu_pool_fused.cu) take channel_sums_partial's
+// order, which depends on the block size: the same threads in both.
+static_assert(kThreads == crp::kReduceThreads, "channel_sums and relu_pool_backward_sums alike");
+
+void finish_channel_sums(const float* partial, float* db, int64_t c, int64_t parts,
+                         cudaStream_t s) {
+  if (c == 0) return;
   channel_sums_finish<<<blocks_for(c), kThreads, 0, s>>>(partial, db, static_cast<int>(c),
-                                                         static_cast<int>(part.parts));
+                                                         static_cast<int>(parts));
   PARALAB_CUDA_LAUNCHED();
 }
 

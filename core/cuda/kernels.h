@@ -26,6 +26,9 @@ void column_sums(const float* dy, float* db, int64_t rows, int64_t cols, cudaStr
 // (column_sums.cuh). partial holds channel_sums_partition(n, c).parts * c floats.
 void channel_sums(const float* dy, float* db, float* partial, int64_t n, int64_t c, int64_t hw,
                   cudaStream_t s);
+// channel_sums' second pass alone, for partial sums made elsewhere in its order (the cuDNN conv
+// stage's relu_pool_backward): db (c) = partial[0 c + ch] + partial[1 c + ch] + ... in order.
+void finish_channel_sums(const float* partial, float* db, int64_t c, int64_t parts, cudaStream_t s);
 // Softmax cross-entropy summed over rows: stats[0] = loss, stats[1] = correct count;
 // dlogits = softmax - onehot unless null. One thread block; deterministic.
 void softmax_xent(const float* logits, const int32_t* labels, float* dlogits, float* stats,
