@@ -1,4 +1,5 @@
 // Launchers of the CUDA backend's own kernels (kernels.cuh, column_sums.cuh).
+#include <algorithm>
 #include <climits>
 #include <string>
 #include <vector>
@@ -117,7 +118,10 @@ void group_moves(const GroupMoveSpec* moves, int count, cudaStream_t s) {
 
 void gather_rows(const float* images, const int32_t* labels, const int32_t* idx, int64_t count,
                  int64_t row, float* x, int32_t* y, cudaStream_t s) {
-  own::gather_k<<<blocks_for(count * row), kThreads, 0, s>>>(images, labels, idx, count, row, x, y);
+  // A block per row (LeNet: 256 blocks of 784 floats).
+  if (count <= 0) return;
+  own::gather_k<<<static_cast<unsigned>(std::min<int64_t>(count, 65535 * 16)), kThreads, 0, s>>>(
+      images, labels, idx, count, row, x, y);
   PARALAB_CUDA_LAUNCHED();
 }
 

@@ -95,15 +95,18 @@ __global__ void add_k(float* d, const float* x, int64_t n) {
     d[i] += x[i];
 }
 
-__global__ void gather_k(const float* images, const int32_t* labels, const int32_t* idx,
-                         int64_t count, int64_t row, float* x, int32_t* y) {
-  const int64_t n = count * row;
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
-       i += int64_t{blockDim.x} * gridDim.x) {
-    const int64_t r = i / row, c = i % row;
+// The minibatch gather: x row r = images row idx[r], y[r] = labels[idx[r]]. Block b copies rows
+// b, b + gridDim.x, ..., its threads the row's floats t, t + blockDim.x, ... (no division per
+// element: a 64-bit one took most of the 4.2 us this gather took per LeNet step on an H200).
+__global__ void gather_k(const float* __restrict__ images, const int32_t* __restrict__ labels,
+                         const int32_t* __restrict__ idx, int64_t count, int64_t row,
+                         float* __restrict__ x, int32_t* __restrict__ y) {
+  for (int64_t r = blockIdx.x; r < count; r += gridDim.x) {
     const int64_t src = idx[r];
-    x[i] = images[src * row + c];
-    if (c == 0) y[r] = labels[src];
+    const float* from = images + src * row;
+    float* to = x + r * row;
+    for (int64_t c = threadIdx.x; c < row; c += blockDim.x) to[c] = from[c];
+    if (threadIdx.x == 0) y[r] = labels[src];
   }
 }
 
