@@ -105,6 +105,9 @@ void backward_weights(const Geometry& g, const TileSet& tiles, const float* x, c
                       cudaStream_t s) {
   require_int32(g);
   const Partition part = partition(g.n);
+  PARALAB_REQUIRE(
+      part.parts <= kMaxParts,
+      std::string("conv_relu_pool: more weight-gradient chunks than sum_partials sums"));
   if (direct(g)) {
     const dim3 grid(static_cast<unsigned>(g.k), static_cast<unsigned>(part.parts));
     if (direct_patch_3x3(g))
