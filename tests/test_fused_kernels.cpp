@@ -444,19 +444,23 @@ TEST(FusedKernels, BiasReluPoolOverAConvOutputMatchesReference) {
 TEST(FusedKernels, ReluPoolBackwardFillsTheWholeConvOutputAndSumsItAsChannelSums) {
   // dconv over the whole conv output (conv_grad where a window reads, 0 in the rows and columns
   // none reads), and in the same pass the bias gradient's partial sums with the bits
-  // channel_sums_partial makes of that dconv. Shapes: two with rows and columns no window reads
-  // (kConv2: 9x9 pooled to 4x4), a plane larger than a block (LeNet's conv1: 676) with several
-  // examples per part, and many channels with one example per part.
-  for (const Shape7& shape :
-       {kConv2, kOdd, Shape7{12, 1, 28, 28, 4, 3, 3}, Shape7{3, 2, 7, 6, 300, 3, 3}}) {
+  // channel_sums_partial makes of that dconv, on the same parts. Shapes: two with rows and
+  // columns no window reads (kConv2: 9x9 pooled to 4x4) on the launcher's partition, a plane
+  // larger than a block (LeNet's conv1: 676) and one much smaller (16) with several examples a
+  // part and a shorter last part (small, so that the emulation stays quick under TSan).
+  const auto launcher_chunk = [](const Shape7& s) {
+    return int(cuda::channel_sums_partition(s.n, s.k).chunk);
+  };
+  for (const auto& [shape, chunk] :
+       {std::pair{kConv2, launcher_chunk(kConv2)}, std::pair{kOdd, launcher_chunk(kOdd)},
+        std::pair{Shape7{5, 1, 28, 28, 3, 3, 3}, 2}, std::pair{Shape7{7, 2, 6, 6, 3, 3, 3}, 3}}) {
     Stage st = make_stage(shape, 89);
     run_forward(st, !direct(st.g));
     const Geometry& g = st.g;
     std::vector<float> dconv(std::size_t(g.n) * g.k * g.oh * g.ow, -1.0f);
     emulate(dim3(element_blocks(int64_t(dconv.size()))), dim3(kElementThreads), conv_grad_all, g,
             st.dy.data(), st.mask.data(), dconv.data());
-    const cuda::ChannelSumsPartition part = cuda::channel_sums_partition(g.n, g.k);
-    const int chunk = int(part.chunk), parts = int(part.parts);
+    const int parts = (g.n + chunk - 1) / chunk;
     std::vector<float> full(std::size_t(conv_output_floats(g)), -1.0f);
     std::vector<float> partial(std::size_t(parts) * g.k, -7.0f);
     emulate(dim3(unsigned(g.k), unsigned(parts)), dim3(kReduceThreads),
