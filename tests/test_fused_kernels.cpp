@@ -463,9 +463,9 @@ TEST(FusedKernels, ReluPoolBackwardFillsTheWholeConvOutputAndSumsItAsChannelSums
     const int parts = (g.n + chunk - 1) / chunk;
     std::vector<float> full(std::size_t(conv_output_floats(g)), -1.0f);
     std::vector<float> partial(std::size_t(parts) * g.k, -7.0f);
-    emulate(dim3(unsigned(g.k), unsigned(parts)), dim3(kReduceThreads),
-            relu_pool_backward_sums<kReduceThreads>, g, chunk, st.dy.data(), st.mask.data(),
-            full.data(), partial.data());
+    emulate(dim3(unsigned(g.k), unsigned(parts)), dim3(cuda::kChannelSumsThreads),
+            relu_pool_backward_sums<cuda::kChannelSumsThreads>, g, chunk, st.dy.data(),
+            st.mask.data(), full.data(), partial.data());
     const int ch = g.h - g.r + 1, cw = g.w - g.s + 1;
     int wrong = 0;
     for (int nk = 0; nk < g.n * g.k; ++nk)
@@ -478,7 +478,8 @@ TEST(FusedKernels, ReluPoolBackwardFillsTheWholeConvOutputAndSumsItAsChannelSums
         }
     EXPECT_EQ(wrong, 0) << "K=" << g.k;
     std::vector<float> want(partial.size(), -8.0f);
-    emulate(dim3(unsigned(g.k), unsigned(parts)), dim3(256), cuda::channel_sums_partial<256>,
+    emulate(dim3(unsigned(g.k), unsigned(parts)), dim3(cuda::kChannelSumsThreads),
+            cuda::channel_sums_partial<cuda::kChannelSumsThreads>,
             static_cast<const float*>(full.data()), want.data(), g.n, g.k, ch * cw, chunk);
     EXPECT_TRUE(bits_equal(partial, want)) << "K=" << g.k << " N=" << g.n;
   }
@@ -625,8 +626,9 @@ TEST(FusedKernels, ColumnSumsMatchReference) {
 std::vector<float> channel_sums(const std::vector<float>& dy, int n, int c, int hw, int chunk) {
   const int parts = (n + chunk - 1) / chunk;
   std::vector<float> partial(std::size_t(parts) * c, -7.0f), db(std::size_t(c), -1.0f);
-  emulate(dim3(unsigned(c), unsigned(parts)), dim3(256), cuda::channel_sums_partial<256>, dy.data(),
-          partial.data(), n, c, hw, chunk);
+  emulate(dim3(unsigned(c), unsigned(parts)), dim3(cuda::kChannelSumsThreads),
+          cuda::channel_sums_partial<cuda::kChannelSumsThreads>, dy.data(), partial.data(), n, c,
+          hw, chunk);
   emulate(dim3(1), dim3(256), cuda::channel_sums_finish, partial.data(), db.data(), c, parts);
   return db;
 }

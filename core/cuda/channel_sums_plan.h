@@ -11,6 +11,11 @@ namespace paralab::cuda {
 // chunk examples per part (the last may hold fewer), every part non-empty, about 1024 blocks
 // (channels x parts; 8 per SM on a 132-SM GPU) however many channels, at most one part per
 // example. It depends on n and c only, so the order of the sums, and their bits, do too.
+// The block size of the partial sums (channel_sums_partial, and relu_pool_backward_sums, which
+// makes the same sums): each thread's stride and the tree over the block, so the order of the
+// adds and their bits, depend on it.
+inline constexpr int kChannelSumsThreads = 256;
+
 struct ChannelSumsPartition {
   int64_t chunk, parts;
 };

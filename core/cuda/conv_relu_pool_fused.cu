@@ -171,9 +171,9 @@ void relu_pool_backward(const Geometry& g, const float* dy, const uint8_t* mask,
   require_int32(g);
   const ChannelSumsPartition part = channel_sums_partition(g.n, g.k);
   if (part.parts > 0) {
-    relu_pool_backward_sums<kReduceThreads>
-        <<<dim3(static_cast<unsigned>(g.k), static_cast<unsigned>(part.parts)), kReduceThreads, 0,
-           s>>>(g, static_cast<int>(part.chunk), dy, mask, dconv, partial);
+    relu_pool_backward_sums<kChannelSumsThreads>
+        <<<dim3(static_cast<unsigned>(g.k), static_cast<unsigned>(part.parts)), kChannelSumsThreads,
+           0, s>>>(g, static_cast<int>(part.chunk), dy, mask, dconv, partial);
     PARALAB_CUDA_LAUNCHED();
   }
   finish_channel_sums(partial, db, g.k, part.parts, s);

@@ -6,7 +6,6 @@
 
 #include "core/cuda/check.h"
 #include "core/cuda/column_sums.cuh"
-#include "core/cuda/conv_relu_pool_plan.h"
 #include "core/cuda/kernels.cuh"
 #include "core/cuda/kernels.h"
 
@@ -56,18 +55,14 @@ void channel_sums(const float* dy, float* db, float* partial, int64_t n, int64_t
                   "channel_sums: " + std::to_string(n) + " x " + std::to_string(c) + " x " +
                       std::to_string(hw) + " is beyond its 32-bit indexing");
   if (part.parts > 0) {
-    channel_sums_partial<kThreads>
-        <<<dim3(static_cast<unsigned>(c), static_cast<unsigned>(part.parts)), kThreads, 0, s>>>(
-            dy, partial, static_cast<int>(n), static_cast<int>(c), static_cast<int>(hw),
-            static_cast<int>(part.chunk));
+    channel_sums_partial<kChannelSumsThreads>
+        <<<dim3(static_cast<unsigned>(c), static_cast<unsigned>(part.parts)), kChannelSumsThreads,
+           0, s>>>(dy, partial, static_cast<int>(n), static_cast<int>(c), static_cast<int>(hw),
+                   static_cast<int>(part.chunk));
     PARALAB_CUDA_LAUNCHED();
   }
   finish_channel_sums(partial, db, c, part.parts, s);
 }
-
-// relu_pool_backward's partial sums (conv_relu_pool_fused.cu) take channel_sums_partial's
-// order, which depends on the block size: the same threads in both.
-static_assert(kThreads == crp::kReduceThreads, "channel_sums and relu_pool_backward_sums alike");
 
 void finish_channel_sums(const float* partial, float* db, int64_t c, int64_t parts,
                          cudaStream_t s) {
