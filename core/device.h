@@ -41,6 +41,9 @@ class CapturedWork {
  public:
   virtual ~CapturedWork() = default;
   virtual void launch() = 0;
+  // What the captured work holds, for the results (CUDA: the graph's census, core/graph_census.h);
+  // null where the backend does not say.
+  virtual nlohmann::json describe() const { return nullptr; }
 };
 
 // One capture spanning the queues of a group's devices: a single CUDA graph for a whole

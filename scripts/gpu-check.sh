@@ -132,14 +132,16 @@ goal() {
   if [[ $2 == 0 ]]; then log "PASS: $1${3:+ ($3)}"; else log "FAIL: $1${3:+ ($3)}"; status=1; fi
 }
 # goal_lines NAME < LINES: each "PASS: ..." / "FAIL: ..." line read as a goal (a checker's
-# verdicts); a checker that printed none (it crashed on output it did not expect: its traceback is
-# on stderr) fails as NAME.
+# verdicts), each "NOTE: ..." line logged as it is (a figure beside them, no verdict); a checker
+# that printed no verdict (it crashed on output it did not expect: its traceback is on stderr)
+# fails as NAME.
 goal_lines() {
   local line verdicts=0
   while IFS= read -r line; do
     case $line in
       PASS:*) goal "${line#PASS: }" 0; ((++verdicts)) ;;
       FAIL:*) goal "${line#FAIL: }" 1; ((++verdicts)) ;;
+      NOTE:*) log "$line" ;;
     esac
   done
   ((verdicts)) || goal "$1" 1 "its checker printed no verdict"
@@ -385,7 +387,7 @@ for rep in 1 2 3; do
 done
 goal_lines "speed: the default kernels are the faster; the tile sets' bits" < <(python3 - "$work" <<'PY'
 import glob, json, statistics, sys
-ms, digests, tiles = {}, {}, {}
+ms, digests, tiles, census = {}, {}, {}, {}
 for k in ("cudnn", "fused", "fused-narrow", "mixed", "cudnn-nosplitk", "cudnn-gemm", "mixed-gemm"):
     steps = []
     # speed-<k>-<repeat>.json: the digit keeps "cudnn" from taking cudnn-gemm's files too.
@@ -401,6 +403,9 @@ for k in ("cudnn", "fused", "fused-narrow", "mixed", "cudnn-nosplitk", "cudnn-ge
         except (KeyError, TypeError, statistics.StatisticsError):
             continue
         digests.setdefault(k, set()).add(run.get("parameters_digest"))
+        graph = ((run.get("strategy_report") or {}).get("cuda_graph") or {}).get("census")
+        if isinstance(graph, dict) and k not in census:
+            census[k] = graph
         for d in run["config"].get("device_list") or []:
             for choice in ((d.get("ops") or {}).get("choices") or {}).values():
                 if "tiles" in choice:
@@ -423,6 +428,22 @@ same = (len(digests.get("fused", ())) == 1 and digests.get("fused") == digests.g
 print(("PASS" if same and tiles.get("fused") == {"wide"} and tiles.get("fused-narrow") == {"narrow"}
        else "FAIL") + f": the own kernels' tile sets give the same bits (digests {digests.get('fused')} / "
       f"{digests.get('fused-narrow')}; tiles recorded {tiles.get('fused')} / {tiles.get('fused-narrow')})")
+# What each configuration's step graph held (results/README: cuda_graph.census), beside its time:
+# copies and fills are work that ncu's kernel list leaves out; each node of the longest chain pays
+# the GPU's launch latency.
+for k, c in census.items():
+    if "unknown" in c:
+        print(f"NOTE: step graph ({k}): unknown: {c['unknown']}")
+        continue
+    try:
+        chain = c["longest_chain"]
+        print(f"NOTE: step graph ({k}): {c['nodes']} nodes, {c['kernels']} kernels, {c['copies']} "
+              f"copies ({c['copy_bytes']} B), {c['fills']} fills ({c['fill_bytes']} B), "
+              f"{c['event_records'] + c['event_waits']} event nodes; longest chain "
+              f"{chain['work_nodes']} work nodes ({chain['kernels']} kernels, {chain['copies']} copies, "
+              f"{chain['fills']} fills)")
+    except (KeyError, TypeError):
+        print(f"NOTE: step graph ({k}): a census this check cannot read: {c}")
 PY
 )
 }

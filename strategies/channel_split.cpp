@@ -277,7 +277,7 @@ class ChannelSplit final : public Strategy {
     if (group_->moves_steps_whole()) out["step_moves"] = group_->step_moves();
     if (o_.cuda_graphs)
       report_graphs(out, graphs_, capture_.get(), k, ranks_[mine()].graph.captures(),
-                    ranks_[mine()].graph.replays());
+                    ranks_[mine()].graph.replays(), ranks_[mine()].graph.described());
     return out;
   }
 

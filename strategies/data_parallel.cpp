@@ -349,7 +349,8 @@ class DataParallel final : public Strategy {
       replays += ranks_[r].graph.replays();
       if (capture_) break;
     }
-    report_graphs(out, graphs_, capture_.get(), static_cast<int>(ranks_.size()), captures, replays);
+    report_graphs(out, graphs_, capture_.get(), static_cast<int>(ranks_.size()), captures, replays,
+                  ranks_[group_->local_ranks().front()].graph.described());
     return out;
   }
 

@@ -291,7 +291,8 @@ class LayerSplit final : public Strategy {
     if (!layer_ms_.empty()) rep["profiled_layer_ms"] = layer_ms_;
     if (o_.cuda_graphs) {
       const Rank& me = ranks_[static_cast<std::size_t>(group_->local_ranks().front())];
-      report_graphs(rep, graphs_, capture_.get(), k, me.graph.captures(), me.graph.replays());
+      report_graphs(rep, graphs_, capture_.get(), k, me.graph.captures(), me.graph.replays(),
+                    me.graph.described());
     }
     return rep;
   }

@@ -96,6 +96,7 @@ class Single final : public Strategy {
     }
     graph_count_ = count;
     ++captures_;
+    graph_described_ = graph_->describe();
     // Deferred, the replay's device time starts after the capture, which adds its host time.
     return replay(count, step, t0, deferring() ? device_->mark() : TimeMark{}, /*captured=*/true);
   }
@@ -142,9 +143,12 @@ class Single final : public Strategy {
       return {{"cuda_graphs", "not used: the model's dropout masks change every step"}};
     if (!capture_failure_.empty())
       return {{"cuda_graphs", "not used: capture failed: " + capture_failure_}};
-    return {{"cuda_graphs", "used"},
-            {"cuda_graph_captures", captures_},
-            {"cuda_graph_replays", replays_}};
+    nlohmann::json out = {{"cuda_graphs", "used"},
+                          {"cuda_graph_captures", captures_},
+                          {"cuda_graph_replays", replays_}};
+    // What the last captured step held (CUDA: its graph's census), for the step's time beside it.
+    if (!graph_described_.is_null()) out["cuda_graph"] = graph_described_;
+    return out;
   }
 
  private:
@@ -273,7 +277,8 @@ class Single final : public Strategy {
   std::unique_ptr<CapturedWork> graph_;
   Tensor step_indices_, step_;
   int64_t graph_count_ = -1, sized_for_ = -1, captures_ = 0, replays_ = 0;
-  std::string capture_failure_;  // why the step could not be made a graph; then eager for good
+  std::string capture_failure_;     // why the step could not be made a graph; then eager for good
+  nlohmann::json graph_described_;  // the last captured graph's describe(), kept after it goes
 };
 
 }  // namespace

@@ -130,6 +130,7 @@ class StepGraph {
       return false;
     }
     bytes_ = t.bytes_sent();
+    if (own_) described_ = own_->describe();
     key_ = key;
     captured_ = true;
     ++captures_;
@@ -161,6 +162,9 @@ class StepGraph {
   const std::string& failure() const { return failure_; }
   int64_t captures() const { return captures_; }
   int64_t replays() const { return replays_; }
+  // What the device's own graph held when it was last captured (CapturedWork::describe; null
+  // with a group's graph, which describes itself, or before a capture). Kept after forget().
+  const nlohmann::json& described() const { return described_; }
 
  private:
   void drop() {
@@ -174,6 +178,7 @@ class StepGraph {
   int64_t key_ = -1, sized_for_ = -1, bytes_ = 0, captures_ = 0, replays_ = 0;
   bool captured_ = false, replayed_ = false;
   std::string failure_;
+  nlohmann::json described_;
 };
 
 // After a step in which the ranks' capture of the group's graph failed (each ran the step
@@ -194,10 +199,11 @@ void drop_graphs_if_capture_failed(const Ranks& ranks, std::string& why_not,
 }
 
 // The strategy_report's CUDA-graph fields (results/README): why_not is empty when the steps are
-// graphs; group is the group's capture (null: one graph per device).
+// graphs; group is the group's capture (null: one graph per device, `own` then what the first
+// local rank's graph held: StepGraph::described).
 inline void report_graphs(nlohmann::json& report, const std::string& why_not,
-                          const GroupCapture* group, int devices, int64_t captures,
-                          int64_t replays) {
+                          const GroupCapture* group, int devices, int64_t captures, int64_t replays,
+                          const nlohmann::json& own = nullptr) {
   if (!why_not.empty()) {
     report["cuda_graphs"] = "not used: " + why_not;
     return;
@@ -209,6 +215,7 @@ inline void report_graphs(nlohmann::json& report, const std::string& why_not,
   report["cuda_graph_captures"] = captures;
   report["cuda_graph_replays"] = replays;
   if (group && !group->describe().is_null()) report["cuda_graph"] = group->describe();
+  if (!group && !own.is_null()) report["cuda_graph"] = own;
 }
 
 }  // namespace paralab

@@ -308,6 +308,15 @@ class Verdicts(unittest.TestCase):
             "ms += 0.2 if os.environ.get('PARALAB_CUDNN_RULE') == 'gemm' else 0\n"
             f"run = {{'status': {status!r}, 'iterations': [{{'total_ms': ms}}] * 3,\n"
             "       'parameters_digest': 'fnv1a64:' + kernels}\n"
+            # The step graph's census (strategy_report.cuda_graph.census): cudnn's with copies
+            # and fills, the others' none of it readable.
+            "if kernels == 'cudnn':\n"
+            "    run['strategy_report'] = {'cuda_graph': {'census': {\n"
+            "        'nodes': 48, 'kernels': 41, 'copies': 4, 'copy_bytes': 160, 'fills': 2,\n"
+            "        'fill_bytes': 1048576, 'event_records': 1, 'event_waits': 0,\n"
+            "        'longest_chain': {'work_nodes': 47, 'kernels': 41, 'copies': 4, 'fills': 2}}}}\n"
+            "elif kernels == 'mixed':\n"
+            "    run['strategy_report'] = {'cuda_graph': {'census': {'unknown': 'cudaGraphGetEdges failed'}}}\n"
             + ("run['config'] = {'device_list': [{'ops': {'choices': {'c': {'tiles': tiles}}}}]}\n"
                if config else "")
             + "json.dump({'runs': [run]}, open(out, 'w'))\n")
@@ -327,6 +336,13 @@ class Verdicts(unittest.TestCase):
         self.assertIn("cudnn 0.3000 ms; fused 0.5000 ms; fused-narrow 0.5000 ms; mixed 0.4500 ms; "
                       "cudnn-nosplitk 0.4000 ms; cudnn-gemm 0.5000 ms; mixed-gemm 0.6500 ms", goals[0])
         self.assertTrue(goals[1].startswith("gpu-check: PASS: the own kernels' tile sets give the same bits"), goals[1])
+        # Each configuration's step graph beside its time, where its results have a census.
+        notes = [line for line in summary if line.startswith("gpu-check: NOTE: step graph")]
+        cudnn = ("48 nodes, 41 kernels, 4 copies (160 B), 2 fills (1048576 B), 1 event nodes; "
+                 "longest chain 47 work nodes (41 kernels, 4 copies, 2 fills)")
+        self.assertEqual(notes, ["gpu-check: NOTE: step graph (%s): %s" % kc for kc in (
+            ("cudnn", cudnn), ("mixed", "unknown: cudaGraphGetEdges failed"), ("cudnn-nosplitk", cudnn),
+            ("cudnn-gemm", cudnn), ("mixed-gemm", "unknown: cudaGraphGetEdges failed"))], summary)
         # No run ok: a failure that names them, not a pass by default.
         summary, goals = self.speed_verdicts(self.speed_stand_in({"cudnn": 0.3, "fused": 0.5, "mixed": 0.45}, status="failed"))
         self.assertTrue(goals[0].startswith("gpu-check: FAIL: the default kernels"), summary)

@@ -184,6 +184,11 @@ inline ::testing::AssertionResult cuda_graphs_match_eager(const std::string& str
   if (report.value("cuda_graphs", "") != "used" ||
       report.value("cuda_graph_replays", 0) != steps - 1)
     return ::testing::AssertionFailure() << "report " << report.dump();
+  // The graph's census (core/graph_census.h) read back: at least a kernel per device.
+  const json census = report.value("cuda_graph", json::object()).value("census", json());
+  if (!census.is_object() || census.contains("unknown") || census.value("kernels", 0) < k ||
+      census.value("longest_chain", json::object()).value("work_nodes", 0) < 1)
+    return ::testing::AssertionFailure() << "census " << census.dump();
   return ::testing::AssertionSuccess() << report.value("cuda_graph", json()).dump();
 }
 

@@ -68,11 +68,13 @@ class FakeCaptureDevice final : public testing::ForwardingDevice {
     capturing_ = false;
     ++captures;
     struct Graph final : CapturedWork {
-      explicit Graph(int& n) : launches(n) {}
+      Graph(int& n, json d) : launches(n), described(std::move(d)) {}
       void launch() override { ++launches; }
+      json describe() const override { return described; }
       int& launches;
+      json described;
     };
-    return std::make_unique<Graph>(launches);
+    return std::make_unique<Graph>(launches, json{{"census", {{"nodes", captures}}}});
   }
   int captures = 0, launches = 0;
   std::chrono::milliseconds capture_cost{0};  // what instantiating the graph takes
@@ -125,8 +127,13 @@ TEST(Single, CapturesOncePerBatchSizeAndReplaysAnyLr) {
   s->evaluate();
   EXPECT_EQ(replayed(0, 8, 0.2f), 0);
   EXPECT_EQ(replayed(8, 8, 0.2f), 1);
-  EXPECT_EQ(s->report(),
-            (json{{"cuda_graphs", "used"}, {"cuda_graph_captures", 3}, {"cuda_graph_replays", 6}}));
+  // The report holds what the last graph held (its describe(): on CUDA, the graph's census),
+  // kept after an evaluation drops the graph.
+  s->evaluate();
+  EXPECT_EQ(s->report(), (json{{"cuda_graphs", "used"},
+                               {"cuda_graph_captures", 3},
+                               {"cuda_graph_replays", 6},
+                               {"cuda_graph", {{"census", {{"nodes", 3}}}}}}));
   s.reset();
 }
 
@@ -274,6 +281,32 @@ TEST(Single, CudaGraphReplayMatchesEagerStepsBitForBit) {
   EXPECT_EQ(graphs.losses, eager.losses);
   EXPECT_EQ(graphs.params, eager.params);
   EXPECT_EQ(graphs.eval.correct, eager.eval.correct);
+}
+
+// On a GPU: the report's census of the captured step (core/graph_census.h) reads the graph the
+// runtime made: every kernel the step launches, ParaLab's own SGD (sgd_at_k, which reads its
+// step on the device) among them by name, and a longest chain no longer than the graph's work.
+TEST(Single, CudaGraphCensusReadsTheCapturedStep) {
+  if (const std::string why = backend_unavailable("cuda"); !why.empty())
+    GTEST_SKIP() << "cuda: " << why;
+  Session graphed("single", 1, {{"cuda_graphs", true}}, test_initial_parameters(), 24, "cuda");
+  for (int step = 0; step < 3; ++step) graphed.step(step, 0.05f);
+  const json report = graphed->report();
+  ASSERT_EQ(report.value("cuda_graphs", ""), "used") << report.dump();
+  const json census = report.value("cuda_graph", json::object()).value("census", json());
+  ASSERT_TRUE(census.is_object() && !census.contains("unknown")) << census.dump();
+  const int64_t kernels = census.at("kernels"), work = kernels +
+                                                       census.at("copies").get<int64_t>() +
+                                                       census.at("fills").get<int64_t>();
+  EXPECT_GE(kernels, 10) << census.dump();  // gather, conv stages, linear layers, loss, SGD
+  EXPECT_GE(census.at("nodes").get<int64_t>(), work);
+  const int64_t chain = census.at("longest_chain").at("work_nodes");
+  EXPECT_GE(chain, 1);
+  EXPECT_LE(chain, work);
+  bool sgd = false;
+  for (const auto& [name, count] : census.at("kernels_by_name").items())
+    sgd = sgd || (name.find("sgd_at_k") != std::string::npos && count.get<int64_t>() >= 1);
+  EXPECT_TRUE(sgd) << census.at("kernels_by_name").dump();
 }
 
 }  // namespace

@@ -367,19 +367,25 @@ namespace {
 class CudaGraph final : public CapturedWork {
  public:
   CudaGraph(cudaGraphExec_t exec, cudaStream_t stream, CachingAllocator& allocator,
-            std::vector<CachingAllocator::Block> blocks)
-      : exec_(exec), stream_(stream), allocator_(allocator), blocks_(std::move(blocks)) {}
+            std::vector<CachingAllocator::Block> blocks, nlohmann::json census)
+      : exec_(exec),
+        stream_(stream),
+        allocator_(allocator),
+        blocks_(std::move(blocks)),
+        census_(std::move(census)) {}
   ~CudaGraph() override {
     if (cudaGraphExecDestroy(exec_) != cudaSuccess) log_error("cudaGraphExecDestroy failed");
     allocator_.restore(std::move(blocks_));
   }
   void launch() override { PARALAB_CUDA(cudaGraphLaunch(exec_, stream_)); }
+  nlohmann::json describe() const override { return {{"census", census_}}; }
 
  private:
   cudaGraphExec_t exec_;
   cudaStream_t stream_;
   CachingAllocator& allocator_;
   std::vector<CachingAllocator::Block> blocks_;
+  nlohmann::json census_;  // of the graph as captured (core/graph_census.h)
 };
 
 }  // namespace
@@ -505,12 +511,14 @@ std::unique_ptr<CapturedWork> CudaDevice::end_capture() {
   auto blocks = allocator_->end_capture();
   cudaGraphExec_t exec = nullptr;
   const cudaError_t made = cudaGraphInstantiate(&exec, graph, 0);
+  nlohmann::json census = made == cudaSuccess ? graph_census_of(graph) : nlohmann::json();
   cudaGraphDestroy(graph);
   if (made != cudaSuccess) {
     allocator_->restore(std::move(blocks));
     throw failed("cudaGraphInstantiate", made);
   }
-  return std::make_unique<CudaGraph>(exec, stream_, *allocator_, std::move(blocks));
+  return std::make_unique<CudaGraph>(exec, stream_, *allocator_, std::move(blocks),
+                                     std::move(census));
 }
 
 void CudaDevice::abort_capture() noexcept {

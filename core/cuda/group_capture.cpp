@@ -375,6 +375,7 @@ class CudaGroupCapture final : public GroupCapture {
         note_failure(std::string("cudaGraphInstantiate: ") + cudaGetErrorString(made));
       } else {
         described_ = contexts(graph);
+        described_["census"] = graph_census_of(graph);
       }
     }
     if (graph) cudaGraphDestroy(graph);
