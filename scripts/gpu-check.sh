@@ -1022,6 +1022,16 @@ for k in (2, 4, 8):
              f"{statistics.median(v for _, v in split):.3f} ms per device (medians)") if split else ""
     print(("PASS" if m <= 0.15 else "FAIL") +
           f": data_parallel/ring x{k} exposed communication <= 15 % of the step ({100 * m:.1f} %{where})")
+    # What the group's step graph held (results/README: cuda_graph.census): the longest chain of
+    # dependent nodes is what the ring's lockstep adds with k.
+    census = [((r.get("strategy_report") or {}).get("cuda_graph") or {}).get("census") for r in rs]
+    census = [c for c in census if isinstance(c, dict) and "longest_chain" in c]
+    if census:
+        c = census[0]
+        print(f"NOTE: data_parallel/ring x{k} step graph: {c['nodes']} nodes, {c['kernels']} kernels, "
+              f"{c['copies']} copies, {c['fills']} fills, {c['event_records'] + c['event_waits']} event nodes; "
+              f"longest chain {c['longest_chain']['work_nodes']} work nodes "
+              f"({c['longest_chain']['kernels']} kernels)")
 # Virtual devices model k smaller GPUs only on SM shares of their own: every virtual device of
 # every ok run has its green context, or the goal fails with the reasons the devices gave (a
 # share whose stream failed CudaDevice::check_stream runs on the whole GPU instead).

@@ -228,6 +228,33 @@ class Verdicts(unittest.TestCase):
             self.assertEqual(len(compared), 1, summary)
             self.assertIn("(ParaLab: mixed, kernels mixed)", compared[0])
 
+    def test_the_main_part_notes_the_rings_step_graph_beside_its_exposed_communication(self):
+        # A stand-in bench_runner for the main command: data_parallel/ring on 2 and 4 devices,
+        # ok, graphed; the x2 run's report holds its step graph's census, the x4 run's none.
+        fake = (BENCH_RUNNER_HEAD +
+                "census = {'nodes': 120, 'kernels': 70, 'copies': 0, 'fills': 2, 'event_records': 3,\n"
+                "          'event_waits': 3, 'longest_chain': {'work_nodes': 40, 'kernels': 38}}\n"
+                "def run(k, report):\n"
+                "    dev = {'exposed_communication_ms': 0.1, 'communication_wait_ms': 0.02,\n"
+                "           'communication_move_ms': 0.03}\n"
+                "    return {'status': 'ok', 'label': 'data_parallel/ring x%d' % k,\n"
+                "            'config': {'strategy': 'data_parallel', 'devices': k,\n"
+                "                       'options': {'allreduce': 'ring'}},\n"
+                "            'iterations': [{'total_ms': 1.0, 'devices': [dev] * k}] * 3,\n"
+                "            'strategy_report': report}\n"
+                "runs = [run(2, {'cuda_graphs': 'used', 'cuda_graph': {'census': census}}),\n"
+                "        run(4, {'cuda_graphs': 'used'})]\n"
+                "json.dump({'runs': runs}, open(out, 'w'))\n")
+        with tempfile.TemporaryDirectory() as tmp:
+            summary, _ = run_stand_in(tmp, ["main"], bench_runner=fake)
+        exposed = [line for line in summary if "data_parallel/ring x2 exposed communication" in line]
+        self.assertEqual(len(exposed), 1, summary)
+        self.assertTrue(exposed[0].startswith("gpu-check: PASS: "), exposed[0])
+        notes = [line for line in summary if line.startswith("gpu-check: NOTE: data_parallel/ring")]
+        self.assertEqual(notes, ["gpu-check: NOTE: data_parallel/ring x2 step graph: 120 nodes, 70 kernels, "
+                                 "0 copies, 2 fills, 6 event nodes; longest chain 40 work nodes (38 kernels)"],
+                         summary)
+
     def test_the_per_message_cost_is_read_where_each_message_is_its_own_operation(self):
         # A stand-in allreduce_bench: with whole collectives (the default) the ring's time does
         # not depend on its pieces; with whole steps it costs 1.5 us more a step; moved per rank
