@@ -221,6 +221,28 @@ if ! ls /usr/local/cuda/lib64/libnccl.so* /usr/local/cuda/lib/libnccl.so* >/dev/
     cmake_args+=(-DNCCL_INCLUDE_DIR="$nccl_include" -DNCCL_LIBRARY="$nccl_lib")
   fi
 fi
+# CUPTI for the step traces (core/cuda/step_trace.h): headers at build time, the library when a
+# trace runs; the toolkit's, else the nvidia-cuda-cupti wheel's (nvidia/cuda_cupti for CUDA 12,
+# nvidia/cu13 for CUDA 13).
+if ! ls /usr/local/cuda/include/cupti.h /usr/local/cuda/extras/CUPTI/include/cupti.h >/dev/null 2>&1; then
+  for mod in nvidia.cuda_cupti nvidia.cu13; do
+    cupti=$(wheel_dir $mod)
+    if [[ -n $cupti && -f $cupti/include/cupti.h ]]; then
+      cmake_args+=(-DPARALAB_CUPTI_INCLUDE_DIR="$cupti/include")
+      break
+    fi
+  done
+fi
+# The library itself, passed by path (PARALAB_CUPTI_LIBRARY) to the runs that trace only: its
+# directory in LD_LIBRARY_PATH would put the wheel's other CUDA libraries before the toolkit's.
+cupti_lib=$(ls /usr/local/cuda/extras/CUPTI/lib64/libcupti.so.* /usr/local/cuda/lib64/libcupti.so.* 2>/dev/null | head -1)
+if [[ -z $cupti_lib ]]; then
+  for mod in nvidia.cuda_cupti nvidia.cu13; do
+    d=$(wheel_dir $mod)
+    cupti_lib=$( [[ -n $d ]] && ls "$d"/lib/libcupti.so.* 2>/dev/null | head -1)
+    [[ -n $cupti_lib ]] && break
+  done
+fi
 for mod in nvidia.cublas nvidia.cuda_runtime nvidia.nccl; do
   d=$(wheel_dir $mod)
   [[ -n $d && -d $d/lib ]] && lib_path+=("$d/lib")
@@ -263,7 +285,7 @@ fi
 # and channel_split on virtual devices.
 t0=$(date +%s)
 for t in test_backends test_collectives test_data_parallel test_layer_split test_channel_split test_single test_caching_allocator test_model_ops test_models; do
-  capped 90 "$BUILD/tests/$t" --gtest_filter='*cuda*:*Cuda*' > "$FILES/$t.log" 2>&1  # all 9: 10 s on 2026-11-30
+  PARALAB_CUPTI_LIBRARY=$cupti_lib capped 90 "$BUILD/tests/$t" --gtest_filter='*cuda*:*Cuda*' > "$FILES/$t.log" 2>&1  # all 9: 10 s on 2026-11-30
   rc=$?
   log "$t: $(grep -E '^\[  (PASSED|FAILED)  \] [0-9]+ test' "$FILES/$t.log" | tr '\n' ' ')$(grep -cE '^\[  SKIPPED \] .*\(' "$FILES/$t.log") skipped (exit $rc$( ((rc == 124)) && echo ': stopped at its time limit or the budget'))"
   ((rc == 0)) || status=1
@@ -374,6 +396,13 @@ part_speed() {
 # give the same bits.
 for rep in 1 2 3; do
   for k in cudnn fused fused-narrow mixed cudnn-nosplitk cudnn-gemm mixed-gemm; do
+    # The first repeat also traces 4 graph launches of its timed epoch (core/cuda/step_trace.h:
+    # what each kernel took in the graph, and the GPU's idle time between them and between
+    # launches); 4 of the epoch's 235 steps, too few to move its median.
+    if ((rep == 1)); then
+      export PARALAB_STEP_TRACE=$FILES/step-trace-$k.json PARALAB_STEP_TRACE_AFTER=300
+      [[ -n $cupti_lib ]] && export PARALAB_CUPTI_LIBRARY=$cupti_lib
+    fi
     case $k in
       fused-narrow) export PARALAB_OWN_TILES=narrow; kernels=fused ;;
       cudnn-nosplitk) export PARALAB_CUBLASLT_SPLIT_K=off; kernels=cudnn ;;
@@ -382,11 +411,12 @@ for rep in 1 2 3; do
       *) kernels=$k ;;
     esac
     lenet "$work/speed-$k-$rep.json" --set kernels=$kernels --set training.epochs=2 --set training.warmup_iterations=235
-    unset PARALAB_OWN_TILES PARALAB_CUBLASLT_SPLIT_K PARALAB_CUDNN_RULE
+    unset PARALAB_OWN_TILES PARALAB_CUBLASLT_SPLIT_K PARALAB_CUDNN_RULE PARALAB_STEP_TRACE \
+      PARALAB_STEP_TRACE_AFTER PARALAB_CUPTI_LIBRARY
   done
 done
-goal_lines "speed: the default kernels are the faster; the tile sets' bits" < <(python3 - "$work" <<'PY'
-import glob, json, statistics, sys
+goal_lines "speed: the default kernels are the faster; the tile sets' bits" < <(python3 - "$work" "$FILES" <<'PY'
+import glob, json, os, statistics, sys
 ms, digests, tiles, census = {}, {}, {}, {}
 for k in ("cudnn", "fused", "fused-narrow", "mixed", "cudnn-nosplitk", "cudnn-gemm", "mixed-gemm"):
     steps = []
@@ -444,6 +474,28 @@ for k, c in census.items():
               f"{chain['fills']} fills)")
     except (KeyError, TypeError):
         print(f"NOTE: step graph ({k}): a census this check cannot read: {c}")
+# Where each configuration's graphed step spends its time on the GPU (step-trace-<k>.json).
+for k in ms:
+    path = os.path.join(sys.argv[2], f"step-trace-{k}.json")
+    if not os.path.isfile(path):
+        continue
+    try:
+        t = json.load(open(path))
+        if "error" in t:
+            print(f"NOTE: step trace ({k}): none: {t['error']}")
+            continue
+        s = t["summary"]
+        if not s.get("records"):
+            print(f"NOTE: step trace ({k}): no records in {s['launches']} launches")
+            continue
+        gap = s["gaps"][0] if s["gaps"] else None
+        top = ", ".join(f"{n['name'][:40]} {n['us_per_launch']:.1f}" for n in s["by_name"][:4])
+        print(f"NOTE: step trace ({k}): {s['span_per_launch_us']:.1f} us a launch end to end, "
+              f"{s['busy_per_launch_us']:.1f} busy, {s['idle_per_launch_us']:.1f} idle"
+              + (f" (longest gap {gap['us']:.1f} us, after {gap['after'][:40]}, before {gap['before'][:40]})" if gap else "")
+              + f"; most time (us a launch): {top}")
+    except (OSError, ValueError, KeyError, TypeError, IndexError) as e:
+        print(f"NOTE: step trace ({k}): unreadable ({e!r})")
 PY
 )
 }

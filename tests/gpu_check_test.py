@@ -344,6 +344,20 @@ class Verdicts(unittest.TestCase):
             "        'longest_chain': {'work_nodes': 47, 'kernels': 41, 'copies': 4, 'fills': 2}}}}\n"
             "elif kernels == 'mixed':\n"
             "    run['strategy_report'] = {'cuda_graph': {'census': {'unknown': 'cudaGraphGetEdges failed'}}}\n"
+            # The step trace where PARALAB_STEP_TRACE asks for one (the first repeat): plain
+            # cuDNN's traced, the own kernels' not (no CUPTI); a second ask of one file fails.
+            "trace = os.environ.get('PARALAB_STEP_TRACE')\n"
+            "if trace:\n"
+            "    assert not os.path.exists(trace), trace + ' asked for twice'\n"
+            "    if kernels == 'cudnn' and not os.environ.get('PARALAB_CUDNN_RULE') \\\n"
+            "            and not os.environ.get('PARALAB_CUBLASLT_SPLIT_K'):\n"
+            "        json.dump({'launches': 4, 'summary': {'records': 160, 'launches': 4,\n"
+            "            'span_per_launch_us': 520.0, 'busy_per_launch_us': 430.5, 'idle_per_launch_us': 89.5,\n"
+            "            'gaps': [{'us': 21.0, 'after': 'kernel sgd_at_k', 'before': 'copy 1024 B'}],\n"
+            "            'by_name': [{'name': 'fft2d_r2c', 'us_per_launch': 120.25},\n"
+            "                        {'name': 'gemm', 'us_per_launch': 80.0}]}}, open(trace, 'w'))\n"
+            "    elif kernels == 'fused':\n"
+            "        json.dump({'launches': 4, 'error': 'cannot load libcupti.so.13'}, open(trace, 'w'))\n"
             + ("run['config'] = {'device_list': [{'ops': {'choices': {'c': {'tiles': tiles}}}}]}\n"
                if config else "")
             + "json.dump({'runs': [run]}, open(out, 'w'))\n")
@@ -370,6 +384,14 @@ class Verdicts(unittest.TestCase):
         self.assertEqual(notes, ["gpu-check: NOTE: step graph (%s): %s" % kc for kc in (
             ("cudnn", cudnn), ("mixed", "unknown: cudaGraphGetEdges failed"), ("cudnn-nosplitk", cudnn),
             ("cudnn-gemm", cudnn), ("mixed-gemm", "unknown: cudaGraphGetEdges failed"))], summary)
+        # The first repeat's step traces, where they were written.
+        traces = [line for line in summary if line.startswith("gpu-check: NOTE: step trace")]
+        self.assertEqual(traces, [
+            "gpu-check: NOTE: step trace (cudnn): 520.0 us a launch end to end, 430.5 busy, 89.5 idle "
+            "(longest gap 21.0 us, after kernel sgd_at_k, before copy 1024 B); most time (us a launch): "
+            "fft2d_r2c 120.2, gemm 80.0",
+            "gpu-check: NOTE: step trace (fused): none: cannot load libcupti.so.13",
+            "gpu-check: NOTE: step trace (fused-narrow): none: cannot load libcupti.so.13"], summary)
         # No run ok: a failure that names them, not a pass by default.
         summary, goals = self.speed_verdicts(self.speed_stand_in({"cudnn": 0.3, "fused": 0.5, "mixed": 0.45}, status="failed"))
         self.assertTrue(goals[0].startswith("gpu-check: FAIL: the default kernels"), summary)

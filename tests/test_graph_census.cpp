@@ -1,10 +1,13 @@
-// The census of a captured step (core/graph_census.h) on graphs written out by hand: the counts
-// by kind, the bytes of copies and fills, and the longest chain of work, which a GPU's graph of
-// the same shape gives through the backend (core/cuda: graph_census_of).
+// What a captured step holds and what it did, on data written out by hand: the census of its
+// graph (core/graph_census.h: the counts by kind, the bytes of copies and fills, the longest
+// chain of work, which a GPU's graph of the same shape gives through core/cuda's
+// graph_census_of), and the summary of a trace of its launches (core/step_trace_summary.h: what
+// core/cuda/step_trace.h records on a GPU).
 #include <gtest/gtest.h>
 
 #include "core/error.h"
 #include "core/graph_census.h"
+#include "core/step_trace_summary.h"
 
 namespace paralab {
 namespace {
@@ -107,6 +110,62 @@ TEST(GraphCensus, AnEdgeToNoNodeOrACycleIsAnError) {
     FAIL() << "no error for a cycle";
   } catch (const Error& e) {
     EXPECT_STREQ(e.what(), "graph census: the edges form a cycle (2 of 3 nodes on it or after it)");
+  }
+}
+
+TraceRecord run(TraceRecord::Kind kind, const std::string& name, uint64_t start, uint64_t end,
+                int64_t bytes = 0) {
+  return {kind, name, start, end, bytes};
+}
+
+TEST(StepTraceSummary, SpanBusyIdleAndGapsOfTwoLaunches) {
+  using K = TraceRecord::Kind;
+  // Two launches of a step: gather 0-10 us, conv 12-40 with a fill 20-25 beside it, sgd 41-45;
+  // then the host's work between launches (45-60), and the same again from 60 us. Given out of
+  // order: the summary sorts them.
+  std::vector<TraceRecord> r;
+  for (uint64_t at : {60000u, 0u}) {
+    r.push_back(run(K::Kernel, "sgd_at_k", at + 41000, at + 45000));
+    r.push_back(run(K::Kernel, "gather_k", at, at + 10000));
+    r.push_back(run(K::Kernel, "conv", at + 12000, at + 40000));
+    r.push_back(run(K::Fill, "", at + 20000, at + 25000, 4096));
+  }
+  const json s = trace_summary(r, 2);
+  EXPECT_EQ(s["records"], 8);
+  EXPECT_DOUBLE_EQ(s["span_us"].get<double>(), 105.0);
+  EXPECT_DOUBLE_EQ(s["span_per_launch_us"].get<double>(), 52.5);
+  EXPECT_DOUBLE_EQ(s["busy_per_launch_us"].get<double>(), 42.0);    // 10 + 28 + 4
+  EXPECT_DOUBLE_EQ(s["idle_per_launch_us"].get<double>(), 10.5);    // (2 + 1) x 2 + 15, over 2
+  EXPECT_DOUBLE_EQ(s["overlap_per_launch_us"].get<double>(), 5.0);  // the fill under conv
+  ASSERT_EQ(s["gaps"].size(), 5u);
+  EXPECT_EQ(s["gaps"][0],
+            (json{{"us", 15.0}, {"after", "kernel sgd_at_k"}, {"before", "kernel gather_k"}}));
+  EXPECT_EQ(s["gaps"][1],
+            (json{{"us", 2.0}, {"after", "kernel gather_k"}, {"before", "kernel conv"}}));
+  ASSERT_EQ(s["by_name"].size(), 4u);
+  EXPECT_EQ(
+      s["by_name"][0],
+      (json{{"name", "conv"}, {"per_launch", 1.0}, {"us_per_launch", 28.0}, {"mean_us", 28.0}}));
+  EXPECT_EQ(s["by_name"][3]["name"], "sgd_at_k");
+  EXPECT_EQ(s["fills"],
+            (json{{"per_launch", 1.0}, {"bytes_per_launch", 4096.0}, {"us_per_launch", 5.0}}));
+  EXPECT_EQ(s["copies"],
+            (json{{"per_launch", 0.0}, {"bytes_per_launch", 0.0}, {"us_per_launch", 0.0}}));
+}
+
+TEST(StepTraceSummary, NothingTracedAndBadRecordsAreSaid) {
+  EXPECT_EQ(trace_summary({}, 3), (json{{"records", 0}, {"launches", 3}}));
+  try {
+    trace_summary({}, 0);
+    FAIL() << "no error for 0 launches";
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(), "trace summary: 0 launches traced (none?)");
+  }
+  try {
+    trace_summary({run(TraceRecord::Kind::Copy, "", 9, 5, 64)}, 1);
+    FAIL() << "no error for a record that ends before it starts";
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(), "trace summary: copy 64 B ends (5 ns) before it starts (9 ns)");
   }
 }
 

@@ -2,11 +2,17 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
 #include <thread>
 
 #include "core/error.h"
 #include "tests/recording_device.h"
 #include "tests/strategy_harness.h"
+#if PARALAB_HAVE_CUDA
+#include "core/cuda/step_trace.h"
+#endif
 
 namespace paralab {
 namespace {
@@ -308,6 +314,98 @@ TEST(Single, CudaGraphCensusReadsTheCapturedStep) {
     sgd = sgd || (name.find("sgd_at_k") != std::string::npos && count.get<int64_t>() >= 1);
   EXPECT_TRUE(sgd) << census.at("kernels_by_name").dump();
 }
+
+#if PARALAB_HAVE_CUDA
+// PARALAB_STEP_TRACE (core/cuda/step_trace.h) counts graph launches, traces launches AFTER+1 ..
+// AFTER+N, and writes the file after the last: the trace where CUPTI can trace (a GPU), else
+// why not (here: no driver), nothing before. Each case in a child process of its own (the
+// tracer reads its variables once per process).
+TEST(StepTrace, WritesTheTraceOrWhyNotAfterItsLaunches) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  const std::string path = ::testing::TempDir() + "paralab-step-trace-test.json";
+  std::remove(path.c_str());
+  EXPECT_EXIT(
+      {
+        setenv("PARALAB_STEP_TRACE", path.c_str(), 1);
+        setenv("PARALAB_STEP_TRACE_AFTER", "2", 1);
+        setenv("PARALAB_STEP_TRACE_LAUNCHES", "1", 1);
+        for (int i = 0; i < 2; ++i) {
+          cuda::step_trace_before_launch();
+          cuda::step_trace_after_launch();
+        }
+        if (std::ifstream(path).good()) {
+          std::fprintf(stderr, "written before the traced launch\n");
+          std::exit(1);
+        }
+        cuda::step_trace_before_launch();
+        cuda::step_trace_after_launch();
+        std::exit(std::ifstream(path).good() ? 0 : 2);
+      },
+      ::testing::ExitedWithCode(0), "");
+  const json trace = json::parse(std::ifstream(path));
+  EXPECT_EQ(trace.value("after_launches", -1), 2);
+  EXPECT_EQ(trace.value("launches", -1), 1);
+  EXPECT_NE(trace.contains("error"), trace.contains("summary")) << trace.dump();
+  EXPECT_FALSE(std::ifstream(path + ".partial").good());
+  std::remove(path.c_str());
+}
+
+TEST(StepTrace, ABadCountIsOneLineNamingItsVariable) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(
+      {
+        setenv("PARALAB_STEP_TRACE", (::testing::TempDir() + "never-written.json").c_str(), 1);
+        setenv("PARALAB_STEP_TRACE_LAUNCHES", "0", 1);
+        try {
+          cuda::step_trace_before_launch();
+        } catch (const Error& e) {
+          std::fprintf(stderr, "%s\n", e.what());
+          std::exit(3);
+        }
+        std::exit(0);
+      },
+      ::testing::ExitedWithCode(3),
+      "PARALAB_STEP_TRACE_LAUNCHES=0: not a whole number of at least 1");
+}
+
+// On a GPU: the trace of single's graphed steps holds each launch's kernels, ParaLab's SGD once
+// a launch among them, and a span no shorter than the GPU's busy time.
+TEST(Single, CudaStepTraceRecordsTheGraphedStepsKernels) {
+  if (const std::string why = backend_unavailable("cuda"); !why.empty())
+    GTEST_SKIP() << "cuda: " << why;
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  const std::string path = ::testing::TempDir() + "paralab-step-trace-single.json";
+  std::remove(path.c_str());
+  EXPECT_EXIT(
+      {
+        setenv("PARALAB_STEP_TRACE", path.c_str(), 1);
+        setenv("PARALAB_STEP_TRACE_AFTER", "1", 1);
+        setenv("PARALAB_STEP_TRACE_LAUNCHES", "2", 1);
+        {
+          // Step 0 eager, step 1 captured and launch 1, steps 2 and 3 the traced launches.
+          Session graphed("single", 1, {{"cuda_graphs", true}}, test_initial_parameters(), 24,
+                          "cuda");
+          for (int step = 0; step < 5; ++step) graphed.step(step, 0.05f);
+        }
+        std::exit(std::ifstream(path).good() ? 0 : 1);
+      },
+      ::testing::ExitedWithCode(0), "");
+  const json trace = json::parse(std::ifstream(path));
+  if (trace.contains("error") && trace["error"].get<std::string>().rfind("cannot load", 0) == 0)
+    GTEST_SKIP() << "no CUPTI here: " << trace["error"];
+  ASSERT_TRUE(trace.contains("summary")) << trace.dump();
+  const json& s = trace["summary"];
+  EXPECT_EQ(s.value("launches", 0), 2);
+  EXPECT_GE(s.value("records", 0), 20) << s.dump();
+  EXPECT_GE(s.value("span_per_launch_us", 0.0), s.value("busy_per_launch_us", 1.0));
+  bool sgd = false;
+  for (const json& n : s.at("by_name"))
+    sgd = sgd || (n.at("name").get<std::string>().find("sgd_at_k") != std::string::npos &&
+                  n.at("per_launch").get<double>() == 1.0);
+  EXPECT_TRUE(sgd) << s.at("by_name").dump();
+  std::remove(path.c_str());
+}
+#endif
 
 }  // namespace
 }  // namespace paralab

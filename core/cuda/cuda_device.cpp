@@ -6,6 +6,7 @@
 #include "core/cuda/check.h"
 #include "core/cuda/cublas_api.h"
 #include "core/cuda/kernels.h"
+#include "core/cuda/step_trace.h"
 
 namespace paralab::cuda {
 
@@ -377,7 +378,11 @@ class CudaGraph final : public CapturedWork {
     if (cudaGraphExecDestroy(exec_) != cudaSuccess) log_error("cudaGraphExecDestroy failed");
     allocator_.restore(std::move(blocks_));
   }
-  void launch() override { PARALAB_CUDA(cudaGraphLaunch(exec_, stream_)); }
+  void launch() override {
+    step_trace_before_launch();  // PARALAB_STEP_TRACE: a few launches traced (step_trace.h)
+    PARALAB_CUDA(cudaGraphLaunch(exec_, stream_));
+    step_trace_after_launch();
+  }
   nlohmann::json describe() const override { return {{"census", census_}}; }
 
  private:

@@ -37,6 +37,7 @@
 
 #include "core/cuda/check.h"
 #include "core/cuda/cuda_device.h"
+#include "core/cuda/step_trace.h"
 #include "core/error.h"
 #include "core/ops.h"
 #include "core/tensor.h"
@@ -153,7 +154,9 @@ class CudaGroupCapture final : public GroupCapture {
       const cudaStream_t s = d.compute_stream();
       for (std::size_t p = 1; p < devices_.size(); ++p)
         PARALAB_CUDA(cudaStreamWaitEvent(s, pre_[p], 0));
+      step_trace_before_launch();
       PARALAB_CUDA(cudaGraphLaunch(exec_, s));
+      step_trace_after_launch();
       PARALAB_CUDA(cudaEventRecord(post_, s));
     }
     barrier();

@@ -1,0 +1,245 @@
+#include "core/cuda/step_trace.h"
+
+#include <cuda_runtime.h>
+#include <dlfcn.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "core/error.h"
+#include "core/step_trace_summary.h"
+
+#if PARALAB_HAVE_CUPTI_HEADERS
+#include <cupti.h>
+#endif
+
+namespace paralab::cuda {
+
+namespace {
+
+// A count from the environment: `fallback` when unset; an Error naming the variable when it is
+// not a whole number of at least `least`.
+int64_t env_count(const char* name, int64_t fallback, int64_t least) {
+  const char* v = std::getenv(name);
+  if (!v || !*v) return fallback;
+  char* end = nullptr;
+  const long long n = std::strtoll(v, &end, 10);
+  if (*end != '\0' || n < least)
+    throw Error(std::string(name) + "=" + v + ": not a whole number of at least " +
+                std::to_string(least));
+  return n;
+}
+
+class Tracer {
+ public:
+  static Tracer& get() {
+    static Tracer t;
+    return t;
+  }
+
+  void before() {
+    if (path_.empty() || done_) return;
+    if (++launches_ == after_ + 1) start();
+  }
+
+  void after() {
+    if (path_.empty() || done_) return;
+    if (launches_.load() >= after_ + count_) finish();
+  }
+
+#if PARALAB_HAVE_CUPTI_HEADERS
+  // CUPTI's buffers: asked for when it has records to write, handed back full (or at a flush).
+  static void CUPTIAPI requested(uint8_t** buffer, size_t* size, size_t* max_records) {
+    *size = kBufferBytes;
+    *buffer = static_cast<uint8_t*>(std::aligned_alloc(8, kBufferBytes));
+    *max_records = 0;  // as many as fit
+  }
+  static void CUPTIAPI completed(CUcontext, uint32_t, uint8_t* buffer, size_t, size_t valid) {
+    get().read(buffer, valid);
+    std::free(buffer);
+  }
+#endif
+
+ private:
+  Tracer() {
+    if (const char* p = std::getenv("PARALAB_STEP_TRACE"); p && *p) path_ = p;
+    if (path_.empty()) return;
+    after_ = env_count("PARALAB_STEP_TRACE_AFTER", 50, 0);
+    count_ = env_count("PARALAB_STEP_TRACE_LAUNCHES", 4, 1);
+  }
+
+#if PARALAB_HAVE_CUPTI_HEADERS
+  static constexpr size_t kBufferBytes = 8u << 20;
+  static constexpr CUpti_ActivityKind kKinds[] = {CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL,
+                                                  CUPTI_ACTIVITY_KIND_MEMCPY,
+                                                  CUPTI_ACTIVITY_KIND_MEMSET};
+  struct Api {
+    decltype(&cuptiActivityEnable) enable = nullptr;
+    decltype(&cuptiActivityDisable) disable = nullptr;
+    decltype(&cuptiActivityRegisterCallbacks) register_callbacks = nullptr;
+    decltype(&cuptiActivityFlushAll) flush_all = nullptr;
+    decltype(&cuptiActivityGetNextRecord) next_record = nullptr;
+    decltype(&cuptiGetResultString) result_string = nullptr;
+  };
+
+  // "" when CUPTI is loaded and its activities enabled; else why not.
+  std::string load() {
+    const std::string versioned = "libcupti.so." + std::to_string(CUDART_VERSION / 1000);
+    const char* given = std::getenv("PARALAB_CUPTI_LIBRARY");
+    void* lib = given && *given ? dlopen(given, RTLD_NOW | RTLD_LOCAL) : nullptr;
+    if (!lib) lib = dlopen(versioned.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (!lib) lib = dlopen("libcupti.so", RTLD_NOW | RTLD_LOCAL);
+    if (!lib)
+      return "cannot load " + (given && *given ? std::string(given) + ", " : std::string()) +
+             versioned + " or libcupti.so (" + dlerror() +
+             "): name it in PARALAB_CUPTI_LIBRARY or put its directory (the CUDA toolkit's "
+             "extras/CUPTI/lib64, or the nvidia-cuda-cupti wheel's lib) in LD_LIBRARY_PATH";
+    const auto resolve = [&](const char* symbol, auto& fn) {
+      fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(dlsym(lib, symbol));
+      return fn != nullptr;
+    };
+    if (!resolve("cuptiActivityEnable", api_.enable) ||
+        !resolve("cuptiActivityDisable", api_.disable) ||
+        !resolve("cuptiActivityRegisterCallbacks", api_.register_callbacks) ||
+        !resolve("cuptiActivityFlushAll", api_.flush_all) ||
+        !resolve("cuptiActivityGetNextRecord", api_.next_record) ||
+        !resolve("cuptiGetResultString", api_.result_string))
+      return versioned + " lacks a CUPTI activity function the build's headers declare";
+    if (const CUptiResult r = api_.register_callbacks(&requested, &completed); r != CUPTI_SUCCESS)
+      return failed("cuptiActivityRegisterCallbacks", r);
+    for (CUpti_ActivityKind k : kKinds)
+      if (const CUptiResult r = api_.enable(k); r != CUPTI_SUCCESS)
+        return failed("cuptiActivityEnable", r);
+    return "";
+  }
+
+  std::string failed(const char* call, CUptiResult r) const {
+    const char* s = nullptr;
+    if (api_.result_string) api_.result_string(r, &s);
+    return std::string(call) + " failed: " + (s ? s : "CUPTI error " + std::to_string(int(r)));
+  }
+
+  void read(uint8_t* buffer, size_t valid) {
+    std::lock_guard lock(mu_);
+    CUpti_Activity* rec = nullptr;
+    while (api_.next_record && api_.next_record(buffer, valid, &rec) == CUPTI_SUCCESS) {
+      TraceRecord t;
+      // Each kind's record in the layout of this build's headers; the fields read here (kind,
+      // start, end, name, bytes) lead every version of it.
+      switch (rec->kind) {
+        case CUPTI_ACTIVITY_KIND_KERNEL:
+        case CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL: {
+          const auto* k = reinterpret_cast<const CUpti_ActivityKernel10*>(rec);
+          t.kind = TraceRecord::Kind::Kernel;
+          t.name = k->name ? k->name : "";
+          t.start_ns = k->start;
+          t.end_ns = k->end;
+          break;
+        }
+        case CUPTI_ACTIVITY_KIND_MEMCPY: {
+          const auto* m = reinterpret_cast<const CUpti_ActivityMemcpy6*>(rec);
+          t.kind = TraceRecord::Kind::Copy;
+          t.bytes = static_cast<int64_t>(m->bytes);
+          t.start_ns = m->start;
+          t.end_ns = m->end;
+          break;
+        }
+        case CUPTI_ACTIVITY_KIND_MEMSET: {
+          const auto* m = reinterpret_cast<const CUpti_ActivityMemset4*>(rec);
+          t.kind = TraceRecord::Kind::Fill;
+          t.bytes = static_cast<int64_t>(m->bytes);
+          t.start_ns = m->start;
+          t.end_ns = m->end;
+          break;
+        }
+        default:
+          continue;
+      }
+      records_.push_back(std::move(t));
+    }
+  }
+#endif
+
+  void start() {
+#if PARALAB_HAVE_CUPTI_HEADERS
+    error_ = load();
+#else
+    error_ = "this build has no CUPTI headers (cupti.h; CMake says where it looked)";
+#endif
+    if (!error_.empty()) finish();
+  }
+
+  // After the last traced launch (or at once, when tracing could not start): every record
+  // collected, the trace written beside its summary, atomically.
+  void finish() {
+    std::lock_guard once(finish_mu_);
+    if (done_) return;
+    done_ = true;
+    nlohmann::json out = {{"after_launches", after_}, {"launches", count_}};
+#if PARALAB_HAVE_CUPTI_HEADERS
+    if (error_.empty()) {
+      if (cudaDeviceSynchronize() != cudaSuccess) (void)cudaGetLastError();
+      for (CUpti_ActivityKind k : kKinds) api_.disable(k);
+      if (const CUptiResult r = api_.flush_all(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
+          r != CUPTI_SUCCESS)
+        error_ = failed("cuptiActivityFlushAll", r);
+    }
+#endif
+    if (!error_.empty()) {
+      out["error"] = error_;
+    } else {
+      std::lock_guard lock(mu_);
+      uint64_t first = UINT64_MAX;
+      for (const TraceRecord& r : records_) first = std::min(first, r.start_ns);
+      nlohmann::json list = nlohmann::json::array();
+      for (const TraceRecord& r : records_)
+        list.push_back({{"kind", r.kind == TraceRecord::Kind::Kernel ? "kernel"
+                                 : r.kind == TraceRecord::Kind::Copy ? "copy"
+                                                                     : "fill"},
+                        {"name", r.name},
+                        {"start_ns", r.start_ns - first},
+                        {"end_ns", r.end_ns - first},
+                        {"bytes", r.bytes}});
+      out["summary"] = trace_summary(records_, static_cast<int>(count_));
+      out["records"] = std::move(list);
+    }
+    const std::string tmp = path_ + ".partial";
+    {
+      std::ofstream f(tmp);
+      f << out.dump(1) << "\n";
+      if (!f) {
+        log_error("step trace: cannot write " + tmp);
+        return;
+      }
+    }
+    if (std::rename(tmp.c_str(), path_.c_str()) != 0)
+      log_error("step trace: cannot rename " + tmp + " to " + path_);
+  }
+
+  std::string path_;
+  int64_t after_ = 0, count_ = 0;
+  std::atomic<int64_t> launches_{0};
+  std::atomic<bool> done_{false};
+  std::mutex mu_, finish_mu_;
+  std::vector<TraceRecord> records_;
+  std::string error_;
+#if PARALAB_HAVE_CUPTI_HEADERS
+  Api api_;
+#endif
+};
+
+}  // namespace
+
+void step_trace_before_launch() { Tracer::get().before(); }
+void step_trace_after_launch() { Tracer::get().after(); }
+
+}  // namespace paralab::cuda

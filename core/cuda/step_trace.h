@@ -1,0 +1,23 @@
+// A trace of what the GPU ran during a few launches of a step's graph: each kernel, copy and
+// memset with its start and end on the GPU's clock (CUPTI's activity records), and their summary
+// (core/step_trace_summary.h), written as JSON. It shows what a graphed step's time is made of:
+// each kernel as it runs in the graph, the idle time between nodes, and the host's work between
+// launches (the gaps from one launch's last node to the next launch's first).
+//
+// Off unless PARALAB_STEP_TRACE names the JSON file to write. The graph launches of the process
+// (a step's own graph, or one over a group) are counted; launches AFTER+1 .. AFTER+N are traced
+// (PARALAB_STEP_TRACE_AFTER, default 50, past the warm-up; PARALAB_STEP_TRACE_LAUNCHES, default
+// 4), the device is synchronised after the last, and the file written. CUPTI is loaded then,
+// not linked: PARALAB_CUPTI_LIBRARY (a path), else libcupti.so.<CUDA major> by name (its
+// directory in LD_LIBRARY_PATH); a build without CUPTI's headers, or a process that cannot load
+// it, writes {"error": why} instead.
+// The traced launches are slower by CUPTI's cost per record: read the trace, not their times.
+#pragma once
+
+namespace paralab::cuda {
+
+// Around every graph launch, on the launching thread.
+void step_trace_before_launch();
+void step_trace_after_launch();
+
+}  // namespace paralab::cuda
