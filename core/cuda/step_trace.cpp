@@ -41,9 +41,10 @@ int64_t env_count(const char* name, int64_t fallback, int64_t least) {
 
 class Tracer {
  public:
+  // Never destroyed: CUPTI may hand buffers back from its own thread as the process ends.
   static Tracer& get() {
-    static Tracer t;
-    return t;
+    static Tracer* t = new Tracer;
+    return *t;
   }
 
   void before() {
@@ -164,6 +165,11 @@ class Tracer {
         default:
           continue;
       }
+      // A record without both ends (the GPU's clock read 0 for it) is counted, not summed.
+      if (t.start_ns == 0 || t.end_ns < t.start_ns) {
+        ++incomplete_;
+        continue;
+      }
       records_.push_back(std::move(t));
     }
   }
@@ -210,6 +216,7 @@ class Tracer {
                         {"end_ns", r.end_ns - first},
                         {"bytes", r.bytes}});
       out["summary"] = trace_summary(records_, static_cast<int>(count_));
+      if (incomplete_) out["incomplete_records"] = incomplete_;
       out["records"] = std::move(list);
     }
     const std::string tmp = path_ + ".partial";
@@ -231,6 +238,7 @@ class Tracer {
   std::atomic<bool> done_{false};
   std::mutex mu_, finish_mu_;
   std::vector<TraceRecord> records_;
+  int64_t incomplete_ = 0;
   std::string error_;
 #if PARALAB_HAVE_CUPTI_HEADERS
   Api api_;

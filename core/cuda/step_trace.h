@@ -12,6 +12,7 @@
 // directory in LD_LIBRARY_PATH); a build without CUPTI's headers, or a process that cannot load
 // it, writes {"error": why} instead.
 // The traced launches are slower by CUPTI's cost per record: read the trace, not their times.
+// A run with fewer graph launches than AFTER+N writes nothing.
 #pragma once
 
 namespace paralab::cuda {
