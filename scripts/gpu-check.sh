@@ -224,7 +224,7 @@ fi
 # CUPTI for the step traces (core/cuda/step_trace.h): headers at build time, the library when a
 # trace runs; the toolkit's, else the nvidia-cuda-cupti wheel's (nvidia/cuda_cupti for CUDA 12,
 # nvidia/cu13 for CUDA 13).
-if ! ls /usr/local/cuda/include/cupti.h /usr/local/cuda/extras/CUPTI/include/cupti.h >/dev/null 2>&1; then
+if [[ ! -f /usr/local/cuda/include/cupti.h && ! -f /usr/local/cuda/extras/CUPTI/include/cupti.h ]]; then
   for mod in nvidia.cuda_cupti nvidia.cu13; do
     cupti=$(wheel_dir $mod)
     if [[ -n $cupti && -f $cupti/include/cupti.h ]]; then
@@ -235,7 +235,8 @@ if ! ls /usr/local/cuda/include/cupti.h /usr/local/cuda/extras/CUPTI/include/cup
 fi
 # The library itself, passed by path (PARALAB_CUPTI_LIBRARY) to the runs that trace only: its
 # directory in LD_LIBRARY_PATH would put the wheel's other CUDA libraries before the toolkit's.
-cupti_lib=$(ls /usr/local/cuda/extras/CUPTI/lib64/libcupti.so.* /usr/local/cuda/lib64/libcupti.so.* 2>/dev/null | head -1)
+cupti_lib=$(ls /usr/local/cuda/extras/CUPTI/lib64/libcupti.so.* /usr/local/cuda/lib64/libcupti.so.* \
+  /usr/local/cuda/lib/libcupti.so.* 2>/dev/null | head -1)
 if [[ -z $cupti_lib ]]; then
   for mod in nvidia.cuda_cupti nvidia.cu13; do
     d=$(wheel_dir $mod)
