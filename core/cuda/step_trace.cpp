@@ -1,6 +1,7 @@
 #include "core/cuda/step_trace.h"
 
 #include <cuda_runtime.h>
+#include <cxxabi.h>
 #include <dlfcn.h>
 
 #include <algorithm>
@@ -38,6 +39,19 @@ int64_t env_count(const char* name, int64_t fallback, int64_t least) {
                 std::to_string(least));
   return n;
 }
+
+#if PARALAB_HAVE_CUPTI_HEADERS
+// A kernel's name as ncu prints it ("void crp::data_gemm<128, ...>(...)"), or as CUPTI gave it
+// where it does not demangle.
+std::string demangled(const char* name) {
+  if (!name) return "";
+  int status = 0;
+  char* plain = abi::__cxa_demangle(name, nullptr, nullptr, &status);
+  std::string out = status == 0 && plain ? plain : name;
+  std::free(plain);
+  return out;
+}
+#endif
 
 class Tracer {
  public:
@@ -141,7 +155,7 @@ class Tracer {
         case CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL: {
           const auto* k = reinterpret_cast<const CUpti_ActivityKernel10*>(rec);
           t.kind = TraceRecord::Kind::Kernel;
-          t.name = k->name ? k->name : "";
+          t.name = demangled(k->name);
           t.start_ns = k->start;
           t.end_ns = k->end;
           break;
