@@ -5,6 +5,7 @@
 
 #include "core/cuda/check.h"
 #include "core/cuda/cublas_api.h"
+#include "core/cuda/graph_census.h"
 #include "core/cuda/kernels.h"
 #include "core/cuda/step_trace.h"
 

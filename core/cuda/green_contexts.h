@@ -9,11 +9,8 @@
 #include <cuda.h>
 #include <cuda_runtime.h>
 
-#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include "core/graph_census.h"
 
 namespace paralab::cuda {
 
@@ -46,9 +43,7 @@ CUcontext work_context(const SmShare& share, cudaStream_t stream, std::string* w
 // order (as the driver gives it, mangled; empty where the driver cannot say).
 std::vector<CUcontext> kernel_contexts(cudaGraph_t graph, std::string* why,
                                        std::vector<std::string>* names = nullptr);
-// The census of `graph` (core/graph_census.h): its nodes, their kinds and bytes, and its edges
-// read back through the runtime, kernel names through the driver (empty without it).
-// {"unknown": why} where the runtime cannot say.
-nlohmann::json graph_census_of(cudaGraph_t graph);
+// A kernel node's function name as the driver gives it (mangled); "" where it cannot say.
+std::string kernel_node_name(cudaGraphNode_t node);
 
 }  // namespace paralab::cuda

@@ -37,6 +37,7 @@
 
 #include "core/cuda/check.h"
 #include "core/cuda/cuda_device.h"
+#include "core/cuda/graph_census.h"
 #include "core/cuda/step_trace.h"
 #include "core/error.h"
 #include "core/ops.h"
