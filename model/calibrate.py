@@ -347,9 +347,9 @@ def gpu_compute(path):
         widths += width_points([r])
         if "profiled_layer_ms" in rep:
             mb = c["global_batch"] / rep["microbatches"]
-            layers.append((mb * gpu_effective(c), rep["profiled_layer_ms"]))
-            shares.add((c.get("device_list") or [{}])[0].get("sm_share"))
-            sms.add(gpu_sms(c))
+            layers.append((mb * gpu_effective(c), rep["profiled_layer_ms"],
+                           rep.get("profiled_layer_timing", "host clock"),
+                           (c.get("device_list") or [{}])[0].get("sm_share"), gpu_sms(c)))
         if c["strategy"] == "single" and not (c.get("options") or {}).get("cuda_graphs", True):
             kernels = run_kernels(c)
             its = r["iterations"]
@@ -366,6 +366,22 @@ def gpu_compute(path):
     if lacks:
         raise ValueError("%s: lacks %s to fit the %s's compute on" % (os.path.relpath(path, ROOT), ", ".join(lacks),
                                                                      short))
+    # The shape from the profiles timed as the level is (eager passes by the host clock, launches
+    # included), where they span two batches at least; else from every profile (graph replays:
+    # the layers' times inside a graph, without launches).
+    eager = [p for p in layers if p[2] == "host clock"]
+    timing = "host-clock" if len({p[0] for p in eager}) >= 2 else "all"
+    layers_all = layers
+    layers = eager if timing == "host-clock" else layers
+    shares = {p[3] for p in layers}
+    sms = {p[4] for p in layers}
+    graphed_profiles = sum(p[2] == "graph replays" for p in layers)
+    profiled = ("" if not graphed_profiles else
+                " (%d of them timed as graph replays: fewer than two batches were timed by the host "
+                "clock)" % graphed_profiles)
+    if timing == "host-clock" and len(eager) < len(layers_all):
+        profiled = " timed by the host clock (those timed as graph replays left out)"
+    layers = [(x, ms) for x, ms, *_ in layers]
     shape = perf.Compute.fit([(x, sum(l)) for x, l in layers], layers, step[2])
     level = step[1] / shape.step(step[0])
     line = (shape.line[0] * level, shape.line[1] * level)
@@ -377,10 +393,10 @@ def gpu_compute(path):
     shares = sorted((x for x in shares if x), reverse=True)
     comp = perf.Compute(line, shape.layers, step[2],
                         note="level: the eager single step at batch %d on the whole %s; shape: "
-                             "the layer_split profiling passes on %s-SM shares, in effective "
+                             "the layer_split profiling passes%s on %s-SM shares, in effective "
                              "batch x = batch * %s / SMs; host term: that step's time as launches, "
                              "each 4.3 us with one host thread, 9.5 us with 8 (FINDINGS.md%s)" % (
-                                 step[0], short, "- and ".join(str(x) for x in shares) or "no",
+                                 step[0], short, profiled, "- and ".join(str(x) for x in shares) or "no",
                                  "/".join(str(x) for x in sorted(sms)),
                                  "" if gpu_kind(gpu) == "h200" else ", measured on the H200"),
                         host=(step[1], launch), graph_factor=graphed / step[1],
@@ -683,7 +699,10 @@ def validate_runs(kind, path, comp, link, effective=None, own_level=True, kernel
         prof = (r.get("strategy_report") or {}).get("profiled_layer_ms")
         if prof:  # layer_split's own profiling pass in setup (not its timed iterations)
             c["profiled_layer_ms"] = prof
-            note = "stage times from this run's profiling pass (setup)"
+            # runs recorded before the key were all timed by the host clock
+            c["profiled_layer_timing"] = r["strategy_report"].get("profiled_layer_timing", "host clock")
+            note = "stage times from this run's profiling pass (setup%s)" % (
+                ", graph replays" if c["profiled_layer_timing"] == "graph replays" else "")
         pred, bd = perf.predict(lvl_comp, link, c, net)
         points.append(_point(kind, src, r["label"], r["config"], measured, pred, bd, note=note))
     return points

@@ -705,7 +705,8 @@ def data_parallel(comp, link, k, per_device_batch, allreduce="ring", grouping="b
     return t + exposed, {"compute": t, "communication": comm, "exposed_communication": exposed}
 
 
-def layer_split(comp, link, k, batch, microbatches=1, split=None, layer_ms=None, net=LENET):
+def layer_split(comp, link, k, batch, microbatches=1, split=None, layer_ms=None, net=LENET,
+                layer_timing="host clock"):
     """GPipe fill/drain over k stages: sum of the stage times + (m-1) x the slowest stage.
 
     In the (m-1) steady-state slots every stage computes at once, so they run at the devices'
@@ -718,11 +719,16 @@ def layer_split(comp, link, k, batch, microbatches=1, split=None, layer_ms=None,
     that minimises the slowest stage (what "auto" does from its profile).
     layer_ms: per-layer forward+backward ms at the micro-batch size, when a profile of this very
     configuration exists (layer_split's own profiling pass in setup); else from the fit.
+    layer_timing: how that profile was taken (strategy_report.profiled_layer_timing). "host
+    clock" (eager passes, one host thread launching; the fit is such too) is priced with the
+    launch contention of k host threads (Compute.contention); "graph replays" holds no host
+    launches (each layer timed inside a captured graph, as the stages then run): none.
     """
     m = microbatches
     mb = batch / m
     lay = list(layer_ms) if layer_ms else comp.layer_ms(mb)
-    lay = [x * comp.contention(k) for x in lay]
+    if not (layer_ms and layer_timing == "graph replays"):
+        lay = [x * comp.contention(k) for x in lay]
     if split is None:
         split = best_split(lay, k)
     bounds = [0] + list(split) + [len(lay)]
@@ -806,7 +812,8 @@ def _predict(comp, link, config, net):
     if s == "layer_split":
         split = o.get("split")
         return layer_split(comp, link, k, config["global_batch"], o.get("microbatches", 1),
-                           None if split in (None, "auto") else split, config.get("profiled_layer_ms"), net)
+                           None if split in (None, "auto") else split, config.get("profiled_layer_ms"), net,
+                           config.get("profiled_layer_timing", "host clock"))
     if s == "channel_split":
         return channel_split(comp, link, k, config["global_batch"], o.get("pairing", "none"),
                              o.get("allreduce", "ring"), net)

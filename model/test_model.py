@@ -772,6 +772,66 @@ class H200Runs(unittest.TestCase):
             self.assertTrue(after[label]["held_out"])
             self.assertGreater(after[label]["breakdown_ms"]["compute"], 1.5 * before[label]["breakdown_ms"]["compute"])
 
+    def test_graph_replay_profiles_price_no_launch_contention_and_stay_out_of_the_shape(self):
+        # layer_split's profiling pass timed as graph replays (profiled_layer_timing, where the
+        # step is one graph over the group): its stage times hold no host launches, so k host
+        # threads' launch contention does not apply to them; the compute's shape stays fitted on
+        # the passes timed by the host clock, as its level (the eager single step) is.
+        d = os.path.join(calibrate.REFERENCE, "h200-2026-12-04")
+        src = os.path.join(d, "gpu-check.json")
+        plain = calibrate.gpu_compute(src)
+        link = calibrate.gpu_link(os.path.join(d, "allreduce-cuda-sweep.json"))[0]
+        with open(src) as f:
+            doc = json.load(f)
+        graphed = [r for r in doc["runs"] if r["config"]["strategy"] == "layer_split"
+                   and r["config"]["options"].get("cuda_graphs", True)]
+        self.assertEqual(len(graphed), 4)
+        for r in graphed:  # as a graph-replay profile would time them: a third of the eager pass
+            r["strategy_report"]["profiled_layer_timing"] = "graph replays"
+            r["strategy_report"]["profiled_layer_ms"] = [x / 3 for x in r["strategy_report"]["profiled_layer_ms"]]
+        with tempfile.TemporaryDirectory() as t:
+            path = os.path.join(t, "gpu-check.json")
+            with open(path, "w") as f:
+                json.dump(doc, f)
+            comp = calibrate.gpu_compute(path)
+            # two eager layer_split runs (x2, x4: two effective batches) set the shape alone
+            self.assertIn("passes timed by the host clock (those timed as graph replays left out)", comp.note)
+            self.assertNotEqual(comp.layers, plain.layers)
+            before = {p["label"]: p for p in calibrate.validate_runs("h200", src, plain, link, calibrate.gpu_effective)}
+            after = {p["label"]: p for p in calibrate.validate_runs("h200", path, comp, link, calibrate.gpu_effective)}
+        for r in graphed:
+            c, o = r["config"], r["config"]["options"]
+            k, prof = c["devices"], r["strategy_report"]["profiled_layer_ms"]
+            self.assertIn("graph replays", after[r["label"]]["note"])
+            self.assertGreater(comp.contention(k), 1.0)
+            b = c["global_batch"] * calibrate.gpu_effective(c)
+            args = (comp, link, k, b, o["microbatches"], None, prof)
+            replays = perf.layer_split(*args, layer_timing="graph replays")[0]
+            self.assertAlmostEqual(after[r["label"]]["predicted_ms"], replays + comp.group_overhead, places=9)
+            self.assertLess(replays, perf.layer_split(*args)[0])  # the host clock's: x contention(k)
+        # every other run's prediction is unchanged
+        for label, p in before.items():
+            if label not in {r["label"] for r in graphed} and p["strategy"] != "channel_split":
+                self.assertAlmostEqual(after[label]["predicted_ms"], p["predicted_ms"], places=9, msg=label)
+        # with one host-clock batch only, every profile makes the shape, and the note says so
+        doc["runs"] = [r for r in doc["runs"] if not (r["config"]["strategy"] == "layer_split"
+                                                      and r["config"]["devices"] == 4
+                                                      and not r["config"]["options"].get("cuda_graphs", True))]
+        with tempfile.TemporaryDirectory() as t:
+            path = os.path.join(t, "gpu-check.json")
+            with open(path, "w") as f:
+                json.dump(doc, f)
+            self.assertIn("(4 of them timed as graph replays: fewer than two batches were timed by the host clock)",
+                          calibrate.gpu_compute(path).note)
+        # perf alone: contention applies to a host-clock profile, not to graph replays
+        c = perf.Compute((0.0, 4.0), [(0.0, 1.0)] * 4, 0.7, host=(1.0, [4.0, 6.0, 8.0, 10.0]))
+        free = perf.Link({"p2p": (0.0, 0.0, 0.0)})
+        lay = [1.0, 2.0, 1.0, 0.5]
+        eager, _ = perf.layer_split(c, free, 2, 256, 1, [2], lay)
+        replays, _ = perf.layer_split(c, free, 2, 256, 1, [2], lay, layer_timing="graph replays")
+        self.assertAlmostEqual(replays, sum(lay))
+        self.assertAlmostEqual(eager, sum(lay) * 1.5)
+
     def test_profile_runs_that_failed_are_taken_from_their_per_rank_retry_or_named(self):
         # scripts/gpu-check.sh reruns multi-device runs that failed with whole steps into
         # <name>-per-rank.json: the profile runs' compute is the same measurement there.

@@ -73,6 +73,7 @@ class LayerSplit final : public Strategy {
       throw Error(o_.path + ".split: boundaries must be increasing integers in 1.." +
                   std::to_string(layers - 1) + ", got " + o_.split.dump());
     const int m = o_.microbatches;
+    graphs_ = plan_graphs(s.devices);
     if (o_.split.is_array()) {
       if (static_cast<int>(o_.split.size()) != k - 1)
         throw Error(o_.path + ".split: " + std::to_string(o_.split.size()) + " boundaries make " +
@@ -84,9 +85,12 @@ class LayerSplit final : public Strategy {
     } else {
       // Every layer runs on the first device here; what its ops chose for the layers it will not
       // run is forgotten after, so that the results list only its own stage's choices.
+      // Timed as the stages will run: inside one graph over the group, or eagerly.
       const nlohmann::json before = s.devices[0]->ops().describe();
-      layer_ms_ = profile_layers(model, *s.devices[0], s.initial_parameters,
-                                 std::max<int64_t>(1, s.train_batch / m));
+      profile_ = profile_layers(
+          model, *s.devices[0], s.initial_parameters, std::max<int64_t>(1, s.train_batch / m),
+          graphs_.empty() ? LayerTiming::kGraphReplays : LayerTiming::kHostClock);
+      layer_ms_ = profile_.layer_ms;
       s.devices[0]->ops().forget_choices_since(before);
       // Between processes each profiled its own device: every rank takes rank 0's profile, so
       // that all cut the model alike.
@@ -102,7 +106,6 @@ class LayerSplit final : public Strategy {
     eval_batch_ = s.eval_batch;
     test_count_ = s.test->count;
     train_ = s.train;
-    graphs_ = plan_graphs(s.devices);
     run([&](int r) {
       Rank& me = ranks_[r];
       Device& dev = group_->device(r);
@@ -288,7 +291,12 @@ class LayerSplit final : public Strategy {
                 {"ideal_bubble_fraction", ideal_bubble_fraction(k, o_.microbatches)},
                 {"bytes_per_example", expected_bytes(1)},
                 {"last_iteration_timeline", timeline}};
-    if (!layer_ms_.empty()) rep["profiled_layer_ms"] = layer_ms_;
+    if (!layer_ms_.empty()) {
+      rep["profiled_layer_ms"] = layer_ms_;
+      rep["profiled_layer_timing"] = layer_timing_name(profile_.timing);
+      if (!profile_.why_not_graphs.empty())
+        rep["profiled_layer_timing_note"] = profile_.why_not_graphs;
+    }
     if (o_.cuda_graphs) {
       const Rank& me = ranks_[static_cast<std::size_t>(group_->local_ranks().front())];
       report_graphs(rep, graphs_, capture_.get(), k, me.graph.captures(), me.graph.replays(),
@@ -508,6 +516,7 @@ class LayerSplit final : public Strategy {
   uint64_t seed_ = 0;
   std::vector<int> bounds_;
   std::vector<double> layer_ms_;
+  LayerProfile profile_;  // how layer_ms_ was taken ("auto" only)
   std::vector<std::vector<PipelinePass>> passes_;
   std::unique_ptr<SpmdGroup> group_;
   std::vector<Rank> ranks_;
@@ -600,8 +609,12 @@ std::vector<int> balanced_split(const std::vector<double>& layer_ms, int stages)
   return best;
 }
 
-std::vector<double> profile_layers(const Model& model, Device& device,
-                                   const std::vector<float>& parameters, int64_t n) {
+const char* layer_timing_name(LayerTiming t) {
+  return t == LayerTiming::kGraphReplays ? "graph replays" : "host clock";
+}
+
+LayerProfile profile_layers(const Model& model, Device& device,
+                            const std::vector<float>& parameters, int64_t n, LayerTiming timing) {
   device.bind_thread();
   Rng rng(7);
   auto random = [&](const Shape& shape) {
@@ -613,7 +626,17 @@ std::vector<double> profile_layers(const Model& model, Device& device,
   for (auto& y : label_values) y = static_cast<int32_t>(rng.below(model.classes()));
   const Tensor labels = Tensor::from_host(device, {n}, label_values);
   Tensor stats = Tensor::zeros(device, {2});
-  std::vector<double> layer_ms;
+  constexpr int kSamples = 5;
+  auto median = [](std::vector<double> samples) {
+    std::nth_element(samples.begin(), samples.begin() + samples.size() / 2, samples.end());
+    return samples[samples.size() / 2];
+  };
+  LayerProfile out;
+  out.timing = timing == LayerTiming::kGraphReplays && device.supports_capture()
+                   ? LayerTiming::kGraphReplays
+                   : LayerTiming::kHostClock;
+  if (timing == LayerTiming::kGraphReplays && !device.supports_capture())
+    out.why_not_graphs = device.name() + " cannot capture work (CUDA only)";
   for (int l = 0; l < model.layers(); ++l) {
     const std::vector<float> p = layer_slice(model, parameters, l, l + 1);
     const Tensor params = Tensor::from_host(device, {static_cast<int64_t>(p.size())}, p);
@@ -621,19 +644,50 @@ std::vector<double> profile_layers(const Model& model, Device& device,
     ModelStages layer(model, device, l, l + 1, params);
     const Tensor x = random(model.activation_shape(l, n));
     const Tensor dy = random(model.activation_shape(l + 1, n));
-    std::vector<double> samples;
-    for (int rep = 0; rep < 6; ++rep) {  // the first is a warm-up (primitive creation)
-      const auto a = Clock::now();
+    auto pass = [&] {
       layer.forward(0, x, true);
       if (layer.has_loss()) layer.loss(0, labels, stats, true);
       layer.backward(0, layer.has_loss() ? nullptr : &dy, grads);
+    };
+    // The first pass is a warm-up (primitive creation, algorithm choice, allocations), which a
+    // capture must find done.
+    std::vector<double> samples;
+    for (int rep = 0; rep <= kSamples; ++rep) {
+      const auto a = Clock::now();
+      pass();
       device.synchronize();
       if (rep > 0) samples.push_back(ms_between(a, Clock::now()));
+      if (out.timing == LayerTiming::kGraphReplays) break;
     }
-    std::nth_element(samples.begin(), samples.begin() + samples.size() / 2, samples.end());
-    layer_ms.push_back(samples[samples.size() / 2]);
+    if (out.timing == LayerTiming::kGraphReplays) {
+      std::unique_ptr<CapturedWork> graph;
+      TimeMark start, end;
+      device.begin_capture();
+      try {
+        start = device.mark();
+        pass();
+        end = device.mark();
+        graph = device.end_capture();
+      } catch (const CaptureFailed& e) {
+        // Nothing of the captured pass ran: the whole profile is taken again by the host clock,
+        // so that every layer is timed alike.
+        device.abort_capture();
+        LayerProfile eager = profile_layers(model, device, parameters, n, LayerTiming::kHostClock);
+        eager.why_not_graphs = "capture failed: " + std::string(e.what());
+        return eager;
+      } catch (...) {
+        device.abort_capture();
+        throw;
+      }
+      for (int rep = 0; rep <= kSamples; ++rep) {  // the first replay is a warm-up too
+        graph->launch();
+        device.synchronize();
+        if (rep > 0) samples.push_back(device.elapsed_ms(start, end));
+      }
+    }
+    out.layer_ms.push_back(median(std::move(samples)));
   }
-  return layer_ms;
+  return out;
 }
 
 std::unique_ptr<Strategy> make_layer_split(const json& options, const std::string& path) {

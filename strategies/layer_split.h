@@ -12,9 +12,9 @@
 //   "split": "auto"         stage boundaries: an array of k-1 increasing layer indices in
 //                           1..layers-1 ([1] = the first layer | the rest), or "auto": each
 //                           layer's forward and backward timed at the micro-batch size on
-//                           device 0 (a short
-//                           profiling pass in setup) and the boundaries that minimise the
-//                           slowest stage chosen
+//                           device 0 (a short profiling pass in setup, as graph replays where
+//                           the step will be one graph: profile_layers) and the boundaries
+//                           that minimise the slowest stage chosen
 //   "microbatches": 1       m, dividing every global minibatch
 //   "schedule": "gpipe"     gpipe (all forwards, then all backwards) | 1f1b (PipeDream-Flush:
 //                           the same bubble, at most k micro-batches in flight)
@@ -38,9 +38,27 @@ std::unique_ptr<Strategy> make_layer_split(const nlohmann::json& options, const 
 // stages; ties go to the earliest cut.
 std::vector<int> balanced_split(const std::vector<double>& layer_ms, int stages);
 
-// Each of the model's layers' forward + backward time (median of a few runs, ms) at batch n on
-// `device`.
-std::vector<double> profile_layers(const Model& model, Device& device,
-                                   const std::vector<float>& parameters, int64_t n);
+// Each of the model's layers' forward + backward time (median of 5 runs after a warm-up, ms) at
+// batch n on `device`, taken as the stages will run:
+//   kHostClock     the host's clock around each eager pass, the device synchronised after it:
+//                  what a stage of an eager pipeline costs, its launches included (the CPU's
+//                  work runs when queued, so this is its compute);
+//   kGraphReplays  each layer's pass captured once as a graph (after an eager warm-up) and
+//                  replayed, timed by device marks taken in the capture: what the stage costs
+//                  inside a step's graph, where no host launches a kernel. Where the capture
+//                  fails, every layer is timed by the host clock instead and `why_not_graphs`
+//                  says why.
+enum class LayerTiming { kHostClock, kGraphReplays };
+const char* layer_timing_name(LayerTiming t);
+
+struct LayerProfile {
+  std::vector<double> layer_ms;
+  LayerTiming timing = LayerTiming::kHostClock;
+  std::string why_not_graphs;  // set where graph replays were asked for but could not be made
+};
+
+LayerProfile profile_layers(const Model& model, Device& device,
+                            const std::vector<float>& parameters, int64_t n,
+                            LayerTiming timing = LayerTiming::kHostClock);
 
 }  // namespace paralab

@@ -71,10 +71,77 @@ TEST(LayerSplit, BalancedSplitMinimisesTheSlowestStage) {
 
 TEST(LayerSplit, ProfilingMeasuresEveryLayer) {
   auto devices = make_devices("cpu", 1, {});
-  const auto ms = profile_layers(*lenet_model(), *devices[0], lenet_initial_parameters(1), 16);
+  const LayerProfile p =
+      profile_layers(*lenet_model(), *devices[0], lenet_initial_parameters(1), 16);
+  EXPECT_EQ(p.timing, LayerTiming::kHostClock);
+  EXPECT_EQ(p.why_not_graphs, "");
+  const auto& ms = p.layer_ms;
   ASSERT_EQ(ms.size(), 4u);
   for (double t : ms) EXPECT_GT(t, 0.0);
   EXPECT_GT(ms[1], ms[3]) << "conv2 (2.0 M multiply-adds per image) vs fc2 (1,280)";
+}
+
+// Where the step will be one graph, each layer's pass is captured once and its replays are
+// timed by marks taken in the capture: the device runs one eager warm-up pass per layer, not
+// six, and every later pass is a replay.
+TEST(LayerSplit, ProfilingTimesGraphReplaysWhereTheStepIsAGraph) {
+  auto cpu = make_devices("cpu", 1, {});
+  testing::RecordingDevice rec(*cpu[0]);
+  auto profile = [&](LayerTiming t) {
+    rec.direct_ops = 0;
+    const LayerProfile p = profile_layers(*lenet_model(), rec, lenet_initial_parameters(1), 16, t);
+    return std::pair{p, rec.direct_ops.load()};
+  };
+  const auto [eager, eager_ops] = profile(LayerTiming::kHostClock);
+  const auto [graphed, graphed_ops] = profile(LayerTiming::kGraphReplays);
+  EXPECT_EQ(eager.timing, LayerTiming::kHostClock);
+  EXPECT_EQ(graphed.timing, LayerTiming::kGraphReplays);
+  EXPECT_EQ(graphed.why_not_graphs, "");
+  EXPECT_STREQ(layer_timing_name(graphed.timing), "graph replays");
+  EXPECT_EQ(rec.violations, std::vector<std::string>{});
+  // Queued directly besides the passes: zeros for the stats and for each layer's gradients.
+  const int fills = 1 + 4, passes = graphed_ops - fills;
+  ASSERT_GT(passes, 0);
+  EXPECT_EQ(eager_ops, fills + 6 * passes) << "six eager passes per layer against one warm-up";
+  ASSERT_EQ(graphed.layer_ms.size(), 4u);
+  for (double t : graphed.layer_ms) EXPECT_GT(t, 0.0);
+  EXPECT_GT(graphed.layer_ms[1], graphed.layer_ms[3]) << "conv2 vs fc2";
+}
+
+// A capture that fails: every layer is timed by the host clock, and the profile says why; a
+// device that cannot capture is timed so too.
+TEST(LayerSplit, ProfilingFallsBackToTheHostClockWhereNoGraphCanBeMade) {
+  auto cpu = make_devices("cpu", 1, {});
+  testing::RecordingDevice rec(*cpu[0]);
+  rec.fail_end_capture = "graphs refused here";
+  const LayerProfile p = profile_layers(*lenet_model(), rec, lenet_initial_parameters(1), 16,
+                                        LayerTiming::kGraphReplays);
+  EXPECT_EQ(p.timing, LayerTiming::kHostClock);
+  EXPECT_EQ(p.why_not_graphs, "capture failed: graphs refused here");
+  EXPECT_EQ(rec.failed_end_captures, 1);
+  ASSERT_EQ(p.layer_ms.size(), 4u);
+  for (double t : p.layer_ms) EXPECT_GT(t, 0.0);
+  const LayerProfile plain = profile_layers(*lenet_model(), *cpu[0], lenet_initial_parameters(1),
+                                            16, LayerTiming::kGraphReplays);
+  EXPECT_EQ(plain.timing, LayerTiming::kHostClock);
+  EXPECT_EQ(plain.why_not_graphs, "cpu:0 cannot capture work (CUDA only)");
+}
+
+// The results say how the split's profile was taken: graph replays where the step is one graph
+// over the group, the host clock where it runs eagerly.
+TEST(LayerSplit, ReportsHowTheProfileWasTimed) {
+  RecordingGroup devs(2);
+  Session graphed("layer_split", devs.group, {{"microbatches", 2}}, test_initial_parameters(), 16);
+  json rep = graphed->report();
+  EXPECT_EQ(rep.value("cuda_graphs", ""), "used") << rep.dump();
+  EXPECT_EQ(rep.value("profiled_layer_timing", ""), "graph replays");
+  EXPECT_FALSE(rep.contains("profiled_layer_timing_note"));
+  Session eager("layer_split", 2, {{"microbatches", 2}}, test_initial_parameters(), 16, "cpu");
+  rep = eager->report();
+  EXPECT_EQ(rep.value("profiled_layer_timing", ""), "host clock");
+  Session off("layer_split", devs.group, {{"microbatches", 2}, {"cuda_graphs", false}},
+              test_initial_parameters(), 16);
+  EXPECT_EQ(off->report().value("profiled_layer_timing", ""), "host clock");
 }
 
 // `count` images of 0.5 labelled 3: data for tests of what a step reports.
@@ -411,6 +478,19 @@ TEST(LayerSplit, CudaGroupGraphMatchesEagerStepsBitForBit) {
     EXPECT_TRUE(
         cuda_graphs_match_eager("layer_split", 2, {{"microbatches", 4}, {"schedule", schedule}}))
         << schedule;
+}
+
+// On a GPU: the split's profile is taken as graph replays where the step is one graph over the
+// group's virtual devices, each layer's time on the device.
+TEST(LayerSplit, CudaProfileIsTimedAsGraphReplays) {
+  if (const std::string why = backend_unavailable("cuda"); !why.empty())
+    GTEST_SKIP() << "cuda: " << why;
+  Session s("layer_split", 2, {{"microbatches", 4}}, test_initial_parameters(), 32, "cuda");
+  const json rep = s->report();
+  ASSERT_EQ(rep.value("cuda_graphs", ""), "used") << rep.dump();
+  EXPECT_EQ(rep.value("profiled_layer_timing", ""), "graph replays") << rep.dump();
+  ASSERT_EQ(rep["profiled_layer_ms"].size(), 4u);
+  for (const auto& ms : rep["profiled_layer_ms"]) EXPECT_GT(ms.get<double>(), 0.0);
 }
 
 }  // namespace
