@@ -79,10 +79,13 @@ json iteration_json(int64_t epoch, int64_t iteration, float lr, const StepResult
   return it;
 }
 
-// Per device: the mean of each rank field over the timed iterations.
+// Per device: the mean of each rank field over the timed iterations; null unless every one of
+// them recorded its devices (a step read once per epoch records none).
 json per_device_means(const json& iterations) {
   if (iterations.empty() || !iterations[0].contains("devices")) return nullptr;
   const std::size_t k = iterations[0]["devices"].size();
+  for (const auto& it : iterations)
+    if (!it.contains("devices") || it["devices"].size() != k) return nullptr;
   json means = json::array();
   for (std::size_t r = 0; r < k; ++r) {
     json m;
@@ -107,41 +110,6 @@ json per_device_means(const json& iterations) {
     means.push_back(std::move(m));
   }
   return means;
-}
-
-json timing_json(const json& iterations, int64_t warmup) {
-  std::vector<double> totals;
-  double ms = 0, samples = 0;
-  for (const auto& it : iterations) {
-    totals.push_back(it["total_ms"].get<double>());
-    ms += it["total_ms"].get<double>();
-    samples += it["samples"].get<double>();
-  }
-  json t = {{"timed_iterations", totals.size()}, {"warmup_iterations", warmup}};
-  if (totals.empty()) {
-    for (const char* k : {"median_iteration_ms", "p10_iteration_ms", "p90_iteration_ms",
-                          "mean_iteration_ms", "samples_per_s", "per_device"})
-      t[k] = nullptr;
-    return t;
-  }
-  t["median_iteration_ms"] = percentile(totals, 50);
-  t["p10_iteration_ms"] = percentile(totals, 10);
-  t["p90_iteration_ms"] = percentile(totals, 90);
-  t["mean_iteration_ms"] = ms / static_cast<double>(totals.size());
-  t["samples_per_s"] = samples / (ms / 1000.0);
-  t["per_device"] = per_device_means(iterations);
-  // Strategy-specific per-iteration figures: their means.
-  if (iterations[0].contains("detail")) {
-    json means = json::object();
-    for (const auto& [key, v] : iterations[0]["detail"].items()) {
-      if (!v.is_number()) continue;
-      double sum = 0;
-      for (const auto& it : iterations) sum += it["detail"][key].get<double>();
-      means[key] = sum / static_cast<double>(iterations.size());
-    }
-    t["detail"] = std::move(means);
-  }
-  return t;
 }
 
 double seconds_since(Clock::time_point t0) {
@@ -170,6 +138,47 @@ std::string unavailable_here(const std::string& backend, const RunContext& ctx) 
 }
 
 }  // namespace
+
+json timing_json(const json& iterations, int64_t warmup) {
+  std::vector<double> totals;
+  double ms = 0, samples = 0;
+  for (const auto& it : iterations) {
+    totals.push_back(it["total_ms"].get<double>());
+    ms += it["total_ms"].get<double>();
+    samples += it["samples"].get<double>();
+  }
+  json t = {{"timed_iterations", totals.size()}, {"warmup_iterations", warmup}};
+  if (totals.empty()) {
+    for (const char* k : {"median_iteration_ms", "p10_iteration_ms", "p90_iteration_ms",
+                          "mean_iteration_ms", "samples_per_s", "per_device"})
+      t[k] = nullptr;
+    return t;
+  }
+  t["median_iteration_ms"] = percentile(totals, 50);
+  t["p10_iteration_ms"] = percentile(totals, 10);
+  t["p90_iteration_ms"] = percentile(totals, 90);
+  t["mean_iteration_ms"] = ms / static_cast<double>(totals.size());
+  t["samples_per_s"] = samples / (ms / 1000.0);
+  t["per_device"] = per_device_means(iterations);
+  // Strategy-specific per-iteration figures: their means.
+  if (iterations[0].contains("detail")) {
+    json means = json::object();
+    // The figures every iteration has as numbers.
+    for (const auto& [key, v] : iterations[0]["detail"].items()) {
+      const bool everywhere =
+          std::all_of(iterations.begin(), iterations.end(), [&](const json& it) {
+            return it.contains("detail") && it["detail"].contains(key) &&
+                   it["detail"][key].is_number();
+          });
+      if (!everywhere) continue;
+      double sum = 0;
+      for (const auto& it : iterations) sum += it["detail"][key].get<double>();
+      means[key] = sum / static_cast<double>(iterations.size());
+    }
+    t["detail"] = std::move(means);
+  }
+  return t;
+}
 
 int64_t global_batch(const RunSpec& run) {
   const TrainingConfig& t = run.training;
@@ -303,8 +312,10 @@ json run_training(const RunSpec& run, const RunContext& ctx) {
                     (run.devices == 1 ? "" : "s");
     else if (backend != "cpu" && backend != "cuda")
       mpi_why_not = backend + " ranks under mpirun: CPU or CUDA only";
-    else if (!make_strategy(run.strategy, run.options, run.path)->supports_mpi())
-      mpi_why_not = run.strategy + " does not run one rank per process";
+    else if (const std::string why =
+                 make_strategy(run.strategy, run.options, run.path)->mpi_unsupported();
+             !why.empty())
+      mpi_why_not = run.strategy + " " + why;
   }
   // Runs the machine cannot provide are skipped with the reason, not failed.
   if (!mpi_why_not.empty()) {

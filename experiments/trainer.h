@@ -48,6 +48,12 @@ std::string virtual_placement(const nlohmann::json& device_list);
 // "SIGINT", "SIGTERM", or "signal N".
 std::string signal_name(int sig);
 
+// A run's `timing` from its timed iterations (results/README): median, p10, p90 and mean
+// iteration times, samples per second, per_device (each rank field's mean, null unless every
+// iteration recorded its devices) and detail (the mean of each figure that every iteration holds
+// as a number); warmup: the iterations left out before them.
+nlohmann::json timing_json(const nlohmann::json& iterations, int64_t warmup);
+
 // One element of the results' runs[]: config, status (ok | skipped | diverged | failed |
 // interrupted) and reason, iterations, warmup, timing, epochs (the completed ones). Library
 // errors inside the run become "failed".

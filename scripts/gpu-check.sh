@@ -667,7 +667,8 @@ def rows(path):
         if r["status"] != "ok" or c.get("strategy") != "data_parallel" or c["devices"] != 8:
             continue
         o = c.get("options") or {}
-        if o.get("overlap") or not o.get("cuda_graphs", True) or o.get("allreduce") not in ("naive", "ring", "tree"):
+        if (o.get("overlap") or not o.get("cuda_graphs", True) or o.get("read_back") == "epoch"
+                or o.get("allreduce") not in ("naive", "ring", "tree")):
             continue
         comp = [d["compute_ms"] for d in r["timing"]["per_device"]]
         out[o["allreduce"]] = (r["timing"]["median_iteration_ms"], max(comp) / min(comp))
@@ -681,6 +682,30 @@ for a in ("naive", "ring", "tree"):
 PY
 }
 
+# data_parallel/ring graphed, each step read at once against its launches queued and read once
+# per epoch (read_back "epoch"): what the host's synchronisation and read-back per step cost a
+# group step (NOTE lines, no goal yet).
+read_back_ab() {
+  python3 - "$FILES/gpu-check.json" <<'PY' | while IFS= read -r l; do log "$l"; done
+import json, sys
+try:
+    runs = json.load(open(sys.argv[1]))["runs"]
+except (OSError, ValueError, KeyError):
+    sys.exit()
+step, epoch = {}, {}
+for r in runs:
+    c = r["config"]
+    o = c.get("options") or {}
+    if (r["status"] != "ok" or c.get("strategy") != "data_parallel" or o.get("allreduce") != "ring"
+            or o.get("overlap") or not o.get("cuda_graphs", True)):
+        continue
+    (epoch if o.get("read_back") == "epoch" else step)[c["devices"]] = r["timing"]["median_iteration_ms"]
+for k in sorted(set(step) & set(epoch)):
+    print(f"NOTE: data_parallel/ring x{k}: step {step[k]:.3f} ms read per step, {epoch[k]:.3f} ms "
+          f"read once per epoch ({100 * (1 - epoch[k] / step[k]):.1f} % less)")
+PY
+}
+
 part_bench() {
 t0=$(date +%s)
 capped 120 $BUILD/bench_runner experiments/gpu-check.json --out "$FILES/gpu-check.json" \
@@ -689,6 +714,7 @@ rc=$?
 goal "bench_runner experiments/gpu-check.json runs to its end" $rc "exit $rc in $(( $(date +%s) - t0 )) s$( ((rc == 124)) && echo ', stopped at its time limit')"
 retry_per_rank "$FILES/gpu-check.json" experiments/gpu-check.json
 tail -n 20 "$FILES/bench_runner.log" >> "$OUT/summary.txt"
+read_back_ab
 connections_ab
 # The 10-epoch run against the CPU backend's accuracy bar: >= 0.82 within 10 epochs and >= 0.80
 # at the end.

@@ -13,6 +13,7 @@
 #include "core/ops.h"
 #include "strategies/collectives/collectives.h"
 #include "strategies/collectives/transport.h"
+#include "strategies/deferred_steps.h"
 #include "strategies/device_data.h"
 #include "strategies/spmd_group.h"
 #include "strategies/step_graphs.h"
@@ -32,6 +33,7 @@ struct Options {
   std::optional<int64_t> chunk_bytes;  // none: "auto" (auto_chunk_bytes of the group)
   bool uneven_shards = false;
   bool cuda_graphs = true;
+  std::string read_back = "step";  // "epoch": graph replays queued, read once per epoch
 };
 
 // A bucket: parameter tensors [first, last] of the model, contiguous in the flat buffers.
@@ -178,6 +180,12 @@ class DataParallel final : public Strategy {
       : o_(std::move(o)), model_(default_model()), buckets_(make_buckets(o_, *model_)) {}
 
   bool supports_mpi() const override { return true; }
+  std::string mpi_unsupported() const override {
+    return o_.read_back == "epoch"
+               ? "with read_back \"epoch\" needs every rank in one process (each process would "
+                 "read its own ranks' steps); under mpirun use \"step\""
+               : "";
+  }
 
   void setup(const StrategySetup& s) override {
     group_ = make_group(s.devices, s.mpi);
@@ -191,6 +199,8 @@ class DataParallel final : public Strategy {
     allreduce_ = make_allreduce(o_.allreduce, ao);
     allreduce_->prepare(s.devices);
     graphs_ = plan_graphs(s.devices);
+    if (o_.read_back == "epoch" && static_cast<int>(group_->local_ranks().size()) != k)
+      throw Error("data_parallel " + mpi_unsupported());
     ranks_.resize(static_cast<std::size_t>(k));
     eval_batch_ = s.eval_batch;
     test_bounds_ = equal_segments(s.test->count, k);
@@ -205,6 +215,7 @@ class DataParallel final : public Strategy {
       me.data = DeviceData(dev, *s.train, *s.test);
       me.stats = Tensor::zeros(dev, {2});
       me.step = Tensor::zeros(dev, {1});
+      me.deferred = DeferredSteps(dev);
       if (o_.overlap)
         me.comm = std::make_unique<CommWorker>(dev, [this, &me](int b) { reduce_bucket(me, b); });
     });
@@ -237,6 +248,7 @@ class DataParallel final : public Strategy {
     const auto t0 = Clock::now();
     run([&](int r) {
       Rank& me = ranks_[r];
+      me.queued = false;
       if (graphs_.empty())
         graph_step(me, r, offset + shard[r], shard[r + 1] - shard[r], count, lr);
       else
@@ -247,6 +259,10 @@ class DataParallel final : public Strategy {
     out.times.total_ms = ms_between(t0, Clock::now());
     out.samples = count;
     drop_graphs_if_capture_failed(ranks_, graphs_, capture_);
+    if (first_local().queued) {  // every rank queued its launch: read at collect()
+      out.pending = true;
+      return out;
+    }
     // Every rank's figures, wherever it ran (between processes, an allgather).
     struct Figures {
       double loss, forward_ms, backward_ms;
@@ -271,6 +287,30 @@ class DataParallel final : public Strategy {
     out.times.communication_ms = r0.times.communication_ms;
     out.times.optimizer_ms = r0.times.optimizer_ms;
     if (graphs_.empty()) out.detail = {{"cuda_graph_replay", r0.replayed ? 1 : 0}};
+    return out;
+  }
+
+  // The queued steps (read_back "epoch"): each rank waits for its device once and reads its
+  // steps' figures; a step's loss and correct count are the ranks' sums, its time the slowest
+  // rank's (from the end of the step before on that rank's queue).
+  std::vector<StepResult> collect() override {
+    std::vector<std::vector<StepResult>> per(ranks_.size());
+    run([&](int r) { per[r] = ranks_[r].deferred.collect(); });
+    std::vector<StepResult> out;
+    if (per.empty()) return out;
+    for (std::size_t i = 0; i < per[0].size(); ++i) {
+      StepResult s;
+      for (const auto& rank : per) {
+        PARALAB_REQUIRE(rank.size() == per[0].size(),
+                        "data_parallel: the ranks queued different numbers of steps");
+        s.loss_sum += rank[i].loss_sum;
+        s.correct += rank[i].correct;
+        s.samples += rank[i].samples;
+        s.times.total_ms = std::max(s.times.total_ms, rank[i].times.total_ms);
+      }
+      s.detail = per[0][i].detail;
+      out.push_back(std::move(s));
+    }
     return out;
   }
 
@@ -332,7 +372,8 @@ class DataParallel final : public Strategy {
                             : o_.chunk_bytes  ? json(*o_.chunk_bytes)
                                               : json("auto")},
             {"uneven_shards", o_.uneven_shards},
-            {"cuda_graphs", o_.cuda_graphs}};
+            {"cuda_graphs", o_.cuda_graphs},
+            {"read_back", o_.read_back}};
   }
 
   json report() const override {
@@ -368,6 +409,9 @@ class DataParallel final : public Strategy {
     // step's example indices and SGD step, set before each launch.
     StepGraph<StepMarks> graph;
     Tensor step_indices, step;
+    // read_back "epoch": the launched steps' figures, read at collect(); queued: this step's.
+    DeferredSteps deferred;
+    bool queued = false;
 
     Device& device() const { return model->device(); }
     Tensor& batch(int64_t n) {
@@ -412,9 +456,15 @@ class DataParallel final : public Strategy {
   // step set before each launch (any lr): one launch and one synchronisation per step, and the
   // phases timed by the marks the capture took, which every replay records again. Every rank
   // decides alike (on the global batch), so that all of them capture, or replay, together.
+  // With read_back "epoch" a launch (the capturing step's too) is queued without waiting: the
+  // rank copies its loss and correct count to the step's slot and marks the step's end on its
+  // queue (after the graph), and the step's figures are read at collect(); its phases are not
+  // (a replay's marks are the last replay's), only its time.
   void graph_step(Rank& me, int r, int64_t offset, int64_t count, int64_t global, float lr) {
     Device& dev = me.device();
     Transport& t = *me.transport;
+    const bool defer = o_.read_back == "epoch";
+    const TimeMark start = defer ? dev.mark() : TimeMark{};
     copy_step_input(dev, me.step_indices, me.order, offset, count);
     const auto next = me.graph.next(global);
     if (next == StepGraph<StepMarks>::Next::Eager) {  // allocations, cuDNN's choices
@@ -430,6 +480,19 @@ class DataParallel final : public Strategy {
     }
     const auto t0 =
         me.graph.launch(capture_.get(), r, t, dev, me.step, lr / static_cast<float>(global));
+    if (defer) {
+      me.deferred.save_stats(me.stats);
+      QueuedStep q;
+      q.start = start;
+      q.end = dev.mark();
+      // A step that captured counts the capture in its time, from its own start.
+      q.from_previous = next != StepGraph<StepMarks>::Next::Capture;
+      q.samples = count;
+      q.detail = {{"cuda_graph_replay", 1}};
+      me.deferred.add(std::move(q));
+      me.queued = true;
+      return;
+    }
     // The transport's receive marks are the capture's: each launch recorded them again.
     finish_step(me, me.graph.marks(), count);
     me.times.bytes_sent = me.graph.bytes();
@@ -505,6 +568,8 @@ class DataParallel final : public Strategy {
   void rank_step(Rank& me, const Tensor& order, int64_t offset, int64_t count, int64_t global,
                  float lr, int64_t example_offset) {
     Transport& t = *me.transport;
+    // Launches queued before it (read_back "epoch") finish first: their time is not its own.
+    if (!me.deferred.empty()) me.device().synchronize();
     // The barrier lines the ranks up so that every rank's times describe the same interval.
     t.barrier();
     t.reset_bytes_sent();
@@ -554,6 +619,9 @@ Options parse_options(const json& options, const std::string& path) {
     } else if (key == "bucket_bytes") {
       if (!v.is_number_integer() || v.get<int64_t>() < 0) fail(key, "must be an integer >= 0");
       o.bucket_bytes = v.get<int64_t>();
+    } else if (key == "read_back") {
+      if (v != "step" && v != "epoch") fail(key, "must be \"step\" or \"epoch\", got " + v.dump());
+      o.read_back = v.get<std::string>();
     } else if (key == "overlap" || key == "uneven_shards" || key == "cuda_graphs") {
       if (!v.is_boolean()) fail(key, "must be true or false");
       (key == "overlap"       ? o.overlap
@@ -562,7 +630,7 @@ Options parse_options(const json& options, const std::string& path) {
     } else {
       fail(key,
            "unknown option for strategy 'data_parallel' (known: allreduce, grouping, "
-           "bucket_bytes, overlap, chunk_bytes, uneven_shards, cuda_graphs)");
+           "bucket_bytes, overlap, chunk_bytes, uneven_shards, cuda_graphs, read_back)");
     }
   }
   if (o.grouping != "per_tensor" && o.grouping != "bucketed")

@@ -16,6 +16,13 @@
 //                              a GPU's virtual devices; overlap's communication stream included)
 //   "uneven_shards": false     allow a global batch not divisible by k (shards differ by one;
 //                              the summed loss weights every example equally either way)
+//   "read_back": "step"        when the host reads a graphed step's figures: "step" (each
+//                              launch waited for, its loss, accuracy and every device's phases
+//                              read), or "epoch" (launches queued without waiting, as `single`
+//                              does on GPUs: each step's loss, accuracy and time, from the end
+//                              of the step before on the device's queue, read once per epoch;
+//                              no per-device phases). Eager steps are read per step either way.
+//                              "epoch" needs every rank in one process.
 #pragma once
 
 #include <memory>

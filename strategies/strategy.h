@@ -114,6 +114,11 @@ class Strategy {
   virtual std::vector<std::vector<float>> replica_parameters() { return {parameters()}; }
   // Whether the strategy runs one rank per process under mpirun (StrategySetup::mpi).
   virtual bool supports_mpi() const { return false; }
+  // Why these options cannot run one rank per process ("" where they can): what a run under
+  // mpirun is skipped with.
+  virtual std::string mpi_unsupported() const {
+    return supports_mpi() ? "" : "does not run one rank per process";
+  }
   // Options as resolved (reported in the results' run config).
   virtual nlohmann::json options() const = 0;
   // What the strategy decided and measured over the run, for the results' "strategy_report"

@@ -137,12 +137,14 @@ def main():
         # A CUDA run this machine cannot give (no GPU, or more ranks on the node than GPUs) is
         # skipped by every rank alike, with the reason and the rank that saw it, and the next run
         # still runs: a rank that went on alone would wait in its first collective for ever.
-        # (On a machine whose every node has a GPU per rank the CUDA run is ok instead.)
+        # (On a machine whose every node has a GPU per rank the CUDA run is ok instead.) A run
+        # whose options need one process is skipped with the reason too.
         d = json.loads(json.dumps(DESCRIPTOR))
         d["backend"] = "auto"
         d["training"]["epochs"] = 1
         d["runs"] = [{"strategy": "data_parallel", "devices": "cuda:0,cuda:1"},
-                     {"strategy": "data_parallel", "devices": 2}]
+                     {"strategy": "data_parallel", "devices": 2},
+                     {"strategy": "data_parallel", "devices": 2, "read_back": "epoch"}]
         (tmp / "gpu.json").write_text(json.dumps(d))
         proc = subprocess.run([*mpirun, "-np", "2", args.bench_runner, "gpu.json", "--out",
                                "gpu-out.json", "--quiet"], cwd=tmp, capture_output=True,
@@ -155,6 +157,11 @@ def main():
                 runs[0]["status"] == "skipped" and runs[0]["reason"].startswith("rank ") and
                 "cuda: " in runs[0]["reason"]), f"cuda then cpu: {statuses}")
             check(runs[1]["status"] == "ok", f"cuda then cpu: {statuses}")
+            # Steps read once per epoch need every rank in one process: skipped with the reason.
+            check(runs[2]["status"] == "skipped" and runs[2]["reason"] ==
+                  'data_parallel with read_back "epoch" needs every rank in one process (each '
+                  'process would read its own ranks\' steps); under mpirun use "step"',
+                  f"read_back epoch under mpirun: {statuses}")
 
         # Kill rank 1 while the third run trains: the job ends, rank 0's file keeps two runs.
         d = json.loads(json.dumps(DESCRIPTOR))

@@ -405,7 +405,8 @@ class Verdicts(unittest.TestCase):
         # A stand-in bench_runner. Its two-device run fails (as a step mover that broke under
         # capture would) except in the --resume call, which records the PARALAB_STEP_MOVES it ran
         # with; its 8 devices compute unequally with the default hardware queues and equally with
-        # CUDA_DEVICE_MAX_CONNECTIONS=32, as the A/B asks. One gpu-check call for both, and one
+        # CUDA_DEVICE_MAX_CONNECTIONS=32, as the A/B asks; its ring x8 read once per epoch is
+        # noted beside the same ring read per step. One gpu-check call for both, and one
         # where the caller set both variables: then neither runs.
         fake = (
             BENCH_RUNNER_HEAD +
@@ -422,6 +423,11 @@ class Verdicts(unittest.TestCase):
             "                            'options': {'allreduce': algo, 'cuda_graphs': True}},\n"
             "                 'timing': {'median_iteration_ms': 1.0 if wide else 1.5,\n"
             "                            'per_device': [{'compute_ms': c} for c in comp]}})\n"
+            # ring again with its launches read once per epoch: no per-device times.
+            "runs.append({'status': 'ok', 'label': 'ring read once per epoch x8', 'iterations': [],\n"
+            "             'config': {'strategy': 'data_parallel', 'devices': 8,\n"
+            "                        'options': {'allreduce': 'ring', 'cuda_graphs': True, 'read_back': 'epoch'}},\n"
+            "             'timing': {'median_iteration_ms': 0.8 if wide else 1.2, 'per_device': None}})\n"
             "json.dump({'runs': runs}, open(out, 'w'))\n")
         with tempfile.TemporaryDirectory() as tmp:
             summary, files = run_stand_in(tmp, ["bench"], 200, bench_runner=fake)
@@ -438,6 +444,9 @@ class Verdicts(unittest.TestCase):
                           "1.000 ms with 32; slowest device's compute over the fastest's 1.45 and 1.00",
                           summary)
             self.assertTrue(os.path.isfile(os.path.join(files, "gpu-check-connections32.json")))
+            # The ring read per step against read once per epoch (which the A/B above leaves out).
+            self.assertIn("gpu-check: NOTE: data_parallel/ring x8: step 1.500 ms read per step, 1.200 ms "
+                          "read once per epoch (20.0 % less)", summary)
             # Asked per rank and with the queues set from the start: nothing to run again.
             os.environ.update(PARALAB_STEP_MOVES="per_rank", CUDA_DEVICE_MAX_CONNECTIONS="16")
             try:

@@ -102,12 +102,17 @@ class Session {
   // The i-th global batch (0-based) of the shuffled synthetic training set, its figures read at
   // once (a queued step is collected).
   StepResult step(int i, float lr) {
-    const int64_t offset = (i * batch_) % (sets().train.count - batch_ + 1);
-    StepResult r = strategy_->train_step(offset, batch_, lr);
+    StepResult r = queue(i, lr);
     if (!r.pending) return r;
     std::vector<StepResult> done = strategy_->collect();
     PARALAB_REQUIRE(done.size() == 1, "a queued step collected as " + std::to_string(done.size()));
     return done.back();
+  }
+  // The same step, its result as the strategy returns it (pending when it queued the step: its
+  // figures come with the strategy's next collect()).
+  StepResult queue(int i, float lr) {
+    const int64_t offset = (i * batch_) % (sets().train.count - batch_ + 1);
+    return strategy_->train_step(offset, batch_, lr);
   }
   Strategy& operator*() { return *strategy_; }
   Strategy* operator->() { return strategy_.get(); }

@@ -155,6 +155,35 @@ TEST_F(Training, CommunicationSplitIsRecordedUnlessTurnedOff) {
   }
 }
 
+// A run's timing over iterations of which some recorded no devices (steps read once per epoch):
+// no per-device means, and only the figures every iteration holds as numbers are averaged.
+TEST(Timing, PerDeviceMeansNeedEveryIterationsDevices) {
+  json device;
+  for (const char* f : {"compute_ms", "communication_ms", "exposed_communication_ms",
+                        "optimizer_ms", "idle_ms", "total_ms", "bytes_sent", "samples"})
+    device[f] = 0.5;
+  device["compute_ms"] = 1.0;
+  const json read = {{"total_ms", 2.0},
+                     {"samples", 24},
+                     {"devices", {device, device}},
+                     {"detail", {{"cuda_graph_replay", 1}, {"bubble_fraction", 0.25}}}};
+  json queued = {{"total_ms", 1.0},
+                 {"samples", 24},
+                 {"detail", {{"cuda_graph_replay", 1}, {"note", "not a number"}}}};
+  const json both = timing_json(json::array({read, queued}), 0);
+  EXPECT_TRUE(both["per_device"].is_null()) << both.dump();
+  EXPECT_EQ(both["detail"], json({{"cuda_graph_replay", 1.0}})) << both.dump();
+  EXPECT_DOUBLE_EQ(both["median_iteration_ms"].get<double>(), 1.5);
+  const json all_read = timing_json(json::array({read, read}), 1);
+  ASSERT_EQ(all_read["per_device"].size(), 2u) << all_read.dump();
+  EXPECT_DOUBLE_EQ(all_read["per_device"][1]["compute_ms"].get<double>(), 1.0);
+  EXPECT_EQ(all_read["detail"], json({{"cuda_graph_replay", 1.0}, {"bubble_fraction", 0.25}}));
+  EXPECT_EQ(all_read["warmup_iterations"], 1);
+  // A device list of another length is not averaged with it either.
+  queued["devices"] = {device};
+  EXPECT_TRUE(timing_json(json::array({read, queued}), 0)["per_device"].is_null());
+}
+
 TEST_F(Training, ABackendTheMachineLacksIsSkippedWithTheReason) {
   const auto known = known_backends();
   if (std::find(known.begin(), known.end(), "cuda") == known.end())
