@@ -79,13 +79,17 @@ json iteration_json(int64_t epoch, int64_t iteration, float lr, const StepResult
   return it;
 }
 
-// Per device: the mean of each rank field over the timed iterations; null unless every one of
-// them recorded its devices (a step read once per epoch records none).
-json per_device_means(const json& iterations) {
-  if (iterations.empty() || !iterations[0].contains("devices")) return nullptr;
+// Per device: the mean of each rank field over the timed iterations that recorded their devices
+// (all of them, but for steps read once per epoch, of which only the last of each epoch does);
+// null where none did, or where they list different numbers of devices.
+json per_device_means(const json& all) {
+  json iterations = json::array();
+  for (const auto& it : all)
+    if (it.contains("devices")) iterations.push_back(it);
+  if (iterations.empty()) return nullptr;
   const std::size_t k = iterations[0]["devices"].size();
   for (const auto& it : iterations)
-    if (!it.contains("devices") || it["devices"].size() != k) return nullptr;
+    if (it["devices"].size() != k) return nullptr;
   json means = json::array();
   for (std::size_t r = 0; r < k; ++r) {
     json m;

@@ -49,9 +49,10 @@ std::string virtual_placement(const nlohmann::json& device_list);
 std::string signal_name(int sig);
 
 // A run's `timing` from its timed iterations (results/README): median, p10, p90 and mean
-// iteration times, samples per second, per_device (each rank field's mean, null unless every
-// iteration recorded its devices) and detail (the mean of each figure that every iteration holds
-// as a number); warmup: the iterations left out before them.
+// iteration times, samples per second, per_device (each rank field's mean over the iterations
+// that recorded their devices; null where none did, or where they list different numbers) and
+// detail (the mean of each figure that every iteration holds as a number); warmup: the
+// iterations left out before them.
 nlohmann::json timing_json(const nlohmann::json& iterations, int64_t warmup);
 
 // One element of the results' runs[]: config, status (ok | skipped | diverged | failed |

@@ -292,10 +292,22 @@ class DataParallel final : public Strategy {
 
   // The queued steps (read_back "epoch"): each rank waits for its device once and reads its
   // steps' figures; a step's loss and correct count are the ranks' sums, its time the slowest
-  // rank's (from the end of the step before on that rank's queue).
+  // rank's (from the end of the step before on that rank's queue). The last of them, where it
+  // was the graph's last launch, also gets every device's phases: the graph's marks hold that
+  // launch's times.
   std::vector<StepResult> collect() override {
-    std::vector<std::vector<StepResult>> per(ranks_.size());
-    run([&](int r) { per[r] = ranks_[r].deferred.collect(); });
+    const std::size_t k = ranks_.size();
+    std::vector<std::vector<StepResult>> per(k);
+    std::vector<std::optional<RankTimes>> last(k);
+    run([&](int r) {
+      Rank& me = ranks_[r];
+      per[r] = me.deferred.collect();
+      if (per[r].empty() || !me.graph.replayed()) return;
+      finish_step(me, me.graph.marks(), per[r].back().samples);
+      me.times.bytes_sent = me.graph.bytes();
+      me.times.total_ms = per[r].back().times.total_ms;
+      last[r] = me.times;
+    });
     std::vector<StepResult> out;
     if (per.empty()) return out;
     for (std::size_t i = 0; i < per[0].size(); ++i) {
@@ -310,6 +322,15 @@ class DataParallel final : public Strategy {
       }
       s.detail = per[0][i].detail;
       out.push_back(std::move(s));
+    }
+    if (!out.empty() && std::all_of(last.begin(), last.end(), [](const auto& t) { return t; })) {
+      StepResult& s = out.back();
+      for (const auto& t : last) s.ranks.push_back(*t);
+      const Rank& r0 = ranks_[0];
+      s.times.forward_ms = r0.forward_ms;
+      s.times.backward_ms = r0.backward_ms;
+      s.times.communication_ms = r0.times.communication_ms;
+      s.times.optimizer_ms = r0.times.optimizer_ms;
     }
     return out;
   }
@@ -459,7 +480,7 @@ class DataParallel final : public Strategy {
   // With read_back "epoch" a launch (the capturing step's too) is queued without waiting: the
   // rank copies its loss and correct count to the step's slot and marks the step's end on its
   // queue (after the graph), and the step's figures are read at collect(); its phases are not
-  // (a replay's marks are the last replay's), only its time.
+  // (a replay's marks are the last replay's: only the last queued step's are read), its time is.
   void graph_step(Rank& me, int r, int64_t offset, int64_t count, int64_t global, float lr) {
     Device& dev = me.device();
     Transport& t = *me.transport;

@@ -21,7 +21,8 @@
 //                              read), or "epoch" (launches queued without waiting, as `single`
 //                              does on GPUs: each step's loss, accuracy and time, from the end
 //                              of the step before on the device's queue, read once per epoch;
-//                              no per-device phases). Eager steps are read per step either way.
+//                              per-device phases for the last of them only). Eager steps are
+//                              read per step either way.
 //                              "epoch" needs every rank in one process.
 #pragma once
 

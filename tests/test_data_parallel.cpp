@@ -410,7 +410,8 @@ TEST(DataParallel, GraphsReportWhyTheyAreNotUsed) {
 
 // read_back "epoch": the graph launches are queued without waiting (pending results) and their
 // figures read once, at collect(): each step's loss and correct count to the bit of the eager
-// steps, its samples and a time; the parameters after them as the eager ones. The first step of
+// steps, its samples and a time, and the last one's per-device phases (the graph's marks hold
+// the last launch's); the parameters after them as the eager ones. The first step of
 // a batch size, which runs eagerly, is read at once, as with "step"; the capturing step's launch
 // is queued too.
 TEST(DataParallel, ReadBackEpochQueuesTheLaunchesAndReadsThemOnce) {
@@ -443,7 +444,17 @@ TEST(DataParallel, ReadBackEpochQueuesTheLaunchesAndReadsThemOnce) {
       EXPECT_EQ(got[i].correct, w.correct) << "step " << i + 1 << " k=" << k;
       EXPECT_EQ(got[i].samples, 24);
       EXPECT_GE(got[i].times.total_ms, 0.0);
-      EXPECT_TRUE(got[i].ranks.empty()) << "no per-device phases when read once";
+      if (i + 1 < got.size()) {
+        EXPECT_TRUE(got[i].ranks.empty()) << "no per-device phases when read once";
+      } else {  // the graph's last launch: its marks, every device's phases
+        ASSERT_EQ(got[i].ranks.size(), static_cast<std::size_t>(k));
+        for (const RankTimes& t : got[i].ranks) {
+          EXPECT_GT(t.compute_ms, 0.0);
+          EXPECT_GT(t.bytes_sent, 0);
+          EXPECT_EQ(t.samples, 24 / k);
+          EXPECT_LE(t.total_ms, got[i].times.total_ms) << "the step's time is its slowest rank's";
+        }
+      }
       EXPECT_EQ(got[i].detail.value("cuda_graph_replay", 0), 1);
     }
     EXPECT_TRUE(graphed->collect().empty()) << "each queued step is read once";
@@ -522,6 +533,8 @@ TEST(DataParallel, CudaReadBackEpochGivesTheBitsOfStepsReadOneByOne) {
       EXPECT_EQ(got[i].correct, want[i + 1].correct) << "step " << i + 1 << " k=" << k;
       EXPECT_GT(got[i].times.total_ms, 0.0) << "step " << i + 1 << " k=" << k;
     }
+    EXPECT_EQ(got.back().ranks.size(), static_cast<std::size_t>(k)) << "the last launch's phases";
+    for (const RankTimes& t : got.back().ranks) EXPECT_GT(t.compute_ms, 0.0);
     EXPECT_EQ(once->parameters(), each->parameters()) << "k=" << k;
   }
 }
