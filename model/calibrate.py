@@ -51,6 +51,9 @@ H200_SMS = 132
 GRAPH_CALIBRATION = "single gpu epoch"  # gpu-check.json's graphed single run: the graph factor
 # ... and its graphed data_parallel run on one device: what running as a group adds to a step
 GROUP_CALIBRATION = "data_parallel/nccl x1 (NCCL on one GPU)"
+# ... the same with its launches queued and read once per epoch (read_back "epoch"): what a group
+# step adds without the host's synchronisation and read-back per step, for the runs read so
+GROUP_CALIBRATION_READ_ONCE = "data_parallel/nccl x1 read once per epoch (NCCL on one GPU)"
 # ... and its channel_split runs at other batches than the predicted ones (labels starting so):
 # per-device compute at 1/k of the channels on a 1/k SM share, channel_split's width efficiency.
 WIDTH_CALIBRATION = "profile channel_split"
@@ -338,6 +341,7 @@ def gpu_compute(path):
     gpu = gpu_of(path, gpu_models(d["runs"]))
     short = gpu.replace("NVIDIA ", "", 1)
     layers, step, graphed, group, kernels, widths = [], None, None, None, None, []
+    group_read_once = None
     shares, sms = set(), set()
     for r in d["runs"]:
         if r["status"] != "ok":
@@ -359,6 +363,8 @@ def gpu_compute(path):
             graphed = r["timing"]["median_iteration_ms"]
         if r["label"] == GROUP_CALIBRATION:
             group = r["timing"]["median_iteration_ms"]
+        if r["label"] == GROUP_CALIBRATION_READ_ONCE:
+            group_read_once = r["timing"]["median_iteration_ms"]
     lacks = [what for what, got in (("ok layer_split runs with profiled_layer_ms", layers),
                                     ("an ok eager single run (cuda_graphs false)", step),
                                     ("an ok run '%s'" % GRAPH_CALIBRATION, graphed),
@@ -400,7 +406,8 @@ def gpu_compute(path):
                                  "/".join(str(x) for x in sorted(sms)),
                                  "" if gpu_kind(gpu) == "h200" else ", measured on the H200"),
                         host=(step[1], launch), graph_factor=graphed / step[1],
-                        group_overhead=group - graphed, kernels=kernels)
+                        group_overhead=group - graphed, kernels=kernels,
+                        group_overhead_read_once=None if group_read_once is None else group_read_once - graphed)
     # Profile runs that failed with whole steps were run again per rank (scripts/gpu-check.sh's
     # retry, <name>-per-rank.json beside it): their per-device compute, which excludes the
     # collectives, is the same measurement.
@@ -684,7 +691,7 @@ def validate_runs(kind, path, comp, link, effective=None, own_level=True, kernel
             if kind.startswith("cpu") and own_level:
                 level = measured / pred  # this file's speed, for the runs after it
             continue
-        if r["label"] == GROUP_CALIBRATION and is_gpu(kind):
+        if r["label"] in (GROUP_CALIBRATION, GROUP_CALIBRATION_READ_ONCE) and is_gpu(kind):
             pred, bd = perf.predict(comp, link, c)
             points.append(_point(kind, src, r["label"], r["config"], measured, pred, bd, False,
                                  "calibration point (the group step overhead)"))

@@ -197,7 +197,8 @@ class Compute:
     """
 
     def __init__(self, line, layers, backward_fraction, note="", host=None, width_efficiency=None,
-                 graph_factor=1.0, group_overhead=0.0, names=None, concurrency=None, kernels=None):
+                 graph_factor=1.0, group_overhead=0.0, names=None, concurrency=None, kernels=None,
+                 group_overhead_read_once=None):
         self.names = tuple(names) if names else LAYERS[:len(layers)] if len(layers) == len(LAYERS) else \
             tuple("layer%d" % i for i in range(len(layers)))
         # width_efficiency: {k: measured channel_split compute / the layer model's at 1/k of the
@@ -206,6 +207,9 @@ class Compute:
         # group_overhead: ms a strategy's step adds over the single step when it runs as a
         # group (barriers that open and close the step, waking one host thread per rank).
         self.group_overhead = group_overhead
+        # group_overhead_read_once: the same for steps queued and read once per epoch
+        # (read_back "epoch"), where measured; None: group_overhead stands in.
+        self.group_overhead_read_once = group_overhead_read_once
         # concurrency: {k: a device's compute time when k devices compute at once / alone}, from
         # a profile timed beside other processes computing (CPU cores share caches and memory
         # bandwidth, and a hypervisor may place two vCPUs on one physical core). Interpolated in
@@ -228,7 +232,7 @@ class Compute:
         return Compute((self.line[0] * level, self.line[1] * level), self.layers,
                        self.backward_fraction, self.note, self.host, self.width_efficiency,
                        self.graph_factor, self.group_overhead, self.names, self.concurrency,
-                       self.kernels)
+                       self.kernels, self.group_overhead_read_once)
 
     def width_factor(self, k):
         if not self.width_efficiency or k <= 1:
@@ -272,6 +276,7 @@ class Compute:
                 "layers": {n: {"fixed": a, "per_example": c} for n, (a, c) in zip(self.names, self.layers)},
                 "channel_split_width_efficiency": self.width_efficiency, "cuda_graph_factor": self.graph_factor,
                 "group_step_overhead_ms": self.group_overhead,
+                "group_step_overhead_read_once_ms": self.group_overhead_read_once,
                 "concurrent_step_factor": self.concurrency,
                 "backward_fraction": self.backward_fraction, "note": self.note}
 
@@ -786,7 +791,9 @@ def predict(comp, link, config, net=LENET):
     """Step ms for a results run's config (strategy, devices, per-device batch, options) of `net`."""
     t, bd = _predict(comp, link, config, net)
     if config["strategy"] != "single":
-        t += comp.group_overhead
+        read_once = (config.get("options") or {}).get("read_back") == "epoch"
+        t += (comp.group_overhead_read_once
+              if read_once and comp.group_overhead_read_once is not None else comp.group_overhead)
     return t, bd
 
 

@@ -832,6 +832,48 @@ class H200Runs(unittest.TestCase):
         self.assertAlmostEqual(replays, sum(lay))
         self.assertAlmostEqual(eager, sum(lay) * 1.5)
 
+    def test_runs_read_once_per_epoch_take_the_group_overhead_measured_so(self):
+        # gpu-check.json's NCCL x1 run read once per epoch sets the group step overhead of the
+        # runs read so (calibration, not predicted); without it the overhead read per step stands in.
+        d = os.path.join(calibrate.REFERENCE, "h200-2026-12-04")
+        src = os.path.join(d, "gpu-check.json")
+        link = calibrate.gpu_link(os.path.join(d, "allreduce-cuda-sweep.json"))[0]
+        plain = calibrate.gpu_compute(src)
+        self.assertIsNone(plain.group_overhead_read_once)
+        with open(src) as f:
+            doc = json.load(f)
+        x1 = [r for r in doc["runs"] if r["label"] == calibrate.GROUP_CALIBRATION][0]
+        ring = [r for r in doc["runs"] if r["label"] == "data_parallel/ring x2 [virtual]"][0]
+        once = json.loads(json.dumps(ring))
+        once["label"] = "data_parallel/ring read once per epoch [devices=2] [virtual]"
+        once["config"]["options"]["read_back"] = "epoch"
+        cal = json.loads(json.dumps(x1))
+        cal["label"] = calibrate.GROUP_CALIBRATION_READ_ONCE
+        cal["config"]["options"]["read_back"] = "epoch"
+        cal["timing"]["median_iteration_ms"] = x1["timing"]["median_iteration_ms"] - 0.04
+        with tempfile.TemporaryDirectory() as t:
+            path = os.path.join(t, "gpu-check.json")
+            with open(path, "w") as f:
+                json.dump(dict(doc, runs=doc["runs"] + [once]), f)
+            without = {p["label"]: p for p in calibrate.validate_runs(
+                "h200", path, calibrate.gpu_compute(path), link, calibrate.gpu_effective)}
+            with open(path, "w") as f:
+                json.dump(dict(doc, runs=doc["runs"] + [once, cal]), f)
+            comp = calibrate.gpu_compute(path)
+            points = {p["label"]: p for p in calibrate.validate_runs("h200", path, comp, link,
+                                                                     calibrate.gpu_effective)}
+        self.assertAlmostEqual(comp.group_overhead_read_once, plain.group_overhead - 0.04, places=9)
+        self.assertAlmostEqual(comp.to_json()["group_step_overhead_read_once_ms"], comp.group_overhead_read_once)
+        self.assertFalse(points[cal["label"]]["held_out"])
+        self.assertIn("group step overhead", points[cal["label"]]["note"])
+        # the run read once: 0.04 ms less than the same run read per step; without the
+        # calibration, the same as it
+        self.assertTrue(points[once["label"]]["held_out"])
+        self.assertAlmostEqual(points[once["label"]]["predicted_ms"],
+                               points[ring["label"]]["predicted_ms"] - 0.04, places=9)
+        self.assertAlmostEqual(without[once["label"]]["predicted_ms"], without[ring["label"]]["predicted_ms"],
+                               places=9)
+
     def test_profile_runs_that_failed_are_taken_from_their_per_rank_retry_or_named(self):
         # scripts/gpu-check.sh reruns multi-device runs that failed with whole steps into
         # <name>-per-rank.json: the profile runs' compute is the same measurement there.
