@@ -660,8 +660,8 @@ LayerProfile profile_layers(const Model& model, Device& device,
       if (out.timing == LayerTiming::kGraphReplays) break;
     }
     if (out.timing == LayerTiming::kGraphReplays) {
+      TimeMark start, end;  // taken in the capture: they outlive the graph
       std::unique_ptr<CapturedWork> graph;
-      TimeMark start, end;
       device.begin_capture();
       try {
         start = device.mark();
