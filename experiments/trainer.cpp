@@ -168,7 +168,8 @@ json timing_json(const json& iterations, int64_t warmup) {
   if (iterations[0].contains("detail")) {
     json means = json::object();
     // The figures every iteration has as numbers.
-    for (const auto& [key, v] : iterations[0]["detail"].items()) {
+    for (const auto& item : iterations[0]["detail"].items()) {
+      const std::string key = item.key();  // a name the lambda can take (not a binding)
       const bool everywhere =
           std::all_of(iterations.begin(), iterations.end(), [&](const json& it) {
             return it.contains("detail") && it["detail"].contains(key) &&
