@@ -83,33 +83,33 @@ json iteration_json(int64_t epoch, int64_t iteration, float lr, const StepResult
 // (all of them, but for steps read once per epoch, of which only the last of each epoch does);
 // null where none did, or where they list different numbers of devices.
 json per_device_means(const json& all) {
-  json iterations = json::array();
+  std::vector<const json*> with;
   for (const auto& it : all)
-    if (it.contains("devices")) iterations.push_back(it);
-  if (iterations.empty()) return nullptr;
-  const std::size_t k = iterations[0]["devices"].size();
-  for (const auto& it : iterations)
-    if (it["devices"].size() != k) return nullptr;
+    if (it.contains("devices")) with.push_back(&it["devices"]);
+  if (with.empty()) return nullptr;
+  const std::size_t k = with[0]->size();
+  for (const json* d : with)
+    if (d->size() != k) return nullptr;
   json means = json::array();
   for (std::size_t r = 0; r < k; ++r) {
     json m;
     for (const char* f : kRankFields) {
       double sum = 0;
-      for (const auto& it : iterations) sum += it["devices"][r][f].get<double>();
-      m[f] = sum / static_cast<double>(iterations.size());
+      for (const json* d : with) sum += (*d)[r][f].get<double>();
+      m[f] = sum / static_cast<double>(with.size());
     }
     for (const char* f : kSplitFields) {
       double sum = 0;
       bool everywhere = true;
-      for (const auto& it : iterations) {
-        const json& d = it["devices"][r];
+      for (const json* devices : with) {
+        const json& d = (*devices)[r];
         if (!d.contains(f)) {
           everywhere = false;
           break;
         }
         sum += d[f].get<double>();
       }
-      if (everywhere) m[f] = sum / static_cast<double>(iterations.size());
+      if (everywhere) m[f] = sum / static_cast<double>(with.size());
     }
     means.push_back(std::move(m));
   }
@@ -307,7 +307,7 @@ json run_training(const RunSpec& run, const RunContext& ctx) {
       "[run " + std::to_string(ctx.index + 1) + "/" + std::to_string(ctx.total) + "] " + run.label;
 
   // Under mpirun a run's group is the world, one rank per process, CPU ranks, and strategies
-  // written per rank (Strategy::supports_mpi).
+  // written per rank (Strategy::mpi_unsupported).
   std::string mpi_why_not;
   if (ctx.mpi) {
     config["launcher"] = "mpi";

@@ -376,17 +376,16 @@ def gpu_compute(path):
     # included), where they span two batches at least; else from every profile (graph replays:
     # the layers' times inside a graph, without launches).
     eager = [p for p in layers if p[2] == "host clock"]
-    timing = "host-clock" if len({p[0] for p in eager}) >= 2 else "all"
-    layers_all = layers
-    layers = eager if timing == "host-clock" else layers
+    replays = len(layers) - len(eager)
+    if not replays:
+        profiled = ""
+    elif len({p[0] for p in eager}) >= 2:
+        layers, profiled = eager, " timed by the host clock (those timed as graph replays left out)"
+    else:
+        profiled = (" (%d of them timed as graph replays: fewer than two batches were timed by the "
+                    "host clock)" % replays)
     shares = {p[3] for p in layers}
     sms = {p[4] for p in layers}
-    graphed_profiles = sum(p[2] == "graph replays" for p in layers)
-    profiled = ("" if not graphed_profiles else
-                " (%d of them timed as graph replays: fewer than two batches were timed by the host "
-                "clock)" % graphed_profiles)
-    if timing == "host-clock" and len(eager) < len(layers_all):
-        profiled = " timed by the host clock (those timed as graph replays left out)"
     layers = [(x, ms) for x, ms, *_ in layers]
     shape = perf.Compute.fit([(x, sum(l)) for x, l in layers], layers, step[2])
     level = step[1] / shape.step(step[0])

@@ -179,7 +179,6 @@ class DataParallel final : public Strategy {
   explicit DataParallel(Options o)
       : o_(std::move(o)), model_(default_model()), buckets_(make_buckets(o_, *model_)) {}
 
-  bool supports_mpi() const override { return true; }
   std::string mpi_unsupported() const override {
     return o_.read_back == "epoch"
                ? "with read_back \"epoch\" needs every rank in one process (each process would "
@@ -323,7 +322,8 @@ class DataParallel final : public Strategy {
       s.detail = per[0][i].detail;
       out.push_back(std::move(s));
     }
-    if (!out.empty() && std::all_of(last.begin(), last.end(), [](const auto& t) { return t; })) {
+    if (!out.empty() &&
+        std::all_of(last.begin(), last.end(), [](const auto& t) { return t.has_value(); })) {
       StepResult& s = out.back();
       for (const auto& t : last) s.ranks.push_back(*t);
       const Rank& r0 = ranks_[0];
@@ -484,10 +484,11 @@ class DataParallel final : public Strategy {
   void graph_step(Rank& me, int r, int64_t offset, int64_t count, int64_t global, float lr) {
     Device& dev = me.device();
     Transport& t = *me.transport;
-    const bool defer = o_.read_back == "epoch";
+    const auto next = me.graph.next(global);
+    // A launch read once per epoch starts here on the device (its inputs' copy included).
+    const bool defer = o_.read_back == "epoch" && next != StepGraph<StepMarks>::Next::Eager;
     const TimeMark start = defer ? dev.mark() : TimeMark{};
     copy_step_input(dev, me.step_indices, me.order, offset, count);
-    const auto next = me.graph.next(global);
     if (next == StepGraph<StepMarks>::Next::Eager) {  // allocations, cuDNN's choices
       rank_step(me, me.step_indices, 0, count, global, lr, offset);
       return;

@@ -57,7 +57,7 @@ class LayerSplit final : public Strategy {
  public:
   explicit LayerSplit(Options o) : o_(std::move(o)) {}
 
-  bool supports_mpi() const override { return true; }
+  std::string mpi_unsupported() const override { return ""; }
 
   void setup(const StrategySetup& s) override {
     group_ = make_group(s.devices, s.mpi);

@@ -30,7 +30,7 @@ class Single final : public Strategy {
   Single(bool cuda_graphs, ReadBack read_back) : graphs_(cuda_graphs), read_back_(read_back) {}
 
   // Under mpirun -np 1 it is the one rank: nothing to share.
-  bool supports_mpi() const override { return true; }
+  std::string mpi_unsupported() const override { return ""; }
 
   void setup(const StrategySetup& s) override {
     PARALAB_REQUIRE(s.devices.size() == 1,

@@ -77,7 +77,7 @@ struct StrategySetup {
   int64_t train_batch = 256;  // the global minibatch the run trains with (for profiling passes)
   // Under mpirun (the mpi launcher): this process runs one rank of a group spread over the
   // world's processes, and `devices` holds that rank's one device. Strategies that support it
-  // (supports_mpi) build their group with make_group (strategies/spmd_group.h).
+  // (mpi_unsupported() empty) build their group with make_group (strategies/spmd_group.h).
   bool mpi = false;
   // Split each device's communication into waiting and moving (RankTimes::wait_ms, move_ms):
   // the transport marks every receive three times (Transport::set_receive_timing).
@@ -112,13 +112,9 @@ class Strategy {
   // Every replica's parameters (data parallel: one per device, which must stay bit-identical;
   // under mpirun a collective, like parameters()).
   virtual std::vector<std::vector<float>> replica_parameters() { return {parameters()}; }
-  // Whether the strategy runs one rank per process under mpirun (StrategySetup::mpi).
-  virtual bool supports_mpi() const { return false; }
-  // Why these options cannot run one rank per process ("" where they can): what a run under
-  // mpirun is skipped with.
-  virtual std::string mpi_unsupported() const {
-    return supports_mpi() ? "" : "does not run one rank per process";
-  }
+  // Why the strategy, with these options, cannot run one rank per process under mpirun
+  // (StrategySetup::mpi): what such a run is skipped with; "" where it can.
+  virtual std::string mpi_unsupported() const { return "does not run one rank per process"; }
   // Options as resolved (reported in the results' run config).
   virtual nlohmann::json options() const = 0;
   // What the strategy decided and measured over the run, for the results' "strategy_report"
