@@ -307,21 +307,7 @@ class DataParallel final : public Strategy {
       me.times.total_ms = per[r].back().times.total_ms;
       last[r] = me.times;
     });
-    std::vector<StepResult> out;
-    if (per.empty()) return out;
-    for (std::size_t i = 0; i < per[0].size(); ++i) {
-      StepResult s;
-      for (const auto& rank : per) {
-        PARALAB_REQUIRE(rank.size() == per[0].size(),
-                        "data_parallel: the ranks queued different numbers of steps");
-        s.loss_sum += rank[i].loss_sum;
-        s.correct += rank[i].correct;
-        s.samples += rank[i].samples;
-        s.times.total_ms = std::max(s.times.total_ms, rank[i].times.total_ms);
-      }
-      s.detail = per[0][i].detail;
-      out.push_back(std::move(s));
-    }
+    std::vector<StepResult> out = merge_rank_steps(per, "data_parallel");
     if (!out.empty() &&
         std::all_of(last.begin(), last.end(), [](const auto& t) { return t.has_value(); })) {
       StepResult& s = out.back();

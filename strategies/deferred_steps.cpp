@@ -1,5 +1,7 @@
 #include "strategies/deferred_steps.h"
 
+#include <algorithm>
+
 #include "core/error.h"
 
 namespace paralab {
@@ -17,8 +19,10 @@ void DeferredSteps::save_stats(const Tensor& stats) {
 }
 
 void DeferredSteps::add(QueuedStep step) {
-  PARALAB_REQUIRE(static_cast<int64_t>(steps_.size()) + 1 == saved_,
-                  "deferred steps: a step noted without its stats saved");
+  PARALAB_REQUIRE(step.stats >= 0 && noted_ + step.stats == saved_,
+                  "deferred steps: a step noted with " + std::to_string(step.stats) +
+                      " stats slots, " + std::to_string(saved_ - noted_) + " saved for it");
+  noted_ = saved_;
   steps_.push_back(std::move(step));
 }
 
@@ -34,11 +38,14 @@ std::vector<StepResult> DeferredSteps::collect() {
     stats.insert(stats.end(), all.begin(), all.begin() + used * 2);
   }
   results.reserve(steps_.size());
+  std::size_t slot = 0;
   for (std::size_t i = 0; i < steps_.size(); ++i) {
     const QueuedStep& q = steps_[i];
     StepResult r;
-    r.loss_sum = stats[2 * i];
-    r.correct = static_cast<int64_t>(stats[2 * i + 1]);
+    for (int s = 0; s < q.stats; ++s, ++slot) {
+      r.loss_sum += stats[2 * slot];
+      r.correct += static_cast<int64_t>(stats[2 * slot + 1]);
+    }
     r.samples = q.samples;
     const TimeMark& from = i > 0 && q.from_previous ? steps_[i - 1].end : q.start;
     r.times.total_ms = device_->elapsed_ms(from, q.end) + q.host_ms;
@@ -52,7 +59,29 @@ std::vector<StepResult> DeferredSteps::collect() {
   }
   steps_.clear();
   saved_ = 0;
+  noted_ = 0;
   return results;
+}
+
+std::vector<StepResult> merge_rank_steps(const std::vector<std::vector<StepResult>>& per_rank,
+                                         const std::string& who) {
+  std::vector<StepResult> out;
+  if (per_rank.empty()) return out;
+  for (const auto& rank : per_rank)
+    PARALAB_REQUIRE(rank.size() == per_rank[0].size(),
+                    who + ": the ranks queued different numbers of steps");
+  for (std::size_t i = 0; i < per_rank[0].size(); ++i) {
+    StepResult s;
+    for (const auto& rank : per_rank) {
+      s.loss_sum += rank[i].loss_sum;
+      s.correct += rank[i].correct;
+      s.samples += rank[i].samples;
+      s.times.total_ms = std::max(s.times.total_ms, rank[i].times.total_ms);
+    }
+    s.detail = per_rank[0][i].detail;
+    out.push_back(std::move(s));
+  }
+  return out;
 }
 
 }  // namespace paralab

@@ -2,13 +2,15 @@
 // queues work (a GPU) without waiting for any of them, and reads their losses, accuracies and
 // device times in one go at the end (Strategy::collect).
 //
-// Each step's {loss sum, correct count} is copied on the device into a slot of its own, and its
-// phases are device time marks; collect() waits for the device once, copies the slots to the host
-// (one copy per 512 steps) and turns the marks into times.
+// Each step's {loss sum, correct count} is copied on the device into slots of its own (one per
+// loss the step computed: a pipeline's last stage has one per micro-batch, a rank that computes
+// no loss none), and its phases are device time marks; collect() waits for the device once,
+// copies the slots to the host (one copy per 512 slots) and turns the marks into times.
 #pragma once
 
 #include <cstdint>
 #include <nlohmann/json.hpp>
+#include <string>
 #include <vector>
 
 #include "core/device.h"
@@ -19,7 +21,10 @@ namespace paralab {
 
 // What a strategy knows of a queued step when it queues it.
 struct QueuedStep {
+  // The step's figures this device holds: its examples and the stats slots saved for it (summed
+  // in order, the loss in double, as a step read at once sums them).
   int64_t samples = 0;
+  int stats = 1;
   TimeMark start, end;  // the step's first and last work (end after its stats are copied)
   // Eager steps mark their phases: forward_end after the loss, backward_end after the
   // gradients, optimizer_end after the update. Without them (a graph replay) only the total
@@ -40,11 +45,11 @@ class DeferredSteps {
   explicit DeferredSteps(Device& device) : device_(&device) {}
   DeferredSteps() = default;
 
-  // Queues a copy of `stats` (two floats on the device: the step's loss sum and correct count,
-  // as SoftmaxXent writes them) into the step's slot. Call after the step's work and before
-  // marking its end; the copy is ordered after the work on the device's queue.
+  // Queues a copy of `stats` (two floats on the device: a loss sum and correct count, as
+  // SoftmaxXent writes them) into the next slot. Call after the step's work and before marking
+  // its end; the copy is ordered after the work on the device's queue.
   void save_stats(const Tensor& stats);
-  // Notes the step whose stats were saved last.
+  // Notes the step whose step.stats slots were saved since the last one noted.
   void add(QueuedStep step);
   bool empty() const { return steps_.empty(); }
   // Waits for the device once, then every noted step's result (pending = false), in order.
@@ -55,7 +60,15 @@ class DeferredSteps {
   Device* device_ = nullptr;
   std::vector<Tensor> chunks_;  // kept between epochs: 2 floats per slot
   int64_t saved_ = 0;           // slots written since the last collect
+  int64_t noted_ = 0;           // of them, slots of the steps noted
   std::vector<QueuedStep> steps_;
 };
+
+// One step read once from each rank's queue (every rank's collect(), in step order): its loss,
+// correct count and examples are the sums of what the ranks held, its time the slowest rank's;
+// the detail is the first rank's. `who` names the strategy in the error for ranks that queued
+// different numbers of steps.
+std::vector<StepResult> merge_rank_steps(const std::vector<std::vector<StepResult>>& per_rank,
+                                         const std::string& who);
 
 }  // namespace paralab

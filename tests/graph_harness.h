@@ -161,6 +161,127 @@ inline ::testing::AssertionResult failed_group_capture_runs_eagerly(const std::s
   return ::testing::AssertionSuccess();
 }
 
+// read_back "epoch" on k RecordingDevices: after the first (eager) step, read at once, every
+// graph launch is queued (a pending result) with no host wait or read on any device, and
+// collect() returns the queued steps' figures, the very losses and correct counts of the eager
+// steps, each step's time (the slowest rank's), its samples and the figures of its detail that
+// eager steps record (but a pipeline's bubble); the last queued step, the graph's last launch,
+// also every device's phases. Each step is read once, and the parameters end as the eager
+// ones. On CPU devices nothing is launched, and every step is read at once.
+inline ::testing::AssertionResult read_once_matches_eager(const std::string& strategy, int k,
+                                                          json options, int64_t batch = 24) {
+  const auto lr = [](int step) { return 0.02f * static_cast<float>(1 + step % 4); };
+  RecordingGroup devs(k);
+  Session eager(strategy, k, options, test_initial_parameters(), batch, "cpu");
+  options["cuda_graphs"] = true;
+  options["read_back"] = "epoch";
+  Session graphed(strategy, devs.group, options, test_initial_parameters(), batch);
+  if (graphed->options().value("read_back", "") != "epoch")
+    return ::testing::AssertionFailure() << "options " << graphed->options().dump();
+  std::vector<StepResult> want;
+  for (int step = 0; step < 7; ++step) {
+    const int syncs = devs.recording[0]->synchronizations, reads = devs.recording[0]->host_reads;
+    const StepResult g = graphed.queue(step, lr(step));
+    want.push_back(eager.step(step, lr(step)));
+    const std::string at = " at step " + std::to_string(step);
+    if (g.pending != (step >= 1))
+      return ::testing::AssertionFailure() << "pending " << g.pending << at;
+    if (g.samples != batch) return ::testing::AssertionFailure() << g.samples << " samples" << at;
+    if (!g.pending) {  // the eager step: read at once, with every device's phases
+      if (g.loss_sum != want.back().loss_sum || g.correct != want.back().correct ||
+          g.ranks.size() != static_cast<std::size_t>(k))
+        return ::testing::AssertionFailure() << "the eager step read at once differs" << at;
+    } else if (devs.recording[0]->synchronizations != syncs ||
+               devs.recording[0]->host_reads != reads) {
+      return ::testing::AssertionFailure() << "the host waited for or read the device" << at;
+    }
+  }
+  const std::vector<StepResult> got = graphed->collect();
+  if (got.size() != 6u) return ::testing::AssertionFailure() << got.size() << " steps collected";
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    const StepResult &g = got[i], &w = want[i + 1];
+    const std::string at = " at step " + std::to_string(i + 1);
+    if (g.pending || g.loss_sum != w.loss_sum || g.correct != w.correct || g.samples != batch)
+      return ::testing::AssertionFailure()
+             << "loss " << g.loss_sum << " vs eager " << w.loss_sum << ", correct " << g.correct
+             << " vs " << w.correct << ", " << g.samples << " samples" << at;
+    if (!(g.times.total_ms >= 0.0))
+      return ::testing::AssertionFailure() << "time " << g.times.total_ms << at;
+    if (g.detail.value("cuda_graph_replay", 0) != 1)
+      return ::testing::AssertionFailure() << "detail " << g.detail.dump() << at;
+    for (const auto& [key, value] : w.detail.items())
+      if (key != "bubble_fraction" && g.detail.value(key, json()) != value)
+        return ::testing::AssertionFailure()
+               << "detail " << g.detail.dump() << " vs eager " << w.detail.dump() << at;
+    if (i + 1 < got.size()) {
+      if (!g.ranks.empty())
+        return ::testing::AssertionFailure() << "per-device phases of a step read once" << at;
+      continue;
+    }
+    if (g.ranks.size() != static_cast<std::size_t>(k))  // the graph's last launch: its marks
+      return ::testing::AssertionFailure() << g.ranks.size() << " devices' phases" << at;
+    for (const RankTimes& t : g.ranks)
+      if (!(t.compute_ms > 0) || t.bytes_sent <= 0 || t.samples <= 0 ||
+          t.total_ms > g.times.total_ms)
+        return ::testing::AssertionFailure()
+               << "a device computed " << t.compute_ms << " ms, sent " << t.bytes_sent
+               << " bytes, took " << t.samples << " samples in " << t.total_ms << " of "
+               << g.times.total_ms << " ms" << at;
+    if (w.detail.contains("bubble_fraction") != g.detail.contains("bubble_fraction"))
+      return ::testing::AssertionFailure() << "detail " << g.detail.dump() << at;
+  }
+  if (!graphed->collect().empty())
+    return ::testing::AssertionFailure() << "a queued step was collected twice";
+  if (graphed->parameters() != eager->parameters())
+    return ::testing::AssertionFailure() << "the final parameters differ";
+  for (std::size_t r = 0; r < devs.recording.size(); ++r)
+    if (!devs.recording[r]->violations.empty())
+      return ::testing::AssertionFailure()
+             << "rank " << r
+             << " did in a capture what CUDA refuses: " << devs.recording[r]->violations.front();
+  Session cpu(strategy, k, options, test_initial_parameters(), batch, "cpu");
+  if (cpu.queue(0, 0.05f).pending || cpu.queue(1, 0.05f).pending)
+    return ::testing::AssertionFailure() << "a step on CPU devices was queued";
+  return ::testing::AssertionSuccess();
+}
+
+// On CUDA virtual devices (GPU tests; they skip without a GPU): `strategy` with read_back "epoch"
+// against the same read after every step: 7 of 8 steps queued (the first of the batch is
+// eager), and collect() gives their losses and correct counts to the bit, a time for each, and
+// every device's phases for the last; the same parameters at the end.
+inline ::testing::AssertionResult cuda_read_once_matches_read_per_step(const std::string& strategy,
+                                                                       int k, json options) {
+  const auto lr = [](int step) { return 0.02f * static_cast<float>(1 + step % 4); };
+  Session each(strategy, k, options, test_initial_parameters(), 32, "cuda");
+  options["read_back"] = "epoch";
+  Session once(strategy, k, options, test_initial_parameters(), 32, "cuda");
+  std::vector<StepResult> want;
+  int queued = 0;
+  for (int step = 0; step < 8; ++step) {
+    want.push_back(each.step(step, lr(step)));
+    queued += once.queue(step, lr(step)).pending ? 1 : 0;
+  }
+  if (queued != 7) return ::testing::AssertionFailure() << queued << " of 8 steps queued";
+  const std::vector<StepResult> got = once->collect();
+  if (got.size() != 7u) return ::testing::AssertionFailure() << got.size() << " collected";
+  for (std::size_t i = 0; i < got.size(); ++i)
+    if (got[i].loss_sum != want[i + 1].loss_sum || got[i].correct != want[i + 1].correct ||
+        !(got[i].times.total_ms > 0.0))
+      return ::testing::AssertionFailure()
+             << "step " << i + 1 << ": loss " << got[i].loss_sum << " vs " << want[i + 1].loss_sum
+             << ", correct " << got[i].correct << " vs " << want[i + 1].correct << ", "
+             << got[i].times.total_ms << " ms";
+  if (got.back().ranks.size() != static_cast<std::size_t>(k))
+    return ::testing::AssertionFailure()
+           << "the last launch's phases: " << got.back().ranks.size() << " devices";
+  for (const RankTimes& t : got.back().ranks)
+    if (!(t.compute_ms > 0.0))
+      return ::testing::AssertionFailure() << "a device computed " << t.compute_ms << " ms";
+  if (once->parameters() != each->parameters())
+    return ::testing::AssertionFailure() << "the final parameters differ";
+  return ::testing::AssertionSuccess();
+}
+
 // On CUDA virtual devices (GPU tests; they skip without a GPU): `strategy` trained with its
 // step as one graph over the group against the same strategy eager ("cuda_graphs": false), the
 // learning rate changing every step: the same losses at every step and the same parameters at

@@ -90,6 +90,7 @@ class RecordingDevice final : public ForwardingDevice {
   }
   void copy_to_host(void* d, const void* s, std::size_t n) override {
     if (capturing_) violation("copy_to_host");
+    ++host_reads;
     ForwardingDevice::copy_to_host(d, s, n);
   }
   void copy_from_host(void* d, const void* s, std::size_t n) override {
@@ -98,6 +99,7 @@ class RecordingDevice final : public ForwardingDevice {
   }
   void synchronize() override {
     if (capturing_) violation("synchronize");
+    ++synchronizations;
   }
 
   Event record() override {
@@ -206,6 +208,8 @@ class RecordingDevice final : public ForwardingDevice {
 
   // Queued outside captures (a replay runs the recorded calls themselves), from either queue.
   std::atomic<int> direct_ops{0};
+  // The host's waits for the device and its reads from it (a step read at once has both).
+  std::atomic<int> synchronizations{0}, host_reads{0};
   // Records no waits: a graph without the edges between devices (to show that a test catches it).
   bool ignore_waits = false;
   std::vector<std::string> violations;  // what a CUDA capture would have refused

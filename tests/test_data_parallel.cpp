@@ -409,61 +409,15 @@ TEST(DataParallel, GraphsReportWhyTheyAreNotUsed) {
 }
 
 // read_back "epoch": the graph launches are queued without waiting (pending results) and their
-// figures read once, at collect(): each step's loss and correct count to the bit of the eager
-// steps, its samples and a time, and the last one's per-device phases (the graph's marks hold
-// the last launch's); the parameters after them as the eager ones. The first step of
-// a batch size, which runs eagerly, is read at once, as with "step"; the capturing step's launch
-// is queued too.
+// figures read once, at collect(), to the bit of the eager steps (read_once_matches_eager); the
+// first step of a batch size, which runs eagerly, is read at once, as with "step"; the capturing
+// step's launch is queued too. With overlap too (the buckets' allreduces on each device's
+// communication queue, inside the same graph).
 TEST(DataParallel, ReadBackEpochQueuesTheLaunchesAndReadsThemOnce) {
-  const auto lr = [](int step) { return 0.02f * static_cast<float>(1 + step % 4); };
-  for (int k : {2, 3}) {
-    RecordingGroup devs(k);
-    Session eager("data_parallel", k, {{"allreduce", "ring"}}, test_initial_parameters(), 24,
-                  "cpu");
-    Session graphed("data_parallel", devs.group,
-                    {{"allreduce", "ring"}, {"cuda_graphs", true}, {"read_back", "epoch"}},
-                    test_initial_parameters(), 24);
-    EXPECT_EQ(graphed->options()["read_back"], "epoch");
-    std::vector<StepResult> want;
-    for (int step = 0; step < 7; ++step) {
-      const StepResult g = graphed.queue(step, lr(step));
-      want.push_back(eager.step(step, lr(step)));
-      EXPECT_EQ(g.pending, step >= 1) << "step " << step << " k=" << k;
-      if (step < 1) {
-        EXPECT_EQ(g.loss_sum, want.back().loss_sum) << "step " << step;
-        EXPECT_EQ(g.correct, want.back().correct) << "step " << step;
-        EXPECT_EQ(g.ranks.size(), static_cast<std::size_t>(k)) << "read at once, with phases";
-      }
-    }
-    const std::vector<StepResult> got = graphed->collect();
-    ASSERT_EQ(got.size(), 6u) << "k=" << k;
-    for (std::size_t i = 0; i < got.size(); ++i) {
-      const StepResult& w = want[i + 1];
-      EXPECT_FALSE(got[i].pending);
-      EXPECT_EQ(got[i].loss_sum, w.loss_sum) << "step " << i + 1 << " k=" << k;
-      EXPECT_EQ(got[i].correct, w.correct) << "step " << i + 1 << " k=" << k;
-      EXPECT_EQ(got[i].samples, 24);
-      EXPECT_GE(got[i].times.total_ms, 0.0);
-      if (i + 1 < got.size()) {
-        EXPECT_TRUE(got[i].ranks.empty()) << "no per-device phases when read once";
-      } else {  // the graph's last launch: its marks, every device's phases
-        ASSERT_EQ(got[i].ranks.size(), static_cast<std::size_t>(k));
-        for (const RankTimes& t : got[i].ranks) {
-          EXPECT_GT(t.compute_ms, 0.0);
-          EXPECT_GT(t.bytes_sent, 0);
-          EXPECT_EQ(t.samples, 24 / k);
-          EXPECT_LE(t.total_ms, got[i].times.total_ms) << "the step's time is its slowest rank's";
-        }
-      }
-      EXPECT_EQ(got[i].detail.value("cuda_graph_replay", 0), 1);
-    }
-    EXPECT_TRUE(graphed->collect().empty()) << "each queued step is read once";
-    EXPECT_EQ(graphed->parameters(), eager->parameters()) << "k=" << k;
-    for (const auto& d : devs.recording) EXPECT_EQ(d->violations, std::vector<std::string>{});
-  }
-  // Where nothing is launched (CPU devices) every step is read at once.
-  Session cpu("data_parallel", 2, {{"read_back", "epoch"}}, test_initial_parameters(), 24, "cpu");
-  EXPECT_FALSE(cpu.queue(0, 0.05f).pending);
+  for (int k : {2, 3})
+    EXPECT_TRUE(read_once_matches_eager("data_parallel", k, {{"allreduce", "ring"}})) << "k=" << k;
+  EXPECT_TRUE(read_once_matches_eager(
+      "data_parallel", 2, {{"allreduce", "tree"}, {"overlap", true}, {"grouping", "per_tensor"}}));
 }
 
 TEST(DataParallel, NonDivisibleBatchIsAClearError) {
@@ -513,30 +467,9 @@ TEST(DataParallel, BadOptionsNameTheirPath) {
 TEST(DataParallel, CudaReadBackEpochGivesTheBitsOfStepsReadOneByOne) {
   if (const std::string why = backend_unavailable("cuda"); !why.empty())
     GTEST_SKIP() << "cuda: " << why;
-  const auto lr = [](int step) { return 0.02f * static_cast<float>(1 + step % 4); };
-  for (int k : {2, 4}) {
-    Session each("data_parallel", k, {{"allreduce", "ring"}}, test_initial_parameters(), 32,
-                 "cuda");
-    Session once("data_parallel", k, {{"allreduce", "ring"}, {"read_back", "epoch"}},
-                 test_initial_parameters(), 32, "cuda");
-    std::vector<StepResult> want;
-    int queued = 0;
-    for (int step = 0; step < 8; ++step) {
-      want.push_back(each.step(step, lr(step)));
-      queued += once.queue(step, lr(step)).pending ? 1 : 0;
-    }
-    EXPECT_EQ(queued, 7) << "k=" << k;
-    const std::vector<StepResult> got = once->collect();
-    ASSERT_EQ(got.size(), 7u) << "k=" << k;
-    for (std::size_t i = 0; i < got.size(); ++i) {
-      EXPECT_EQ(got[i].loss_sum, want[i + 1].loss_sum) << "step " << i + 1 << " k=" << k;
-      EXPECT_EQ(got[i].correct, want[i + 1].correct) << "step " << i + 1 << " k=" << k;
-      EXPECT_GT(got[i].times.total_ms, 0.0) << "step " << i + 1 << " k=" << k;
-    }
-    EXPECT_EQ(got.back().ranks.size(), static_cast<std::size_t>(k)) << "the last launch's phases";
-    for (const RankTimes& t : got.back().ranks) EXPECT_GT(t.compute_ms, 0.0);
-    EXPECT_EQ(once->parameters(), each->parameters()) << "k=" << k;
-  }
+  for (int k : {2, 4})
+    EXPECT_TRUE(cuda_read_once_matches_read_per_step("data_parallel", k, {{"allreduce", "ring"}}))
+        << "k=" << k;
 }
 
 // On a GPU: one graph over 2 (or 4) virtual devices computes the eager steps to the bit.

@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "core/error.h"
+#include "strategies/deferred_steps.h"
 #include "tests/recording_device.h"
 #include "tests/strategy_harness.h"
 #if PARALAB_HAVE_CUDA
@@ -224,6 +225,71 @@ TEST(Single, QueuedStepsAreReadOnceWithTheFiguresOfStepsReadOneByOne) {
   EXPECT_EQ(dev.host_reads, 2);
   queued.reset();
   direct.reset();
+}
+
+// DeferredSteps: a step holds as many stats slots as losses it computed (a pipeline's last stage
+// one per micro-batch, other stages none), summed in order, the loss in double; the slots of
+// several steps are read in one copy; a step noted with other than the slots saved for it is
+// an error naming both counts. merge_rank_steps sums the ranks' figures and takes the slowest
+// rank's time.
+TEST(DeferredSteps, StepsHoldTheirOwnNumberOfStatsSlots) {
+  auto cpu = make_devices("cpu", 1, {});
+  QueuingDevice dev(*cpu[0]);
+  DeferredSteps steps(dev);
+  const auto stats = [&](float loss, float correct) {
+    return Tensor::from_host(dev, {2}, std::vector<float>{loss, correct});
+  };
+  const Tensor a = stats(0.1f, 3), b = stats(16777216.0f, 4), c = stats(1.0f, 5);
+  for (const Tensor* t : {&a, &b, &c}) steps.save_stats(*t);
+  QueuedStep three;
+  three.stats = 3;
+  three.samples = 12;
+  three.start = three.end = dev.mark();
+  steps.add(three);
+  QueuedStep none;
+  none.stats = 0;
+  none.start = none.end = dev.mark();
+  steps.add(none);
+  steps.save_stats(c);
+  EXPECT_EQ(error_of([&] { steps.add(none); }),
+            "deferred steps: a step noted with 0 stats slots, 1 saved for it");
+  QueuedStep one;
+  one.start = one.end = dev.mark();
+  steps.add(one);
+  dev.host_reads = dev.synchronizations = 0;
+  const std::vector<StepResult> got = steps.collect();
+  EXPECT_EQ(dev.synchronizations, 1);
+  EXPECT_EQ(dev.host_reads, 1);
+  ASSERT_EQ(got.size(), 3u);
+  // In double: 0.1f + 2^24 + 1 keeps the 1 and the 0.1 that a float sum would lose.
+  EXPECT_EQ(got[0].loss_sum, (static_cast<double>(0.1f) + 16777216.0) + 1.0);
+  EXPECT_EQ(got[0].correct, 12);
+  EXPECT_EQ(got[0].samples, 12);
+  EXPECT_EQ(got[1].loss_sum, 0.0);
+  EXPECT_EQ(got[1].correct, 0);
+  EXPECT_EQ(got[2].loss_sum, 1.0);
+  EXPECT_EQ(got[2].correct, 5);
+  EXPECT_TRUE(steps.collect().empty());
+
+  std::vector<std::vector<StepResult>> per(2, std::vector<StepResult>(2));
+  per[0][0].loss_sum = 1.5;
+  per[0][0].samples = 8;
+  per[0][0].times.total_ms = 2.0;
+  per[0][0].detail = {{"cuda_graph_replay", 1}};
+  per[1][0].loss_sum = 0.5;
+  per[1][0].correct = 3;
+  per[1][0].samples = 8;
+  per[1][0].times.total_ms = 3.0;
+  const std::vector<StepResult> merged = merge_rank_steps(per, "x_split");
+  ASSERT_EQ(merged.size(), 2u);
+  EXPECT_EQ(merged[0].loss_sum, 2.0);
+  EXPECT_EQ(merged[0].correct, 3);
+  EXPECT_EQ(merged[0].samples, 16);
+  EXPECT_EQ(merged[0].times.total_ms, 3.0);
+  EXPECT_EQ(merged[0].detail, json({{"cuda_graph_replay", 1}}));
+  per[1].pop_back();
+  EXPECT_EQ(error_of([&] { merge_rank_steps(per, "x_split"); }),
+            "x_split: the ranks queued different numbers of steps");
 }
 
 // Queued graph replays: the capture's host time is counted in its step, replays are flagged,
