@@ -1,11 +1,13 @@
 #include "strategies/channel_split.h"
 
+#include <algorithm>
 #include <chrono>
 
 #include "core/error.h"
 #include "core/model.h"
 #include "core/ops.h"
 #include "strategies/collectives/collectives.h"
+#include "strategies/deferred_steps.h"
 #include "strategies/device_data.h"
 #include "strategies/spmd_group.h"
 #include "strategies/step_graphs.h"
@@ -21,6 +23,7 @@ struct Options {
   std::string pairing = "none";
   std::string allreduce = "ring";
   bool cuda_graphs = true;
+  std::string read_back = "step";  // "epoch": graph launches queued, read once per epoch
 };
 
 // The part of a parameter tensor, viewed as a (rows, cols) matrix, that one device holds.
@@ -67,10 +70,17 @@ class ChannelSplit final : public Strategy {
  public:
   explicit ChannelSplit(Options o) : o_(std::move(o)) {}
 
-  std::string mpi_unsupported() const override { return ""; }
+  std::string mpi_unsupported() const override {
+    return o_.read_back == "epoch"
+               ? "with read_back \"epoch\" needs every rank in one process (each process would "
+                 "read its own ranks' steps); under mpirun use \"step\""
+               : "";
+  }
 
   void setup(const StrategySetup& s) override {
     group_ = make_group(s.devices, s.mpi);
+    if (o_.read_back == "epoch" && static_cast<int>(group_->local_ranks().size()) != group_->size())
+      throw Error("channel_split " + mpi_unsupported());
     model_ = s.model ? s.model : default_model();
     seed_ = s.seed;
     plan(group_->size());
@@ -148,6 +158,7 @@ class ChannelSplit final : public Strategy {
       me.data = DeviceData(dev, *s.train, *s.test);
       me.stats = Tensor::zeros(dev, {2});
       me.step = Tensor::zeros(dev, {1});
+      me.deferred = DeferredSteps(dev);
     });
   }
 
@@ -168,6 +179,7 @@ class ChannelSplit final : public Strategy {
     const auto t0 = Clock::now();
     key_ = {dropout_seed(seed_, epoch_), offset};
     run([&](int r) {
+      ranks_[r].queued = false;
       if (graphs_.empty())
         graph_step(ranks_[r], offset, count, lr);
       else
@@ -177,33 +189,49 @@ class ChannelSplit final : public Strategy {
     out.times.total_ms = ms_between(t0, Clock::now());
     out.samples = count;
     drop_graphs_if_capture_failed(ranks_, graphs_, capture_);
-    // Every rank's figures, wherever it ran (between processes, an allgather).
-    struct Figures {
-      double loss, forward_ms, backward_ms;
-      int64_t correct;
-      RankTimes times;
-    };
-    std::vector<Figures> all(ranks_.size());
-    for (int r : group_->local_ranks()) {
-      const Rank& me = ranks_[r];
-      all[r] = {me.loss, me.forward_ms, me.backward_ms, me.correct, me.times};
+    if (ranks_[mine()].queued) {  // every rank queued its launch: read at collect()
+      out.pending = true;
+      return out;
     }
-    group_->share(all);
+    read_figures(out, count);
+    return out;
+  }
+
+  // The queued steps (read_back "epoch"): each rank waits for its device once and reads its
+  // steps; a step's loss and correct count are rank 0's (every rank computes the same from the
+  // gathered logits), its time the slowest rank's (from the end of the step before on that
+  // rank's queue), the bytes every rank's launch sent. The last of them, where it was the
+  // graph's last launch, also gets every device's phases: the graph's marks hold that launch's
+  // times.
+  std::vector<StepResult> collect() override {
+    const std::size_t k = ranks_.size();
+    std::vector<std::vector<StepResult>> per(k);
+    std::vector<char> launched(k, 0);
+    run([&](int r) {
+      Rank& me = ranks_[r];
+      per[r] = me.deferred.collect();
+      launched[r] = !per[r].empty() && me.graph.replayed();
+    });
+    std::vector<StepResult> out = merge_rank_steps(per, "channel_split");
     int64_t bytes = 0;
-    for (const Figures& f : all) {
-      out.ranks.push_back(f.times);
-      bytes += f.times.bytes_sent;
+    for (const Rank& me : ranks_) bytes += me.graph.bytes();
+    for (StepResult& s : out) {
+      s.detail["bytes_sent"] = bytes;
+      s.detail["bytes_expected"] = plan_.bytes(s.samples, static_cast<int>(k));
     }
-    const Figures& r0 = all[0];
-    out.loss_sum = r0.loss;
-    out.correct = r0.correct;
-    out.times.forward_ms = r0.forward_ms;
-    out.times.backward_ms = r0.backward_ms;
-    out.times.communication_ms = r0.times.communication_ms;
-    out.times.optimizer_ms = r0.times.optimizer_ms;
-    out.detail = {{"bytes_sent", bytes},
-                  {"bytes_expected", plan_.bytes(count, static_cast<int>(ranks_.size()))}};
-    if (graphs_.empty()) out.detail["cuda_graph_replay"] = ranks_[mine()].graph.replayed() ? 1 : 0;
+    if (out.empty() || std::find(launched.begin(), launched.end(), 0) != launched.end()) return out;
+    StepResult& last = out.back();
+    run([&](int r) {
+      Rank& me = ranks_[r];
+      finish_step(me, me.graph.marks(), last.samples);
+      me.times.bytes_sent = me.graph.bytes();
+      me.times.total_ms = per[r].back().times.total_ms;
+    });
+    StepResult read = last;
+    read_figures(read, last.samples);
+    PARALAB_REQUIRE(read.loss_sum == last.loss_sum && read.correct == last.correct,
+                    "channel_split: the last queued step's figures differ from its stats'");
+    last = std::move(read);
     return out;
   }
 
@@ -235,7 +263,10 @@ class ChannelSplit final : public Strategy {
   std::vector<float> gradients() override { return assemble(&Rank::grads); }
 
   json options() const override {
-    return {{"pairing", o_.pairing}, {"allreduce", o_.allreduce}, {"cuda_graphs", o_.cuda_graphs}};
+    return {{"pairing", o_.pairing},
+            {"allreduce", o_.allreduce},
+            {"cuda_graphs", o_.cuda_graphs},
+            {"read_back", o_.read_back}};
   }
 
   json report() const override {
@@ -282,6 +313,38 @@ class ChannelSplit final : public Strategy {
   }
 
  private:
+  // The figures of the step every rank has read (finish_step): loss and correct count and the
+  // phases from rank 0, each rank's times and the bytes moved. Between processes, gathered.
+  void read_figures(StepResult& out, int64_t count) {
+    // Every rank's figures, wherever it ran (between processes, an allgather).
+    struct Figures {
+      double loss, forward_ms, backward_ms;
+      int64_t correct;
+      RankTimes times;
+    };
+    std::vector<Figures> all(ranks_.size());
+    for (int r : group_->local_ranks()) {
+      const Rank& me = ranks_[r];
+      all[r] = {me.loss, me.forward_ms, me.backward_ms, me.correct, me.times};
+    }
+    group_->share(all);
+    int64_t bytes = 0;
+    for (const Figures& f : all) {
+      out.ranks.push_back(f.times);
+      bytes += f.times.bytes_sent;
+    }
+    const Figures& r0 = all[0];
+    out.loss_sum = r0.loss;
+    out.correct = r0.correct;
+    out.times.forward_ms = r0.forward_ms;
+    out.times.backward_ms = r0.backward_ms;
+    out.times.communication_ms = r0.times.communication_ms;
+    out.times.optimizer_ms = r0.times.optimizer_ms;
+    out.detail = {{"bytes_sent", bytes},
+                  {"bytes_expected", plan_.bytes(count, static_cast<int>(ranks_.size()))}};
+    if (graphs_.empty()) out.detail["cuda_graph_replay"] = ranks_[mine()].graph.replayed() ? 1 : 0;
+  }
+
   struct Rank {
     int rank = 0;
     Device* dev = nullptr;
@@ -318,6 +381,9 @@ class ChannelSplit final : public Strategy {
     // the step's example indices and SGD step, set before each launch.
     StepGraph<StepMarks> graph;
     Tensor step_indices, step;
+    // read_back "epoch": the launched steps' figures, read at collect(); queued: this step's.
+    DeferredSteps deferred;
+    bool queued = false;
   };
 
   void run(const std::function<void(int)>& fn) {
@@ -729,11 +795,18 @@ class ChannelSplit final : public Strategy {
 
   // The step captured once per batch size (after an eager step of that size has sized the
   // buffers), then launched with its example indices and SGD step set before each launch.
+  // With read_back "epoch" a launch (the capturing step's too) is queued without waiting: rank 0
+  // copies its loss and correct count to the step's slot, every rank marks the step's end on its
+  // queue (after the graph), and the step's figures are read at collect(); its phases are not
+  // (a replay's marks are the last replay's: only the last queued step's are read), its time is.
   void graph_step(Rank& me, int64_t offset, int64_t count, float lr) {
     Transport& t = *me.t;
     Device& dev = *me.dev;
-    copy_step_input(dev, me.step_indices, me.order, offset, count);
     const auto next = me.graph.next(count);
+    // A launch read once per epoch starts here on the device (its inputs' copy included).
+    const bool defer = o_.read_back == "epoch" && next != StepGraph<StepMarks>::Next::Eager;
+    const TimeMark start = defer ? dev.mark() : TimeMark{};
+    copy_step_input(dev, me.step_indices, me.order, offset, count);
     if (next == StepGraph<StepMarks>::Next::Eager) {  // allocations
       rank_step(me, me.step_indices, 0, count, lr);
       return;
@@ -748,6 +821,23 @@ class ChannelSplit final : public Strategy {
     }
     const auto t0 =
         me.graph.launch(capture_.get(), me.rank, t, dev, me.step, lr / static_cast<float>(count));
+    if (defer) {
+      QueuedStep q;
+      q.stats = 0;
+      if (me.rank == 0) {  // the loss, the same on every rank: rank 0's
+        me.deferred.save_stats(me.stats);
+        q.stats = 1;
+        q.samples = count;
+      }
+      q.start = start;
+      q.end = dev.mark();
+      // A step that captured counts the capture in its time, from its own start.
+      q.from_previous = next != StepGraph<StepMarks>::Next::Capture;
+      q.detail = {{"cuda_graph_replay", 1}};
+      me.deferred.add(std::move(q));
+      me.queued = true;
+      return;
+    }
     finish_step(me, me.graph.marks(), count);
     me.times.bytes_sent = me.graph.bytes();
     t.barrier();
@@ -798,6 +888,8 @@ class ChannelSplit final : public Strategy {
 
   void rank_step(Rank& me, const Tensor& order, int64_t offset, int64_t count, float lr) {
     Transport& t = *me.t;
+    // Launches queued before it (read_back "epoch") finish first: their time is not its own.
+    if (!me.deferred.empty()) me.dev->synchronize();
     t.barrier();
     t.reset_bytes_sent();
     t.reset_receive_times();
@@ -847,9 +939,13 @@ Options parse_options(const json& options, const std::string& path) {
     } else if (key == "cuda_graphs") {
       if (!v.is_boolean()) fail(key, "must be true or false");
       o.cuda_graphs = v.get<bool>();
+    } else if (key == "read_back") {
+      if (v != "step" && v != "epoch") fail(key, "must be \"step\" or \"epoch\", got " + v.dump());
+      o.read_back = v.get<std::string>();
     } else {
       fail(key,
-           "unknown option for strategy 'channel_split' (known: pairing, allreduce, cuda_graphs)");
+           "unknown option for strategy 'channel_split' (known: pairing, allreduce, cuda_graphs, "
+           "read_back)");
     }
   }
   if (o.pairing != "none" && o.pairing != "megatron")

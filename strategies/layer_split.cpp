@@ -8,6 +8,7 @@
 #include "core/model.h"
 #include "core/ops.h"
 #include "core/rng.h"
+#include "strategies/deferred_steps.h"
 #include "strategies/device_data.h"
 #include "strategies/pipeline.h"
 #include "strategies/spmd_group.h"
@@ -44,6 +45,7 @@ struct Options {
   int microbatches = 1;
   std::string schedule = "gpipe";
   bool cuda_graphs = true;
+  std::string read_back = "step";  // "epoch": graph launches queued, read once per epoch
   std::string path;
 };
 
@@ -57,7 +59,12 @@ class LayerSplit final : public Strategy {
  public:
   explicit LayerSplit(Options o) : o_(std::move(o)) {}
 
-  std::string mpi_unsupported() const override { return ""; }
+  std::string mpi_unsupported() const override {
+    return o_.read_back == "epoch"
+               ? "with read_back \"epoch\" needs every stage in one process (each process would "
+                 "read its own stage's steps); under mpirun use \"step\""
+               : "";
+  }
 
   void setup(const StrategySetup& s) override {
     group_ = make_group(s.devices, s.mpi);
@@ -73,6 +80,8 @@ class LayerSplit final : public Strategy {
       throw Error(o_.path + ".split: boundaries must be increasing integers in 1.." +
                   std::to_string(layers - 1) + ", got " + o_.split.dump());
     const int m = o_.microbatches;
+    if (o_.read_back == "epoch" && static_cast<int>(group_->local_ranks().size()) != k)
+      throw Error("layer_split " + mpi_unsupported());
     graphs_ = plan_graphs(s.devices);
     if (o_.split.is_array()) {
       if (static_cast<int>(o_.split.size()) != k - 1)
@@ -121,7 +130,7 @@ class LayerSplit final : public Strategy {
       me.layers = std::make_unique<ModelStages>(model, dev, me.first, me.last, me.params, m);
       me.slots.resize(static_cast<std::size_t>(m));
       me.step = Tensor::zeros(dev, {1});
-      // The data: images for stage 0, labels for the last.
+      me.deferred = DeferredSteps(dev);
       // The data: stage 0 gathers its images (and, alone, its labels); a last stage k > 1
       // needs labels only, which it gets in epoch order (begin_epoch) and test order.
       if (r == 0)
@@ -159,6 +168,7 @@ class LayerSplit final : public Strategy {
     const int64_t mb = count / o_.microbatches;
     const auto t0 = Clock::now();
     run([&](int r) {
+      ranks_[r].queued = false;
       if (graphs_.empty())
         graph_step(ranks_[r], r, offset, count, mb, lr, t0);
       else
@@ -169,38 +179,49 @@ class LayerSplit final : public Strategy {
     out.times.total_ms = ms_between(t0, Clock::now());
     out.samples = count;
     drop_graphs_if_capture_failed(ranks_, graphs_, capture_);
-    // Every stage's figures and pipeline events, wherever it ran (between processes, gathered).
-    const int k = group_->size();
-    std::vector<Figures> all(static_cast<std::size_t>(k));
-    std::vector<std::vector<PipelineEvent>> events(static_cast<std::size_t>(k));
-    for (int r : group_->local_ranks()) {
-      all[r] = {ranks_[r].loss, ranks_[r].correct, ranks_[r].times};
-      events[r] = ranks_[r].pipeline.events;
+    if (ranks_[static_cast<std::size_t>(group_->local_ranks().front())].queued) {
+      out.pending = true;  // every stage queued its launch: read at collect()
+      return out;
     }
-    group_->share(all);
-    group_->share_lists(events);
+    read_figures(out, count);
+    return out;
+  }
+
+  // The queued steps (read_back "epoch"): each stage waits for its device once and reads its
+  // steps; a step's loss and correct count are the last stage's (the sums of its micro-batches'
+  // slots), its time the slowest stage's (from the end of the step before on that stage's
+  // queue), the bytes every stage's launch sent. The last of them, where it was the graph's last
+  // launch, also gets every stage's phases, pipeline timeline and bubble: the graph's marks hold
+  // that launch's times.
+  std::vector<StepResult> collect() override {
+    const std::size_t k = ranks_.size();
+    std::vector<std::vector<StepResult>> per(k);
+    std::vector<char> launched(k, 0);
+    run([&](int r) {
+      Rank& me = ranks_[r];
+      per[r] = me.deferred.collect();
+      launched[r] = !per[r].empty() && me.graph.replayed();
+    });
+    std::vector<StepResult> out = merge_rank_steps(per, "layer_split");
     int64_t bytes = 0;
-    for (const Figures& f : all) {
-      out.ranks.push_back(f.times);
-      bytes += f.times.bytes_sent;
+    for (const Rank& me : ranks_) bytes += me.graph.bytes();
+    for (StepResult& s : out) {
+      s.detail["bytes_sent"] = bytes;
+      s.detail["bytes_expected"] = expected_bytes(s.samples);
     }
-    out.loss_sum = all.back().loss;
-    out.correct = all.back().correct;
-    // Phases as single-device training reports them, summed over the stages.
-    for (int r = 0; r < k; ++r) {
-      for (const PipelineEvent& e : events[r])
-        (e.pass.forward ? out.times.forward_ms : out.times.backward_ms) += e.end_ms - e.start_ms;
-      out.times.optimizer_ms = std::max(out.times.optimizer_ms, all[r].times.optimizer_ms);
-    }
-    out.times.communication_ms = all[0].times.communication_ms;
-    const double bubble = measured_bubble_fraction(events);
-    out.detail = {{"bubble_fraction", bubble},
-                  {"bytes_sent", bytes},
-                  {"bytes_expected", expected_bytes(count)}};
-    if (graphs_.empty())
-      out.detail["cuda_graph_replay"] =
-          ranks_[static_cast<std::size_t>(group_->local_ranks().front())].graph.replayed() ? 1 : 0;
-    last_events_ = std::move(events);
+    if (out.empty() || std::find(launched.begin(), launched.end(), 0) != launched.end()) return out;
+    StepResult& last = out.back();
+    run([&](int r) {
+      Rank& me = ranks_[r];
+      finish_step(me, r, me.graph.marks(), last.samples, me.launch_origin_ms);
+      me.times.bytes_sent = me.graph.bytes();
+      me.times.total_ms = per[r].back().times.total_ms;
+    });
+    StepResult read = last;
+    read_figures(read, last.samples);
+    PARALAB_REQUIRE(read.loss_sum == last.loss_sum && read.correct == last.correct,
+                    "layer_split: the last queued step's figures differ from its slots'");
+    last = std::move(read);
     return out;
   }
 
@@ -258,7 +279,8 @@ class LayerSplit final : public Strategy {
     return {{"split", o_.split},
             {"microbatches", o_.microbatches},
             {"schedule", o_.schedule},
-            {"cuda_graphs", o_.cuda_graphs}};
+            {"cuda_graphs", o_.cuda_graphs},
+            {"read_back", o_.read_back}};
   }
 
   json report() const override {
@@ -306,6 +328,43 @@ class LayerSplit final : public Strategy {
   }
 
  private:
+  // The figures of the step every stage has read (finish_step): loss and correct count from the
+  // last stage, each stage's times, the phases summed over stages, the measured bubble and the
+  // bytes moved; the pipeline's events kept for the report. Between processes, gathered.
+  void read_figures(StepResult& out, int64_t count) {
+    const int k = group_->size();
+    std::vector<Figures> all(static_cast<std::size_t>(k));
+    std::vector<std::vector<PipelineEvent>> events(static_cast<std::size_t>(k));
+    for (int r : group_->local_ranks()) {
+      all[r] = {ranks_[r].loss, ranks_[r].correct, ranks_[r].times};
+      events[r] = ranks_[r].pipeline.events;
+    }
+    group_->share(all);
+    group_->share_lists(events);
+    int64_t bytes = 0;
+    for (const Figures& f : all) {
+      out.ranks.push_back(f.times);
+      bytes += f.times.bytes_sent;
+    }
+    out.loss_sum = all.back().loss;
+    out.correct = all.back().correct;
+    // Phases as single-device training reports them, summed over the stages.
+    for (int r = 0; r < k; ++r) {
+      for (const PipelineEvent& e : events[r])
+        (e.pass.forward ? out.times.forward_ms : out.times.backward_ms) += e.end_ms - e.start_ms;
+      out.times.optimizer_ms = std::max(out.times.optimizer_ms, all[r].times.optimizer_ms);
+    }
+    out.times.communication_ms = all[0].times.communication_ms;
+    const double bubble = measured_bubble_fraction(events);
+    out.detail = {{"bubble_fraction", bubble},
+                  {"bytes_sent", bytes},
+                  {"bytes_expected", expected_bytes(count)}};
+    if (graphs_.empty())
+      out.detail["cuda_graph_replay"] =
+          ranks_[static_cast<std::size_t>(group_->local_ranks().front())].graph.replayed() ? 1 : 0;
+    last_events_ = std::move(events);
+  }
+
   struct Slot {
     Tensor x, y, in, dy, stats;
   };
@@ -336,6 +395,11 @@ class LayerSplit final : public Strategy {
     // before each launch.
     StepGraph<StepMarks> graph;
     Tensor step_order, step_labels, step;
+    // read_back "epoch": the launched steps' figures, read at collect(); queued: this step's;
+    // the last launch's pipeline origin after its iteration's start (host clock).
+    DeferredSteps deferred;
+    bool queued = false;
+    double launch_origin_ms = 0;
   };
 
   static Slot& slot(Rank& me, int mb) {
@@ -386,15 +450,23 @@ class LayerSplit final : public Strategy {
 
   // The step captured once per global batch (after an eager step of that size has sized the
   // slots), then launched with its example indices, labels and SGD step set before each launch.
+  // With read_back "epoch" a launch (the capturing step's too) is queued without waiting: the
+  // last stage copies its micro-batches' losses and correct counts to the step's slots, every
+  // stage marks the step's end on its queue (after the graph), and the step's figures are read
+  // at collect(); its phases are not (a replay's marks are the last replay's: only the last
+  // queued step's are read), its time is.
   void graph_step(Rank& me, int r, int64_t offset, int64_t count, int64_t mb, float lr,
                   Clock::time_point t0) {
     const int k = static_cast<int>(ranks_.size());
     Transport& t = *me.t;
     Device& dev = *me.dev;
+    const auto next = me.graph.next(count);
+    // A launch read once per epoch starts here on the device (its inputs' copies included).
+    const bool defer = o_.read_back == "epoch" && next != StepGraph<StepMarks>::Next::Eager;
+    const TimeMark start = defer ? dev.mark() : TimeMark{};
     if (r == 0) copy_step_input(dev, me.step_order, me.order, offset, count);
     if (r == k - 1 && r > 0) copy_step_input(dev, me.step_labels, me.epoch_labels, offset, count);
     const StepInputs inputs{&me.step_order, &me.step_labels, 0};
-    const auto next = me.graph.next(count);
     if (next == StepGraph<StepMarks>::Next::Eager) {  // allocations
       rank_step(me, r, inputs, count, mb, lr, t0, offset);
       return;
@@ -409,6 +481,24 @@ class LayerSplit final : public Strategy {
     const auto a =
         me.graph.launch(capture_.get(), r, t, dev, me.step, lr / static_cast<float>(count));
     // Every stage's part starts at the launch: the timeline's origin, for all stages alike.
+    if (defer) {
+      QueuedStep q;
+      q.stats = 0;
+      if (r == k - 1) {  // the loss: the last stage's, one slot per micro-batch
+        for (const Slot& sl : me.slots) me.deferred.save_stats(sl.stats);
+        q.stats = static_cast<int>(me.slots.size());
+      }
+      q.start = start;
+      q.end = dev.mark();
+      // A step that captured counts the capture in its time, from its own start.
+      q.from_previous = next != StepGraph<StepMarks>::Next::Capture;
+      q.samples = r == k - 1 ? count : 0;  // with the loss
+      q.detail = {{"cuda_graph_replay", 1}};
+      me.deferred.add(std::move(q));
+      me.launch_origin_ms = ms_between(t0, a);
+      me.queued = true;
+      return;
+    }
     finish_step(me, r, me.graph.marks(), count, ms_between(t0, a));
     me.times.bytes_sent = me.graph.bytes();
     t.barrier();
@@ -498,6 +588,8 @@ class LayerSplit final : public Strategy {
                  Clock::time_point t0, int64_t key_offset) {
     Transport& t = *me.t;
     Device& dev = *me.dev;
+    // Launches queued before it (read_back "epoch") finish first: their time is not its own.
+    if (!me.deferred.empty()) dev.synchronize();
     t.barrier();
     t.reset_bytes_sent();
     t.reset_receive_times();
@@ -565,10 +657,13 @@ Options parse_options(const json& options, const std::string& path) {
     } else if (key == "cuda_graphs") {
       if (!v.is_boolean()) fail(key, "must be true or false");
       o.cuda_graphs = v.get<bool>();
+    } else if (key == "read_back") {
+      if (v != "step" && v != "epoch") fail(key, "must be \"step\" or \"epoch\", got " + v.dump());
+      o.read_back = v.get<std::string>();
     } else {
       fail(key,
            "unknown option for strategy 'layer_split' (known: split, microbatches, schedule, "
-           "cuda_graphs)");
+           "cuda_graphs, read_back)");
     }
   }
   return o;

@@ -144,7 +144,9 @@ def main():
         d["training"]["epochs"] = 1
         d["runs"] = [{"strategy": "data_parallel", "devices": "cuda:0,cuda:1"},
                      {"strategy": "data_parallel", "devices": 2},
-                     {"strategy": "data_parallel", "devices": 2, "read_back": "epoch"}]
+                     {"strategy": "data_parallel", "devices": 2, "read_back": "epoch"},
+                     {"strategy": "layer_split", "devices": 2, "read_back": "epoch"},
+                     {"strategy": "channel_split", "devices": 2, "read_back": "epoch"}]
         (tmp / "gpu.json").write_text(json.dumps(d))
         proc = subprocess.run([*mpirun, "-np", "2", args.bench_runner, "gpu.json", "--out",
                                "gpu-out.json", "--quiet"], cwd=tmp, capture_output=True,
@@ -158,10 +160,15 @@ def main():
                 "cuda: " in runs[0]["reason"]), f"cuda then cpu: {statuses}")
             check(runs[1]["status"] == "ok", f"cuda then cpu: {statuses}")
             # Steps read once per epoch need every rank in one process: skipped with the reason.
-            check(runs[2]["status"] == "skipped" and runs[2]["reason"] ==
-                  'data_parallel with read_back "epoch" needs every rank in one process (each '
-                  'process would read its own ranks\' steps); under mpirun use "step"',
-                  f"read_back epoch under mpirun: {statuses}")
+            every_rank = ('with read_back "epoch" needs every rank in one process (each process '
+                          'would read its own ranks\' steps); under mpirun use "step"')
+            every_stage = ('with read_back "epoch" needs every stage in one process (each '
+                           'process would read its own stage\'s steps); under mpirun use "step"')
+            for run, why in ((runs[2], "data_parallel " + every_rank),
+                             (runs[3], "layer_split " + every_stage),
+                             (runs[4], "channel_split " + every_rank)):
+                check(run["status"] == "skipped" and run["reason"] == why,
+                      f"read_back epoch under mpirun: {statuses}")
 
         # Kill rank 1 while the third run trains: the job ends, rank 0's file keeps two runs.
         d = json.loads(json.dumps(DESCRIPTOR))

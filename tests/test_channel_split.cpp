@@ -94,8 +94,10 @@ TEST(ChannelSplit, ErrorsNameTheProblem) {
             "runs.3.allreduce: unknown allreduce 'star' (known: naive, nccl, ring, tree)");
   EXPECT_EQ(option({{"microbatches", 2}}),
             "runs.3.microbatches: unknown option for strategy 'channel_split' (known: pairing, "
-            "allreduce, cuda_graphs)");
+            "allreduce, cuda_graphs, read_back)");
   EXPECT_EQ(option({{"cuda_graphs", "yes"}}), "runs.3.cuda_graphs: must be true or false");
+  EXPECT_EQ(option({{"read_back", true}}),
+            "runs.3.read_back: must be \"step\" or \"epoch\", got true");
 }
 
 // The all-gathers, reduce-scatters and (Megatron pairing) allreduces between the devices make
@@ -119,6 +121,24 @@ TEST(ChannelSplit, WholeStepsInOneGraphOverTheGroupReplayTheEagerStepsBitForBit)
 }
 
 // A group graph that cannot be made: that step and every later one run eagerly, to the bit.
+// read_back "epoch": the group graph's launches are queued and read once, at collect(), to the
+// bit of the eager steps, with both pairings (megatron's allreduces in the graph too).
+TEST(ChannelSplit, ReadBackEpochQueuesTheLaunchesAndReadsThemOnce) {
+  for (const char* pairing : {"none", "megatron"})
+    for (int k : {2, 3})
+      EXPECT_TRUE(read_once_matches_eager("channel_split", k, {{"pairing", pairing}}))
+          << pairing << " k=" << k;
+}
+
+// On a GPU: the launches read once per epoch give the bits of steps read one by one.
+TEST(ChannelSplit, CudaReadBackEpochGivesTheBitsOfStepsReadOneByOne) {
+  if (const std::string why = backend_unavailable("cuda"); !why.empty())
+    GTEST_SKIP() << "cuda: " << why;
+  for (const char* pairing : {"none", "megatron"})
+    EXPECT_TRUE(cuda_read_once_matches_read_per_step("channel_split", 2, {{"pairing", pairing}}))
+        << pairing;
+}
+
 TEST(ChannelSplit, AFailedGroupCaptureRunsTheStepsEagerly) {
   for (const char* pairing : {"none", "megatron"})
     EXPECT_TRUE(failed_group_capture_runs_eagerly("channel_split", 2, {{"pairing", pairing}}))

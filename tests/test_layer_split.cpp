@@ -448,6 +448,8 @@ TEST(LayerSplit, ErrorsNameTheProblem) {
             "runs.0.split: boundaries must be increasing integers in 1..3, got [4]");
   EXPECT_EQ(option({{"microbatches", 0}}), "runs.1.microbatches: must be an integer in 1..4096");
   EXPECT_EQ(option({{"cuda_graphs", 1}}), "runs.1.cuda_graphs: must be true or false");
+  EXPECT_EQ(option({{"read_back", "auto"}}),
+            "runs.1.read_back: must be \"step\" or \"epoch\", got \"auto\"");
   EXPECT_EQ(option({{"schedule", "zigzag"}}),
             "runs.1.schedule: pipeline: unknown schedule 'zigzag' (known: 1f1b, gpipe)");
   EXPECT_NE(
@@ -470,6 +472,18 @@ TEST(LayerSplit, AFailedGroupCaptureRunsTheStepsEagerly) {
   EXPECT_TRUE(failed_group_capture_runs_eagerly("layer_split", 3, {{"microbatches", 4}}));
 }
 
+// read_back "epoch": the pipeline's graph launches are queued and read once, at collect(), to the
+// bit of the eager steps: the loss is the last stage's micro-batches', the time the slowest
+// stage's, and the last launch also gives every stage's phases and its bubble.
+TEST(LayerSplit, ReadBackEpochQueuesTheLaunchesAndReadsThemOnce) {
+  for (const char* schedule : {"gpipe", "1f1b"})
+    for (int k : {2, 3})
+      EXPECT_TRUE(
+          read_once_matches_eager("layer_split", k, {{"microbatches", 4}, {"schedule", schedule}}))
+          << schedule << " k=" << k;
+  EXPECT_TRUE(read_once_matches_eager("layer_split", 2, {{"microbatches", 1}}));
+}
+
 // On a GPU: one graph over 2 (or 4) virtual devices computes the eager steps to the bit.
 TEST(LayerSplit, CudaGroupGraphMatchesEagerStepsBitForBit) {
   if (const std::string why = backend_unavailable("cuda"); !why.empty())
@@ -478,6 +492,15 @@ TEST(LayerSplit, CudaGroupGraphMatchesEagerStepsBitForBit) {
     EXPECT_TRUE(
         cuda_graphs_match_eager("layer_split", 2, {{"microbatches", 4}, {"schedule", schedule}}))
         << schedule;
+}
+
+// On a GPU: the pipeline's launches read once per epoch give the bits of steps read one by one.
+TEST(LayerSplit, CudaReadBackEpochGivesTheBitsOfStepsReadOneByOne) {
+  if (const std::string why = backend_unavailable("cuda"); !why.empty())
+    GTEST_SKIP() << "cuda: " << why;
+  for (int k : {2, 4})
+    EXPECT_TRUE(cuda_read_once_matches_read_per_step("layer_split", k, {{"microbatches", 4}}))
+        << "k=" << k;
 }
 
 // On a GPU: the split's profile is taken as graph replays where the step is one graph over the
