@@ -682,9 +682,9 @@ for a in ("naive", "ring", "tree"):
 PY
 }
 
-# data_parallel/ring graphed, each step read at once against its launches queued and read once
-# per epoch (read_back "epoch"): what the host's synchronisation and read-back per step cost a
-# group step (NOTE lines, no goal yet).
+# Each graphed multi-device run read once per epoch (read_back "epoch") against the same run with
+# each step read at once: what the host's synchronisation and read-back per step cost a group
+# step, per strategy (NOTE lines, no goal yet).
 read_back_ab() {
   python3 - "$FILES/gpu-check.json" <<'PY' | while IFS= read -r l; do log "$l"; done
 import json, sys
@@ -692,17 +692,27 @@ try:
     runs = json.load(open(sys.argv[1]))["runs"]
 except (OSError, ValueError, KeyError):
     sys.exit()
+def name(strategy, o):
+    if strategy == "data_parallel":
+        return f"data_parallel/{o.get('allreduce')}"
+    if strategy == "layer_split":
+        return f"layer_split m{o.get('microbatches')}"
+    if strategy == "channel_split":
+        return f"channel_split/{o.get('pairing')}"
+    return strategy
 step, epoch = {}, {}
 for r in runs:
     c = r["config"]
     o = c.get("options") or {}
-    if (r["status"] != "ok" or c.get("strategy") != "data_parallel" or o.get("allreduce") != "ring"
-            or o.get("overlap") or not o.get("cuda_graphs", True)):
+    if r["status"] != "ok" or c.get("strategy") == "single" or not o.get("cuda_graphs", True):
         continue
-    (epoch if o.get("read_back") == "epoch" else step)[c["devices"]] = r["timing"]["median_iteration_ms"]
-for k in sorted(set(step) & set(epoch)):
-    print(f"NOTE: data_parallel/ring x{k}: step {step[k]:.3f} ms read per step, {epoch[k]:.3f} ms "
-          f"read once per epoch ({100 * (1 - epoch[k] / step[k]):.1f} % less)")
+    same = json.dumps({k: v for k, v in o.items() if k != "read_back"}, sort_keys=True)
+    key = (name(c["strategy"], o), c["devices"], same)
+    (epoch if o.get("read_back") == "epoch" else step)[key] = r["timing"]["median_iteration_ms"]
+for key in sorted(set(step) & set(epoch)):
+    s, e = step[key], epoch[key]
+    print(f"NOTE: {key[0]} x{key[1]}: step {s:.3f} ms read per step, {e:.3f} ms "
+          f"read once per epoch ({100 * (1 - e / s):.1f} % less)")
 PY
 }
 

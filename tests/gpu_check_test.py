@@ -405,9 +405,9 @@ class Verdicts(unittest.TestCase):
         # A stand-in bench_runner. Its two-device run fails (as a step mover that broke under
         # capture would) except in the --resume call, which records the PARALAB_STEP_MOVES it ran
         # with; its 8 devices compute unequally with the default hardware queues and equally with
-        # CUDA_DEVICE_MAX_CONNECTIONS=32, as the A/B asks; its ring x8 read once per epoch is
-        # noted beside the same ring read per step. One gpu-check call for both, and one
-        # where the caller set both variables: then neither runs.
+        # CUDA_DEVICE_MAX_CONNECTIONS=32, as the A/B asks; its ring x8 and layer_split m8 x2 read
+        # once per epoch are noted beside the same runs read per step. One gpu-check call for
+        # both, and one where the caller set both variables: then neither runs.
         fake = (
             BENCH_RUNNER_HEAD +
             "wide = os.environ.get('CUDA_DEVICE_MAX_CONNECTIONS') == '32'\n"
@@ -428,6 +428,16 @@ class Verdicts(unittest.TestCase):
             "             'config': {'strategy': 'data_parallel', 'devices': 8,\n"
             "                        'options': {'allreduce': 'ring', 'cuda_graphs': True, 'read_back': 'epoch'}},\n"
             "             'timing': {'median_iteration_ms': 0.8 if wide else 1.2, 'per_device': None}})\n"
+            # layer_split m8 x2 both ways, and a channel_split read once alone (no pair: no note).
+            "for rb, ms in (('step', 2.0), ('epoch', 1.5)):\n"
+            "    runs.append({'status': 'ok', 'label': 'layer_split ' + rb, 'iterations': [],\n"
+            "                 'config': {'strategy': 'layer_split', 'devices': 2,\n"
+            "                            'options': {'microbatches': 8, 'cuda_graphs': True, 'read_back': rb}},\n"
+            "                 'timing': {'median_iteration_ms': ms, 'per_device': None}})\n"
+            "runs.append({'status': 'ok', 'label': 'channel_split read once', 'iterations': [],\n"
+            "             'config': {'strategy': 'channel_split', 'devices': 4,\n"
+            "                        'options': {'pairing': 'none', 'cuda_graphs': True, 'read_back': 'epoch'}},\n"
+            "             'timing': {'median_iteration_ms': 1.0, 'per_device': None}})\n"
             "json.dump({'runs': runs}, open(out, 'w'))\n")
         with tempfile.TemporaryDirectory() as tmp:
             summary, files = run_stand_in(tmp, ["bench"], 200, bench_runner=fake)
@@ -447,6 +457,9 @@ class Verdicts(unittest.TestCase):
             # The ring read per step against read once per epoch (which the A/B above leaves out).
             self.assertIn("gpu-check: NOTE: data_parallel/ring x8: step 1.500 ms read per step, 1.200 ms "
                           "read once per epoch (20.0 % less)", summary)
+            self.assertIn("gpu-check: NOTE: layer_split m8 x2: step 2.000 ms read per step, 1.500 ms "
+                          "read once per epoch (25.0 % less)", summary)
+            self.assertEqual(len([line for line in summary if "read once per epoch (" in line]), 2, summary)
             # Asked per rank and with the queues set from the start: nothing to run again.
             os.environ.update(PARALAB_STEP_MOVES="per_rank", CUDA_DEVICE_MAX_CONNECTIONS="16")
             try:
