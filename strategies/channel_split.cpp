@@ -193,8 +193,7 @@ class ChannelSplit final : public Strategy {
       out.pending = true;
       return out;
     }
-    read_figures(out, count);
-    return out;
+    return read_figures(std::move(out), count);
   }
 
   // The queued steps (read_back "epoch"): each rank waits for its device once and reads its
@@ -204,35 +203,18 @@ class ChannelSplit final : public Strategy {
   // graph's last launch, also gets every device's phases: the graph's marks hold that launch's
   // times.
   std::vector<StepResult> collect() override {
-    const std::size_t k = ranks_.size();
-    std::vector<std::vector<StepResult>> per(k);
-    std::vector<char> launched(k, 0);
-    run([&](int r) {
-      Rank& me = ranks_[r];
-      per[r] = me.deferred.collect();
-      launched[r] = !per[r].empty() && me.graph.replayed();
-    });
-    std::vector<StepResult> out = merge_rank_steps(per, "channel_split");
     int64_t bytes = 0;
     for (const Rank& me : ranks_) bytes += me.graph.bytes();
-    for (StepResult& s : out) {
-      s.detail["bytes_sent"] = bytes;
-      s.detail["bytes_expected"] = plan_.bytes(s.samples, static_cast<int>(k));
-    }
-    if (out.empty() || std::find(launched.begin(), launched.end(), 0) != launched.end()) return out;
-    StepResult& last = out.back();
-    run([&](int r) {
-      Rank& me = ranks_[r];
-      finish_step(me, me.graph.marks(), last.samples);
-      me.times.bytes_sent = me.graph.bytes();
-      me.times.total_ms = per[r].back().times.total_ms;
-    });
-    StepResult read = last;
-    read_figures(read, last.samples);
-    PARALAB_REQUIRE(read.loss_sum == last.loss_sum && read.correct == last.correct,
-                    "channel_split: the last queued step's figures differ from its stats'");
-    last = std::move(read);
-    return out;
+    return collect_queued_steps(
+        ranks_, [this](const auto& fn) { run(fn); }, "channel_split",
+        [&](StepResult& s) {
+          s.detail["bytes_sent"] = bytes;
+          s.detail["bytes_expected"] = plan_.bytes(s.samples, static_cast<int>(ranks_.size()));
+        },
+        [this](int r, const StepResult& last) {
+          finish_step(ranks_[r], ranks_[r].graph.marks(), last.samples);
+        },
+        [this](const StepResult& last) { return read_figures(last, last.samples); });
   }
 
   EvalResult evaluate() override {
@@ -315,7 +297,7 @@ class ChannelSplit final : public Strategy {
  private:
   // The figures of the step every rank has read (finish_step): loss and correct count and the
   // phases from rank 0, each rank's times and the bytes moved. Between processes, gathered.
-  void read_figures(StepResult& out, int64_t count) {
+  StepResult read_figures(StepResult out, int64_t count) {
     // Every rank's figures, wherever it ran (between processes, an allgather).
     struct Figures {
       double loss, forward_ms, backward_ms;
@@ -343,6 +325,7 @@ class ChannelSplit final : public Strategy {
     out.detail = {{"bytes_sent", bytes},
                   {"bytes_expected", plan_.bytes(count, static_cast<int>(ranks_.size()))}};
     if (graphs_.empty()) out.detail["cuda_graph_replay"] = ranks_[mine()].graph.replayed() ? 1 : 0;
+    return out;
   }
 
   struct Rank {

@@ -295,30 +295,29 @@ class DataParallel final : public Strategy {
   // was the graph's last launch, also gets every device's phases: the graph's marks hold that
   // launch's times.
   std::vector<StepResult> collect() override {
-    const std::size_t k = ranks_.size();
-    std::vector<std::vector<StepResult>> per(k);
-    std::vector<std::optional<RankTimes>> last(k);
-    run([&](int r) {
-      Rank& me = ranks_[r];
-      per[r] = me.deferred.collect();
-      if (per[r].empty() || !me.graph.replayed()) return;
-      finish_step(me, me.graph.marks(), per[r].back().samples);
-      me.times.bytes_sent = me.graph.bytes();
-      me.times.total_ms = per[r].back().times.total_ms;
-      last[r] = me.times;
-    });
-    std::vector<StepResult> out = merge_rank_steps(per, "data_parallel");
-    if (!out.empty() &&
-        std::all_of(last.begin(), last.end(), [](const auto& t) { return t.has_value(); })) {
-      StepResult& s = out.back();
-      for (const auto& t : last) s.ranks.push_back(*t);
-      const Rank& r0 = ranks_[0];
-      s.times.forward_ms = r0.forward_ms;
-      s.times.backward_ms = r0.backward_ms;
-      s.times.communication_ms = r0.times.communication_ms;
-      s.times.optimizer_ms = r0.times.optimizer_ms;
-    }
-    return out;
+    return collect_queued_steps(
+        ranks_, [this](const auto& fn) { run(fn); }, "data_parallel", [](StepResult&) {},
+        [this](int r, const StepResult& last) {
+          const std::vector<int64_t> shard =
+              equal_segments(last.samples, static_cast<int64_t>(ranks_.size()));
+          finish_step(ranks_[r], ranks_[r].graph.marks(), shard[r + 1] - shard[r]);
+        },
+        [this](const StepResult& last) {
+          StepResult s = last;
+          for (const Rank& me : ranks_) s.ranks.push_back(me.times);
+          const Rank& r0 = ranks_[0];
+          s.times.forward_ms = r0.forward_ms;
+          s.times.backward_ms = r0.backward_ms;
+          s.times.communication_ms = r0.times.communication_ms;
+          s.times.optimizer_ms = r0.times.optimizer_ms;
+          s.loss_sum = 0;
+          s.correct = 0;
+          for (const Rank& me : ranks_) {
+            s.loss_sum += me.loss;
+            s.correct += me.correct;
+          }
+          return s;
+        });
   }
 
   EvalResult evaluate() override {

@@ -8,12 +8,14 @@
 // copies the slots to the host (one copy per 512 slots) and turns the marks into times.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
 #include "core/device.h"
+#include "core/error.h"
 #include "core/tensor.h"
 #include "strategies/strategy.h"
 
@@ -70,5 +72,43 @@ class DeferredSteps {
 // different numbers of steps.
 std::vector<StepResult> merge_rank_steps(const std::vector<std::vector<StepResult>>& per_rank,
                                          const std::string& who);
+
+// Strategy::collect() of a group whose ranks queue their graph launches, each rank `ranks[r]`
+// holding its DeferredSteps (`deferred`) and StepGraph (`graph`): every rank's steps read once
+// on its own thread (`run(fn)` calls fn(r) for every rank), merged (merge_rank_steps), and each
+// merged step given its strategy's per-step figures by `each(step)`. Where every rank's last
+// queued step was its graph's last launch, whose times the graph's marks still hold,
+// `finish(r, last)` reads that launch into rank r (on its own thread; `last` the merged step),
+// whose `times` then take its graph's bytes and the step's time on that rank, and
+// `figures(last)` returns the merged step with the figures read, which must hold the same loss,
+// correct count and samples.
+template <typename Ranks, typename Run, typename Each, typename Finish, typename Figures>
+std::vector<StepResult> collect_queued_steps(Ranks& ranks, Run&& run, const std::string& who,
+                                             Each&& each, Finish&& finish, Figures&& figures) {
+  const std::size_t k = ranks.size();
+  std::vector<std::vector<StepResult>> per(k);
+  std::vector<char> launched(k, 0);
+  run([&](int r) {
+    auto& me = ranks[static_cast<std::size_t>(r)];
+    per[r] = me.deferred.collect();
+    launched[r] = !per[r].empty() && me.graph.replayed();
+  });
+  std::vector<StepResult> out = merge_rank_steps(per, who);
+  for (StepResult& s : out) each(s);
+  if (out.empty() || std::find(launched.begin(), launched.end(), 0) != launched.end()) return out;
+  StepResult& last = out.back();
+  run([&](int r) {
+    auto& me = ranks[static_cast<std::size_t>(r)];
+    finish(r, static_cast<const StepResult&>(last));
+    me.times.bytes_sent = me.graph.bytes();
+    me.times.total_ms = per[r].back().times.total_ms;
+  });
+  StepResult read = figures(static_cast<const StepResult&>(last));
+  PARALAB_REQUIRE(read.loss_sum == last.loss_sum && read.correct == last.correct &&
+                      read.samples == last.samples,
+                  who + ": the last queued step's figures differ from what its ranks saved");
+  last = std::move(read);
+  return out;
+}
 
 }  // namespace paralab

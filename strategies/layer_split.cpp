@@ -183,8 +183,7 @@ class LayerSplit final : public Strategy {
       out.pending = true;  // every stage queued its launch: read at collect()
       return out;
     }
-    read_figures(out, count);
-    return out;
+    return read_figures(std::move(out), count);
   }
 
   // The queued steps (read_back "epoch"): each stage waits for its device once and reads its
@@ -194,35 +193,19 @@ class LayerSplit final : public Strategy {
   // launch, also gets every stage's phases, pipeline timeline and bubble: the graph's marks hold
   // that launch's times.
   std::vector<StepResult> collect() override {
-    const std::size_t k = ranks_.size();
-    std::vector<std::vector<StepResult>> per(k);
-    std::vector<char> launched(k, 0);
-    run([&](int r) {
-      Rank& me = ranks_[r];
-      per[r] = me.deferred.collect();
-      launched[r] = !per[r].empty() && me.graph.replayed();
-    });
-    std::vector<StepResult> out = merge_rank_steps(per, "layer_split");
     int64_t bytes = 0;
     for (const Rank& me : ranks_) bytes += me.graph.bytes();
-    for (StepResult& s : out) {
-      s.detail["bytes_sent"] = bytes;
-      s.detail["bytes_expected"] = expected_bytes(s.samples);
-    }
-    if (out.empty() || std::find(launched.begin(), launched.end(), 0) != launched.end()) return out;
-    StepResult& last = out.back();
-    run([&](int r) {
-      Rank& me = ranks_[r];
-      finish_step(me, r, me.graph.marks(), last.samples, me.launch_origin_ms);
-      me.times.bytes_sent = me.graph.bytes();
-      me.times.total_ms = per[r].back().times.total_ms;
-    });
-    StepResult read = last;
-    read_figures(read, last.samples);
-    PARALAB_REQUIRE(read.loss_sum == last.loss_sum && read.correct == last.correct,
-                    "layer_split: the last queued step's figures differ from its slots'");
-    last = std::move(read);
-    return out;
+    return collect_queued_steps(
+        ranks_, [this](const auto& fn) { run(fn); }, "layer_split",
+        [&](StepResult& s) {
+          s.detail["bytes_sent"] = bytes;
+          s.detail["bytes_expected"] = expected_bytes(s.samples);
+        },
+        [this](int r, const StepResult& last) {
+          finish_step(ranks_[r], r, ranks_[r].graph.marks(), last.samples,
+                      ranks_[r].launch_origin_ms);
+        },
+        [this](const StepResult& last) { return read_figures(last, last.samples); });
   }
 
   EvalResult evaluate() override {
@@ -331,7 +314,7 @@ class LayerSplit final : public Strategy {
   // The figures of the step every stage has read (finish_step): loss and correct count from the
   // last stage, each stage's times, the phases summed over stages, the measured bubble and the
   // bytes moved; the pipeline's events kept for the report. Between processes, gathered.
-  void read_figures(StepResult& out, int64_t count) {
+  StepResult read_figures(StepResult out, int64_t count) {
     const int k = group_->size();
     std::vector<Figures> all(static_cast<std::size_t>(k));
     std::vector<std::vector<PipelineEvent>> events(static_cast<std::size_t>(k));
@@ -363,6 +346,7 @@ class LayerSplit final : public Strategy {
       out.detail["cuda_graph_replay"] =
           ranks_[static_cast<std::size_t>(group_->local_ranks().front())].graph.replayed() ? 1 : 0;
     last_events_ = std::move(events);
+    return out;
   }
 
   struct Slot {
