@@ -463,6 +463,10 @@ json run_training(const RunSpec& run, const RunContext& ctx) {
           const int64_t offset = it * global;
           const int64_t count = std::min(global, train.count - offset);
           const float lr = lr_at(done);
+          // Queued launches are read before a step of another size (an epoch's last): the
+          // strategies run it eagerly, and their graph's marks, which hold the last launch's
+          // per-device phases, go with it.
+          if (!queued.empty() && count != global) collect();
           const StepResult s = strategy->train_step(offset, count, lr);
           ++done;
           if (s.pending) {

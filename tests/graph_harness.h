@@ -163,11 +163,12 @@ inline ::testing::AssertionResult failed_group_capture_runs_eagerly(const std::s
 
 // read_back "epoch" on k RecordingDevices: after the first (eager) step, read at once, every
 // graph launch is queued (a pending result) with no host wait or read on any device, and
-// collect() returns the queued steps' figures, the very losses and correct counts of the eager
+// collect() returns the queued steps' figures: the very losses and correct counts of the eager
 // steps, each step's time (the slowest rank's), its samples and the figures of its detail that
 // eager steps record (but a pipeline's bubble); the last queued step, the graph's last launch,
-// also every device's phases. Each step is read once, and the parameters end as the eager
-// ones. On CPU devices nothing is launched, and every step is read at once.
+// also every device's phases. Each step is read once. Launches queued before a shorter batch
+// (run eagerly, read at once) keep their figures but not their phases. The parameters end as
+// the eager ones. On CPU devices nothing is launched, and every step is read at once.
 inline ::testing::AssertionResult read_once_matches_eager(const std::string& strategy, int k,
                                                           json options, int64_t batch = 24) {
   const auto lr = [](int step) { return 0.02f * static_cast<float>(1 + step % 4); };
@@ -232,6 +233,24 @@ inline ::testing::AssertionResult read_once_matches_eager(const std::string& str
   }
   if (!graphed->collect().empty())
     return ::testing::AssertionFailure() << "a queued step was collected twice";
+  // Two more launches, then a shorter batch (an epoch's last), eager and read at once: the
+  // launches keep their figures, not their phases (the eager step dropped the graph whose marks
+  // held them; the runner collects before such a step).
+  for (int step = 7; step < 9; ++step) {
+    const StepResult g = graphed.queue(step, lr(step));
+    want.push_back(eager.step(step, lr(step)));
+    if (!g.pending) return ::testing::AssertionFailure() << "step " << step << " read at once";
+  }
+  const StepResult tail = graphed->train_step(0, batch / 2, lr(9));
+  const StepResult tail_eager = eager->train_step(0, batch / 2, lr(9));
+  if (tail.pending || tail.loss_sum != tail_eager.loss_sum || tail.correct != tail_eager.correct)
+    return ::testing::AssertionFailure() << "the shorter batch after queued launches differs";
+  const std::vector<StepResult> later = graphed->collect();
+  if (later.size() != 2u || later[0].loss_sum != want[7].loss_sum ||
+      later[1].loss_sum != want[8].loss_sum || later[1].correct != want[8].correct ||
+      !later[1].ranks.empty())
+    return ::testing::AssertionFailure()
+           << "the launches before the shorter batch: " << later.size() << " collected";
   if (graphed->parameters() != eager->parameters())
     return ::testing::AssertionFailure() << "the final parameters differ";
   for (std::size_t r = 0; r < devs.recording.size(); ++r)

@@ -130,6 +130,36 @@ TEST_F(Training, AQueuedNonFiniteLossIsRecordedAsDivergedAtItsStep) {
             step["warmup"].size() + step["iterations"].size());
 }
 
+// On a GPU: a group's graph launches read once per epoch, with a shorter last batch in every
+// epoch (4,096 examples in batches of 240: 17 and one of 16): the runner reads the queued
+// launches before that batch, so each epoch's last launch keeps every device's phases (the
+// eager batch would drop the graph whose marks hold them).
+TEST_F(Training, CudaGroupLaunchesReadOnceKeepEachEpochsLastPhases) {
+  if (const std::string why = backend_unavailable("cuda"); !why.empty())
+    GTEST_SKIP() << "cuda: " << why;
+  json doc = small_run();
+  doc["backend"] = "cuda";
+  doc["virtual_devices"] = true;
+  doc["training"]["epochs"] = 2;
+  doc["training"]["batch_size"] = 240;
+  for (const json& run_spec : {json{{"strategy", "data_parallel"}, {"allreduce", "ring"}},
+                               json{{"strategy", "layer_split"}, {"microbatches", 4}},
+                               json{{"strategy", "channel_split"}}}) {
+    doc["runs"][0] = run_spec;
+    doc["runs"][0]["devices"] = 2;
+    doc["runs"][0]["read_back"] = "epoch";
+    const json r = run(doc);
+    ASSERT_EQ(r["status"], "ok") << r["reason"];
+    int last_launches_read = 0;
+    for (const char* part : {"warmup", "iterations"})
+      for (const json& it : r[part])
+        if (it["iteration"] == 17 && it.contains("devices") && it["devices"].size() == 2u)
+          ++last_launches_read;
+    EXPECT_EQ(last_launches_read, 2) << run_spec.dump();
+    EXPECT_EQ(r["timing"]["per_device"].size(), 2u) << run_spec.dump();
+  }
+}
+
 // communication_split: on the CPU ("auto") each device's communication is split into waiting and
 // moving in the results; false leaves the split out (no receive marks).
 TEST_F(Training, CommunicationSplitIsRecordedUnlessTurnedOff) {
