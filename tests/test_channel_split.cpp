@@ -124,10 +124,12 @@ TEST(ChannelSplit, WholeStepsInOneGraphOverTheGroupReplayTheEagerStepsBitForBit)
 // read_back "epoch": the group graph's launches are queued and read once, at collect(), to the
 // bit of the eager steps, with both pairings (megatron's allreduces in the graph too).
 TEST(ChannelSplit, ReadBackEpochQueuesTheLaunchesAndReadsThemOnce) {
+  // Sanitizer builds (testing::kSanitizerBuild): 2 devices only (1 and 3 in the plain build).
   for (const char* pairing : {"none", "megatron"})
     for (int k : {1, 2, 3})
-      EXPECT_TRUE(read_once_matches_eager("channel_split", k, {{"pairing", pairing}}))
-          << pairing << " k=" << k;
+      if (!testing::kSanitizerBuild || k == 2)
+        EXPECT_TRUE(read_once_matches_eager("channel_split", k, {{"pairing", pairing}}))
+            << pairing << " k=" << k;
 }
 
 // On a GPU: the launches read once per epoch give the bits of steps read one by one.

@@ -414,8 +414,11 @@ TEST(DataParallel, GraphsReportWhyTheyAreNotUsed) {
 // step's launch is queued too. With overlap too (the buckets' allreduces on each device's
 // communication queue, inside the same graph).
 TEST(DataParallel, ReadBackEpochQueuesTheLaunchesAndReadsThemOnce) {
+  // Sanitizer builds (testing::kSanitizerBuild): 2 devices only (1 and 3 in the plain build).
   for (int k : {1, 2, 3})
-    EXPECT_TRUE(read_once_matches_eager("data_parallel", k, {{"allreduce", "ring"}})) << "k=" << k;
+    if (!testing::kSanitizerBuild || k == 2)
+      EXPECT_TRUE(read_once_matches_eager("data_parallel", k, {{"allreduce", "ring"}}))
+          << "k=" << k;
   EXPECT_TRUE(read_once_matches_eager(
       "data_parallel", 2, {{"allreduce", "tree"}, {"overlap", true}, {"grouping", "per_tensor"}}));
 }

@@ -476,11 +476,13 @@ TEST(LayerSplit, AFailedGroupCaptureRunsTheStepsEagerly) {
 // bit of the eager steps: the loss is the last stage's micro-batches', the time the slowest
 // stage's, and the last launch also gives every stage's phases and its bubble.
 TEST(LayerSplit, ReadBackEpochQueuesTheLaunchesAndReadsThemOnce) {
+  // Sanitizer builds (testing::kSanitizerBuild): 2 devices only (1 and 3 in the plain build).
   for (const char* schedule : {"gpipe", "1f1b"})
     for (int k : {1, 2, 3})
-      EXPECT_TRUE(
-          read_once_matches_eager("layer_split", k, {{"microbatches", 4}, {"schedule", schedule}}))
-          << schedule << " k=" << k;
+      if (!testing::kSanitizerBuild || k == 2)
+        EXPECT_TRUE(read_once_matches_eager("layer_split", k,
+                                            {{"microbatches", 4}, {"schedule", schedule}}))
+            << schedule << " k=" << k;
   EXPECT_TRUE(read_once_matches_eager("layer_split", 2, {{"microbatches", 1}}));
 }
 
