@@ -464,7 +464,8 @@ class LayerSplit final : public Strategy {
     }
     const auto a =
         me.graph.launch(capture_.get(), r, t, dev, me.step, lr / static_cast<float>(count));
-    // Every stage's part starts at the launch: the timeline's origin, for all stages alike.
+    // Every stage's part starts at the launch: the timeline's origin, for all stages alike (a
+    // queued launch's is kept for collect(), which reads the last one's timeline).
     if (defer) {
       QueuedStep q;
       q.stats = 0;
