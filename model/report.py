@@ -1169,9 +1169,9 @@ OTHER_SESSION_TEXT = {
         "the 12 configurations are predicted low (-3.2 to -7.2 %), single x1 itself -3.2 %: the "
         "compute fitted on the profiles' batches puts batch 256 at 38.9 ms, where the profiles' own "
         "single runs at 256 took 37.7-42.3 ms. Two devices at once: x1.025. "
-        "channel_split x2 is -7 % (the 2026-12-04 15:37 session: -14 and -16 %, from 3-4 ms of waiting "
-        "at its collectives for the slower vCPU that this session's steps did not show: its rounds took "
-        "22.8-24.8 ms). allreduce_bench: configurations median 3.6 %, max 33.1 % (160 of 168 within "
+        "channel_split x2 is -7 % (the 2026-12-04 15:37 session: -14 and -16 %, from 3-4 ms a step of "
+        "waiting at its collectives for the slower vCPU); here the device that waited more waited "
+        "0.5-1.9 ms a step (communication_wait_ms) and its steps took 22.8-24.9 ms. allreduce_bench: configurations median 3.6 %, max 33.1 % (160 of 168 within "
         "15 %; naive 2 KiB +33 % with its rounds -30..+43 %, naive 1 MiB -25 % again at the cost step "
         "between 0.5 and 1 MiB, reduce-scatter 32 MiB -20 %, all-gather at 4 sizes 15-19 %); samples "
         "189 of 672 more than 15 % from their other rounds' median (max 258 %)."),
