@@ -260,7 +260,7 @@ if [[ -z ${GPU_CHECK_BUILD_DIR:-} && ! -f $BUILD/CMakeCache.txt ]] && ! capped "
 fi
 if [[ -z ${GPU_CHECK_BUILD_DIR:-} ]]; then
   if ! capped "$budget" cmake --build "$BUILD" --parallel "$(nproc)" \
-       --target bench_runner allreduce_bench test_backends test_collectives test_data_parallel test_layer_split test_channel_split test_single test_caching_allocator test_fused_kernels test_model_ops test_models \
+       --target bench_runner allreduce_bench test_backends test_collectives test_data_parallel test_layer_split test_channel_split test_single test_caching_allocator test_fused_kernels test_model_ops test_models test_training \
        > "$FILES/build.log" 2>&1; then
     log "build FAILED after $(( $(date +%s) - t0 )) s (see build.log)"
     pack
@@ -283,9 +283,9 @@ if ((build_only)); then
 fi
 
 # GPU tests: every backend test on cuda; collectives (NCCL included), data_parallel, layer_split
-# and channel_split on virtual devices.
+# and channel_split on virtual devices; the runner's (test_training: group launches read once).
 t0=$(date +%s)
-for t in test_backends test_collectives test_data_parallel test_layer_split test_channel_split test_single test_caching_allocator test_model_ops test_models; do
+for t in test_backends test_collectives test_data_parallel test_layer_split test_channel_split test_single test_caching_allocator test_model_ops test_models test_training; do
   PARALAB_CUPTI_LIBRARY=$cupti_lib capped 90 "$BUILD/tests/$t" --gtest_filter='*cuda*:*Cuda*' > "$FILES/$t.log" 2>&1  # all 9: 10 s on 2026-11-30
   rc=$?
   log "$t: $(grep -E '^\[  (PASSED|FAILED)  \] [0-9]+ test' "$FILES/$t.log" | tr '\n' ' ')$(grep -cE '^\[  SKIPPED \] .*\(' "$FILES/$t.log") skipped (exit $rc$( ((rc == 124)) && echo ': stopped at its time limit or the budget'))"
