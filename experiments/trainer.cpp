@@ -465,8 +465,11 @@ json run_training(const RunSpec& run, const RunContext& ctx) {
           const float lr = lr_at(done);
           // Queued launches are read before a step of another size (an epoch's last): the
           // strategies run it eagerly, and their graph's marks, which hold the last launch's
-          // per-device phases, go with it.
-          if (!queued.empty() && count != global) collect();
+          // per-device phases, go with it. A queued step that diverged ends the run there.
+          if (!queued.empty() && count != global) {
+            collect();
+            if (status != "ok") break;
+          }
           const StepResult s = strategy->train_step(offset, count, lr);
           ++done;
           if (s.pending) {
