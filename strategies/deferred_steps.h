@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/device.h"
@@ -95,15 +96,16 @@ std::vector<StepResult> collect_queued_steps(Ranks& ranks, Run&& run, const std:
   });
   std::vector<StepResult> out = merge_rank_steps(per, who);
   for (StepResult& s : out) each(s);
-  if (out.empty() || std::find(launched.begin(), launched.end(), 0) != launched.end()) return out;
+  if (out.empty() || !std::all_of(launched.begin(), launched.end(), [](char l) { return l; }))
+    return out;
   StepResult& last = out.back();
   run([&](int r) {
     auto& me = ranks[static_cast<std::size_t>(r)];
-    finish(r, static_cast<const StepResult&>(last));
+    finish(r, std::as_const(last));
     me.times.bytes_sent = me.graph.bytes();
     me.times.total_ms = per[r].back().times.total_ms;
   });
-  StepResult read = figures(static_cast<const StepResult&>(last));
+  StepResult read = figures(std::as_const(last));
   PARALAB_REQUIRE(read.loss_sum == last.loss_sum && read.correct == last.correct &&
                       read.samples == last.samples,
                   who + ": the last queued step's figures differ from what its ranks saved");
