@@ -382,7 +382,7 @@ class CudaGraph final : public CapturedWork {
   void launch() override {
     step_trace_before_launch();  // PARALAB_STEP_TRACE: a few launches traced (step_trace.h)
     PARALAB_CUDA(cudaGraphLaunch(exec_, stream_));
-    step_trace_after_launch();
+    step_trace_after_launch(stream_);
   }
   nlohmann::json describe() const override { return {{"census", census_}}; }
 

@@ -42,8 +42,10 @@ nlohmann::json graph_census_of(cudaGraph_t graph) {
         // copy the runtime does not describe is counted, its bytes unread (-1).
         if ((e = cudaGraphMemcpyNodeGetParams(handles[i], &p)) == cudaSuccess)
           node.bytes = static_cast<int64_t>(p.extent.width * p.extent.height * p.extent.depth);
-        else
+        else {
+          node.bytes = -1;  // counted as unread (bytes_unread), not as 0 bytes
           (void)failed(e, "cudaGraphMemcpyNodeGetParams");
+        }
         break;
       }
       case cudaGraphNodeTypeMemset: {
@@ -52,8 +54,10 @@ nlohmann::json graph_census_of(cudaGraph_t graph) {
         if ((e = cudaGraphMemsetNodeGetParams(handles[i], &p)) == cudaSuccess)
           node.bytes = static_cast<int64_t>(p.elementSize) * static_cast<int64_t>(p.width) *
                        static_cast<int64_t>(p.height);
-        else
+        else {
+          node.bytes = -1;  // counted as unread (bytes_unread), not as 0 bytes
           (void)failed(e, "cudaGraphMemsetNodeGetParams");
+        }
         break;
       }
       case cudaGraphNodeTypeEventRecord:

@@ -157,7 +157,7 @@ class CudaGroupCapture final : public GroupCapture {
         PARALAB_CUDA(cudaStreamWaitEvent(s, pre_[p], 0));
       step_trace_before_launch();
       PARALAB_CUDA(cudaGraphLaunch(exec_, s));
-      step_trace_after_launch();
+      step_trace_after_launch(s);
       PARALAB_CUDA(cudaEventRecord(post_, s));
     }
     barrier();

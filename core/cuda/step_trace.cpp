@@ -61,14 +61,21 @@ class Tracer {
     return *t;
   }
 
+  // Launches may come from several threads at once (a step graph per device, each launched by
+  // its rank's thread): starting and finishing hold state_mu_, and the finish waits for a start.
   void before() {
     if (path_.empty() || done_) return;
     if (++launches_ == after_ + 1) start();
   }
 
-  void after() {
+  void after(cudaStream_t stream) {
     if (path_.empty() || done_) return;
-    if (launches_.load() >= after_ + count_) finish();
+    const int64_t n = launches_.load();
+    if (n <= after_) return;
+    std::lock_guard lock(state_mu_);
+    if (std::find(streams_.begin(), streams_.end(), stream) == streams_.end())
+      streams_.push_back(stream);
+    if (n >= after_ + count_ && started_) finish_locked();
   }
 
 #if PARALAB_HAVE_CUPTI_HEADERS
@@ -98,6 +105,7 @@ class Tracer {
                                                   CUPTI_ACTIVITY_KIND_MEMCPY,
                                                   CUPTI_ACTIVITY_KIND_MEMSET};
   struct Api {
+    decltype(&cuptiGetVersion) version = nullptr;
     decltype(&cuptiActivityEnable) enable = nullptr;
     decltype(&cuptiActivityDisable) disable = nullptr;
     decltype(&cuptiActivityRegisterCallbacks) register_callbacks = nullptr;
@@ -122,18 +130,28 @@ class Tracer {
       fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(dlsym(lib, symbol));
       return fn != nullptr;
     };
-    if (!resolve("cuptiActivityEnable", api_.enable) ||
+    if (!resolve("cuptiGetVersion", api_.version) || !resolve("cuptiActivityEnable", api_.enable) ||
         !resolve("cuptiActivityDisable", api_.disable) ||
         !resolve("cuptiActivityRegisterCallbacks", api_.register_callbacks) ||
         !resolve("cuptiActivityFlushAll", api_.flush_all) ||
         !resolve("cuptiActivityGetNextRecord", api_.next_record) ||
         !resolve("cuptiGetResultString", api_.result_string))
       return versioned + " lacks a CUPTI activity function the build's headers declare";
+    // Records are read in the layouts of this build's headers, which a library of another CUDA
+    // minor release may not write (CUPTI_API_VERSION is xxyyzz: CUDA major, minor, CUPTI's own
+    // update); and 13.0's first release could deadlock disabling kernel records.
+    uint32_t loaded = 0;
+    if (const CUptiResult r = api_.version(&loaded); r != CUPTI_SUCCESS)
+      return failed("cuptiGetVersion", r);
+    if (const std::string why = cupti_version_mismatch(loaded, CUPTI_API_VERSION); !why.empty())
+      return why;
     if (const CUptiResult r = api_.register_callbacks(&requested, &completed); r != CUPTI_SUCCESS)
       return failed("cuptiActivityRegisterCallbacks", r);
-    for (CUpti_ActivityKind k : kKinds)
-      if (const CUptiResult r = api_.enable(k); r != CUPTI_SUCCESS)
+    for (std::size_t i = 0; i < std::size(kKinds); ++i)
+      if (const CUptiResult r = api_.enable(kKinds[i]); r != CUPTI_SUCCESS) {
+        for (std::size_t j = 0; j < i; ++j) api_.disable(kKinds[j]);
         return failed("cuptiActivityEnable", r);
+      }
     return "";
   }
 
@@ -145,6 +163,7 @@ class Tracer {
 
   void read(uint8_t* buffer, size_t valid) {
     std::lock_guard lock(mu_);
+    if (written_) return;  // records CUPTI hands back after the trace was written
     CUpti_Activity* rec = nullptr;
     while (api_.next_record && api_.next_record(buffer, valid, &rec) == CUPTI_SUCCESS) {
       TraceRecord t;
@@ -190,34 +209,39 @@ class Tracer {
 #endif
 
   void start() {
+    std::lock_guard lock(state_mu_);
 #if PARALAB_HAVE_CUPTI_HEADERS
     error_ = load();
 #else
     error_ = "this build has no CUPTI headers (cupti.h; CMake says where it looked)";
 #endif
-    if (!error_.empty()) finish();
+    started_ = true;
+    if (!error_.empty()) finish_locked();
   }
 
   // After the last traced launch (or at once, when tracing could not start): every record
-  // collected, the trace written beside its summary, atomically.
-  void finish() {
-    std::lock_guard once(finish_mu_);
+  // collected, the trace written beside its summary, atomically. The traced launches' streams
+  // are waited for, not the device: another thread may be capturing a graph on this GPU, and a
+  // device-wide synchronisation would break its capture.
+  void finish_locked() {
     if (done_) return;
     done_ = true;
     nlohmann::json out = {{"after_launches", after_}, {"launches", count_}};
 #if PARALAB_HAVE_CUPTI_HEADERS
     if (error_.empty()) {
-      if (cudaDeviceSynchronize() != cudaSuccess) (void)cudaGetLastError();
+      for (cudaStream_t s : streams_)
+        if (cudaStreamSynchronize(s) != cudaSuccess) (void)cudaGetLastError();
       for (CUpti_ActivityKind k : kKinds) api_.disable(k);
       if (const CUptiResult r = api_.flush_all(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
           r != CUPTI_SUCCESS)
         error_ = failed("cuptiActivityFlushAll", r);
     }
 #endif
+    std::lock_guard lock(mu_);
+    written_ = true;
     if (!error_.empty()) {
       out["error"] = error_;
     } else {
-      std::lock_guard lock(mu_);
       uint64_t first = UINT64_MAX;
       for (const TraceRecord& r : records_) first = std::min(first, r.start_ns);
       nlohmann::json list = nlohmann::json::array();
@@ -250,7 +274,11 @@ class Tracer {
   int64_t after_ = 0, count_ = 0;
   std::atomic<int64_t> launches_{0};
   std::atomic<bool> done_{false};
-  std::mutex mu_, finish_mu_;
+  std::mutex state_mu_;                // start and finish
+  bool started_ = false;               // under state_mu_
+  std::vector<cudaStream_t> streams_;  // the traced launches' streams, under state_mu_
+  std::mutex mu_;  // records_, incomplete_, written_ (CUPTI's thread adds records)
+  bool written_ = false;
   std::vector<TraceRecord> records_;
   int64_t incomplete_ = 0;
   std::string error_;
@@ -261,7 +289,22 @@ class Tracer {
 
 }  // namespace
 
+std::string cupti_version_mismatch(uint32_t loaded, uint32_t built) {
+  const auto name = [](uint32_t v) {
+    return std::to_string(v / 10000) + "." + std::to_string(v / 100 % 100) + " (API version " +
+           std::to_string(v) + ")";
+  };
+  if (loaded / 100 != built / 100)
+    return "the CUPTI library loaded is CUDA " + name(loaded) + ", this build's headers CUDA " +
+           name(built) + ": its records may have other layouts; load the library of the " +
+           "headers' release (PARALAB_CUPTI_LIBRARY)";
+  if (loaded == 130000)
+    return "CUPTI 13.0 before Update 1 (API version 130000) can deadlock disabling kernel "
+           "records; load 13.0 Update 1 or later (PARALAB_CUPTI_LIBRARY)";
+  return "";
+}
+
 void step_trace_before_launch() { Tracer::get().before(); }
-void step_trace_after_launch() { Tracer::get().after(); }
+void step_trace_after_launch(CUstream_st* stream) { Tracer::get().after(stream); }
 
 }  // namespace paralab::cuda

@@ -11,14 +11,27 @@
 // not linked: PARALAB_CUPTI_LIBRARY (a path), else libcupti.so.<CUDA major> by name (its
 // directory in LD_LIBRARY_PATH); a build without CUPTI's headers, or a process that cannot load
 // it, writes {"error": why} instead.
+// The CUPTI library must be of the headers' CUDA minor release (its records are read in their
+// layouts; cupti_version_mismatch), and not 13.0's first (it could deadlock disabling records).
+// Launches may come from several threads; the traced launches' streams are waited for, never
+// the whole device (another thread may be capturing a graph on it).
 // The traced launches are slower by CUPTI's cost per record: read the trace, not their times.
 // A run with fewer graph launches than AFTER+N writes nothing.
 #pragma once
 
+#include <cstdint>
+#include <string>
+
+struct CUstream_st;  // cudaStream_t, without CUDA's headers for the plain code that includes this
+
 namespace paralab::cuda {
 
-// Around every graph launch, on the launching thread.
+// Around every graph launch, on the launching thread; `stream` is the one launched on.
 void step_trace_before_launch();
-void step_trace_after_launch();
+void step_trace_after_launch(CUstream_st* stream);
+
+// Why a CUPTI library of API version `loaded` (cuptiGetVersion) cannot be read with headers of
+// version `built` (CUPTI_API_VERSION; both xxyyzz: CUDA major, minor, CUPTI update), or "".
+std::string cupti_version_mismatch(uint32_t loaded, uint32_t built);
 
 }  // namespace paralab::cuda
