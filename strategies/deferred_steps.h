@@ -9,6 +9,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -106,8 +107,10 @@ std::vector<StepResult> collect_queued_steps(Ranks& ranks, Run&& run, const std:
     me.times.total_ms = per[r].back().times.total_ms;
   });
   StepResult read = figures(std::as_const(last));
-  PARALAB_REQUIRE(read.loss_sum == last.loss_sum && read.correct == last.correct &&
-                      read.samples == last.samples,
+  // A run that diverged has a NaN loss both ways (NaN != NaN): the runner records it as diverged.
+  const bool same_loss =
+      read.loss_sum == last.loss_sum || (std::isnan(read.loss_sum) && std::isnan(last.loss_sum));
+  PARALAB_REQUIRE(same_loss && read.correct == last.correct && read.samples == last.samples,
                   who + ": the last queued step's figures differ from what its ranks saved");
   last = std::move(read);
   return out;

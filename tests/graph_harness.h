@@ -6,6 +6,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
+#include <limits>
 #include <memory>
 #include <string>
 #include <utility>
@@ -261,6 +263,32 @@ inline ::testing::AssertionResult read_once_matches_eager(const std::string& str
   Session cpu(strategy, k, options, test_initial_parameters(), batch, "cpu");
   if (cpu.queue(0, 0.05f).pending || cpu.queue(1, 0.05f).pending)
     return ::testing::AssertionFailure() << "a step on CPU devices was queued";
+  return ::testing::AssertionSuccess();
+}
+
+// read_back "epoch" on k RecordingDevices, a run that diverges while its launches are queued (a
+// NaN learning rate at step 1: every later loss is NaN): collect() returns the queued steps, the
+// last one's loss NaN, for the runner to record as diverged; the last launch's figures read
+// back must not count as differing from what its ranks saved because NaN != NaN.
+inline ::testing::AssertionResult read_once_collects_a_diverged_run(const std::string& strategy,
+                                                                    int k, json options,
+                                                                    int64_t batch = 24) {
+  RecordingGroup devs(k);
+  options["cuda_graphs"] = true;
+  options["read_back"] = "epoch";
+  Session graphed(strategy, devs.group, options, test_initial_parameters(), batch);
+  for (int step = 0; step < 5; ++step)
+    graphed.queue(step, step == 1 ? std::numeric_limits<float>::quiet_NaN() : 0.02f);
+  std::vector<StepResult> got;
+  try {
+    got = graphed->collect();
+  } catch (const std::exception& e) {
+    return ::testing::AssertionFailure() << "collect() threw: " << e.what();
+  }
+  if (got.size() != 4u) return ::testing::AssertionFailure() << got.size() << " steps collected";
+  if (!std::isfinite(got[0].loss_sum) || !std::isnan(got.back().loss_sum))
+    return ::testing::AssertionFailure()
+           << "losses " << got[0].loss_sum << " (step 1) and " << got.back().loss_sum << " (last)";
   return ::testing::AssertionSuccess();
 }
 

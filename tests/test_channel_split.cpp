@@ -130,6 +130,7 @@ TEST(ChannelSplit, ReadBackEpochQueuesTheLaunchesAndReadsThemOnce) {
       if (!testing::kSanitizerBuild || k == 2)
         EXPECT_TRUE(read_once_matches_eager("channel_split", k, {{"pairing", pairing}}))
             << pairing << " k=" << k;
+  EXPECT_TRUE(read_once_collects_a_diverged_run("channel_split", 2, {{"pairing", "megatron"}}));
 }
 
 // On a GPU: the launches read once per epoch give the bits of steps read one by one.

@@ -421,6 +421,7 @@ TEST(DataParallel, ReadBackEpochQueuesTheLaunchesAndReadsThemOnce) {
           << "k=" << k;
   EXPECT_TRUE(read_once_matches_eager(
       "data_parallel", 2, {{"allreduce", "tree"}, {"overlap", true}, {"grouping", "per_tensor"}}));
+  EXPECT_TRUE(read_once_collects_a_diverged_run("data_parallel", 2, {{"allreduce", "ring"}}));
 }
 
 TEST(DataParallel, NonDivisibleBatchIsAClearError) {

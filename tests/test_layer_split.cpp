@@ -484,6 +484,7 @@ TEST(LayerSplit, ReadBackEpochQueuesTheLaunchesAndReadsThemOnce) {
                                             {{"microbatches", 4}, {"schedule", schedule}}))
             << schedule << " k=" << k;
   EXPECT_TRUE(read_once_matches_eager("layer_split", 2, {{"microbatches", 1}}));
+  EXPECT_TRUE(read_once_collects_a_diverged_run("layer_split", 2, {{"microbatches", 4}}));
 }
 
 // On a GPU: one graph over 2 (or 4) virtual devices computes the eager steps to the bit.
