@@ -81,11 +81,20 @@ json iteration_json(int64_t epoch, int64_t iteration, float lr, const StepResult
 
 // Per device: the mean of each rank field over the timed iterations that recorded their devices
 // (all of them, but for steps read once per epoch, of which only the last of each epoch does);
-// null where none did, or where they list different numbers of devices.
+// where some of those were graph replays (detail.cuda_graph_replay 1), over the replays only, so
+// that the eager steps among them (an epoch's first, after evaluation; its shorter last batch),
+// which a run read once has as many of as replays, do not set the means of a graphed run; null
+// where none recorded devices, or where they list different numbers of devices.
 json per_device_means(const json& all) {
+  const auto replayed = [](const json& it) {
+    const auto d = it.find("detail");
+    return d != it.end() && d->is_object() && d->value("cuda_graph_replay", 0) == 1;
+  };
+  bool any_replay = false;
+  for (const auto& it : all) any_replay = any_replay || (it.contains("devices") && replayed(it));
   std::vector<const json*> with;
   for (const auto& it : all)
-    if (it.contains("devices")) with.push_back(&it["devices"]);
+    if (it.contains("devices") && (!any_replay || replayed(it))) with.push_back(&it["devices"]);
   if (with.empty()) return nullptr;
   const std::size_t k = with[0]->size();
   for (const json* d : with)

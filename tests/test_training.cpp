@@ -186,8 +186,8 @@ TEST_F(Training, CommunicationSplitIsRecordedUnlessTurnedOff) {
 }
 
 // A run's timing over iterations of which some recorded no devices (steps read once per epoch):
-// per-device means over those that did, and only the figures every iteration holds as numbers
-// averaged.
+// per-device means over those that did (the graph replays among them where there are any), and
+// only the figures every iteration holds as numbers averaged.
 TEST(Timing, PerDeviceMeansOverTheIterationsThatRecordedDevices) {
   json device;
   for (const char* f : {"compute_ms", "communication_ms", "exposed_communication_ms",
@@ -212,6 +212,15 @@ TEST(Timing, PerDeviceMeansOverTheIterationsThatRecordedDevices) {
   EXPECT_DOUBLE_EQ(all_read["per_device"][1]["compute_ms"].get<double>(), 1.0);
   EXPECT_EQ(all_read["detail"], json({{"cuda_graph_replay", 1.0}, {"bubble_fraction", 0.25}}));
   EXPECT_EQ(all_read["warmup_iterations"], 1);
+  // Where some iterations with devices were graph replays, the eager ones (an epoch's first, its
+  // shorter last batch) are left out of the means: a run read once has as many of them.
+  json eager = read;
+  eager["detail"] = {{"bubble_fraction", 0.5}};
+  eager["devices"][0]["compute_ms"] = 7.0;
+  const json mixed = timing_json(json::array({eager, queued, read, eager}), 0);
+  EXPECT_DOUBLE_EQ(mixed["per_device"][0]["compute_ms"].get<double>(), 1.0) << mixed.dump();
+  const json eager_only = timing_json(json::array({eager, eager}), 0);
+  EXPECT_DOUBLE_EQ(eager_only["per_device"][0]["compute_ms"].get<double>(), 7.0);
   // A device list of another length is not averaged with it either.
   queued["devices"] = {device};
   EXPECT_TRUE(timing_json(json::array({read, queued}), 0)["per_device"].is_null());
