@@ -368,16 +368,16 @@ namespace {
 // them at once. The graph must not outlive its device (it holds its stream and allocator).
 class CudaGraph final : public CapturedWork {
  public:
-  CudaGraph(cudaGraphExec_t exec, cudaStream_t stream, CachingAllocator& allocator,
-            std::vector<CachingAllocator::Block> blocks, nlohmann::json census)
+  CudaGraph(cudaGraphExec_t exec, cudaStream_t stream, CudaDevice& device,
+            CudaDevice::CaptureHold hold, nlohmann::json census)
       : exec_(exec),
         stream_(stream),
-        allocator_(allocator),
-        blocks_(std::move(blocks)),
+        device_(device),
+        hold_(std::move(hold)),
         census_(std::move(census)) {}
   ~CudaGraph() override {
     if (cudaGraphExecDestroy(exec_) != cudaSuccess) log_error("cudaGraphExecDestroy failed");
-    allocator_.restore(std::move(blocks_));
+    device_.restore(std::move(hold_));
   }
   void launch() override {
     step_trace_before_launch();  // PARALAB_STEP_TRACE: a few launches traced (step_trace.h)
@@ -389,9 +389,9 @@ class CudaGraph final : public CapturedWork {
  private:
   cudaGraphExec_t exec_;
   cudaStream_t stream_;
-  CachingAllocator& allocator_;
-  std::vector<CachingAllocator::Block> blocks_;
-  nlohmann::json census_;  // of the graph as captured (core/graph_census.h)
+  CudaDevice& device_;
+  CudaDevice::CaptureHold hold_;  // the capture's freed blocks and marks' events
+  nlohmann::json census_;         // of the graph as captured (core/graph_census.h)
 };
 
 }  // namespace
@@ -448,9 +448,11 @@ TimeMark CudaDevice::mark() {
     if (s != stream_) PARALAB_CUDA(cudaStreamIsCapturing(s, &status));
     in_capture = s == stream_ || status == cudaStreamCaptureStatusActive;
   }
-  if (in_capture)
+  if (in_capture) {
     PARALAB_CUDA(cudaEventRecordWithFlags(event->get(), s, cudaEventRecordExternal));
-  else
+    std::lock_guard lock(capture_marks_mu_);
+    capture_marks_.push_back(event);  // held with the graph (CaptureHold)
+  } else
     PARALAB_CUDA(cudaEventRecord(event->get(), s));
   return {host, event};
 }
@@ -474,27 +476,40 @@ void CudaDevice::wait(const Event& event) {
 void CudaDevice::begin_capture() {
   PARALAB_CUDA(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
   allocator_->begin_capture();
+  (void)take_capture_marks();
   capturing_ = true;
 }
 
 void CudaDevice::join_capture(cudaEvent_t fork) {
   PARALAB_CUDA(cudaStreamWaitEvent(stream_, fork, 0));
   allocator_->begin_capture();
+  (void)take_capture_marks();
   capturing_ = true;
 }
 
-std::vector<CachingAllocator::Block> CudaDevice::finish_capture() {
-  capturing_ = false;
-  return allocator_->end_capture();
+std::vector<Event> CudaDevice::take_capture_marks() {
+  std::lock_guard lock(capture_marks_mu_);
+  return std::exchange(capture_marks_, {});
 }
 
-void CudaDevice::restore(std::vector<CachingAllocator::Block> blocks) noexcept {
-  allocator_->restore(std::move(blocks));
+CudaDevice::CaptureHold CudaDevice::finish_capture() {
+  capturing_ = false;
+  CaptureHold hold;
+  hold.blocks = allocator_->end_capture();
+  hold.marks = take_capture_marks();
+  return hold;
+}
+
+void CudaDevice::restore(CaptureHold hold) noexcept {
+  allocator_->restore(std::move(hold.blocks));
+  // hold.marks' events go back to the pool as the last of their marks goes.
 }
 
 void CudaDevice::cancel_capture() noexcept {
   capturing_ = false;
   allocator_->abort_capture();
+  std::lock_guard lock(capture_marks_mu_);
+  capture_marks_.clear();
 }
 
 std::unique_ptr<CapturedWork> CudaDevice::end_capture() {
@@ -511,25 +526,31 @@ std::unique_ptr<CapturedWork> CudaDevice::end_capture() {
   };
   if (ended != cudaSuccess) {
     allocator_->abort_capture();
+    (void)take_capture_marks();
     if (graph) cudaGraphDestroy(graph);
     throw failed("cudaStreamEndCapture", ended);
   }
-  auto blocks = allocator_->end_capture();
+  CaptureHold hold;
+  hold.blocks = allocator_->end_capture();
+  hold.marks = take_capture_marks();
   cudaGraphExec_t exec = nullptr;
   const cudaError_t made = cudaGraphInstantiate(&exec, graph, 0);
   nlohmann::json census = made == cudaSuccess ? graph_census_of(graph) : nlohmann::json();
   cudaGraphDestroy(graph);
   if (made != cudaSuccess) {
-    allocator_->restore(std::move(blocks));
+    restore(std::move(hold));
     throw failed("cudaGraphInstantiate", made);
   }
-  return std::make_unique<CudaGraph>(exec, stream_, *allocator_, std::move(blocks),
-                                     std::move(census));
+  return std::make_unique<CudaGraph>(exec, stream_, *this, std::move(hold), std::move(census));
 }
 
 void CudaDevice::abort_capture() noexcept {
   capturing_ = false;
   allocator_->abort_capture();
+  {
+    std::lock_guard lock(capture_marks_mu_);
+    capture_marks_.clear();
+  }
   cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
   if (cudaStreamIsCapturing(stream_, &status) != cudaSuccess ||
       status == cudaStreamCaptureStatusNone)

@@ -77,14 +77,25 @@ class CudaDevice final : public Device {
   std::unique_ptr<GroupMover> group_mover(const std::vector<Device*>& group,
                                           std::string* why_not) override;
 
+  // What a graph keeps of this device while it lives: the blocks freed during its capture, which
+  // its work still uses, and the event of every mark taken in the capture. The graph records
+  // those events on every replay, so none may go back to the pool while it lives, even where
+  // the mark itself was dropped: handed to a later mark of the same capture, an event would be
+  // recorded by two nodes of the graph, unordered where they sit on different streams, and the
+  // later mark's time would be either's.
+  struct CaptureHold {
+    std::vector<CachingAllocator::Block> blocks;
+    std::vector<Event> marks;
+  };
+
   // The group capture's parts (group_capture.cpp), on the compute stream: join_capture() makes
   // the stream wait on `fork`, recorded on rank 0's capturing stream, so that it joins that
   // capture; finish_capture() ends this device's part (its allocator's capture bracket) and
-  // returns the blocks the captured work still uses; restore() takes them back once the graph
-  // is gone. cancel_capture() drops this device's part of a failed capture.
+  // returns what the captured work still uses; restore() takes it back once the graph is gone.
+  // cancel_capture() drops this device's part of a failed capture.
   void join_capture(cudaEvent_t fork);
-  std::vector<CachingAllocator::Block> finish_capture();
-  void restore(std::vector<CachingAllocator::Block> blocks) noexcept;
+  CaptureHold finish_capture();
+  void restore(CaptureHold hold) noexcept;
   void cancel_capture() noexcept;
   cudaStream_t compute_stream() const { return stream_; }
   // The device's SM share (empty without one).
@@ -135,6 +146,11 @@ class CudaDevice final : public Device {
   // The compute stream is capturing: marks become timing points the graph records on every
   // replay (cudaEventRecordExternal) instead of capture-time dependencies.
   std::atomic<bool> capturing_{false};
+  // The marks' events of the capture in progress (CaptureHold::marks); mark() may run on the
+  // communication thread too.
+  std::mutex capture_marks_mu_;
+  std::vector<Event> capture_marks_;
+  std::vector<Event> take_capture_marks();
   // Declared before everything that holds its blocks (staging_, ops_): destroyed after them.
   std::unique_ptr<CachingAllocator> allocator_;
   std::shared_ptr<HandlePool<cudaEvent_t>> order_events_;   // record(): ordering only

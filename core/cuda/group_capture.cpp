@@ -88,7 +88,7 @@ class ProbeBarrier {
 class CudaGroupCapture final : public GroupCapture {
  public:
   explicit CudaGroupCapture(std::vector<CudaDevice*> devices)
-      : devices_(std::move(devices)), blocks_(devices_.size()) {
+      : devices_(std::move(devices)), holds_(devices_.size()) {
     devices_[0]->bind_thread();
     fork_ = make_event();
     post_ = make_event();
@@ -128,9 +128,9 @@ class CudaGroupCapture final : public GroupCapture {
     barrier();
     // Only now, with the capture ended by rank 0: a block this device frees before that (from
     // any thread) is still captured work's memory, not the cache's.
-    if (rank != 0) blocks_[r] = d.finish_capture();
+    if (rank != 0) holds_[r] = d.finish_capture();
     if (!failure_.empty()) {
-      d.restore(std::move(blocks_[r]));
+      d.restore(std::move(holds_[r]));
       throw CaptureFailed("cuda graph over " + std::to_string(devices_.size()) +
                           " devices: " + failure_);
     }
@@ -366,7 +366,7 @@ class CudaGroupCapture final : public GroupCapture {
         note_failure("cudaStreamWaitEvent on rank " + std::to_string(p) + "'s join event");
     cudaGraph_t graph = nullptr;
     const cudaError_t ended = cudaStreamEndCapture(s, &graph);
-    blocks_[0] = d.finish_capture();
+    holds_[0] = d.finish_capture();
     if (ended != cudaSuccess) {
       cudaGetLastError();
       note_failure(std::string("cudaStreamEndCapture: ") + cudaGetErrorString(ended));
@@ -444,8 +444,8 @@ class CudaGroupCapture final : public GroupCapture {
     if (exec_ && cudaGraphExecDestroy(exec_) != cudaSuccess)
       log_error("cudaGraphExecDestroy failed");
     exec_ = nullptr;
-    for (std::size_t r = 0; r < devices_.size(); ++r) devices_[r]->restore(std::move(blocks_[r]));
-    blocks_.assign(devices_.size(), {});
+    for (std::size_t r = 0; r < devices_.size(); ++r) devices_[r]->restore(std::move(holds_[r]));
+    holds_.assign(devices_.size(), {});
     described_ = nullptr;
   }
 
@@ -453,9 +453,10 @@ class CudaGroupCapture final : public GroupCapture {
   cudaEvent_t fork_ = nullptr, post_ = nullptr;
   std::vector<cudaEvent_t> joins_, pre_;
   cudaGraphExec_t exec_ = nullptr;
-  // Per device: the blocks freed during the capture, which every replay still uses; back to
-  // their allocators when the graph goes (drop_graph).
-  std::vector<std::vector<CachingAllocator::Block>> blocks_;
+  // Per device: the blocks freed during the capture, which every replay still uses, and its
+  // marks' events, which every replay records; back to the device when the graph goes
+  // (drop_graph).
+  std::vector<CudaDevice::CaptureHold> holds_;
   std::mutex mu_;
   std::string failure_;
   nlohmann::json described_;
