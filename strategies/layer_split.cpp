@@ -401,7 +401,8 @@ class LayerSplit final : public Strategy {
     for (const Device* d : devices)
       if (!d->supports_capture()) return d->name() + " cannot capture work (CUDA only)";
     if (model_->has_dropout()) return "the model's dropout masks change every step";
-    return plan_group_graph("the pipeline's sends between stages", *group_, devices, &capture_);
+    return plan_group_graph("the pipeline's sends between stages", *group_, devices, &capture_,
+                            /*comm_streams=*/false, /*steps=*/false);
   }
 
   // Activations forward and their gradients back across every stage boundary.

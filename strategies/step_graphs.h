@@ -26,17 +26,20 @@ namespace paralab {
 // Why `devices` (the group's, rank r on devices[r]) cannot run their step as one graph over the
 // group, or "" when they can: *capture is then that capture. `what` names the traffic that needs
 // it (e.g. "the ring allreduce"); comm_streams: each rank also queues from a communication
-// thread (Device::capture_group). The trial capture also holds the group's moves of whole
-// collective steps where the group's transport makes them (SpmdGroup::moves_steps_whole).
+// thread (Device::capture_group). steps: the strategy moves collective steps (Transport::step);
+// then the trial capture also holds the group's moves of whole collective steps where the
+// group's transport makes them (SpmdGroup::moves_steps_whole). A strategy that only sends and
+// receives (layer_split) passes false, so that a mover it never uses cannot cost it its graphs.
 inline std::string plan_group_graph(const std::string& what, SpmdGroup& group,
                                     const std::vector<Device*>& devices,
                                     std::unique_ptr<GroupCapture>* capture,
-                                    bool comm_streams = false) {
+                                    bool comm_streams = false, bool steps = true) {
   capture->reset();
   if (static_cast<int>(group.local_ranks().size()) != group.size())
     return what + " between processes: one graph cannot span processes";
   std::string why;
-  *capture = devices.front()->capture_group(devices, comm_streams, group.moves_steps_whole(), &why);
+  *capture = devices.front()->capture_group(devices, comm_streams,
+                                            steps && group.moves_steps_whole(), &why);
   return *capture ? "" : what + " needs one graph over the group: " + why;
 }
 
