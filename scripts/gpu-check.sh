@@ -3,7 +3,7 @@
 # goals of the GPU core (issue 13) and of the GPU collectives and multi-device steps (issue 14),
 # one PASS/FAIL line per goal in $OUT/summary.txt (default ./gpu-check-out).
 #
-#   OUT=DIR scripts/gpu-check.sh [--budget SECONDS] [--list] [--build-only] [PART...]
+#   OUT=DIR scripts/gpu-check.sh [--budget SECONDS] [--list] [--build-only] [--skip-tests] [PART...]
 #
 # Parts, in the default order (most decisive first; "core" = determinism speed seeds sanitizers
 # ncu, "all" = the default list; models (issue 17's) and sweep (issue 16's) run only when named):
@@ -35,10 +35,16 @@
 # a timeout that stops at the budget, and a part that the time left cannot hold is not started;
 # it is reported as "NOT RUN: <part> ..." and fails the check like a FAIL. Each part logs the
 # seconds it took, so the next run can be planned; the parts not reached run in a second call
-# (scripts/gpu-check.sh seeds speed ...). --list prints the plan and exits. --build-only configures
+# (scripts/gpu-check.sh seeds speed ...). A command that stops at its own time cap (not the
+# budget's end) has hung: the rest of its part is skipped (a per-rank retry of the strategies,
+# which moves data another way, still runs), so that a hang costs one cap, not the call; the GPU
+# tests together stop after 150 s. --list prints the plan and exits. --build-only configures
 # and builds as the device call will, then stops before the GPU tests: run it here, after
-# scripts/make-gpu-bundle.sh, so that a build the device would refuse fails before the device time
-# is spent (build-gpu/ is ignored by git and does not travel; the device builds its own).
+# scripts/make-gpu-bundle.sh and scripts/stamp-source.sh, so that a build the device would refuse
+# fails before the device time is spent, and a stamp that does not name HEAD is caught (build-gpu/
+# is ignored by git and does not travel; the device builds its own); it has no budget unless
+# --budget is given. --skip-tests leaves out the GPU tests, for a second call on a machine whose
+# first call ran them on the same tree.
 #
 # What comes back: $OUT holds two files, summary.txt and gpu-check-files.tar.gz (every log,
 # results file and plot), packed again after each part, so that a run on a remote host that
@@ -91,9 +97,10 @@ declare -A goals_of=(
   [models]="AlexNet >= 0.85 in 10 epochs; AlexNet strategies on 2 and 4 virtual devices"
   [sweep]="the model's collective sweep: every algorithm at every size on 2, 4 and 8 devices")
 die() { echo "gpu-check.sh: $*" >&2; exit 2; }
-budget=${GPU_CHECK_BUDGET_S:-480}
+budget=${GPU_CHECK_BUDGET_S:-}
 list=0
 build_only=0
+skip_tests=0
 parts=()
 while (($#)); do
   case $1 in
@@ -101,14 +108,19 @@ while (($#)); do
     --budget=*) budget=${1#--budget=}; shift ;;
     --list) list=1; shift ;;
     --build-only) build_only=1; shift ;;
+    --skip-tests) skip_tests=1; shift ;;
     core) parts+=(determinism speed seeds sanitizers ncu); shift ;;
     all) parts+=("${default_parts[@]}"); shift ;;
-    -*) die "unknown option '$1' (known: --budget SECONDS, --list, --build-only)" ;;
+    -*) die "unknown option '$1' (known: --budget SECONDS, --list, --build-only, --skip-tests)" ;;
     *)
       [[ -n ${needs[$1]:-} ]] || die "unknown part '$1' (known: ${known_parts[*]}, core, all)"
       parts+=("$1"); shift ;;
   esac
 done
+# --build-only runs here, on a machine of any size: no budget unless one is given.
+[[ -n $budget ]] || { ((build_only)) && budget=100000 || budget=480; }
+[[ ${GPU_CHECK_CAP_DIVISOR:-1} =~ ^[1-9][0-9]*$ ]] ||
+  die "GPU_CHECK_CAP_DIVISOR must be a whole number > 0, not '$GPU_CHECK_CAP_DIVISOR'"
 [[ $budget =~ ^[0-9]+$ ]] && ((budget > 0)) ||
   die "--budget (or GPU_CHECK_BUDGET_S) must be a whole number of seconds > 0, not '$budget'"
 ((${#parts[@]})) || parts=("${default_parts[@]}")
@@ -153,17 +165,36 @@ left() {
   echo $((l > 0 ? l : 0))
 }
 # capped CAP CMD...: CMD under a timeout of CAP seconds, cut to the budget's end (exit 124 when
-# cut, like timeout; 124 without running when nothing is left).
+# cut, like timeout; 124 without running when nothing is left). A command that ran its whole own
+# cap (not cut by the budget) and was stopped has hung: `hung` names it, and the part's later
+# commands are not started (exit 125), but for those that move data per rank
+# (PARALAB_STEP_MOVES=per_rank: another path than the default's whole-step moves, the likeliest
+# to hang where it never ran); run_part clears it. GPU_CHECK_CAP_DIVISOR divides every cap (the
+# stand-in tests' hangs; default 1).
+hung=""
+cap_divisor=${GPU_CHECK_CAP_DIVISOR:-1}
 capped() {
-  local cap=$1 l
+  local cap=$(( $1 / cap_divisor )) l rc by_budget=0 t
   shift
+  ((cap < 1)) && cap=1
+  if [[ -n $hung && ${PARALAB_STEP_MOVES:-} != per_rank && " $* " != *" PARALAB_STEP_MOVES=per_rank "* ]]; then
+    echo "gpu-check: not started, an earlier command of this part hung ($hung): $*" >&2
+    return 125
+  fi
   l=$(left)
-  ((l < cap)) && cap=$l
+  ((l < cap)) && cap=$l && by_budget=1
   if ((cap < 1)); then
     echo "gpu-check: not started, the budget of $budget s is spent: $*" >&2
     return 124
   fi
+  t=$(date +%s)
   timeout -k 10 "$cap" "$@"
+  rc=$?
+  if ((!by_budget && (rc == 124 || rc == 137) && $(date +%s) - t >= cap)); then
+    hung="$(echo "$*" | cut -c1-100) stopped at its cap of $cap s"
+    log "NOTE: hung: $hung; the rest of this part is not started"
+  fi
+  return $rc
 }
 # outcome RC LOG PATTERN: a goal's detail from a command's log: the last line matching PATTERN,
 # and why there is none or why the command ended early (its time limit, a non-zero exit).
@@ -174,6 +205,7 @@ outcome() {
   case $rc in
     0) echo "$line" ;;
     124 | 137) echo "stopped at its time limit or the budget; $line" ;;
+    125) echo "not started: an earlier command of this part hung" ;;
     *) echo "exit $rc: $line" ;;
   esac
 }
@@ -244,7 +276,9 @@ if [[ -z $cupti_lib ]]; then
     [[ -n $cupti_lib ]] && break
   done
 fi
-for mod in nvidia.cublas nvidia.cuda_runtime nvidia.nccl; do
+# (CUDA 13's wheels keep the runtime, cuBLAS and CUPTI in nvidia/cu13, which stays off the path:
+# the toolkit's libraries come first; NCCL's wheel has its own.)
+for mod in nvidia.nccl; do
   d=$(wheel_dir $mod)
   [[ -n $d && -d $d/lib ]] && lib_path+=("$d/lib")
 done
@@ -252,6 +286,19 @@ if ((${#lib_path[@]})); then
   export LD_LIBRARY_PATH="$(IFS=:; echo "${lib_path[*]}")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 fi
 
+# --build-only here, before a copy to the GPU host, building as the device will: the stamp that
+# travels must name this commit (the copy has no .git; scripts/stamp-source.sh writes it). Checked
+# before the build, so that a stale stamp costs no build.
+if ((build_only)) && [[ -z ${GPU_CHECK_BUILD_DIR:-} ]] && head=$(git rev-parse HEAD 2>/dev/null); then
+  stamp=$(sed -n 's/^commit //p' .paralab-source-commit 2>/dev/null)
+  if [[ $stamp != "$head" ]]; then
+    log "FAIL: .paralab-source-commit names ${stamp:-no commit}, HEAD is $head: run scripts/stamp-source.sh before the copy"
+    pack
+    exit 1
+  fi
+  grep -q '^dirty true' .paralab-source-commit &&
+    log "NOTE: .paralab-source-commit says dirty: the tree had uncommitted changes when it was stamped"
+fi
 t0=$(date +%s)
 if [[ -z ${GPU_CHECK_BUILD_DIR:-} && ! -f $BUILD/CMakeCache.txt ]] && ! capped "$budget" cmake -S . -B "$BUILD" "${cmake_args[@]}" > "$FILES/configure.log" 2>&1; then
   log "configure FAILED after $(( $(date +%s) - t0 )) s (see configure.log)"
@@ -285,12 +332,24 @@ fi
 # GPU tests: every backend test on cuda; collectives (NCCL included), data_parallel, layer_split
 # and channel_split on virtual devices; the runner's (test_training: group launches read once).
 t0=$(date +%s)
+tests_end=$((t0 + 150 / cap_divisor))  # all of them: 16-19 s on 2026-12-04; a hang costs at most this
+((skip_tests)) && log "GPU tests skipped (--skip-tests)"
 for t in test_backends test_collectives test_data_parallel test_layer_split test_channel_split test_single test_caching_allocator test_model_ops test_models test_training; do
-  PARALAB_CUPTI_LIBRARY=$cupti_lib capped 90 "$BUILD/tests/$t" --gtest_filter='*cuda*:*Cuda*' > "$FILES/$t.log" 2>&1  # all 9: 10 s on 2026-11-30
+  ((skip_tests)) && break
+  cap=$(( (tests_end - $(date +%s)) * cap_divisor ))
+  ((cap > 90)) && cap=90
+  hung=""  # each binary on its own
+  if ((cap < 1)); then
+    log "$t: not run, the GPU tests' 150 s are spent"
+    status=1
+    continue
+  fi
+  PARALAB_CUPTI_LIBRARY=$cupti_lib capped $cap "$BUILD/tests/$t" --gtest_filter='*cuda*:*Cuda*' > "$FILES/$t.log" 2>&1
   rc=$?
   log "$t: $(grep -E '^\[  (PASSED|FAILED)  \] [0-9]+ test' "$FILES/$t.log" | tr '\n' ' ')$(grep -cE '^\[  SKIPPED \] .*\(' "$FILES/$t.log") skipped (exit $rc$( ((rc == 124)) && echo ': stopped at its time limit or the budget'))"
   ((rc == 0)) || status=1
 done
+hung=""
 log "tests took $(( $(date +%s) - t0 )) s"
 pack
 
@@ -501,6 +560,14 @@ PY
 )
 }
 
+# tool_unavailable LOG: the line of a profiling or checking tool's LOG saying that the tool cannot
+# work on this host (a GPU or driver it does not support, a sandboxed runtime, performance
+# counters not permitted), or nothing (exit 1): the check then says so instead of failing as if
+# the code were wrong.
+tool_unavailable() {
+  grep -m1 -E 'Device not supported|not supported on this (device|GPU|platform)|LibraryNotLoaded|ERR_NVGPUCTRPERM|permission to access NVIDIA GPU Performance Counters|[Ff]ailed to (initialize|load) (the )?(driver|injection)' "$1" 2>/dev/null
+}
+
 part_sanitizers() {
 # compute-sanitizer on a short run: every stage test and the LeNet step on both kernel sets
 # (memcheck), the own kernels' shared memory (racecheck).
@@ -508,6 +575,11 @@ capped 150 compute-sanitizer --tool memcheck --error-exitcode 9 $BUILD/tests/tes
   --gtest_filter='*ConvReluPool*/cuda*:*LeNetOnBackend.ForwardBackward*/cuda*:*Linear*/cuda*' \
   > "$FILES/sanitizer-memcheck.log" 2>&1
 rc=$?
+local why
+if ((rc != 0)) && why=$(tool_unavailable "$FILES/sanitizer-memcheck.log"); then
+  log "NOT AVAILABLE: compute-sanitizer on this host ($why): memcheck, racecheck, synccheck and initcheck not run"
+  status=1
+else
 goal "compute-sanitizer memcheck (conv stages, linear, LeNet step; cudnn and fused)" $rc \
   "$(outcome $rc "$FILES/sanitizer-memcheck.log" 'ERROR SUMMARY')"
 capped 150 compute-sanitizer --tool racecheck --error-exitcode 9 $BUILD/tests/test_backends \
@@ -542,6 +614,7 @@ capped 150 compute-sanitizer --tool memcheck --error-exitcode 9 $BUILD/tests/tes
 rc=$?
 goal "compute-sanitizer memcheck (one graph over the group: data_parallel naive/ring/tree)" $rc \
   "$(outcome $rc "$FILES/sanitizer-group-graph.log" 'ERROR SUMMARY')"
+fi
 # The own kernels' CPU emulation (the same kernel code and grids, on the host's cores).
 capped 120 $BUILD/tests/test_fused_kernels > "$FILES/test_fused_kernels.log" 2>&1
 rc=$?
@@ -550,6 +623,7 @@ goal "own kernels under the CPU emulation" $rc \
 }
 
 part_ncu() {
+local why
 # Where a step's time goes: every kernel of 2-3 eager steps under ncu, per kernel set, and one whole
 # step (gather to gather) in launch order; the clocks
 # left as they are (--clock-control none: never change the card's settings).
@@ -561,6 +635,11 @@ if command -v ncu > /dev/null; then
       --set training.max_iterations_per_epoch=60 --set runs.0.cuda_graphs=false \
       "${data_set[@]}" > "$FILES/ncu-step-$k.csv" 2> "$FILES/ncu-$k.log"
     rc=$?
+    if ((rc != 0)) && why=$(tool_unavailable "$FILES/ncu-$k.log" || tool_unavailable "$FILES/ncu-step-$k.csv"); then
+      log "NOT AVAILABLE: ncu on this host ($why): no per-kernel breakdown"
+      status=1
+      break
+    fi
     python3 - "$FILES/ncu-step-$k.csv" > "$FILES/ncu-step-$k.txt" 2>&1 <<'PY'
 import collections, csv, sys
 rows = [r for r in csv.reader(open(sys.argv[1])) if len(r) > 10]
@@ -839,9 +918,10 @@ part_collectives() {
     >> "$FILES/allreduce_bench.log" 2>&1 || log "allreduce_bench (PARALAB_STEP_MOVES=per_rank) exit $?"
   # And with each step its own kernel for all ranks (PARALAB_STEP_MOVES=whole_steps, how the
   # default moved before whole collectives): what one kernel per collective changes (figures).
+  # (One piece size, auto: the rows' names have no "chunk:" part.)
   capped 60 env PARALAB_STEP_MOVES=whole_steps $BUILD/allreduce_bench --backend=cuda \
     --devices=2,4,8 --sizes=sweep \
-    --benchmark_filter='^(allreduce/(ring|tree)/devices:[248]/bytes:(516272|16777216|67108864)/chunk:-1/|memcpy/devices:2/bytes:(516272|16777216|67108864)/)' \
+    --benchmark_filter='^(allreduce/(ring|tree)/devices:[248]/bytes:(516272|16777216|67108864)/|memcpy/devices:2/bytes:(516272|16777216|67108864)/)' \
     --benchmark_out="$FILES/allreduce-cuda-whole-steps.json" --benchmark_out_format=json \
     >> "$FILES/allreduce_bench.log" 2>&1 ||
     log "allreduce_bench (PARALAB_STEP_MOVES=whole_steps) exit $?"
@@ -1294,7 +1374,9 @@ run_part() {
     return
   fi
   t0=$(date +%s)
+  hung=""
   "part_$p"
+  hung=""
   log "$p took $(( $(date +%s) - t0 )) s"
   pack
 }

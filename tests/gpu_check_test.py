@@ -27,8 +27,8 @@ def lines_of(path):
         return f.read().splitlines()
 
 
-def gpu_check(args, out, files=None, build=None, timeout=600):
-    env = dict(os.environ, OUT=out)
+def gpu_check(args, out, files=None, build=None, timeout=600, extra_env=None):
+    env = dict(os.environ, OUT=out, **(extra_env or {}))
     env.pop("GPU_CHECK_BUDGET_S", None)
     env["GPU_CHECK_BUILD_DIR"] = build or BUILD
     if files:
@@ -87,7 +87,86 @@ class Plan(unittest.TestCase):
                              os.listdir(files))
 
 
+    def test_build_only_refuses_a_stamp_that_does_not_name_head_before_building(self):
+        # In a scratch repository with the script: a stamp of another commit fails at once, naming
+        # both, and nothing is built; a fresh stamp (stamp-source.sh) passes the check (the
+        # configure then fails: the scratch tree has no CMakeLists.txt).
+        with tempfile.TemporaryDirectory() as tmp:
+            repo = os.path.join(tmp, "repo")
+            os.makedirs(os.path.join(repo, "scripts"))
+            for name in ("gpu-check.sh", "stamp-source.sh"):
+                with open(os.path.join(os.path.dirname(SCRIPT), name)) as src, \
+                        open(os.path.join(repo, "scripts", name), "w") as dst:
+                    dst.write(src.read())
+                os.chmod(os.path.join(repo, "scripts", name), 0o755)
+            with open(os.path.join(repo, ".gitignore"), "w") as f:
+                f.write("/.paralab-source-commit\n/build-gpu/\n")
+            git = ["git", "-C", repo, "-c", "user.name=t", "-c", "user.email=t@t"]
+            subprocess.run(["git", "init", "-q", repo], check=True)
+            subprocess.run(git + ["add", "-A"], check=True)
+            subprocess.run(git + ["commit", "-q", "-m", "scratch"], check=True)
+            head = subprocess.run(git + ["rev-parse", "HEAD"], check=True, capture_output=True,
+                                  text=True).stdout.strip()
+            with open(os.path.join(repo, ".paralab-source-commit"), "w") as f:
+                f.write("commit " + "0" * 40 + "\ndirty false\n")
+            env = {k: v for k, v in os.environ.items()
+                   if k not in ("GPU_CHECK_BUILD_DIR", "GPU_CHECK_BUDGET_S")}
+            out = os.path.join(tmp, "out")
+            run = lambda: subprocess.run([os.path.join(repo, "scripts", "gpu-check.sh"),
+                                          "--build-only"], env=dict(env, OUT=out),
+                                         capture_output=True, text=True, timeout=300)
+            proc = run()
+            summary = lines_of(os.path.join(out, "summary.txt"))
+            self.assertEqual(proc.returncode, 1, summary)
+            self.assertIn(f"gpu-check: FAIL: .paralab-source-commit names {'0' * 40}, HEAD is "
+                          f"{head}: run scripts/stamp-source.sh before the copy", summary)
+            self.assertFalse(os.path.exists(os.path.join(repo, "build-gpu")))
+            subprocess.run([os.path.join(repo, "scripts", "stamp-source.sh")], check=True,
+                           capture_output=True)
+            proc = run()
+            summary = lines_of(os.path.join(out, "summary.txt"))
+            self.assertFalse([line for line in summary if "paralab-source-commit" in line], summary)
+            self.assertTrue(any(line.startswith("gpu-check: configure FAILED") for line in summary),
+                            summary)
+
+
 class Budget(unittest.TestCase):
+    def test_a_hung_command_skips_the_rest_of_its_part_and_hung_tests_stop_the_tests(self):
+        # Every cap divided by 60 (GPU_CHECK_CAP_DIVISOR): a bench_runner that never finishes
+        # uses its cap (120 s: 2 s) once, and the part's later runs are not started; two GPU test
+        # binaries that never finish use the tests' 150 s (2.5 s) between them, and the later
+        # binaries are reported as not run.
+        hang = "#!/bin/sh\nsleep 60\n"
+        with tempfile.TemporaryDirectory() as tmp:
+            summary, _ = run_stand_in(tmp, ["determinism"], extra_env={"GPU_CHECK_CAP_DIVISOR": "60"},
+                                      bench_runner=hang, tests__test_backends=hang,
+                                      tests__test_collectives=hang)
+            hung = [line for line in summary if line.startswith("gpu-check: NOTE: hung: ")]
+            self.assertTrue(all(line.endswith("the rest of this part is not started") for line in hung))
+            # One or both hanging test binaries (at 1-second granularity the first may take the
+            # whole window), then exactly one run of the part.
+            self.assertIn(len(hung), (2, 3), summary)
+            self.assertTrue(all("/tests/test_" in line for line in hung[:-1]), summary)
+            self.assertIn("bench_runner experiments/lenet-10epochs.json", hung[-1])
+            not_run = [line for line in summary if line.endswith("not run, the GPU tests' 150 s are spent")]
+            self.assertGreaterEqual(len(not_run), 1, summary)
+            took = [int(line.split()[3]) for line in summary
+                    if line.startswith(("gpu-check: tests took ", "gpu-check: determinism took "))]
+            self.assertEqual(len(took), 2, summary)
+            self.assertLess(took[0], 10, summary)
+            self.assertLess(took[1], 20, summary)
+            goals = [line for line in summary if line.startswith(("gpu-check: PASS: ", "gpu-check: FAIL: "))]
+            self.assertTrue(goals and all(line.startswith("gpu-check: FAIL: ") for line in goals), summary)
+
+    def test_skip_tests_leaves_out_the_gpu_tests(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            build = stand_in_build(tmp)
+            out, files = os.path.join(tmp, "out"), os.path.join(tmp, "files")
+            gpu_check(["--budget", "3", "--skip-tests", "seeds"], out, files, build=build)
+            summary = lines_of(os.path.join(out, "summary.txt"))
+            self.assertIn("gpu-check: GPU tests skipped (--skip-tests)", summary)
+            self.assertFalse([line for line in summary if line.startswith("gpu-check: test_")], summary)
+
     def test_a_spent_budget_reports_every_part_not_run_and_packs_two_files(self):
         with tempfile.TemporaryDirectory() as tmp:
             out, files = os.path.join(tmp, "out"), os.path.join(tmp, "files")
@@ -141,13 +220,13 @@ def stand_in_build(tmp, bench_runner="#!/bin/sh\nexit 1\n", allreduce_bench="#!/
     return build
 
 
-def run_stand_in(tmp, parts, budget=300, name="", **scripts):
+def run_stand_in(tmp, parts, budget=300, name="", extra_env=None, **scripts):
     """gpu-check.sh's parts on a stand_in_build of `scripts` in tmp: (summary lines, files dir)."""
     build = os.path.join(tmp, "build")
     if not os.path.isdir(build):
         stand_in_build(tmp, **scripts)
     out, files = os.path.join(tmp, "out" + name), os.path.join(tmp, "files" + name)
-    gpu_check(["--budget", str(budget), *parts], out, files, build=build)
+    gpu_check(["--budget", str(budget), *parts], out, files, build=build, extra_env=extra_env)
     return lines_of(os.path.join(out, "summary.txt")), files
 
 
@@ -159,6 +238,43 @@ BENCH_RUNNER_HEAD = ("#!/usr/bin/python3\n"
 
 
 class Verdicts(unittest.TestCase):
+    def test_a_tool_the_host_cannot_run_is_not_available_not_failed_code(self):
+        # A compute-sanitizer and an ncu that cannot work on this host (a sandboxed runtime, as
+        # some lent machines have): one NOT AVAILABLE line each with the tool's words, no goal
+        # line blaming the code, the other checks not attempted; the CPU emulation still runs.
+        with tempfile.TemporaryDirectory() as tmp:
+            bin_dir = os.path.join(tmp, "bin")
+            os.mkdir(bin_dir)
+            tools = {"compute-sanitizer": "echo '========= Error: Device not supported'; exit 1\n",
+                     "ncu": "echo '==ERROR== ERR_NVGPUCTRPERM - The user does not have permission' >&2; exit 1\n"}
+            for name, body in tools.items():
+                with open(os.path.join(bin_dir, name), "w") as f:
+                    f.write("#!/bin/sh\necho called >> " + os.path.join(tmp, name + ".calls") + "\n" + body)
+                os.chmod(os.path.join(bin_dir, name), 0o755)
+            build = stand_in_build(tmp, tests__test_fused_kernels=(
+                "#!/bin/sh\necho '[  PASSED  ] 25 tests.'\nexit 0\n"))
+            out, files = os.path.join(tmp, "out"), os.path.join(tmp, "files")
+            env_path = os.environ["PATH"]
+            os.environ["PATH"] = bin_dir + os.pathsep + env_path
+            try:
+                proc = gpu_check(["--budget", "300", "sanitizers", "ncu"], out, files, build=build)
+            finally:
+                os.environ["PATH"] = env_path
+            summary = lines_of(os.path.join(out, "summary.txt"))
+            self.assertEqual(proc.returncode, 1, summary)
+            unavailable = [line for line in summary if line.startswith("gpu-check: NOT AVAILABLE: ")]
+            self.assertEqual(len(unavailable), 2, summary)
+            self.assertIn("compute-sanitizer on this host (========= Error: Device not supported)",
+                          unavailable[0])
+            self.assertIn("ncu on this host (==ERROR== ERR_NVGPUCTRPERM", unavailable[1])
+            self.assertFalse([line for line in summary if "compute-sanitizer" in line and
+                              line.startswith(("gpu-check: PASS", "gpu-check: FAIL"))], summary)
+            self.assertFalse([line for line in summary if line.startswith("gpu-check: FAIL: ncu")], summary)
+            self.assertIn("gpu-check: PASS: own kernels under the CPU emulation ([  PASSED  ] 25 tests.)",
+                          summary)
+            for name in tools:
+                self.assertEqual(lines_of(os.path.join(tmp, name + ".calls")), ["called"], name)
+
     def test_a_sanitizer_stopped_or_failing_says_why_in_its_goal_line(self):
         # A stand-in compute-sanitizer: memcheck finds errors (exit 9 and its summary line), the
         # racecheck run ends as a command stopped at its time limit ends (exit 124, no summary),
@@ -262,26 +378,35 @@ class Verdicts(unittest.TestCase):
         # fit; the whole collectives' slope is a figure, and the three ways are logged side by side.
         fake = (
             "#!/usr/bin/python3\n"
-            "import json, os, sys\n"
-            "out = [x.split('=', 1)[1] for x in sys.argv if x.startswith('--benchmark_out=')][0]\n"
+            "import json, os, re, sys\n"
+            "arg = lambda key: [x.split('=', 1)[1] for x in sys.argv if x.startswith(key + '=')]\n"
+            "out = arg('--benchmark_out')[0]\n"
+            "# As allreduce_bench names its rows: 'chunk:N' only where several piece sizes are asked\n"
+            "# for; and only the rows --benchmark_filter matches (a regex search, as Google\n"
+            "# Benchmark's).\n"
+            "asked = arg('--chunk-bytes')[0].split(',') if arg('--chunk-bytes') else ['auto']\n"
+            "chunks = [-1 if c == 'auto' else int(c) for c in asked]\n"
+            "named = lambda chunk: f'/chunk:{chunk}' if len(chunks) > 1 else ''\n"
+            "keep = re.compile(arg('--benchmark_filter')[0] if arg('--benchmark_filter') else '.')\n"
             "mode = os.environ.get('PARALAB_STEP_MOVES', 'auto')\n"
             "whole, collectives = mode != 'per_rank', mode not in ('per_rank', 'whole_steps')\n"
-            "rows = [{'name': f'memcpy/devices:2/bytes:{b}/real_time', 'real_time': 20.0}\n"
+            "rows = [{'name': f'memcpy/devices:2/bytes:{b}/iterations:1/manual_time', 'real_time': 20.0}\n"
             "        for b in (516272, 16777216, 67108864)]\n"
             "for k in (2, 4, 8):\n"
-            "    for chunk in (-1, 0, 1048576, 262144, 65536):\n"
+            "    for chunk in chunks:\n"
             "        used = max(chunk, 0)\n"
             "        msgs = 2 * (k - 1) * (1 if used == 0 else -(-(16777216 // k) // used))\n"
             "        us = 100.0 if collectives else 100.0 + 1.5 * 2 * (k - 1) if whole else \\\n"
             "            100.0 + (7.0 if k == 8 else 4.0) * msgs\n"
-            "        rows.append({'name': f'allreduce/ring/devices:{k}/bytes:16777216/chunk:{chunk}/real_time',\n"
+            "        rows.append({'name': f'allreduce/ring/devices:{k}/bytes:16777216{named(chunk)}/iterations:1/manual_time',\n"
             "                     'real_time': us, 'chunk_bytes': used, 'whole_steps': int(whole),\n"
             "                     'whole_collectives': int(collectives)})\n"
             "        if chunk >= 0:  # the tree: 0.5 us a step of its schedule, 2 (pieces + depth - 1)\n"
             "            steps = 2 * ((1 if used == 0 else 16777216 // used) + {2: 1, 4: 2, 8: 3}[k] - 1)\n"
-            "            rows.append({'name': f'allreduce/tree/devices:{k}/bytes:16777216/chunk:{chunk}/real_time',\n"
+            "            rows.append({'name': f'allreduce/tree/devices:{k}/bytes:16777216{named(chunk)}/iterations:1/manual_time',\n"
             "                         'real_time': 50.0 + 0.5 * steps, 'chunk_bytes': used,\n"
             "                         'whole_steps': int(whole), 'whole_collectives': int(collectives)})\n"
+            "rows = [r for r in rows if keep.search(r['name'])]\n"
             "json.dump({'benchmarks': rows}, open(out, 'w'))\n")
         with tempfile.TemporaryDirectory() as tmp:
             summary, _ = run_stand_in(tmp, ["collectives"], allreduce_bench=fake)
