@@ -787,9 +787,16 @@ for r in runs:
         continue
     same = json.dumps({k: v for k, v in o.items() if k != "read_back"}, sort_keys=True)
     key = (name(c["strategy"], o), c["devices"], same)
-    (epoch if o.get("read_back") == "epoch" else step)[key] = r["timing"]["median_iteration_ms"]
+    # layer_split's "auto" split is profiled in each run: two runs may have chosen different ones.
+    split = (r.get("strategy_report") or {}).get("split")
+    (epoch if o.get("read_back") == "epoch" else step)[key] = (
+        r["timing"]["median_iteration_ms"], split)
 for key in sorted(set(step) & set(epoch)):
-    s, e = step[key], epoch[key]
+    (s, s_split), (e, e_split) = step[key], epoch[key]
+    if s_split != e_split:
+        print(f"NOTE: {key[0]} x{key[1]}: read per step and read once per epoch not compared: "
+              f"their profiles chose different splits ({s_split} and {e_split})")
+        continue
     print(f"NOTE: {key[0]} x{key[1]}: step {s:.3f} ms read per step, {e:.3f} ms "
           f"read once per epoch ({100 * (1 - e / s):.1f} % less)")
 PY

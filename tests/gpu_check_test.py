@@ -558,7 +558,15 @@ class Verdicts(unittest.TestCase):
             "    runs.append({'status': 'ok', 'label': 'layer_split ' + rb, 'iterations': [],\n"
             "                 'config': {'strategy': 'layer_split', 'devices': 2,\n"
             "                            'options': {'microbatches': 8, 'cuda_graphs': True, 'read_back': rb}},\n"
-            "                 'timing': {'median_iteration_ms': ms, 'per_device': None}})\n"
+            "                 'timing': {'median_iteration_ms': ms, 'per_device': None},\n"
+            "                 'strategy_report': {'split': [2]}})\n"
+            # ... and on 3 devices, where the two profiles chose different splits: not compared.
+            "for rb, split in (('step', [1, 2]), ('epoch', [2, 3])):\n"
+            "    runs.append({'status': 'ok', 'label': 'layer_split x3 ' + rb, 'iterations': [],\n"
+            "                 'config': {'strategy': 'layer_split', 'devices': 3,\n"
+            "                            'options': {'microbatches': 8, 'cuda_graphs': True, 'read_back': rb}},\n"
+            "                 'timing': {'median_iteration_ms': 2.0, 'per_device': None},\n"
+            "                 'strategy_report': {'split': split}})\n"
             "runs.append({'status': 'ok', 'label': 'channel_split read once', 'iterations': [],\n"
             "             'config': {'strategy': 'channel_split', 'devices': 4,\n"
             "                        'options': {'pairing': 'none', 'cuda_graphs': True, 'read_back': 'epoch'}},\n"
@@ -585,6 +593,8 @@ class Verdicts(unittest.TestCase):
             self.assertIn("gpu-check: NOTE: layer_split m8 x2: step 2.000 ms read per step, 1.500 ms "
                           "read once per epoch (25.0 % less)", summary)
             self.assertEqual(len([line for line in summary if "read once per epoch (" in line]), 2, summary)
+            self.assertIn("gpu-check: NOTE: layer_split m8 x3: read per step and read once per epoch not "
+                          "compared: their profiles chose different splits ([1, 2] and [2, 3])", summary)
             # Asked per rank and with the queues set from the start: nothing to run again.
             os.environ.update(PARALAB_STEP_MOVES="per_rank", CUDA_DEVICE_MAX_CONNECTIONS="16")
             try:
