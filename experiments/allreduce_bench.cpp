@@ -474,7 +474,10 @@ void run_memcpy(benchmark::State& state) {
   set_counters(state, 2, static_cast<double>(bufs[0].bytes()), 1.0, "memcpy");
 }
 
-// LeNet's 8 gradient tensors as 8 allreduces, against one flat 516,272-byte buffer.
+// LeNet's 8 gradient tensors as 8 allreduces, against one flat 516,272-byte buffer. Checked like
+// the flat rows, eagerly and replayed, on exact data over the whole buffer: each tensor's
+// allreduce sums its own values, so the buffer must hold the flat allreduce's result (views of
+// 10 and 128 floats on 8 ranks leave some ranks empty segments).
 void run_lenet_per_tensor(benchmark::State& state, const std::string& algorithm) {
   const int k = static_cast<int>(state.range(0));
   BenchGroup& g = group(k);
@@ -482,14 +485,26 @@ void run_lenet_per_tensor(benchmark::State& state, const std::string& algorithm)
   ar->prepare(g.ptrs);
   std::vector<Tensor> bufs(k);
   g.run([&](int r, Transport&) { bufs[r] = Tensor::zeros(g.device(r), {kLeNetParameters}); });
+  const auto per_tensor = [&](int r, Transport& t) {
+    for (const auto& p : lenet_layout()) {
+      Tensor v = bufs[r].view(p.offset, {shape_numel(p.shape)});
+      ar->run(t, v);
+    }
+  };
+  // Exact data in, one run (eager, or the captured one), checked, zeros again.
+  const auto checked = [&](const std::function<void(int, Transport&)>& run) {
+    std::vector<std::string> errors(k);
+    g.run([&](int r, Transport& t) {
+      bufs[r].copy_from_host(exact_input(kLeNetParameters, r));
+      run(r, t);
+      errors[r] = verify(Op::Allreduce, k, r, bufs[r].to_host_f32());
+      g.device(r).fill_zero(bufs[r].raw(), bufs[r].bytes());
+    });
+    return first_error(errors);
+  };
+  if (failed(state, checked(per_tensor))) return;
   time_ranks(
-      state, g, [](int) {},
-      [&](int r, Transport& t) {
-        for (const auto& p : lenet_layout()) {
-          Tensor v = bufs[r].view(p.offset, {shape_numel(p.shape)});
-          ar->run(t, v);
-        }
-      });
+      state, g, [](int) {}, per_tensor, [&](const Replay& replay) { return checked(replay); });
   set_counters(state, k, kLeNetParameters * 4.0, bus_factor(Op::Allreduce, k),
                algorithm + " per_tensor (8 allreduces)");
 }
