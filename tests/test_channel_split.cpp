@@ -138,8 +138,9 @@ TEST(ChannelSplit, CudaReadBackEpochGivesTheBitsOfStepsReadOneByOne) {
   if (const std::string why = backend_unavailable("cuda"); !why.empty())
     GTEST_SKIP() << "cuda: " << why;
   for (const char* pairing : {"none", "megatron"})
-    EXPECT_TRUE(cuda_read_once_matches_read_per_step("channel_split", 2, {{"pairing", pairing}}))
-        << pairing;
+    for (int k : {2, 4})
+      EXPECT_TRUE(cuda_read_once_matches_read_per_step("channel_split", k, {{"pairing", pairing}}))
+          << pairing << " k=" << k;
 }
 
 TEST(ChannelSplit, AFailedGroupCaptureRunsTheStepsEagerly) {

@@ -474,6 +474,9 @@ TEST(DataParallel, CudaReadBackEpochGivesTheBitsOfStepsReadOneByOne) {
   for (int k : {2, 4})
     EXPECT_TRUE(cuda_read_once_matches_read_per_step("data_parallel", k, {{"allreduce", "ring"}}))
         << "k=" << k;
+  // With overlap: the buckets' allreduces queued from the communication threads, in the graph.
+  EXPECT_TRUE(cuda_read_once_matches_read_per_step(
+      "data_parallel", 2, {{"allreduce", "tree"}, {"overlap", true}, {"grouping", "per_tensor"}}));
 }
 
 // On a GPU: one graph over 2 (or 4) virtual devices computes the eager steps to the bit.
