@@ -8,6 +8,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <deque>
@@ -77,11 +78,13 @@ class FakeNcclPointToPoint final : public NativePointToPoint {
       if (static_cast<int64_t>(offer->data.size()) != buf->numel()) throw Error("size mismatch");
       buf->copy_from_host(offer->data);
       offer->taken = true;
+      wire_.cv.notify_all();  // its sender may be waiting for it while this group waits on
     }
     wire_.cv.notify_all();
     for (auto& offer : mine)
       if (!wire_.cv.wait_for(lock, wire_.patience, [&] { return offer->taken; }))
         throw Error("rank " + std::to_string(rank_) + ": deadlock, a send never received");
+    largest_group = std::max(largest_group, static_cast<int>(sends_.size() + recvs_.size()));
     sends_.clear();
     recvs_.clear();
     in_group_ = false;
@@ -110,6 +113,7 @@ class FakeNcclPointToPoint final : public NativePointToPoint {
     buf.copy_from_host(sum);
   }
   int groups = 0;
+  int largest_group = 0;  // the most operations one group held
   int allreduces = 0;
 
  private:

@@ -544,7 +544,7 @@ TEST(AutoChunk, OneMessagePerRingStepOnOneGpu) {
 std::vector<std::vector<float>> allreduce_over_fake_nccl(
     const std::string& algorithm, int k, int64_t n,
     const std::function<std::vector<float>(int)>& input, int64_t chunk,
-    std::vector<int>* groups = nullptr) {
+    std::vector<int>* groups = nullptr, std::vector<int>* largest = nullptr) {
   auto devices = make_devices("cpu", k, {});
   std::vector<Device*> ptrs;
   for (auto& d : devices) ptrs.push_back(d.get());
@@ -552,6 +552,7 @@ std::vector<std::vector<float>> allreduce_over_fake_nccl(
   RankGroup threads(ptrs);
   std::vector<std::vector<float>> got(static_cast<std::size_t>(k));
   if (groups) groups->assign(static_cast<std::size_t>(k), 0);
+  if (largest) largest->assign(static_cast<std::size_t>(k), 0);
   auto ar = make_allreduce(algorithm, {chunk});
   threads.run([&](int r) {
     auto fake = std::make_unique<FakeNcclPointToPoint>(wire, r, k);
@@ -561,6 +562,7 @@ std::vector<std::vector<float>> allreduce_over_fake_nccl(
     ar->run(*t, buf);
     got[r] = buf.to_host_f32();
     if (groups) (*groups)[r] = counted->groups;
+    if (largest) (*largest)[r] = counted->largest_group;
   });
   return got;
 }
@@ -586,10 +588,11 @@ TEST(PointToPoint, GroupedSendsRunEveryCollectiveWithTheSameBits) {
 // Over NCCL's point-to-point a collective step is one group, however its messages are cut: a
 // ring's 2(k-1) steps are 2(k-1) groups per rank with pieces of 16 bytes as whole; naive's rank
 // 0 takes k groups (k-1 gathers, one broadcast), every other rank two. The bits are the
-// in-process transport's.
+// in-process transport's. (Segments of 101 and 100 floats: 26 and 25 pieces, a step of 52
+// operations at most, within the bound below.)
 TEST(PointToPoint, AStepIsOneGroupHoweverItIsCut) {
   const int k = 3;
-  const int64_t n = 1001;
+  const int64_t n = 301;
   for (const std::string algorithm : {"ring", "naive"})
     for (int64_t chunk : {int64_t{0}, int64_t{16}}) {
       auto input = [&](int r) { return random_data(n, 60 + r); };
@@ -600,6 +603,34 @@ TEST(PointToPoint, AStepIsOneGroupHoweverItIsCut) {
       for (int r = 0; r < k; ++r) {
         const int expect = algorithm == "ring" ? 2 * (k - 1) : (r == 0 ? k : 2);
         EXPECT_EQ(groups[r], expect) << algorithm << " chunk " << chunk << " rank " << r;
+      }
+    }
+}
+
+// A step of more than 128 operations is not one group (NCCL would cut it into launches by each
+// rank's own list): each receive goes with one send. n = 769 on 3 ranks in 16-byte pieces gives
+// segments of 257, 256 and 256 floats, 65, 64 and 64 pieces, so steps of 129 and 128 operations:
+// ranks on either side of the bound in one step, without a deadlock (the fake NCCL reports one),
+// to the in-process transport's bits; and at 1001 floats (84 pieces a segment) every step. The
+// tree and naive too, whose ranks take different numbers of operations in a step (a parent
+// receives from two children: at 300 floats, 75 pieces a child, 150 receives beside its own 75
+// sends, while a leaf's step holds 75).
+TEST(PointToPoint, AStepOfMoreThan128OperationsGoesAPieceAtATime) {
+  const int k = 3;
+  for (const std::string algorithm : {"ring", "tree", "naive"})
+    for (const int64_t n : {int64_t{300}, int64_t{769}, int64_t{1001}}) {
+      const std::string what = algorithm + " n " + std::to_string(n);
+      auto input = [&](int r) { return random_data(n, 70 + r); };
+      const auto want = allreduce_all(algorithm, k, n, input, 16);
+      std::vector<int> groups, largest;
+      std::vector<std::vector<float>> got;
+      ASSERT_NO_THROW(got = allreduce_over_fake_nccl(algorithm, k, n, input, 16, &groups, &largest))
+          << what;
+      EXPECT_EQ(got, want) << what;
+      for (int r = 0; r < k; ++r) {
+        EXPECT_LE(largest[r], 128) << what << " rank " << r;
+        if (algorithm == "ring" && n > 300)
+          EXPECT_GT(groups[r], 2 * (k - 1)) << what << " rank " << r;
       }
     }
 }

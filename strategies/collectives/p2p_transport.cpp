@@ -86,8 +86,25 @@ class PointToPointTransport final : public Transport {
   // children, is one group launch instead of one per piece or child. Every rank groups its own
   // step, so each send still meets its receive. Adds follow the group on the stream, in the
   // receives' order, from slices of one scratch buffer.
+  //
+  // Up to kMaxStepGroupOps operations (in every group this transport makes): NCCL cuts a group too
+  // large for one launch into several, each rank by its own list, and a send may then sit in a
+  // later launch than its receive on the peer (a hang; frameworks cap their batched point-to-point
+  // groups for it, and NCCL's guides up to 2.11 state a limit of 2,048 operations a group). A
+  // larger step (a ring step of a large message in 256 KiB pieces) goes as the base transport moves
+  // it: each receive in a group with one send, the pieces in order. Ranks on either side of the
+  // bound still meet: a send's group only waits for receives its peers have posted or will post in
+  // order.
+  static constexpr std::size_t kMaxStepGroupOps = 128;
   void step(std::span<const StepSend> sends, std::span<const StepReceive> receives) override {
     if (sends.empty() && receives.empty()) return;  // nothing of this rank's in the step
+    std::size_t ops = pending_.size();
+    for (const StepSend& s : sends) ops += s.buf.numel() ? 1 : 0;
+    for (const StepReceive& r : receives) ops += r.buf.numel() ? 1 : 0;
+    if (ops > kMaxStepGroupOps) {
+      Transport::step(sends, receives);
+      return;
+    }
     int64_t scratch_floats = 0;
     for (const StepReceive& r : receives) {
       check_peer(r.peer);
@@ -137,18 +154,28 @@ class PointToPointTransport final : public Transport {
   // A pipeline's stage (recv_after_sends) may hold several sends before a receive: after two
   // forwards, two activations, which its peer needs both of before it sends the gradient the
   // stage waits for; they all go with that receive (GroupScope ends the group on a failure too).
+  // More than kMaxStepGroupOps sends (a tree's leaf with a large message in pieces) go first, in
+  // groups of that many, oldest first: their receiver takes them in order, so no group waits for
+  // one after it.
   void group(Tensor* into, int peer, std::size_t sends) {
     if (into) check_peer(peer);
     sends = std::min(sends, pending_.size());
-    GroupScope scope(*p2p_);
-    for (std::size_t i = 0; i < sends; ++i) {
-      PendingSend& s = *pending_[i];
-      if (s.buf.numel()) p2p_->send(s.buf, s.peer);
-      s.issued = true;
+    while (true) {
+      const std::size_t room = kMaxStepGroupOps - (into && into->numel() ? 1 : 0);
+      const std::size_t now = std::min(sends, room);
+      const bool last = now == sends;
+      GroupScope scope(*p2p_);
+      for (std::size_t i = 0; i < now; ++i) {
+        PendingSend& s = *pending_[i];
+        if (s.buf.numel()) p2p_->send(s.buf, s.peer);
+        s.issued = true;
+      }
+      pending_.erase(pending_.begin(), pending_.begin() + static_cast<std::ptrdiff_t>(now));
+      sends -= now;
+      if (last && into && into->numel()) p2p_->recv(*into, peer);
+      scope.end();
+      if (last) return;
     }
-    pending_.erase(pending_.begin(), pending_.begin() + static_cast<std::ptrdiff_t>(sends));
-    if (into && into->numel()) p2p_->recv(*into, peer);
-    scope.end();
   }
 
   Device& device_;
