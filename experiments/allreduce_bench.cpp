@@ -259,6 +259,22 @@ std::string check(Op op, Allreduce* ar, BenchGroup& g, int64_t n, int64_t chunk_
   return first_error(errors);
 }
 
+// Exact data into every rank's buffer (bufs[r], on rank r's device), `run` once (the collective
+// eagerly, or its captured replay), each rank's result checked as `op`'s over the whole buffer,
+// and the buffers zeroed again for timing.
+std::string check_in_place(Op op, BenchGroup& g, std::vector<Tensor>& bufs,
+                           const std::function<void(int, Transport&)>& run) {
+  std::vector<std::string> errors(static_cast<std::size_t>(g.size));
+  g.run([&](int r, Transport& t) {
+    const int64_t n = bufs[r].numel();
+    bufs[r].copy_from_host(exact_input(n, r));
+    run(r, t);
+    errors[r] = verify(op, g.size, r, bufs[r].to_host_f32());
+    g.device(r).fill_zero(bufs[r].raw(), bufs[r].bytes());
+  });
+  return first_error(errors);
+}
+
 // Skips the benchmark, marking the run failed, when `error` is not empty.
 bool failed(benchmark::State& state, const std::string& error) {
   if (error.empty()) return false;
@@ -403,16 +419,7 @@ void run_collective(benchmark::State& state, Op op, const std::string& algorithm
   const auto bounds = equal_segments(n, k);
   g.run([&](int r, Transport&) { bufs[r] = Tensor::zeros(g.device(r), {n}); });
   // The captured collective on exact data, checked like the eager one; then zeros again.
-  auto check_replay = [&](const Replay& replay) {
-    std::vector<std::string> errors(k);
-    g.run([&](int r, Transport& t) {
-      bufs[r].copy_from_host(exact_input(n, r));
-      replay(r, t);
-      errors[r] = verify(op, k, r, bufs[r].to_host_f32());
-      g.device(r).fill_zero(bufs[r].raw(), bufs[r].bytes());
-    });
-    return first_error(errors);
-  };
+  auto check_replay = [&](const Replay& replay) { return check_in_place(op, g, bufs, replay); };
   time_ranks(
       state, g, [](int) {},
       [&](int r, Transport& t) {
@@ -491,20 +498,10 @@ void run_lenet_per_tensor(benchmark::State& state, const std::string& algorithm)
       ar->run(t, v);
     }
   };
-  // Exact data in, one run (eager, or the captured one), checked, zeros again.
-  const auto checked = [&](const std::function<void(int, Transport&)>& run) {
-    std::vector<std::string> errors(k);
-    g.run([&](int r, Transport& t) {
-      bufs[r].copy_from_host(exact_input(kLeNetParameters, r));
-      run(r, t);
-      errors[r] = verify(Op::Allreduce, k, r, bufs[r].to_host_f32());
-      g.device(r).fill_zero(bufs[r].raw(), bufs[r].bytes());
-    });
-    return first_error(errors);
-  };
-  if (failed(state, checked(per_tensor))) return;
+  if (failed(state, check_in_place(Op::Allreduce, g, bufs, per_tensor))) return;
   time_ranks(
-      state, g, [](int) {}, per_tensor, [&](const Replay& replay) { return checked(replay); });
+      state, g, [](int) {}, per_tensor,
+      [&](const Replay& replay) { return check_in_place(Op::Allreduce, g, bufs, replay); });
   set_counters(state, k, kLeNetParameters * 4.0, bus_factor(Op::Allreduce, k),
                algorithm + " per_tensor (8 allreduces)");
 }
