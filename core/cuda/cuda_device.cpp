@@ -508,8 +508,7 @@ void CudaDevice::restore(CaptureHold hold) noexcept {
 void CudaDevice::cancel_capture() noexcept {
   capturing_ = false;
   allocator_->abort_capture();
-  std::lock_guard lock(capture_marks_mu_);
-  capture_marks_.clear();
+  (void)take_capture_marks();
 }
 
 std::unique_ptr<CapturedWork> CudaDevice::end_capture() {
@@ -547,10 +546,7 @@ std::unique_ptr<CapturedWork> CudaDevice::end_capture() {
 void CudaDevice::abort_capture() noexcept {
   capturing_ = false;
   allocator_->abort_capture();
-  {
-    std::lock_guard lock(capture_marks_mu_);
-    capture_marks_.clear();
-  }
+  (void)take_capture_marks();
   cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
   if (cudaStreamIsCapturing(stream_, &status) != cudaSuccess ||
       status == cudaStreamCaptureStatusNone)
