@@ -15,6 +15,9 @@
 
 #include "core/cuda/cublas_api.h"
 #endif
+#if PARALAB_HAVE_CPU
+#include "core/cpu/onednn_impls.h"
+#endif
 #include "core/device.h"
 #include "core/error.h"
 #include "core/lenet.h"
@@ -459,6 +462,20 @@ TEST(CpuBackend, LinearWithReluIsTheTwoOpsBitForBit) {
   EXPECT_EQ(dw1.to_host_f32(), dw2.to_host_f32());
   EXPECT_EQ(db1.to_host_f32(), db2.to_host_f32());
 }
+
+#if PARALAB_HAVE_CPU
+// The convolution implementations the CPU backend does not use on oneDNN 3.x
+// (core/cpu/onednn_impls.h): the direct JIT ones, told apart by name from every other kind.
+TEST(CpuBackend, DirectJitConvolutionsAreToldApartByName) {
+  for (const char* impl : {"jit:avx512_core", "jit:avx2", "jit:sse41", "jit:avx512_core_bf16"})
+    EXPECT_TRUE(cpu::onednn::is_direct_jit_conv(impl)) << impl;
+  for (const char* impl :
+       {"brgconv:avx512_core", "brg_conv_bwd:avx2+brg_conv_fwd:avx2", "brgconv_strided:avx2",
+        "brg:avx512_core", "jit_1x1:avx512_core", "jit_dw:avx2", "jit_uni:avx2", "x64:gemm:jit",
+        "gemm:jit", "ref:any", ""})
+    EXPECT_FALSE(cpu::onednn::is_direct_jit_conv(impl)) << impl;
+}
+#endif
 
 TEST_P(Backend, SoftmaxXentMatchesReference) {
   const int N = 9, classes = 10;

@@ -6,6 +6,14 @@
 // two reorders per stage and lets pooling use its vectorised kernels (on NCHW it is several
 // times slower).
 // Primitives, reorders and buffers are made once per input shape.
+//
+// From oneDNN 3.7 on the ReLU is a pass of its own over the activation instead: Debian 13's
+// oneDNN 3.7.2 runs the convolution it picks there for LeNet's conv2 (brg_conv_fwd) with the ReLU
+// post-op racily: two threads running it at once, as two CPU devices do, gave other bits than a
+// run alone in 7 of 20 tries at 1 OpenMP thread each, and none without the post-op (an AVX-512
+// AMD EPYC VM). The pass computes max(v, 0) of each biased sum, as the CPU's ReLU op does; it
+// costs one more read and write of the activation.
+#include <algorithm>
 #include <map>
 #include <tuple>
 
@@ -20,6 +28,9 @@ namespace {
 
 using dnnl::memory;
 using Key = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t>;
+
+// Whether the ReLU is the convolution's post-op, or a pass of its own (oneDNN 3.7 on; above).
+constexpr bool kReluPostOp = !onednn::kOneDnn37;
 
 struct StagePlan {
   Primitive conv;
@@ -59,6 +70,7 @@ class CpuConvReluPool final : public ConvReluPool {
                          {DNNL_ARG_WEIGHTS, p.f_w.in(w.raw())},
                          {DNNL_ARG_BIAS, p.bias},
                          {DNNL_ARG_DST, p.act}});
+      if (!kReluPostOp) relu_in_place(p);
       p.pool.execute(s, {{DNNL_ARG_SRC, p.act}, {DNNL_ARG_DST, p.f_y.out(y.raw())}});
       p.f_y.finish();
     });
@@ -125,6 +137,15 @@ class CpuConvReluPool final : public ConvReluPool {
     }
   }
 
+  // act = max(act, 0) over the whole buffer (the ReLU without the post-op; padded channels hold
+  // 0 and stay 0).
+  static void relu_in_place(StagePlan& p) {
+    auto* a = static_cast<float*>(p.act.get_data_handle());
+    const auto n = static_cast<int64_t>(p.act.get_desc().get_size() / sizeof(float));
+#pragma omp parallel for simd schedule(static)
+    for (int64_t i = 0; i < n; ++i) a[i] = std::max(a[i], 0.0f);
+  }
+
   // d_act = act > 0 ? d_act : 0 over the whole blocked buffer; padded channels hold 0 in act
   // (oneDNN zero-fills padding), so their gradient is 0 too.
   static void relu_backward_in_place(StagePlan& p) {
@@ -163,10 +184,12 @@ class CpuConvReluPool final : public ConvReluPool {
     StagePlan p;
     PARALAB_DNNL("conv_relu_pool plan", {
       auto& eng = device_.engine();
-      dnnl::post_ops relu;
-      onednn::append_relu(relu);
       dnnl::primitive_attr attr;
-      attr.set_post_ops(relu);
+      if (kReluPostOp) {
+        dnnl::post_ops relu;
+        onednn::append_relu(relu);
+        attr.set_post_ops(relu);
+      }
       const auto conv_pd =
           onednn::conv_forward(eng, act_md(src), any(wei), plain_desc(bias), act_md(act), strides,
                                pad, pad, own_scratchpad(attr));

@@ -6,16 +6,41 @@
 // pooling a dilation and drops eltwise post-ops' scale. Each function here makes one descriptor
 // with either, from the same arguments, so the rest of the backend is written once. The
 // arithmetic asked for is the same; which implementation oneDNN dispatches to is its own choice
-// in either version (tests hold every op to the double-precision reference, whichever).
+// in either version (tests hold every op to the double-precision reference, whichever), except
+// that from 3.7 on the convolutions' forward and backward-data passes skip the direct JIT
+// implementations (onednn_impls.h says why).
 #pragma once
 
 #include <dnnl_version.h>
 
 #include <dnnl.hpp>
+#include <string>
+
+#include "core/cpu/onednn_impls.h"
+#include "core/error.h"
 
 namespace paralab::cpu::onednn {
 
 using dnnl::memory;
+
+// oneDNN 3.7 or later (Debian 13 has 3.7.2), where the CPU backend works around what that
+// version computes wrong (onednn_impls.h; conv_relu_pool.cpp, cpu_device.cpp). Ubuntu 24.04's
+// 3.1 and the 2.x releases pass every test as oneDNN dispatches by itself.
+inline constexpr bool kOneDnn37 = DNNL_VERSION_MAJOR > 3 ||
+                                  (DNNL_VERSION_MAJOR == 3 && DNNL_VERSION_MINOR >= 7);
+
+// `pd` moved on to oneDNN's next implementation of the same problem while its own is a direct
+// JIT convolution, from oneDNN 3.7 on (onednn_impls.h); unchanged before. The reference
+// implementation is always among the candidates, so one is found.
+template <typename PrimitiveDesc>
+PrimitiveDesc without_direct_jit(PrimitiveDesc pd, const char* what) {
+  if (!kOneDnn37) return pd;
+  while (is_direct_jit_conv(pd.impl_info_str()))
+    if (!pd.next_impl())
+      throw Error(std::string(what) + ": oneDNN offers no implementation but " +
+                  pd.impl_info_str() + ", which the CPU backend does not use from oneDNN 3.7 on");
+  return pd;
+}
 
 inline dnnl::convolution_forward::primitive_desc conv_forward(
     const dnnl::engine& eng, const memory::desc& src, const memory::desc& weights,
@@ -24,7 +49,10 @@ inline dnnl::convolution_forward::primitive_desc conv_forward(
   constexpr auto prop = dnnl::prop_kind::forward_training;
   constexpr auto alg = dnnl::algorithm::convolution_direct;
 #if DNNL_VERSION_MAJOR >= 3
-  return {eng, prop, alg, src, weights, bias, dst, strides, pad_l, pad_r, attr};
+  return without_direct_jit(
+      dnnl::convolution_forward::primitive_desc(eng, prop, alg, src, weights, bias, dst, strides,
+                                                pad_l, pad_r, attr),
+      "convolution forward");
 #else
   return {
       dnnl::convolution_forward::desc(prop, alg, src, weights, bias, dst, strides, pad_l, pad_r),
@@ -54,7 +82,10 @@ inline dnnl::convolution_backward_data::primitive_desc conv_backward_data(
     const dnnl::primitive_attr& attr) {
   constexpr auto alg = dnnl::algorithm::convolution_direct;
 #if DNNL_VERSION_MAJOR >= 3
-  return {eng, alg, diff_src, weights, diff_dst, strides, pad_l, pad_r, hint, attr};
+  return without_direct_jit(
+      dnnl::convolution_backward_data::primitive_desc(eng, alg, diff_src, weights, diff_dst,
+                                                      strides, pad_l, pad_r, hint, attr),
+      "convolution backward data");
 #else
   return {dnnl::convolution_backward_data::desc(alg, diff_src, weights, diff_dst, strides, pad_l,
                                                 pad_r),
