@@ -11,9 +11,9 @@
 // LeNet's conv2 (20 -> 50 channels, 5x5) and of 40- and 70-channel inputs, by up to 28 on values
 // of order 1. With 2 threads the same problems are sometimes right, and data_parallel's tests
 // crashed inside them. Its brgemm, gemm and reference implementations of the same problems, and
-// its direct JIT backward weights, agree with the reference. oneDNN 2.6 (Debian 12) and 3.1
-// (Ubuntu 24.04) pick the same direct JIT kernels on the same VM and compute them right, so
-// they keep them.
+// its direct JIT backward weights, agree with the reference. On the same VM oneDNN 2.6 (Debian
+// 12) picks the same direct JIT kernel for backward data and computes it right, and with 3.1
+// (Ubuntu 24.04) every test passes; both keep these kernels.
 #pragma once
 
 #include <string_view>
