@@ -464,7 +464,7 @@ TEST(CpuBackend, LinearWithReluIsTheTwoOpsBitForBit) {
 }
 
 #if PARALAB_HAVE_CPU
-// The convolution implementations the CPU backend does not use on oneDNN 3.x
+// The convolution implementations the CPU backend does not use from oneDNN 3.7 on
 // (core/cpu/onednn_impls.h): the direct JIT ones, told apart by name from every other kind.
 TEST(CpuBackend, DirectJitConvolutionsAreToldApartByName) {
   for (const char* impl : {"jit:avx512_core", "jit:avx2", "jit:sse41", "jit:avx512_core_bf16"})

@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "core/cpu/cpu_ops.h"
+#include "core/cpu/onednn_api.h"
 #include "core/error.h"
 
 namespace paralab::cpu {
@@ -25,8 +26,7 @@ const bool g_isa_limit_passed_on = [] {
 }();
 #endif
 
-#if DNNL_VERSION_MAJOR > 3 || (DNNL_VERSION_MAJOR == 3 && DNNL_VERSION_MINOR >= 7)
-// oneDNN 3.7 and later (onednn_api.h's kOneDnn37) are held to AVX2 unless ONEDNN_MAX_CPU_ISA
+// oneDNN 3.7 and later (onednn::kOneDnn37) are held to AVX2 unless ONEDNN_MAX_CPU_ISA
 // (or DNNL_MAX_CPU_ISA) names a limit itself; ONEDNN_MAX_CPU_ISA=DEFAULT gives oneDNN its own
 // choice back. With Debian 13's 3.7.2 on an AVX-512 AMD EPYC VM, training on its AVX-512
 // kernels gave other bits from run to run, and other losses already at the first step (57.48
@@ -36,7 +36,8 @@ const bool g_isa_limit_passed_on = [] {
 // Results record the instruction set used (environment.onednn_cpu_isa). Set before main(), so
 // before oneDNN makes any kernel.
 [[maybe_unused]] const bool g_held_to_avx2 = [] {
-  if (std::getenv("ONEDNN_MAX_CPU_ISA") || std::getenv("DNNL_MAX_CPU_ISA")) return false;
+  if (!onednn::kOneDnn37 || std::getenv("ONEDNN_MAX_CPU_ISA") || std::getenv("DNNL_MAX_CPU_ISA"))
+    return false;
   try {
     dnnl::set_max_cpu_isa(dnnl::cpu_isa::avx2);
     return true;
@@ -44,7 +45,6 @@ const bool g_isa_limit_passed_on = [] {
     return false;
   }
 }();
-#endif
 }  // namespace
 
 CpuDevice::CpuDevice(int ordinal, int threads) : ordinal_(ordinal), threads_(threads) {
