@@ -77,6 +77,17 @@ class LinearThenRelu final : public Linear {
 
 }  // namespace
 
+void Ops::set_scalars(Tensor& t, std::span<const float> values) {
+  PARALAB_REQUIRE(t.dtype() == DType::F32 && t.numel() == static_cast<int64_t>(values.size()) &&
+                      !values.empty() && values.size() <= kMaxScalars,
+                  "set_scalars: " + std::to_string(values.size()) + " values (1 to " +
+                      std::to_string(kMaxScalars) + ") for a tensor " + shape_string(t.shape()));
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    Tensor one = t.view(static_cast<int64_t>(i), {1});
+    set_scalar(one, values[i]);
+  }
+}
+
 std::unique_ptr<Linear> Ops::make_linear_relu() {
   return std::make_unique<LinearThenRelu>(make_linear(), make_relu());
 }

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <span>
 #include <string>
 
 #include "core/tensor.h"
@@ -258,6 +259,11 @@ class Ops {
   virtual void sgd(Tensor& params, const Tensor& grads, const Tensor& step) = 0;
   // t (one float on this device) = value, queued like other work: no host synchronisation.
   virtual void set_scalar(Tensor& t, float value) = 0;
+  // t (values.size() floats on this device) = values, queued like other work: the SGD steps of a
+  // graph that holds several training steps, set before each launch. This default sets them one
+  // by one (set_scalar on each float); CUDA sets up to kMaxScalars in one kernel.
+  static constexpr std::size_t kMaxScalars = 64;
+  virtual void set_scalars(Tensor& t, std::span<const float> values);
   // dst += src, equal sizes (collectives' reduction).
   virtual void add_inplace(Tensor& dst, const Tensor& src) = 0;
   // Minibatch gather: for i in [0,count): x[i] = images[indices[offset+i]], y[i] = labels[...].

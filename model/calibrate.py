@@ -608,8 +608,13 @@ def is_gpu(kind):
 
 
 def _point(kind, source, label, config, measured, predicted, breakdown, held_out=True, note=""):
-    key = json.dumps({x: config.get(x) for x in ("backend", "strategy", "devices", "global_batch",
-                                                   "per_device_batch", "options")}, sort_keys=True)
+    keyed = {x: config.get(x) for x in ("backend", "strategy", "devices", "global_batch",
+                                        "per_device_batch", "options")}
+    # single's steps_per_launch (recorded since 2026-12-06) at its default is the same
+    # configuration as a run recorded before it.
+    if isinstance(keyed["options"], dict) and keyed["options"].get("steps_per_launch") == 1:
+        keyed["options"] = {k: v for k, v in keyed["options"].items() if k != "steps_per_launch"}
+    key = json.dumps(keyed, sort_keys=True)
     if config.get("backend") == "cuda":
         key += " sm_shares=%s" % [d.get("sm_share") for d in config.get("device_list") or []]
     strategy = config.get("strategy") or ""

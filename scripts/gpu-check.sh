@@ -393,11 +393,14 @@ done
 
 # Steps read once per epoch (read_back "epoch", the GPU's default) against after every step:
 # the same bits (epochs and final parameters), and the epoch not slower (within 2 %). 3 epochs
-# each, twice, alternating; epochs 2-3 timed.
+# each, twice, alternating; epochs 2-3 timed. Beside them, read once per epoch with 8 steps per
+# graph launch (single's steps_per_launch; issue 13: "several steps per graph launch if it
+# helps"): the same bits as one step per launch, and its epoch time for the choice of default.
 for rep in 1 2; do
   for rb in step epoch; do
     lenet "$work/rb-$rb-$rep.json" --set training.epochs=3 --set runs.0.read_back=$rb
   done
+  lenet "$work/spl-8-$rep.json" --set training.epochs=3 --set runs.0.steps_per_launch=8
 done
 detail=$(python3 - "$work" <<'PY' 2>&1
 import json, statistics, sys
@@ -417,6 +420,24 @@ sys.exit(0 if same and secs["epoch"] <= 1.02 * secs["step"] and mode == "epoch" 
 PY
 )
 goal "steps read once per epoch: same bits as per step, not slower" $? "$(tail -1 <<< "$detail")"
+detail=$(python3 - "$work" <<'PY' 2>&1
+import json, statistics, sys
+load = lambda name: [json.load(open(f"{sys.argv[1]}/{name}-{rep}.json"))["runs"][0] for rep in (1, 2)]
+one, eight = load("rb-epoch"), load("spl-8")
+keep = ("train_loss", "train_acc", "test_loss", "test_acc")
+bits = lambda r: ([{k: e[k] for k in keep} for e in r["epochs"]], r.get("parameters_digest"))
+same = all(bits(r) == bits(one[0]) for r in one + eight)
+secs = {n: statistics.median(e["seconds"] for r in rr for e in r["epochs"][1:])
+        for n, rr in (("one", one), ("eight", eight))}
+rep = eight[0].get("strategy_report") or {}
+print(f"same bits: {same}; epoch (train) median: 1 step per launch {secs['one'] * 1e3:.1f} ms, "
+      f"8 {secs['eight'] * 1e3:.1f} ms ({secs['one'] / secs['eight']:.3f}x); "
+      f"{rep.get('cuda_graph_replays')} launches of {rep.get('cuda_graph_steps_per_launch')} steps, "
+      f"{rep.get('cuda_graph_steps_run_eagerly')} held steps run eagerly")
+sys.exit(0 if same and rep.get("cuda_graph_steps_per_launch") == 8 else 1)
+PY
+)
+goal "8 steps per graph launch: same bits as 1" $? "$(tail -1 <<< "$detail")"
 }
 
 # The accuracy bar for seeds 0-4 (>= 0.82 within 10 epochs, >= 0.80 at the end), per kernel set:

@@ -29,6 +29,10 @@ struct QueuedStep {
   // in order, the loss in double, as a step read at once sums them).
   int64_t samples = 0;
   int stats = 1;
+  // How many training steps this queued work holds: more than 1 for a CUDA graph of several
+  // steps (single's steps_per_launch). Each then has `samples` examples and stats / steps slots
+  // of its own, in order, and a steps-th of the work's time (its steps are not timed apart).
+  int steps = 1;
   TimeMark start, end;  // the step's first and last work (end after its stats are copied)
   // Eager steps mark their phases: forward_end after the loss, backward_end after the
   // gradients, optimizer_end after the update. Without them (a graph replay) only the total
@@ -50,8 +54,9 @@ class DeferredSteps {
   DeferredSteps() = default;
 
   // Queues a copy of `stats` (two floats on the device: a loss sum and correct count, as
-  // SoftmaxXent writes them) into the next slot. Call after the step's work and before marking
-  // its end; the copy is ordered after the work on the device's queue.
+  // SoftmaxXent writes them; or 2 n floats, n such pairs in order) into the next slot (slots).
+  // Call after the step's work and before marking its end; the copy is ordered after the work
+  // on the device's queue.
   void save_stats(const Tensor& stats);
   // Notes the step whose step.stats slots were saved since the last one noted.
   void add(QueuedStep step);

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <chrono>
 #include <iterator>
+#include <string>
+#include <vector>
 
 #include "core/error.h"
 #include "core/model.h"
@@ -27,7 +29,8 @@ const char* read_back_name(ReadBack r) {
 
 class Single final : public Strategy {
  public:
-  Single(bool cuda_graphs, ReadBack read_back) : graphs_(cuda_graphs), read_back_(read_back) {}
+  Single(bool cuda_graphs, ReadBack read_back, int steps_per_launch)
+      : graphs_(cuda_graphs), read_back_(read_back), steps_per_launch_(steps_per_launch) {}
 
   // Under mpirun -np 1 it is the one rank: nothing to share.
   std::string mpi_unsupported() const override { return ""; }
@@ -46,11 +49,15 @@ class Single final : public Strategy {
     step_ = Tensor::zeros(*device_, {1});
     if (read_back_ == ReadBack::Auto)
       read_back_ = device_->queues_work() ? ReadBack::Epoch : ReadBack::Step;
+    // Several steps per launch are read together: only where steps are read once per epoch
+    // (make_single refuses "step" with them; "auto" gives "step" only on devices that do not
+    // queue work, which do not capture either).
+    launch_steps_ = deferring() ? steps_per_launch_ : 1;
     deferred_ = DeferredSteps(*device_);
   }
 
   void begin_epoch(std::span<const int32_t> order) override {
-    PARALAB_REQUIRE(deferred_.empty(),
+    PARALAB_REQUIRE(deferred_.empty() && held_.empty(),
                     "single: a new epoch before the last one's steps were collected");
     order_ = Tensor::from_host(*device_, {static_cast<int64_t>(order.size())}, order);
     ++epoch_;
@@ -59,10 +66,9 @@ class Single final : public Strategy {
   StepResult train_step(int64_t offset, int64_t count, float lr) override {
     device_->bind_thread();
     key_ = {dropout_seed(seed_, epoch_), offset};
-    const TimeMark start = deferring() ? device_->mark() : TimeMark{};
-    if (!graphs_ || !device_->supports_capture() || model_->model().has_dropout() ||
-        !capture_failure_.empty())
-      return eager_step(order_, offset, count, lr, start);
+    if (!graphed()) return eager_step(order_, offset, count, lr, start_mark());
+    if (launch_steps_ > 1) return held_step(offset, count, lr);
+    const TimeMark start = start_mark();
     // A graph replays fixed pointers: this step's example indices go to a fixed buffer first.
     if (!step_indices_.defined() || step_indices_.numel() != count)
       step_indices_ = Tensor::empty(*device_, {count}, DType::I32);
@@ -82,7 +88,7 @@ class Single final : public Strategy {
     const auto t0 = Clock::now();
     device_->begin_capture();
     try {
-      enqueue_step(step_indices_, 0, count);
+      enqueue_step(step_indices_, 0, count, stats_, step_);
       graph_ = device_->end_capture();
     } catch (const CaptureFailed& e) {
       // No graph can be made of the step on this device: it and every later step run eagerly
@@ -101,10 +107,14 @@ class Single final : public Strategy {
     return replay(count, step, t0, deferring() ? device_->mark() : TimeMark{}, /*captured=*/true);
   }
 
-  std::vector<StepResult> collect() override { return deferred_.collect(); }
+  std::vector<StepResult> collect() override {
+    run_held_steps();
+    return deferred_.collect();
+  }
 
   EvalResult evaluate() override {
     device_->bind_thread();
+    run_held_steps();
     // Evaluation resizes the activations: a captured step's pointers would be stale.
     graph_.reset();
     sized_for_ = -1;
@@ -130,11 +140,19 @@ class Single final : public Strategy {
     return e;
   }
 
-  std::vector<float> parameters() override { return model_->params().to_host_f32(); }
-  std::vector<float> gradients() override { return model_->grads().to_host_f32(); }
+  std::vector<float> parameters() override {
+    run_held_steps();
+    return model_->params().to_host_f32();
+  }
+  std::vector<float> gradients() override {
+    run_held_steps();
+    return model_->grads().to_host_f32();
+  }
 
   nlohmann::json options() const override {
-    return {{"cuda_graphs", graphs_}, {"read_back", read_back_name(read_back_)}};
+    return {{"cuda_graphs", graphs_},
+            {"read_back", read_back_name(read_back_)},
+            {"steps_per_launch", steps_per_launch_}};
   }
 
   nlohmann::json report() const override {
@@ -146,24 +164,125 @@ class Single final : public Strategy {
     nlohmann::json out = {{"cuda_graphs", "used"},
                           {"cuda_graph_captures", captures_},
                           {"cuda_graph_replays", replays_}};
+    if (launch_steps_ > 1) {
+      out["cuda_graph_steps_per_launch"] = launch_steps_;
+      out["cuda_graph_steps_run_eagerly"] = eager_held_;
+    }
     // What the last captured step held (CUDA: its graph's census), for the step's time beside it.
     if (!graph_described_.is_null()) out["cuda_graph"] = graph_described_;
     return out;
   }
 
  private:
-  // The step as captured work: gather, forward, backward, SGD with its step read from step_
-  // (no synchronisation, no host copy).
-  void enqueue_step(const Tensor& order, int64_t offset, int64_t count) {
+  // The step as captured work: gather, forward, backward, SGD with its step read from `step`
+  // (one float on the device; no synchronisation, no host copy), its loss and correct count
+  // into `stats`.
+  void enqueue_step(const Tensor& order, int64_t offset, int64_t count, Tensor& stats,
+                    const Tensor& step) {
     Ops& ops = device_->ops();
     Tensor& x = batch_x(count);
     ops.gather(data_.train_x, data_.train_y, order, offset, count, x, y_);
-    model_->forward(x, y_, stats_, /*training=*/true, key_);
+    model_->forward(x, y_, stats, /*training=*/true, key_);
     model_->backward();
-    ops.sgd(model_->params(), model_->grads(), step_);
+    ops.sgd(model_->params(), model_->grads(), step);
   }
 
   bool deferring() const { return read_back_ == ReadBack::Epoch; }
+  // Deferred, a step's first mark (its time then runs from the previous step's end anyway).
+  TimeMark start_mark() { return deferring() ? device_->mark() : TimeMark{}; }
+  bool graphed() const {
+    return graphs_ && device_->supports_capture() && !model_->model().has_dropout() &&
+           capture_failure_.empty();
+  }
+
+  // steps_per_launch > 1: a step is held until launch_steps_ consecutive steps of one batch
+  // size are, then all of them run as one launch of a graph that holds them all (the host's
+  // work per launch: one index copy, one kernel setting the SGD steps, the launch, one copy of
+  // the stats). Held steps that cannot complete a launch (the end of an epoch, a step that
+  // does not follow them) run eagerly, in order, before anything that needs them done.
+  StepResult held_step(int64_t offset, int64_t count, float lr) {
+    if (!held_.empty() && (count != held_.front().count || offset != held_.back().offset + count))
+      run_held_steps();
+    if (graph_ && graph_count_ != count) graph_.reset();
+    if (sized_for_ != count) {
+      // As with one step per launch: the first step of a batch size runs eagerly and sizes
+      // what the graph uses, the launch's buffers too.
+      sized_for_ = count;
+      launch_indices_ = Tensor::empty(*device_, {launch_steps_ * count}, DType::I32);
+      launch_step_ = Tensor::zeros(*device_, {launch_steps_});
+      launch_stats_ = Tensor::zeros(*device_, {2 * launch_steps_});
+      return eager_step(order_, offset, count, lr, start_mark());
+    }
+    held_.push_back({offset, count, lr});
+    if (static_cast<int>(held_.size()) == launch_steps_) launch_held();
+    StepResult r;
+    r.samples = count;
+    r.pending = true;
+    return r;
+  }
+
+  // The held steps (launch_steps_ of them, consecutive) as one launch, captured first if no
+  // graph of them exists.
+  void launch_held() {
+    const int64_t count = held_.front().count, n = launch_steps_;
+    const auto t0 = Clock::now();
+    bool captured = false;
+    if (!graph_) {
+      device_->begin_capture();
+      try {
+        for (int64_t j = 0; j < n; ++j) {
+          Tensor stats = launch_stats_.view(2 * j, {2});
+          enqueue_step(launch_indices_, j * count, count, stats, launch_step_.view(j, {1}));
+        }
+        graph_ = device_->end_capture();
+      } catch (const CaptureFailed& e) {
+        // As with one step per launch: these steps and every later one run eagerly.
+        device_->abort_capture();
+        capture_failure_ = e.what();
+        run_held_steps();
+        return;
+      } catch (...) {
+        device_->abort_capture();
+        throw;
+      }
+      graph_count_ = count;
+      ++captures_;
+      graph_described_ = graph_->describe();
+      captured = true;
+    }
+    QueuedStep q;
+    q.start = device_->mark();
+    device_->copy_on_device(launch_indices_.raw(), order_.i32() + held_.front().offset,
+                            static_cast<std::size_t>(n * count) * sizeof(int32_t));
+    std::vector<float> steps;
+    for (const Held& h : held_) steps.push_back(h.lr / static_cast<float>(count));
+    device_->ops().set_scalars(launch_step_, steps);
+    graph_->launch();
+    ++replays_;
+    deferred_.save_stats(launch_stats_);
+    q.end = device_->mark();
+    q.samples = count;
+    q.steps = q.stats = static_cast<int>(n);
+    if (captured) {
+      // The capture's host time, which the device does not see, goes to the launch's steps.
+      q.host_ms = ms_between(t0, q.start.host);
+      q.from_previous = false;
+    }
+    q.detail = step_detail(true);
+    q.detail["cuda_graph_steps"] = n;
+    deferred_.add(std::move(q));
+    held_.clear();
+  }
+
+  // The held steps, eagerly and queued, in order (their results come from collect()).
+  void run_held_steps() {
+    for (const Held& h : held_) {
+      key_ = {dropout_seed(seed_, epoch_), h.offset};
+      eager_step(order_, h.offset, h.count, h.lr, start_mark());
+      ++eager_held_;
+    }
+    held_.clear();
+  }
 
   // One step queued phase by phase, with a time mark between phases and one synchronisation
   // at the end (or none, deferred: `start` is then the step's first mark): the phases are
@@ -277,6 +396,17 @@ class Single final : public Strategy {
   std::unique_ptr<CapturedWork> graph_;
   Tensor step_indices_, step_;
   int64_t graph_count_ = -1, sized_for_ = -1, captures_ = 0, replays_ = 0;
+  // Several steps per launch (steps_per_launch): as asked, and as used (1 unless deferring);
+  // the steps held for the next launch; the launch's inputs (its steps' example indices, SGD
+  // steps and stats, side by side); how many held steps ran eagerly instead.
+  int steps_per_launch_ = 1, launch_steps_ = 1;
+  struct Held {
+    int64_t offset, count;
+    float lr;
+  };
+  std::vector<Held> held_;
+  Tensor launch_indices_, launch_step_, launch_stats_;
+  int64_t eager_held_ = 0;
   std::string capture_failure_;     // why the step could not be made a graph; then eager for good
   nlohmann::json graph_described_;  // the last captured graph's describe(), kept after it goes
 };
@@ -286,6 +416,7 @@ class Single final : public Strategy {
 std::unique_ptr<Strategy> make_single(const nlohmann::json& options, const std::string& path) {
   bool graphs = true;
   ReadBack read_back = ReadBack::Auto;
+  int steps_per_launch = 1;
   for (const auto& [key, value] : options.items()) {
     if (key == "cuda_graphs") {
       if (!value.is_boolean()) throw Error(path + "." + key + ": must be true or false");
@@ -299,12 +430,23 @@ std::unique_ptr<Strategy> make_single(const nlohmann::json& options, const std::
         throw Error(path + "." + key + ": must be \"auto\", \"step\" or \"epoch\", got " +
                     value.dump());
       read_back = *found;
+    } else if (key == "steps_per_launch") {
+      const auto most = static_cast<int64_t>(Ops::kMaxScalars);
+      if (!value.is_number_integer() || value.get<int64_t>() < 1 || value.get<int64_t>() > most)
+        throw Error(path + "." + key + ": must be an integer from 1 to " + std::to_string(most) +
+                    ", got " + value.dump());
+      steps_per_launch = value.get<int>();
     } else {
       throw Error(path + "." + key +
-                  ": unknown option for strategy 'single' (known: cuda_graphs, read_back)");
+                  ": unknown option for strategy 'single' (known: cuda_graphs, read_back, "
+                  "steps_per_launch)");
     }
   }
-  return std::make_unique<Single>(graphs, read_back);
+  if (steps_per_launch > 1 && read_back == ReadBack::Step)
+    throw Error(path + ".steps_per_launch: " + std::to_string(steps_per_launch) +
+                " steps per launch are read together: needs read_back \"epoch\" or \"auto\", "
+                "not \"step\"");
+  return std::make_unique<Single>(graphs, read_back, steps_per_launch);
 }
 
 }  // namespace paralab

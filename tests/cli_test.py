@@ -163,7 +163,7 @@ class HappyPath(BenchRunnerCase):
             "per_device_batch": BATCH, "lr": 0.1, "seed": 0, "epochs": 1,
             "max_iterations_per_epoch": ITERS, "warmup_iterations": WARMUP,
             "threads_per_device": 1, "eval_batch_size": 1000, "train_examples": TRAIN_LIMIT,
-            "test_examples": TEST_LIMIT, "options": {"cuda_graphs": True, "read_back": "step"},
+            "test_examples": TEST_LIMIT, "options": {"cuda_graphs": True, "read_back": "step", "steps_per_launch": 1},
             "device_list": [{"name": "cpu:0", "kind": "cpu", "threads": 1}],
             "batch_scaling": "strong", "lr_scaling": "none", "lr_scaled": 0.1,
             "lr_warmup_iterations": 0, "oversubscribed": False, "sweep": {}})

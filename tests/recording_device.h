@@ -23,6 +23,7 @@
 #include <mutex>
 #include <optional>
 #include <set>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -347,6 +348,11 @@ class RecordingDevice final : public ForwardingDevice {
     }
     void set_scalar(Tensor& t, float value) override {
       d_.queue([this, t, value]() mutable { inner_.set_scalar(t, value); });
+    }
+    void set_scalars(Tensor& t, std::span<const float> values) override {
+      d_.queue([this, t, v = std::vector<float>(values.begin(), values.end())]() mutable {
+        inner_.set_scalars(t, v);
+      });
     }
     void add_inplace(Tensor& dst, const Tensor& src) override {
       d_.queue([this, dst, src]() mutable { inner_.add_inplace(dst, src); });

@@ -529,6 +529,37 @@ TEST_P(Backend, SgdWithItsStepOnTheDeviceTakesEachNewValue) {
   EXPECT_THROW(dev_->ops().set_scalar(two, 1.0f), Error);
 }
 
+// Several steps set at once (a graph of several training steps reads one each): every value in
+// its place, in one call of up to 64 values; more, none, or a tensor of another size is an error
+// naming the counts.
+TEST_P(Backend, SetScalarsSetsEachValueInItsPlace) {
+  std::vector<float> values(64);
+  for (int i = 0; i < 64; ++i) values[static_cast<std::size_t>(i)] = 0.5f * static_cast<float>(i);
+  Tensor all = Tensor::zeros(*dev_, {64});
+  dev_->ops().set_scalars(all, values);
+  EXPECT_EQ(all.to_host_f32(), values);
+  Tensor three = Tensor::zeros(*dev_, {3});
+  const auto error_of = [](const std::function<void()>& f) {
+    try {
+      f();
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  dev_->ops().set_scalars(three, std::vector<float>{7, 8, 9});
+  EXPECT_EQ(three.to_host_f32(), (std::vector<float>{7, 8, 9}));
+  EXPECT_EQ(error_of([&] {
+              dev_->ops().set_scalars(three, std::vector<float>{1, 2});
+            }),
+            "set_scalars: 2 values (1 to 64) for a tensor (3)");
+  EXPECT_EQ(error_of([&] { dev_->ops().set_scalars(three, std::vector<float>{}); }),
+            "set_scalars: 0 values (1 to 64) for a tensor (3)");
+  Tensor many = Tensor::zeros(*dev_, {65});
+  EXPECT_EQ(error_of([&] { dev_->ops().set_scalars(many, std::vector<float>(65, 1.0f)); }),
+            "set_scalars: 65 values (1 to 64) for a tensor (65)");
+}
+
 ref::LeNetParams to_ref_params(const std::vector<float>& flat) {
   return ref::unflatten(to_double(flat));
 }

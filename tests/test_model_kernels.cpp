@@ -375,6 +375,23 @@ TEST(ModelKernels, GroupMovesSplitWhereAStepReadsAnotherStartOfAnEarlierOnesWrit
   }
 }
 
+// set_scalars_k: the first n of its 64 values, each in its place, whatever the block's size
+// (its loop strides by the block); nothing past n written.
+TEST(ModelKernels, SetScalarsWritesTheFirstNValuesInPlace) {
+  cuda::own::ScalarBlock block{};
+  for (int i = 0; i < cuda::own::ScalarBlock::kMax; ++i) block.v[i] = 1.0f + static_cast<float>(i);
+  for (const int threads : {1, 7, 64}) {
+    for (const int n : {1, 10, 64}) {
+      std::vector<float> out(65, -1.0f);
+      emulate(dim3(1), dim3(static_cast<unsigned>(threads)), cuda::own::set_scalars_k, out.data(),
+              block, n);
+      for (int i = 0; i < 65; ++i)
+        EXPECT_EQ(out[static_cast<std::size_t>(i)], i < n ? 1.0f + static_cast<float>(i) : -1.0f)
+            << "threads " << threads << ", n " << n << ", value " << i;
+    }
+  }
+}
+
 // The grid-stride kernels of a step, each from the same inputs with both grids: the same bits,
 // and the reference's values (single float operations, exact but for SGD's product, which the
 // GPU may fuse into one rounding).

@@ -24,16 +24,26 @@ TEST(Single, OptionsAreCheckedWithTheirPath) {
   };
   EXPECT_EQ(error({{"cuda_graphs", 1}}), "runs.4.cuda_graphs: must be true or false");
   EXPECT_EQ(error({{"ring", true}}),
-            "runs.4.ring: unknown option for strategy 'single' (known: cuda_graphs, read_back)");
+            "runs.4.ring: unknown option for strategy 'single' (known: cuda_graphs, read_back, "
+            "steps_per_launch)");
   EXPECT_EQ(error({{"read_back", "later"}}),
             "runs.4.read_back: must be \"auto\", \"step\" or \"epoch\", got \"later\"");
   EXPECT_EQ(error({{"read_back", 1}}),
             "runs.4.read_back: must be \"auto\", \"step\" or \"epoch\", got 1");
+  for (const json& bad : {json(0), json(65), json(2.5), json("8"), json(true)})
+    EXPECT_EQ(error({{"steps_per_launch", bad}}),
+              "runs.4.steps_per_launch: must be an integer from 1 to 64, got " + bad.dump());
+  EXPECT_EQ(error({{"steps_per_launch", 8}, {"read_back", "step"}}),
+            "runs.4.steps_per_launch: 8 steps per launch are read together: needs read_back "
+            "\"epoch\" or \"auto\", not \"step\"");
   EXPECT_EQ(make_strategy("single", json::object(), "runs.0")->options(),
-            (json{{"cuda_graphs", true}, {"read_back", "auto"}}));
-  EXPECT_EQ(make_strategy("single", {{"cuda_graphs", false}, {"read_back", "epoch"}}, "runs.0")
-                ->options(),
-            (json{{"cuda_graphs", false}, {"read_back", "epoch"}}));
+            (json{{"cuda_graphs", true}, {"read_back", "auto"}, {"steps_per_launch", 1}}));
+  EXPECT_EQ(
+      make_strategy("single",
+                    {{"cuda_graphs", false}, {"read_back", "epoch"}, {"steps_per_launch", 64}},
+                    "runs.0")
+          ->options(),
+      (json{{"cuda_graphs", false}, {"read_back", "epoch"}, {"steps_per_launch", 64}}));
 }
 
 TEST(Single, CpuDevicesIgnoreTheGraphOption) {
@@ -271,6 +281,47 @@ TEST(DeferredSteps, StepsHoldTheirOwnNumberOfStatsSlots) {
   EXPECT_EQ(got[2].correct, 5);
   EXPECT_TRUE(steps.collect().empty());
 
+  // A graph of several steps: one copy of their stats (across a chunk's end: one copy per
+  // chunk), one queued entry; each step its own slot and a share of the entry's time.
+  for (int i = 0; i < 510; ++i) steps.save_stats(a);
+  QueuedStep many;
+  many.stats = many.steps = 510;
+  many.start = many.end = dev.mark();
+  steps.add(many);
+  std::vector<float> six;
+  for (int i = 0; i < 6; ++i) six.insert(six.end(), {static_cast<float>(i), static_cast<float>(i)});
+  steps.save_stats(Tensor::from_host(dev, {12}, six));
+  QueuedStep launch;
+  launch.stats = launch.steps = 6;
+  launch.samples = 4;
+  launch.start = dev.mark();
+  std::this_thread::sleep_for(std::chrono::milliseconds(12));
+  launch.end = dev.mark();
+  launch.from_previous = false;
+  steps.add(launch);
+  const std::vector<StepResult> all = steps.collect();
+  ASSERT_EQ(all.size(), 516u);
+  for (int i = 0; i < 6; ++i) {
+    const StepResult& r = all[static_cast<std::size_t>(510 + i)];
+    EXPECT_EQ(r.loss_sum, i);
+    EXPECT_EQ(r.correct, i);
+    EXPECT_EQ(r.samples, 4);
+    EXPECT_EQ(r.times.total_ms, all[510].times.total_ms);
+  }
+  EXPECT_GE(all[510].times.total_ms * 6, 12.0);
+  steps.save_stats(Tensor::from_host(dev, {4}, std::vector<float>{1, 1, 1, 1}));
+  QueuedStep odd;
+  odd.stats = 2;
+  odd.steps = 3;
+  EXPECT_EQ(error_of([&] { steps.add(odd); }), "deferred steps: 2 stats slots for 3 steps");
+  odd.steps = 2;
+  odd.phases = true;
+  EXPECT_EQ(error_of([&] { steps.add(odd); }),
+            "deferred steps: 2 stats slots for 2 steps with phases (only a single step's are "
+            "timed)");
+  EXPECT_EQ(error_of([&] { steps.save_stats(Tensor::zeros(dev, {3})); }),
+            "deferred steps: stats must be pairs of floats, got (3)");
+
   std::vector<std::vector<StepResult>> per(2, std::vector<StepResult>(2));
   per[0][0].loss_sum = 1.5;
   per[0][0].samples = 8;
@@ -341,6 +392,93 @@ TEST(Single, AFailedCaptureRunsTheStepsEagerly) {
   EXPECT_TRUE(dev.violations.empty()) << dev.violations.front();
 }
 
+// steps_per_launch: launch_steps consecutive steps of one batch size run as one launch of a
+// graph that holds them all, with the bits of eager steps (every step's loss and correct count,
+// the parameters), their learning rates set per step; the host queues three things per launch
+// (the steps' indices, their SGD steps, their stats), not three per step. Steps that cannot
+// complete a launch (an epoch's end, a step that does not follow the held ones, an evaluation
+// or a read of the parameters) run eagerly, in order.
+TEST(Single, SeveralStepsPerLaunchGiveTheBitsOfEagerSteps) {
+  static const Dataset data = synthetic(256, 5);
+  auto cpu = make_devices("cpu", 2, {});
+  testing::RecordingDevice dev(*cpu[0]);
+  auto graphed = single_on(dev, data, {{"steps_per_launch", 4}});
+  auto eager = single_on(*cpu[1], data, {{"cuda_graphs", false}});
+  EXPECT_EQ(graphed->options()["steps_per_launch"], 4);
+  std::vector<StepResult> expected;
+  const auto both = [&](int64_t offset, float lr) {
+    EXPECT_TRUE(graphed->train_step(offset, 16, lr).pending);
+    expected.push_back(eager->train_step(offset, 16, lr));
+  };
+  // Step 0 sizes the graph's buffers (eager); 1-4 are captured and launched; 5-8 launched.
+  int direct_before_second_launch = 0;
+  for (int i = 0; i < 9; ++i) {
+    if (i == 5) direct_before_second_launch = dev.direct_ops;
+    both(16 * i, 0.02f * static_cast<float>(1 + i));  // a warm-up: every step's own lr
+  }
+  EXPECT_EQ(dev.direct_ops - direct_before_second_launch, 3);
+  // 9 and 10 are held; 12 does not follow them: they run eagerly, then 12 is held, and runs
+  // eagerly at collect().
+  both(16 * 9, 0.1f);
+  both(16 * 10, 0.1f);
+  both(16 * 11 + 16, 0.1f);
+  std::vector<StepResult> got = graphed->collect();
+  ASSERT_EQ(got.size(), expected.size());
+  std::vector<int> steps;
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    EXPECT_EQ(got[i].loss_sum, expected[i].loss_sum) << "step " << i;
+    EXPECT_EQ(got[i].correct, expected[i].correct) << "step " << i;
+    EXPECT_EQ(got[i].samples, 16);
+    EXPECT_GT(got[i].times.total_ms, 0.0) << "step " << i;
+    steps.push_back(got[i].detail.value("cuda_graph_steps", 0));
+  }
+  EXPECT_EQ(steps, (std::vector<int>{0, 4, 4, 4, 4, 4, 4, 4, 4, 0, 0, 0}));
+  EXPECT_EQ(got[1].times.total_ms, got[4].times.total_ms);  // a launch's time, shared
+  EXPECT_EQ(graphed->parameters(), eager->parameters());
+  // Held steps run before an evaluation and before the parameters are read.
+  for (int i = 0; i < 6; ++i) both(16 * i, 0.1f);
+  const EvalResult ge = graphed->evaluate(), ee = eager->evaluate();
+  EXPECT_EQ(ge.loss_sum, ee.loss_sum);
+  EXPECT_EQ(ge.correct, ee.correct);
+  for (int i = 0; i < 3; ++i) both(16 * i, 0.1f);
+  EXPECT_EQ(graphed->parameters(), eager->parameters());
+  EXPECT_EQ(graphed->collect().size(), 9u);
+  EXPECT_EQ(graphed->report(), (json{{"cuda_graphs", "used"},
+                                     {"cuda_graph_captures", 1},
+                                     {"cuda_graph_replays", 3},
+                                     {"cuda_graph_steps_per_launch", 4},
+                                     {"cuda_graph_steps_run_eagerly", 7}}));
+  EXPECT_TRUE(dev.violations.empty()) << dev.violations.front();
+}
+
+// A graph of several steps that cannot be made: its steps and every later one run eagerly, with
+// the bits of eager steps; the report says why.
+TEST(Single, SeveralStepsPerLaunchFallBackToEagerStepsWhenTheCaptureFails) {
+  static const Dataset data = synthetic(96, 5);
+  auto cpu = make_devices("cpu", 2, {});
+  testing::RecordingDevice dev(*cpu[0]);
+  dev.fail_end_capture = "cudaGraphInstantiate: out of memory (simulated)";
+  auto graphed = single_on(dev, data, {{"steps_per_launch", 2}});
+  auto eager = single_on(*cpu[1], data, {{"cuda_graphs", false}});
+  std::vector<StepResult> expected;
+  for (int i = 0; i < 6; ++i) {
+    graphed->train_step(16 * i, 16, 0.1f);
+    expected.push_back(eager->train_step(16 * i, 16, 0.1f));
+  }
+  const std::vector<StepResult> got = graphed->collect();
+  ASSERT_EQ(got.size(), expected.size());
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    EXPECT_EQ(got[i].loss_sum, expected[i].loss_sum) << "step " << i;
+    EXPECT_EQ(got[i].detail.value("cuda_graph_replay", 0), 0) << "step " << i;
+  }
+  EXPECT_EQ(graphed->parameters(), eager->parameters());
+  EXPECT_EQ(dev.failed_end_captures, 1);
+  EXPECT_EQ(graphed->report(),
+            (json{{"cuda_graphs",
+                   "not used: capture failed: cudaGraphInstantiate: out of memory (simulated)"}}));
+  EXPECT_TRUE(dev.violations.empty()) << dev.violations.front();
+}
+
 TEST(Single, CudaGraphReplayMatchesEagerStepsBitForBit) {
   if (const std::string why = backend_unavailable("cuda"); !why.empty())
     GTEST_SKIP() << "cuda: " << why;
@@ -353,6 +491,26 @@ TEST(Single, CudaGraphReplayMatchesEagerStepsBitForBit) {
   EXPECT_EQ(graphs.losses, eager.losses);
   EXPECT_EQ(graphs.params, eager.params);
   EXPECT_EQ(graphs.eval.correct, eager.eval.correct);
+}
+
+// On a GPU: 20 steps queued with 4 steps per launch (the first eager, then 4 launches of one
+// graph holding 4 steps, the last 3 eagerly at collect()) give the bits of 20 eager steps, the
+// learning rate changing every step.
+TEST(Single, CudaSeveralStepsPerLaunchMatchEagerStepsBitForBit) {
+  if (const std::string why = backend_unavailable("cuda"); !why.empty())
+    GTEST_SKIP() << "cuda: " << why;
+  const auto lr = [](int step) { return 0.01f * static_cast<float>(1 + step % 5); };
+  const Trained eager = train("single", 1, {{"cuda_graphs", false}}, 20, 24, "cuda", lr);
+  Session s("single", 1, {{"steps_per_launch", 4}}, test_initial_parameters(), 24, "cuda");
+  for (int i = 0; i < 20; ++i) EXPECT_TRUE(s.queue(i, lr(i)).pending) << "step " << i;
+  std::vector<double> losses;
+  for (const StepResult& r : s->collect()) losses.push_back(r.loss_sum);
+  EXPECT_EQ(losses, eager.losses);
+  EXPECT_EQ(s->parameters(), eager.params);
+  EXPECT_EQ(s->evaluate().correct, eager.eval.correct);
+  const json report = s->report();
+  EXPECT_EQ(report.value("cuda_graph_replays", -1), 4) << report.dump();
+  EXPECT_EQ(report.value("cuda_graph_steps_run_eagerly", -1), 3) << report.dump();
 }
 
 // On a GPU: the report's census of the captured step (core/graph_census.h) reads the graph the

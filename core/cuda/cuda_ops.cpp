@@ -237,6 +237,13 @@ class CudaOps final : public Ops {
                     "set_scalar: needs one float, got " + shape_string(t.shape()));
     cuda::set_scalar(t.f32(), value, d_.stream());
   }
+  void set_scalars(Tensor& t, std::span<const float> values) override {
+    PARALAB_REQUIRE(t.dtype() == DType::F32 && t.numel() == static_cast<int64_t>(values.size()) &&
+                        values.size() <= kMaxScalars && !values.empty(),
+                    "set_scalars: " + std::to_string(values.size()) + " values (1 to " +
+                        std::to_string(kMaxScalars) + ") for a tensor " + shape_string(t.shape()));
+    cuda::set_scalars(t.f32(), values.data(), static_cast<int>(values.size()), d_.stream());
+  }
   void add_inplace(Tensor& dst, const Tensor& src) override {
     PARALAB_REQUIRE(dst.numel() == src.numel(), "add: sizes differ");
     // src may be a peer GPU's buffer (the transport's receive-and-add): a kernel reads it

@@ -93,6 +93,16 @@ void set_scalar(float* p, float value, cudaStream_t s) {
   PARALAB_CUDA_LAUNCHED();
 }
 
+void set_scalars(float* p, const float* values, int n, cudaStream_t s) {
+  PARALAB_REQUIRE(n >= 1 && n <= own::ScalarBlock::kMax,
+                  "set_scalars: " + std::to_string(n) + " values, at most " +
+                      std::to_string(own::ScalarBlock::kMax));
+  own::ScalarBlock block{};
+  std::copy(values, values + n, block.v);
+  own::set_scalars_k<<<1, own::ScalarBlock::kMax, 0, s>>>(p, block, n);
+  PARALAB_CUDA_LAUNCHED();
+}
+
 void add_inplace(float* d, const float* x, int64_t n, cudaStream_t s) {
   own::add_k<<<blocks_for(n), kThreads, 0, s>>>(d, x, n);
   PARALAB_CUDA_LAUNCHED();

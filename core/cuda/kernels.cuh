@@ -89,6 +89,16 @@ __global__ void sgd_at_k(float* p, const float* g, const float* step, int64_t n)
 
 __global__ void set_scalar_k(float* p, float value) { *p = value; }
 
+// set_scalars' values, passed by value as the kernel's argument (no host copy to wait for).
+struct ScalarBlock {
+  static constexpr int kMax = 64;
+  float v[kMax];
+};
+
+__global__ void set_scalars_k(float* p, ScalarBlock values, int n) {
+  for (int i = threadIdx.x; i < n; i += blockDim.x) p[i] = values.v[i];
+}
+
 __global__ void add_k(float* d, const float* x, int64_t n) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
        i += int64_t{blockDim.x} * gridDim.x)
