@@ -343,7 +343,33 @@ class Verdicts(unittest.TestCase):
             self.assertIn("faster: mixed", fastest[0])
             compared = [line for line in summary if "PyTorch comparison" in line]
             self.assertEqual(len(compared), 1, summary)
-            self.assertIn("(ParaLab: mixed, kernels mixed)", compared[0])
+            self.assertIn("(ParaLab: mixed, kernels mixed, 1 step(s) per launch)", compared[0])
+
+    def test_the_pytorch_comparison_takes_eight_steps_per_launch_where_they_were_faster(self):
+        # A stand-in bench_runner for the determinism part: the same epochs and parameters in
+        # every run, epochs of 150 ms, 140 ms with 8 steps per launch (at least 1 % faster: the
+        # pytorch part then passes --steps-per-launch 8), or 149 ms (not: it passes 1).
+        for eight_ms, passed in ((140, "8"), (149, "1")):
+            fake = (BENCH_RUNNER_HEAD +
+                    "eight = 'runs.0.steps_per_launch=8' in a\n"
+                    f"secs = ({eight_ms} if eight else 150) / 1000\n"
+                    "epochs = [{'epoch': e, 'train_loss': 0.5, 'train_acc': 0.8, 'test_loss': 0.6,\n"
+                    "           'test_acc': 0.79, 'seconds': secs} for e in (1, 2, 3)]\n"
+                    "report = {'cuda_graph_replays': 84, 'cuda_graph_steps_per_launch': 8,\n"
+                    "          'cuda_graph_steps_run_eagerly': 6} if eight else {}\n"
+                    "run = {'status': 'ok', 'epochs': epochs, 'parameters_digest': 'fnv1a64:1',\n"
+                    "       'iterations': [{'total_ms': 0.6}] * 3, 'strategy_report': report}\n"
+                    "json.dump({'runs': [run]}, open(out, 'w'))\n")
+            with tempfile.TemporaryDirectory() as tmp:
+                summary, _ = run_stand_in(tmp, ["determinism", "pytorch"], bench_runner=fake)
+                eight = [line for line in summary if "8 steps per graph launch: same bits as 1" in line]
+                self.assertEqual(len(eight), 1, summary)
+                self.assertTrue(eight[0].startswith("gpu-check: PASS: "), eight[0])
+                self.assertIn(f"8 {eight_ms}.0 ms", eight[0])
+                self.assertIn("84 launches of 8 steps, 6 held steps run eagerly", eight[0])
+                compared = [line for line in summary if "PyTorch comparison" in line]
+                self.assertEqual(len(compared), 1, summary)
+                self.assertIn(f"{passed} step(s) per launch)", compared[0])
 
     def test_the_main_part_notes_the_rings_step_graph_beside_its_exposed_communication(self):
         # A stand-in bench_runner for the main command: data_parallel/ring on 2 and 4 devices,

@@ -110,6 +110,8 @@ def paralab_once(args, threads, tmp):
            "--set", f"training.threads_per_device={threads}",
            "--set", f"backend={args.device}",
            "--set", f"kernels={args.kernels}"]
+    if args.steps_per_launch != 1:
+        cmd += ["--set", f"runs.0.steps_per_launch={args.steps_per_launch}"]
     if args.data_dir:
         cmd += ["--data-dir", args.data_dir]
     doc = run_json(cmd, out)
@@ -291,6 +293,9 @@ def parse_args(argv):
                    help="ParaLab's conv stages on CUDA: cuDNN, its own kernels, or its own for "
                         "small filters and cuDNN for the rest (descriptor key 'kernels'; ignored "
                         "on the CPU)")
+    p.add_argument("--steps-per-launch", type=positive(int), default=1,
+                   help="cuda only: ParaLab's training steps per CUDA graph launch (single's "
+                        "steps_per_launch, 1 to 64; default 1)")
     p.add_argument("--python", default=sys.executable,
                    help="interpreter with torch for the baselines (default: this one)")
     p.add_argument("--data-dir", default=None)
@@ -307,6 +312,10 @@ def parse_args(argv):
         p.error(f"--iterations + --warmup is {args.iterations + args.warmup}: at most {full}, the "
                 f"full {BATCH_SIZE}-image minibatches of one epoch (the timed steps must all be "
                 f"full ones)")
+    if args.steps_per_launch > 64:
+        p.error(f"--steps-per-launch is {args.steps_per_launch}: at most 64")
+    if args.steps_per_launch != 1 and not cuda:
+        p.error("--steps-per-launch is for --device cuda (CPU steps are not CUDA graphs)")
     if cuda:
         args.threads = [1]
     return args
@@ -367,6 +376,7 @@ def main(argv=None):
                            "tf32": book.get("tf32"),
                            "python": platform.python_version()},
            "config": {"device": args.device, "paralab_kernels": args.kernels,
+                      "paralab_steps_per_launch": args.steps_per_launch,
                       "batch_size": BATCH_SIZE, "lr": LR, "seed": SEED,
                       "iterations": args.iterations,
                       "warmup": args.warmup, "repeats": args.repeats,

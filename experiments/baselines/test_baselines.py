@@ -402,6 +402,7 @@ class CompareTest(unittest.TestCase):
         self.assertEqual([c[0] for c in calls], ["paralab", "graphed", "book"] * 2)
         self.assertIn("backend=cuda", calls[0])
         self.assertIn("kernels=cudnn", calls[0])  # the default; --kernels fused passes fused
+        self.assertFalse([a for a in calls[0] if "steps_per_launch" in a])  # 1: the default
         self.assertIn("training.max_iterations_per_epoch=230", calls[0])
         graphed, book = calls[1], calls[2]
         for flag in ("--model", "module", "--cuda-graph"):
@@ -485,10 +486,12 @@ class CompareTest(unittest.TestCase):
         # On cuda, the graphed baseline fails every time: ParaLab and the book's trainer are
         # still measured, the epoch goal is judged, the graphed goal FAILs naming the failure.
         p, doc, _ = self.compare("cuda", 1.5e6, "capture failed", 1.5e5, "--repeats", "2",
-                                 "--kernels", "fused")
+                                 "--kernels", "fused", "--steps-per-launch", "8")
         self.assertEqual(p.returncode, 1)
         self.assertEqual([c[0] for c in self.calls()], ["paralab", "graphed", "book"] * 2)
         self.assertIn("kernels=fused", self.calls()[0])
+        self.assertIn("runs.0.steps_per_launch=8", self.calls()[0])
+        self.assertEqual(doc["config"]["paralab_steps_per_launch"], 8)
         lines = p.stdout.splitlines()
         self.assertTrue(lines[-2].startswith(
             "FAIL: ParaLab against the graphed PyTorch baseline's throughput: not measured "
@@ -512,6 +515,14 @@ class CompareTest(unittest.TestCase):
                                timeout=60)
             self.assertEqual(p.returncode, 2, bad)
             self.assertIn("compare_pytorch.py: error: argument", p.stderr)
+        for bad, said in ((["--steps-per-launch", "65", "--device", "cuda"],
+                           "--steps-per-launch is 65: at most 64"),
+                          (["--steps-per-launch", "8"], "--steps-per-launch is for --device cuda"),
+                          (["--steps-per-launch", "0"], "argument --steps-per-launch")):
+            p = subprocess.run([sys.executable, COMPARE, *bad], capture_output=True, text=True,
+                               timeout=60)
+            self.assertEqual(p.returncode, 2, bad)
+            self.assertIn("compare_pytorch.py: error: " + said, p.stderr)
         # The timed steps must all be full minibatches of one epoch (234 of 256 images).
         p = subprocess.run([sys.executable, COMPARE, "--iterations", "230", "--warmup", "5"],
                            capture_output=True, text=True, timeout=60)
