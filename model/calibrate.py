@@ -468,8 +468,9 @@ def gpu_link(path):
         collectives = bench_whole_steps(path, counter="whole_collectives") & whole
         steps = whole - collectives
         note = ("device-side collectives fitted on %s (%s virtual devices on one %s, each "
-                "collective one CUDA graph, %s%s%s%s): alpha per message, beta per byte, gamma per "
-                "byte added, per algorithm and k; other k extrapolated geometrically in k" %
+                "collective one CUDA graph, %s%s%s%s): a fixed cost per collective, alpha per message, "
+                "beta per byte, gamma per byte added, per algorithm and k; other k extrapolated "
+                "geometrically in k" %
                 (name, ", ".join(str(k) for k in sorted({r[2] for r in rows})), gpu,
                  "whole messages" if chunk == 0 else "%d-byte pieces" % chunk,
                  "".join("; %s in %d-byte pieces" % (op, c) for op, c in sorted(op_chunk.items())),
@@ -480,7 +481,7 @@ def gpu_link(path):
 
         def fit(r):
             return perf.Link.fit(r, per_k=True, note=note, chunk=chunk, op_chunk=op_chunk,
-                                 whole_steps=whole)
+                                 whole_steps=whole, start=True)
     else:
         rows = bench_rows(path)
         # The host-bound fit prices every message as its receiver's own operation, in 256 KiB

@@ -504,7 +504,7 @@ class Link:
             alpha *= self._threads(ranks) / self._threads(k)
         if self.host_bound:
             return max(sum(start) + alpha * m, beta * nb + gamma * r)
-        return alpha * m + beta * nb + gamma * r
+        return sum(start) + alpha * m + beta * nb + gamma * r
 
     def chunk_of(self, op):
         """The piece size op runs with (op_chunk, else chunk)."""
@@ -576,7 +576,7 @@ class Link:
                                      "around n are at most %gx apart; else beta(n)" % self.OWN_SPAN},
                 "params_ms": {op: {("any k" if k == 0 else "k=%d" % k):
                                    dict(zip(("alpha", "beta_per_byte", "gamma_per_byte",
-                                             "start_host_bound"), x))
+                                             "start"), x))
                                    for k, x in v.items()} for op, v in self.params.items()},
                 "host_contention_us_1_2_4_8_threads": self.contention, "chunk_bytes": self.chunk,
                 "chunk_bytes_per_algorithm": dict(sorted(self.op_chunk.items())),
@@ -585,11 +585,15 @@ class Link:
 
     @staticmethod
     def fit(rows, per_k=False, contention=None, note="", chunk=CHUNK_BYTES, op_chunk=None,
-            whole_steps=()):
+            whole_steps=(), start=False):
         """rows: [(op, n, k, measured_ms)] from allreduce_bench; one fit per op, or per (op, k);
         chunk: the piece size the rows were timed with (0: whole messages); op_chunk: {op: piece
         size} where an algorithm's rows were timed with another; whole_steps: the algorithms
-        whose rows were timed in whole steps (collective_features)."""
+        whose rows were timed in whole steps (collective_features). start: also a fixed cost per
+        collective, whatever its messages (a GPU's collective, one graph of kernels: its first
+        kernel's launch latency, which a cost per piece cannot hold where the pieces grow with
+        the size); time() adds it, also within a step's graph, where it stands for the
+        collective's first kernel there."""
         op_chunk = dict(op_chunk or {})
         whole_steps = frozenset(whole_steps)
         params = {}
@@ -600,9 +604,11 @@ class Link:
                 sel = [r for r in rows if r[0] == op and (k is None or r[2] == k)]
                 f = np.array([collective_features(o, n, kk, op_chunk.get(o, chunk), o in whole_steps)
                               for o, n, kk, _ in sel])
+                if start:
+                    f = np.column_stack([f, np.ones(len(sel))])
                 y = np.array([r[3] for r in sel])
                 used = f.any(axis=0)
-                x = np.zeros(3)
+                x = np.zeros(f.shape[1])
                 x[used] = relative_fit(f[:, used], y)
                 params[op][k or 0] = tuple(x)
         return Link(params, contention, chunk=chunk, note=note, op_chunk=op_chunk,

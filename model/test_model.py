@@ -667,6 +667,36 @@ class H200Runs(unittest.TestCase):
             whole = perf.Link(truth.params, chunk=0)
             self.assertLess(whole.time("allgather", 1 << 26, 4), 0.5 * truth.time("allgather", 1 << 26, 4))
 
+    def test_a_gpu_collective_has_a_fixed_cost_beside_its_pieces(self):
+        # Each allreduce_bench row on a GPU is one graph of kernels, whatever its pieces: a fixed
+        # cost (its first kernel's latency) beside alpha per piece. Rows made with one are fitted
+        # back to the bit of a relative error, the fixed cost included; a fit without it (alpha
+        # alone for both) misses the one-piece rows by far.
+        truth = perf.Link({"allgather": {2: (0.0005, 3e-10, 0.0, 0.008), 4: (0.0006, 3e-10, 0.0, 0.012)},
+                           "ring": {2: (0.003, 4e-10, 1e-10, 0.004), 4: (0.003, 5e-10, 1e-10, 0.006)}},
+                          chunk=0, op_chunk={"allgather": 262144})
+        self.assertAlmostEqual(truth.time("allgather", 64, 2), 0.008 + 0.0005 + 3e-10 * 32)
+        rows = [(op, n, k, truth.time(op, n, k), 1) for op in ("ring", "allgather") for k in (2, 4)
+                for n in [4 ** i for i in range(1, 15)]]
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "allreduce-cuda-sweep.json")
+            self.bench_file(path, rows, op_chunks={"allgather": 262144})
+            link = calibrate.gpu_link(path)[0]
+            self.assertIn("a fixed cost per collective", link.note)
+            # All-gather's pieces grow with n: its four coefficients are told apart. The ring's
+            # whole messages are as many at every n, so alpha and the fixed cost are not (their
+            # sum is); its times are what must come back.
+            for k in (2, 4):
+                for got, want in zip(link.params["allgather"][k], truth.params["allgather"][k]):
+                    self.assertAlmostEqual(got, want, delta=1e-4 * want, msg=k)
+                for n in (4, 1 << 20, 1 << 28):
+                    self.assertAlmostEqual(link.time("ring", n, k) / truth.time("ring", n, k), 1.0,
+                                           places=4, msg=(k, n))
+            plain = perf.Link.fit([r[:4] for r in rows], per_k=True, chunk=0,
+                                  op_chunk={"allgather": 262144})
+            self.assertEqual(len(plain.params["allgather"][2]), 3)
+            self.assertLess(plain.time("allgather", 64, 2), 0.7 * truth.time("allgather", 64, 2))
+
     def test_rows_timed_in_whole_steps_count_a_step_as_one_message(self):
         # Whole steps (LocalFabric over virtual devices of one GPU): every rank's moves of a step
         # are one kernel, a step's pieces merged, so a 64 MiB ring on 4 devices in 256 KiB pieces
