@@ -739,12 +739,15 @@ const Tensor& ModelStages::backward(int slot, const Tensor* dy, Tensor& grads,
   return first_ > 0 ? s.grad[static_cast<std::size_t>(first_)] : none;
 }
 
-ModelReplica::ModelReplica(std::shared_ptr<const Model> model, Device& device)
+ModelReplica::ModelReplica(std::shared_ptr<const Model> model, Device& device,
+                           bool evaluation_slot)
     : model_(std::move(model)),
       device_(device),
       params_(Tensor::zeros(device, {model_->parameters()})),
       grads_(Tensor::zeros(device, {model_->parameters()})),
-      layers_(std::make_unique<ModelStages>(*model_, device, 0, model_->layers(), params_)) {}
+      layers_(std::make_unique<ModelStages>(*model_, device, 0, model_->layers(), params_,
+                                            evaluation_slot ? 2 : 1)),
+      evaluation_slot_(evaluation_slot) {}
 
 ModelReplica::~ModelReplica() = default;
 
@@ -767,9 +770,12 @@ void ModelReplica::forward(const Tensor& x, const Tensor& labels, Tensor& stats,
   PARALAB_REQUIRE(labels.numel() == x.dim(0), model_->name() + ": " +
                                                   std::to_string(labels.numel()) + " labels for " +
                                                   std::to_string(x.dim(0)) + " images");
-  logits_ = layers_->forward(0, x, training, key);
-  layers_->loss(0, labels, stats, training);
-  trained_ = training;
+  // Slot 1, where there is one, for evaluation (see the constructor); training in slot 0.
+  const int slot = !training && evaluation_slot_ ? 1 : 0;
+  logits_ = layers_->forward(slot, x, training, key);
+  layers_->loss(slot, labels, stats, training);
+  // An evaluation in a slot of its own leaves the training pass's state for backward.
+  if (training || !evaluation_slot_) trained_ = training;
 }
 
 void ModelReplica::backward(const std::function<void(int)>& on_ready) {

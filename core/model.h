@@ -217,9 +217,14 @@ class ModelStages {
 };
 
 // A whole model on one device with its flat parameters and gradients (single, data_parallel).
+// evaluation_slot: evaluation forwards run in a slot of their own (their own activations and
+// ops), so that an evaluation at another batch size leaves every buffer of the training pass
+// where it was, and a CUDA graph captured of a training step stays valid across evaluations.
+// Without it (the default) an evaluation resizes the training pass's activations, which costs
+// no memory beyond one batch's.
 class ModelReplica {
  public:
-  ModelReplica(std::shared_ptr<const Model> model, Device& device);
+  ModelReplica(std::shared_ptr<const Model> model, Device& device, bool evaluation_slot = false);
   ~ModelReplica();
 
   const Model& model() const { return *model_; }
@@ -246,6 +251,7 @@ class ModelReplica {
   std::unique_ptr<ModelStages> layers_;
   Tensor logits_;
   bool trained_ = false;
+  bool evaluation_slot_ = false;
 };
 
 }  // namespace paralab

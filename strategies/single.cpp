@@ -40,7 +40,12 @@ class Single final : public Strategy {
                     "single: runs on exactly 1 device, got " + std::to_string(s.devices.size()));
     device_ = s.devices[0];
     device_->bind_thread();
-    model_ = std::make_unique<ModelReplica>(s.model ? s.model : default_model(), *device_);
+    const auto model = s.model ? s.model : default_model();
+    // Where steps can be graphs, evaluations run apart from the training pass's buffers (their
+    // own activations and input), so that the captured step outlives them: each epoch then
+    // replays from its first step instead of running one eagerly and capturing again.
+    eval_apart_ = graphs_ && device_->supports_capture() && !model->has_dropout();
+    model_ = std::make_unique<ModelReplica>(model, *device_, eval_apart_);
     seed_ = s.seed;
     model_->params().copy_from_host(s.initial_parameters);
     data_ = DeviceData(*device_, *s.train, *s.test);
@@ -115,9 +120,11 @@ class Single final : public Strategy {
   EvalResult evaluate() override {
     device_->bind_thread();
     run_held_steps();
-    // Evaluation resizes the activations: a captured step's pointers would be stale.
-    graph_.reset();
-    sized_for_ = -1;
+    if (!eval_apart_) {
+      // Evaluation resizes the activations: a captured step's pointers would be stale.
+      graph_.reset();
+      sized_for_ = -1;
+    }
     // Each batch's stats go to a slot of their own on the device, read once at the end.
     const int64_t total = data_.test_x.dim(0);
     const int64_t batches = (total + eval_batch_ - 1) / eval_batch_;
@@ -125,9 +132,10 @@ class Single final : public Strategy {
       eval_stats_ = Tensor::zeros(*device_, {2 * batches});
     for (int64_t b = 0; b < batches; ++b) {
       const int64_t offset = b * eval_batch_, count = std::min(eval_batch_, total - offset);
-      Tensor& x = batch_x(count);
-      device_->ops().gather(data_.test_x, data_.test_y, data_.test_order, offset, count, x, y_);
-      model_->forward(x, y_, stats_, /*training=*/false);
+      Tensor& x = eval_apart_ ? eval_x(count) : batch_x(count);
+      Tensor& y = eval_apart_ ? eval_y_ : y_;
+      device_->ops().gather(data_.test_x, data_.test_y, data_.test_order, offset, count, x, y);
+      model_->forward(x, y, stats_, /*training=*/false);
       device_->copy_on_device(eval_stats_.f32() + 2 * b, stats_.raw(), 2 * sizeof(float));
     }
     const std::vector<float> st = eval_stats_.to_host_f32();
@@ -379,8 +387,19 @@ class Single final : public Strategy {
     return x_;
   }
 
+  // An evaluation's input, apart from the training step's (eval_apart_).
+  Tensor& eval_x(int64_t count) {
+    if (!eval_x_.defined() || eval_x_.dim(0) != count) {
+      eval_x_ = Tensor::empty(*device_, model_->model().activation_shape(0, count));
+      eval_y_ = Tensor::empty(*device_, {count}, DType::I32);
+    }
+    return eval_x_;
+  }
+
   Device* device_ = nullptr;
   std::unique_ptr<ModelReplica> model_;
+  bool eval_apart_ = false;  // evaluations leave the training step's buffers alone
+  Tensor eval_x_, eval_y_;
   uint64_t seed_ = 0;
   int64_t epoch_ = 0;
   PassKey key_;  // this step's dropout key

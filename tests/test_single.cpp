@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <set>
 #include <thread>
 
 #include "core/error.h"
@@ -62,7 +63,14 @@ class FakeCaptureDevice final : public testing::ForwardingDevice {
   using ForwardingDevice::ForwardingDevice;
   void* allocate(std::size_t bytes) override {
     forbidden("allocate");
-    return ForwardingDevice::allocate(bytes);
+    void* p = ForwardingDevice::allocate(bytes);
+    live.insert(p);
+    return p;
+  }
+  void deallocate(void* p) noexcept override {
+    live.erase(p);
+    freed.push_back(p);
+    ForwardingDevice::deallocate(p);
   }
   void copy_from_host(void* d, const void* s, std::size_t n) override {
     forbidden("copy_from_host");
@@ -94,6 +102,8 @@ class FakeCaptureDevice final : public testing::ForwardingDevice {
     return std::make_unique<Graph>(launches, json{{"census", {{"nodes", captures}}}});
   }
   int captures = 0, launches = 0;
+  std::set<void*> live;                       // what is allocated now
+  std::vector<void*> freed;                   // every deallocation, in order
   std::chrono::milliseconds capture_cost{0};  // what instantiating the graph takes
   bool queues = false;                        // claim to queue work, as a GPU does
 
@@ -140,18 +150,69 @@ TEST(Single, CapturesOncePerBatchSizeAndReplaysAnyLr) {
   EXPECT_EQ(replayed(64, 8, 0.2f), 0);
   EXPECT_EQ(replayed(72, 8, 0.2f), 1);
   EXPECT_EQ(dev.captures, 2);
-  // Evaluation resizes the activations: the next step is eager again.
+  // An evaluation runs apart from the training step's buffers: the graph outlives it.
   s->evaluate();
-  EXPECT_EQ(replayed(0, 8, 0.2f), 0);
+  EXPECT_EQ(replayed(0, 8, 0.2f), 1);
   EXPECT_EQ(replayed(8, 8, 0.2f), 1);
-  // The report holds what the last graph held (its describe(): on CUDA, the graph's census),
-  // kept after an evaluation drops the graph.
+  // The report holds what the last graph held (its describe(): on CUDA, the graph's census).
   s->evaluate();
   EXPECT_EQ(s->report(), (json{{"cuda_graphs", "used"},
-                               {"cuda_graph_captures", 3},
-                               {"cuda_graph_replays", 6},
-                               {"cuda_graph", {{"census", {{"nodes", 3}}}}}}));
+                               {"cuda_graph_captures", 2},
+                               {"cuda_graph_replays", 7},
+                               {"cuda_graph", {{"census", {{"nodes", 2}}}}}}));
   s.reset();
+}
+
+// An evaluation, at a batch size of its own, frees nothing that existed when the step was
+// captured (a graph replays fixed pointers: on a GPU a freed buffer may be handed out again
+// while the graph still writes it), and the step after it replays the same graph, epoch after
+// epoch. (This device's replays only count; the recording device below computes them.)
+TEST(Single, AnEvaluationFreesNothingTheCapturedStepUses) {
+  static const Dataset data = synthetic(96, 5);
+  auto cpu = make_devices("cpu", 1, {});
+  FakeCaptureDevice dev(*cpu[0]);
+  auto s = single_on(dev, data);
+  const auto replayed = [&](int64_t offset) {
+    return s->train_step(offset, 16, 0.1f).detail.at("cuda_graph_replay").get<int>();
+  };
+  EXPECT_EQ(replayed(0), 0);
+  EXPECT_EQ(replayed(16), 1);  // captured
+  for (int epoch = 0; epoch < 2; ++epoch) {
+    const std::set<void*> before = dev.live;
+    dev.freed.clear();
+    s->evaluate();
+    for (void* p : dev.freed) EXPECT_EQ(before.count(p), 0u) << "epoch " << epoch;
+    EXPECT_EQ(replayed(32), 1) << "epoch " << epoch;
+  }
+  EXPECT_EQ(dev.captures, 1);
+  s.reset();
+}
+
+// Replays across evaluations compute what eager steps with the same evaluations between them
+// do, to the bit (one step per launch and several).
+TEST(Single, ReplaysAcrossEvaluationsGiveTheBitsOfEagerSteps) {
+  static const Dataset data = synthetic(128, 5);
+  for (const int per_launch : {1, 2}) {
+    auto cpu = make_devices("cpu", 2, {});
+    testing::RecordingDevice dev(*cpu[0]);
+    auto graphed = single_on(dev, data, {{"steps_per_launch", per_launch}});
+    auto eager = single_on(*cpu[1], data, {{"cuda_graphs", false}});
+    std::vector<double> got, want;
+    for (int epoch = 0; epoch < 3; ++epoch) {
+      for (int i = 0; i < 5; ++i) {
+        graphed->train_step(16 * i, 16, 0.1f);
+        want.push_back(eager->train_step(16 * i, 16, 0.1f).loss_sum);
+      }
+      for (const StepResult& r : graphed->collect()) got.push_back(r.loss_sum);
+      const EvalResult ge = graphed->evaluate(), ee = eager->evaluate();
+      EXPECT_EQ(ge.loss_sum, ee.loss_sum) << per_launch << " per launch, epoch " << epoch;
+      EXPECT_EQ(ge.correct, ee.correct) << per_launch << " per launch, epoch " << epoch;
+    }
+    EXPECT_EQ(got, want) << per_launch << " per launch";
+    EXPECT_EQ(graphed->parameters(), eager->parameters()) << per_launch << " per launch";
+    EXPECT_EQ(graphed->report().value("cuda_graph_captures", -1), 1) << per_launch;
+    EXPECT_TRUE(dev.violations.empty()) << dev.violations.front();
+  }
 }
 
 TEST(Single, AStepThatCapturesCountsTheCaptureInItsTime) {
@@ -447,7 +508,7 @@ TEST(Single, SeveralStepsPerLaunchGiveTheBitsOfEagerSteps) {
                                      {"cuda_graph_captures", 1},
                                      {"cuda_graph_replays", 3},
                                      {"cuda_graph_steps_per_launch", 4},
-                                     {"cuda_graph_steps_run_eagerly", 7}}));
+                                     {"cuda_graph_steps_run_eagerly", 8}}));
   EXPECT_TRUE(dev.violations.empty()) << dev.violations.front();
 }
 
@@ -511,6 +572,33 @@ TEST(Single, CudaSeveralStepsPerLaunchMatchEagerStepsBitForBit) {
   const json report = s->report();
   EXPECT_EQ(report.value("cuda_graph_replays", -1), 4) << report.dump();
   EXPECT_EQ(report.value("cuda_graph_steps_run_eagerly", -1), 3) << report.dump();
+}
+
+// On a GPU: a captured step replayed across evaluations (which run at their own batch size, in
+// buffers of their own) gives the bits of eager steps with the same evaluations between them,
+// one step per launch and four; one capture for the whole run.
+TEST(Single, CudaReplaysAcrossEvaluationsMatchEagerSteps) {
+  if (const std::string why = backend_unavailable("cuda"); !why.empty())
+    GTEST_SKIP() << "cuda: " << why;
+  for (const int per_launch : {1, 4}) {
+    Session graphed("single", 1, {{"steps_per_launch", per_launch}}, test_initial_parameters(), 24,
+                    "cuda");
+    Session eager("single", 1, {{"cuda_graphs", false}}, test_initial_parameters(), 24, "cuda");
+    std::vector<double> got, want;
+    for (int round = 0; round < 3; ++round) {
+      for (int i = 0; i < 9; ++i) {
+        graphed.queue(i, 0.05f);
+        want.push_back(eager.step(i, 0.05f).loss_sum);
+      }
+      for (const StepResult& r : graphed->collect()) got.push_back(r.loss_sum);
+      const EvalResult ge = graphed->evaluate(), ee = eager->evaluate();
+      EXPECT_EQ(ge.loss_sum, ee.loss_sum) << per_launch << " per launch, round " << round;
+      EXPECT_EQ(ge.correct, ee.correct) << per_launch << " per launch, round " << round;
+    }
+    EXPECT_EQ(got, want) << per_launch << " per launch";
+    EXPECT_EQ(graphed->parameters(), eager->parameters()) << per_launch << " per launch";
+    EXPECT_EQ(graphed->report().value("cuda_graph_captures", -1), 1) << graphed->report().dump();
+  }
 }
 
 // On a GPU: the report's census of the captured step (core/graph_census.h) reads the graph the
