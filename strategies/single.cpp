@@ -91,23 +91,8 @@ class Single final : public Strategy {
     }
     // A step that captures counts the capture in its time.
     const auto t0 = Clock::now();
-    device_->begin_capture();
-    try {
-      enqueue_step(step_indices_, 0, count, stats_, step_);
-      graph_ = device_->end_capture();
-    } catch (const CaptureFailed& e) {
-      // No graph can be made of the step on this device: it and every later step run eagerly
-      // (nothing of the captured work ran), and the report says why.
-      device_->abort_capture();
-      capture_failure_ = e.what();
+    if (!capture(count, [&] { enqueue_step(step_indices_, 0, count, stats_, step_); }))
       return eager_step(step_indices_, 0, count, lr, start);
-    } catch (...) {
-      device_->abort_capture();
-      throw;
-    }
-    graph_count_ = count;
-    ++captures_;
-    graph_described_ = graph_->describe();
     // Deferred, the replay's device time starts after the capture, which adds its host time.
     return replay(count, step, t0, deferring() ? device_->mark() : TimeMark{}, /*captured=*/true);
   }
@@ -195,6 +180,29 @@ class Single final : public Strategy {
     ops.sgd(model_->params(), model_->grads(), step);
   }
 
+  // Captures enqueue() as the graph of steps of `count` examples. False where the device cannot
+  // make it (CaptureFailed): nothing of it ran, this step and every later one run eagerly, and
+  // the report says why. Any other error ends the capture and throws.
+  template <typename Enqueue>
+  bool capture(int64_t count, Enqueue&& enqueue) {
+    device_->begin_capture();
+    try {
+      enqueue();
+      graph_ = device_->end_capture();
+    } catch (const CaptureFailed& e) {
+      device_->abort_capture();
+      capture_failure_ = e.what();
+      return false;
+    } catch (...) {
+      device_->abort_capture();
+      throw;
+    }
+    graph_count_ = count;
+    ++captures_;
+    graph_described_ = graph_->describe();
+    return true;
+  }
+
   bool deferring() const { return read_back_ == ReadBack::Epoch; }
   // Deferred, a step's first mark (its time then runs from the previous step's end anyway).
   TimeMark start_mark() { return deferring() ? device_->mark() : TimeMark{}; }
@@ -236,26 +244,16 @@ class Single final : public Strategy {
     const auto t0 = Clock::now();
     bool captured = false;
     if (!graph_) {
-      device_->begin_capture();
-      try {
+      const bool made = capture(count, [&] {
         for (int64_t j = 0; j < n; ++j) {
           Tensor stats = launch_stats_.view(2 * j, {2});
           enqueue_step(launch_indices_, j * count, count, stats, launch_step_.view(j, {1}));
         }
-        graph_ = device_->end_capture();
-      } catch (const CaptureFailed& e) {
-        // As with one step per launch: these steps and every later one run eagerly.
-        device_->abort_capture();
-        capture_failure_ = e.what();
+      });
+      if (!made) {
         run_held_steps();
         return;
-      } catch (...) {
-        device_->abort_capture();
-        throw;
       }
-      graph_count_ = count;
-      ++captures_;
-      graph_described_ = graph_->describe();
       captured = true;
     }
     QueuedStep q;

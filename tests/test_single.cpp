@@ -188,29 +188,39 @@ TEST(Single, AnEvaluationFreesNothingTheCapturedStepUses) {
   s.reset();
 }
 
+// Three rounds of 9 queued steps, each round collected and followed by an evaluation, on
+// `graphed` and on `eager`: every step's loss, every evaluation and the parameters the same to
+// the bit, and one capture in all on the graphed side.
+void expect_replays_across_evaluations_match(Session& graphed, Session& eager,
+                                             const std::string& what) {
+  std::vector<double> got, want;
+  for (int round = 0; round < 3; ++round) {
+    for (int i = 0; i < 9; ++i) {
+      graphed.queue(i, 0.05f);
+      want.push_back(eager.step(i, 0.05f).loss_sum);
+    }
+    for (const StepResult& r : graphed->collect()) got.push_back(r.loss_sum);
+    const EvalResult ge = graphed->evaluate(), ee = eager->evaluate();
+    EXPECT_EQ(ge.loss_sum, ee.loss_sum) << what << ", round " << round;
+    EXPECT_EQ(ge.correct, ee.correct) << what << ", round " << round;
+  }
+  EXPECT_EQ(got, want) << what;
+  EXPECT_EQ(graphed->parameters(), eager->parameters()) << what;
+  EXPECT_EQ(graphed->report().value("cuda_graph_captures", -1), 1) << graphed->report().dump();
+}
+
 // Replays across evaluations compute what eager steps with the same evaluations between them
 // do, to the bit (one step per launch and several).
 TEST(Single, ReplaysAcrossEvaluationsGiveTheBitsOfEagerSteps) {
-  static const Dataset data = synthetic(128, 5);
   for (const int per_launch : {1, 2}) {
     auto cpu = make_devices("cpu", 2, {});
     testing::RecordingDevice dev(*cpu[0]);
-    auto graphed = single_on(dev, data, {{"steps_per_launch", per_launch}});
-    auto eager = single_on(*cpu[1], data, {{"cuda_graphs", false}});
-    std::vector<double> got, want;
-    for (int epoch = 0; epoch < 3; ++epoch) {
-      for (int i = 0; i < 5; ++i) {
-        graphed->train_step(16 * i, 16, 0.1f);
-        want.push_back(eager->train_step(16 * i, 16, 0.1f).loss_sum);
-      }
-      for (const StepResult& r : graphed->collect()) got.push_back(r.loss_sum);
-      const EvalResult ge = graphed->evaluate(), ee = eager->evaluate();
-      EXPECT_EQ(ge.loss_sum, ee.loss_sum) << per_launch << " per launch, epoch " << epoch;
-      EXPECT_EQ(ge.correct, ee.correct) << per_launch << " per launch, epoch " << epoch;
-    }
-    EXPECT_EQ(got, want) << per_launch << " per launch";
-    EXPECT_EQ(graphed->parameters(), eager->parameters()) << per_launch << " per launch";
-    EXPECT_EQ(graphed->report().value("cuda_graph_captures", -1), 1) << per_launch;
+    Session graphed("single", {&dev}, {{"steps_per_launch", per_launch}}, test_initial_parameters(),
+                    16);
+    Session eager("single", {cpu[1].get()}, {{"cuda_graphs", false}}, test_initial_parameters(),
+                  16);
+    expect_replays_across_evaluations_match(graphed, eager,
+                                            std::to_string(per_launch) + " per launch");
     EXPECT_TRUE(dev.violations.empty()) << dev.violations.front();
   }
 }
@@ -426,6 +436,18 @@ TEST(Single, QueuedReplaysKeepTheirOrderAndTheCaptureTime) {
   s.reset();
 }
 
+// After the one capture a run tried failed (the recording device's simulated failure): the
+// graphed run's parameters are the eager run's, and its report says why it has no graphs.
+void expect_eager_after_a_failed_capture(Strategy& graphed, Strategy& eager,
+                                         const testing::RecordingDevice& dev) {
+  EXPECT_EQ(graphed.parameters(), eager.parameters());
+  EXPECT_EQ(dev.failed_end_captures, 1);
+  EXPECT_EQ(graphed.report(),
+            (json{{"cuda_graphs",
+                   "not used: capture failed: cudaGraphInstantiate: out of memory (simulated)"}}));
+  EXPECT_TRUE(dev.violations.empty()) << dev.violations.front();
+}
+
 // A step that cannot be made a graph (end_capture fails, as on a GPU that cannot instantiate
 // it) runs eagerly, and so does every later one, to the bit as with graphs off; no capture is
 // tried again, even after an evaluation; the report says why.
@@ -445,12 +467,7 @@ TEST(Single, AFailedCaptureRunsTheStepsEagerly) {
     EXPECT_EQ(g.loss_sum, e.loss_sum) << "step " << i;
     EXPECT_EQ(g.detail.value("cuda_graph_replay", 0), 0) << "step " << i;
   }
-  EXPECT_EQ(graphed->parameters(), eager->parameters());
-  EXPECT_EQ(dev.failed_end_captures, 1);
-  EXPECT_EQ(graphed->report(),
-            (json{{"cuda_graphs",
-                   "not used: capture failed: cudaGraphInstantiate: out of memory (simulated)"}}));
-  EXPECT_TRUE(dev.violations.empty()) << dev.violations.front();
+  expect_eager_after_a_failed_capture(*graphed, *eager, dev);
 }
 
 // steps_per_launch: launch_steps consecutive steps of one batch size run as one launch of a
@@ -532,12 +549,7 @@ TEST(Single, SeveralStepsPerLaunchFallBackToEagerStepsWhenTheCaptureFails) {
     EXPECT_EQ(got[i].loss_sum, expected[i].loss_sum) << "step " << i;
     EXPECT_EQ(got[i].detail.value("cuda_graph_replay", 0), 0) << "step " << i;
   }
-  EXPECT_EQ(graphed->parameters(), eager->parameters());
-  EXPECT_EQ(dev.failed_end_captures, 1);
-  EXPECT_EQ(graphed->report(),
-            (json{{"cuda_graphs",
-                   "not used: capture failed: cudaGraphInstantiate: out of memory (simulated)"}}));
-  EXPECT_TRUE(dev.violations.empty()) << dev.violations.front();
+  expect_eager_after_a_failed_capture(*graphed, *eager, dev);
 }
 
 TEST(Single, CudaGraphReplayMatchesEagerStepsBitForBit) {
@@ -584,20 +596,8 @@ TEST(Single, CudaReplaysAcrossEvaluationsMatchEagerSteps) {
     Session graphed("single", 1, {{"steps_per_launch", per_launch}}, test_initial_parameters(), 24,
                     "cuda");
     Session eager("single", 1, {{"cuda_graphs", false}}, test_initial_parameters(), 24, "cuda");
-    std::vector<double> got, want;
-    for (int round = 0; round < 3; ++round) {
-      for (int i = 0; i < 9; ++i) {
-        graphed.queue(i, 0.05f);
-        want.push_back(eager.step(i, 0.05f).loss_sum);
-      }
-      for (const StepResult& r : graphed->collect()) got.push_back(r.loss_sum);
-      const EvalResult ge = graphed->evaluate(), ee = eager->evaluate();
-      EXPECT_EQ(ge.loss_sum, ee.loss_sum) << per_launch << " per launch, round " << round;
-      EXPECT_EQ(ge.correct, ee.correct) << per_launch << " per launch, round " << round;
-    }
-    EXPECT_EQ(got, want) << per_launch << " per launch";
-    EXPECT_EQ(graphed->parameters(), eager->parameters()) << per_launch << " per launch";
-    EXPECT_EQ(graphed->report().value("cuda_graph_captures", -1), 1) << graphed->report().dump();
+    expect_replays_across_evaluations_match(graphed, eager,
+                                            std::to_string(per_launch) + " per launch");
   }
 }
 
