@@ -739,15 +739,13 @@ const Tensor& ModelStages::backward(int slot, const Tensor* dy, Tensor& grads,
   return first_ > 0 ? s.grad[static_cast<std::size_t>(first_)] : none;
 }
 
-ModelReplica::ModelReplica(std::shared_ptr<const Model> model, Device& device,
-                           bool evaluation_slot)
+ModelReplica::ModelReplica(std::shared_ptr<const Model> model, Device& device, int slots)
     : model_(std::move(model)),
       device_(device),
       params_(Tensor::zeros(device, {model_->parameters()})),
       grads_(Tensor::zeros(device, {model_->parameters()})),
       layers_(std::make_unique<ModelStages>(*model_, device, 0, model_->layers(), params_,
-                                            evaluation_slot ? 2 : 1)),
-      evaluation_slot_(evaluation_slot) {}
+                                            slots)) {}
 
 ModelReplica::~ModelReplica() = default;
 
@@ -762,7 +760,7 @@ Tensor ModelReplica::grad(int i) const {
 }
 
 void ModelReplica::forward(const Tensor& x, const Tensor& labels, Tensor& stats, bool training,
-                           const PassKey& key) {
+                           const PassKey& key, int slot) {
   const Shape want = model_->activation_shape(0, x.ndim() >= 1 ? x.dim(0) : 0);
   PARALAB_REQUIRE(x.shape() == want && x.dim(0) >= 1,
                   model_->name() + ": input " + shape_string(x.shape()) + " is not (N," +
@@ -770,17 +768,22 @@ void ModelReplica::forward(const Tensor& x, const Tensor& labels, Tensor& stats,
   PARALAB_REQUIRE(labels.numel() == x.dim(0), model_->name() + ": " +
                                                   std::to_string(labels.numel()) + " labels for " +
                                                   std::to_string(x.dim(0)) + " images");
-  // Slot 1, where there is one, for evaluation (see the constructor); training in slot 0.
-  const int slot = !training && evaluation_slot_ ? 1 : 0;
+  PARALAB_REQUIRE(slot >= 0 && slot < layers_->slots(),
+                  model_->name() + ": slot " + std::to_string(slot) + " of " +
+                      std::to_string(layers_->slots()));
   logits_ = layers_->forward(slot, x, training, key);
   layers_->loss(slot, labels, stats, training);
-  // An evaluation in a slot of its own leaves the training pass's state for backward.
-  if (training || !evaluation_slot_) trained_ = training;
+  // An evaluation in another slot leaves the training pass's state for backward.
+  if (training)
+    trained_slot_ = slot;
+  else if (slot == trained_slot_)
+    trained_slot_ = -1;
 }
 
 void ModelReplica::backward(const std::function<void(int)>& on_ready) {
-  PARALAB_REQUIRE(trained_, model_->name() + ": backward() without a training forward()");
-  layers_->backward(0, nullptr, grads_, on_ready);
+  PARALAB_REQUIRE(trained_slot_ >= 0,
+                  model_->name() + ": backward() without a training forward()");
+  layers_->backward(trained_slot_, nullptr, grads_, on_ready);
 }
 
 }  // namespace paralab

@@ -217,14 +217,14 @@ class ModelStages {
 };
 
 // A whole model on one device with its flat parameters and gradients (single, data_parallel).
-// evaluation_slot: evaluation forwards run in a slot of their own (their own activations and
-// ops), so that an evaluation at another batch size leaves every buffer of the training pass
-// where it was, and a CUDA graph captured of a training step stays valid across evaluations.
-// Without it (the default) an evaluation resizes the training pass's activations, which costs
-// no memory beyond one batch's.
+// slots: sets of activations and ops (ModelStages' slots); each forward names its slot, and
+// backward() works on the slot of the last training forward. More than one lets a caller keep
+// one pass's buffers where they are while passes at other batch sizes run in others (single: a
+// CUDA graph of its training step outlives evaluations and an epoch's shorter last batch). One
+// slot (the default) resizes its buffers for each new batch size and holds one batch's.
 class ModelReplica {
  public:
-  ModelReplica(std::shared_ptr<const Model> model, Device& device, bool evaluation_slot = false);
+  ModelReplica(std::shared_ptr<const Model> model, Device& device, int slots = 1);
   ~ModelReplica();
 
   const Model& model() const { return *model_; }
@@ -234,10 +234,10 @@ class ModelReplica {
   Tensor param(int i) const;            // view of tensor i
   Tensor grad(int i) const;
 
-  // x (N, input...), labels (N) int32 -> stats (2) = {summed loss, correct count}. With
-  // `training`, keeps what backward() needs and the loss gradient.
+  // x (N, input...), labels (N) int32 -> stats (2) = {summed loss, correct count}, in `slot`.
+  // With `training`, keeps what backward() needs and the loss gradient.
   void forward(const Tensor& x, const Tensor& labels, Tensor& stats, bool training,
-               const PassKey& key = {});
+               const PassKey& key = {}, int slot = 0);
   // Gradients of the summed loss of the last training forward() into grads() (overwritten);
   // on_ready as in ModelStages::backward.
   void backward(const std::function<void(int)>& on_ready = {});
@@ -250,8 +250,7 @@ class ModelReplica {
   Tensor params_, grads_;
   std::unique_ptr<ModelStages> layers_;
   Tensor logits_;
-  bool trained_ = false;
-  bool evaluation_slot_ = false;
+  int trained_slot_ = -1;  // the slot of the last training forward, while backward may use it
 };
 
 }  // namespace paralab

@@ -1,6 +1,7 @@
 #include "strategies/single.h"
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <iterator>
 #include <string>
@@ -41,11 +42,9 @@ class Single final : public Strategy {
     device_ = s.devices[0];
     device_->bind_thread();
     const auto model = s.model ? s.model : default_model();
-    // Where steps can be graphs, evaluations run apart from the training pass's buffers (their
-    // own activations and input), so that the captured step outlives them: each epoch then
-    // replays from its first step instead of running one eagerly and capturing again.
-    eval_apart_ = graphs_ && device_->supports_capture() && !model->has_dropout();
-    model_ = std::make_unique<ModelReplica>(model, *device_, eval_apart_);
+    // Where steps can be graphs, passes run in slots of the model of their own (kGraphSlot).
+    apart_ = graphs_ && device_->supports_capture() && !model->has_dropout();
+    model_ = std::make_unique<ModelReplica>(model, *device_, apart_ ? kSlots : 1);
     seed_ = s.seed;
     model_->params().copy_from_host(s.initial_parameters);
     data_ = DeviceData(*device_, *s.train, *s.test);
@@ -71,7 +70,14 @@ class Single final : public Strategy {
   StepResult train_step(int64_t offset, int64_t count, float lr) override {
     device_->bind_thread();
     key_ = {dropout_seed(seed_, epoch_), offset};
-    if (!graphed()) return eager_step(order_, offset, count, lr, start_mark());
+    if (!graphed()) return eager_step(order_, offset, count, lr, start_mark(), kGraphSlot);
+    // The graphed size is the first one trained; a step of another size (an epoch's shorter
+    // last batch) runs eagerly in a slot of its own, leaving the graph and what it uses alone.
+    if (graphed_count_ < 0) graphed_count_ = count;
+    if (count != graphed_count_) {
+      run_held_steps();
+      return eager_step(order_, offset, count, lr, start_mark(), kOtherSlot);
+    }
     if (launch_steps_ > 1) return held_step(offset, count, lr);
     const TimeMark start = start_mark();
     // A graph replays fixed pointers: this step's example indices go to a fixed buffer first.
@@ -87,12 +93,12 @@ class Single final : public Strategy {
       // The first step of a batch size runs eagerly: it allocates the activations and lets
       // cuDNN choose its algorithms, which a capture must not do.
       sized_for_ = count;
-      return eager_step(step_indices_, 0, count, lr, start);
+      return eager_step(step_indices_, 0, count, lr, start, kGraphSlot);
     }
     // A step that captures counts the capture in its time.
     const auto t0 = Clock::now();
     if (!capture(count, [&] { enqueue_step(step_indices_, 0, count, stats_, step_); }))
-      return eager_step(step_indices_, 0, count, lr, start);
+      return eager_step(step_indices_, 0, count, lr, start, kGraphSlot);
     // Deferred, the replay's device time starts after the capture, which adds its host time.
     return replay(count, step, t0, deferring() ? device_->mark() : TimeMark{}, /*captured=*/true);
   }
@@ -105,11 +111,12 @@ class Single final : public Strategy {
   EvalResult evaluate() override {
     device_->bind_thread();
     run_held_steps();
-    if (!eval_apart_) {
+    if (!apart_) {
       // Evaluation resizes the activations: a captured step's pointers would be stale.
       graph_.reset();
       sized_for_ = -1;
     }
+    const int slot = apart_ ? kEvalSlot : kGraphSlot;
     // Each batch's stats go to a slot of their own on the device, read once at the end.
     const int64_t total = data_.test_x.dim(0);
     const int64_t batches = (total + eval_batch_ - 1) / eval_batch_;
@@ -117,10 +124,10 @@ class Single final : public Strategy {
       eval_stats_ = Tensor::zeros(*device_, {2 * batches});
     for (int64_t b = 0; b < batches; ++b) {
       const int64_t offset = b * eval_batch_, count = std::min(eval_batch_, total - offset);
-      Tensor& x = eval_apart_ ? eval_x(count) : batch_x(count);
-      Tensor& y = eval_apart_ ? eval_y_ : y_;
+      Tensor& x = batch_x(count, slot);
+      Tensor& y = ys_[slot];
       device_->ops().gather(data_.test_x, data_.test_y, data_.test_order, offset, count, x, y);
-      model_->forward(x, y, stats_, /*training=*/false);
+      model_->forward(x, y, stats_, /*training=*/false, {}, slot);
       device_->copy_on_device(eval_stats_.f32() + 2 * b, stats_.raw(), 2 * sizeof(float));
     }
     const std::vector<float> st = eval_stats_.to_host_f32();
@@ -173,9 +180,10 @@ class Single final : public Strategy {
   void enqueue_step(const Tensor& order, int64_t offset, int64_t count, Tensor& stats,
                     const Tensor& step) {
     Ops& ops = device_->ops();
-    Tensor& x = batch_x(count);
-    ops.gather(data_.train_x, data_.train_y, order, offset, count, x, y_);
-    model_->forward(x, y_, stats, /*training=*/true, key_);
+    Tensor& x = batch_x(count, kGraphSlot);
+    Tensor& y = ys_[kGraphSlot];
+    ops.gather(data_.train_x, data_.train_y, order, offset, count, x, y);
+    model_->forward(x, y, stats, /*training=*/true, key_, kGraphSlot);
     model_->backward();
     ops.sgd(model_->params(), model_->grads(), step);
   }
@@ -227,7 +235,7 @@ class Single final : public Strategy {
       launch_indices_ = Tensor::empty(*device_, {launch_steps_ * count}, DType::I32);
       launch_step_ = Tensor::zeros(*device_, {launch_steps_});
       launch_stats_ = Tensor::zeros(*device_, {2 * launch_steps_});
-      return eager_step(order_, offset, count, lr, start_mark());
+      return eager_step(order_, offset, count, lr, start_mark(), kGraphSlot);
     }
     held_.push_back({offset, count, lr});
     if (static_cast<int>(held_.size()) == launch_steps_) launch_held();
@@ -284,7 +292,7 @@ class Single final : public Strategy {
   void run_held_steps() {
     for (const Held& h : held_) {
       key_ = {dropout_seed(seed_, epoch_), h.offset};
-      eager_step(order_, h.offset, h.count, h.lr, start_mark());
+      eager_step(order_, h.offset, h.count, h.lr, start_mark(), kGraphSlot);
       ++eager_held_;
     }
     held_.clear();
@@ -294,14 +302,15 @@ class Single final : public Strategy {
   // at the end (or none, deferred: `start` is then the step's first mark): the phases are
   // timed on the device without stopping it in between.
   StepResult eager_step(const Tensor& order, int64_t offset, int64_t count, float lr,
-                        const TimeMark& start) {
+                        const TimeMark& start, int slot) {
     Ops& ops = device_->ops();
     StepResult r;
     const auto t0 = Clock::now();
     const TimeMark m0 = deferring() ? start : device_->mark();
-    Tensor& x = batch_x(count);
-    ops.gather(data_.train_x, data_.train_y, order, offset, count, x, y_);
-    model_->forward(x, y_, stats_, /*training=*/true, key_);
+    Tensor& x = batch_x(count, slot);
+    Tensor& y = ys_[slot];
+    ops.gather(data_.train_x, data_.train_y, order, offset, count, x, y);
+    model_->forward(x, y, stats_, /*training=*/true, key_, slot);
     const TimeMark m1 = device_->mark();
     model_->backward();
     const TimeMark m2 = device_->mark();
@@ -376,34 +385,33 @@ class Single final : public Strategy {
     r.detail = step_detail(replayed);
   }
 
-  // Input buffers sized for `count` images (train and eval batches differ; reallocated rarely).
-  Tensor& batch_x(int64_t count) {
-    if (!x_.defined() || x_.dim(0) != count) {
-      x_ = Tensor::empty(*device_, model_->model().activation_shape(0, count));
-      y_ = Tensor::empty(*device_, {count}, DType::I32);
+  // The input of a pass in `slot` (xs_, ys_), sized for `count` images (reallocated when the
+  // slot's batch size changes: rarely, and never in the graphed step's slot once it is sized).
+  Tensor& batch_x(int64_t count, int slot) {
+    Tensor& x = xs_[static_cast<std::size_t>(slot)];
+    if (!x.defined() || x.dim(0) != count) {
+      x = Tensor::empty(*device_, model_->model().activation_shape(0, count));
+      ys_[static_cast<std::size_t>(slot)] = Tensor::empty(*device_, {count}, DType::I32);
     }
-    return x_;
-  }
-
-  // An evaluation's input, apart from the training step's (eval_apart_).
-  Tensor& eval_x(int64_t count) {
-    if (!eval_x_.defined() || eval_x_.dim(0) != count) {
-      eval_x_ = Tensor::empty(*device_, model_->model().activation_shape(0, count));
-      eval_y_ = Tensor::empty(*device_, {count}, DType::I32);
-    }
-    return eval_x_;
+    return x;
   }
 
   Device* device_ = nullptr;
   std::unique_ptr<ModelReplica> model_;
-  bool eval_apart_ = false;  // evaluations leave the training step's buffers alone
-  Tensor eval_x_, eval_y_;
+  // Where steps can be graphs (apart_), passes run in three slots of the model, each with its own
+  // activations, ops and input: the graphed step's (its batch size the first one trained),
+  // evaluations', and eager steps of any other size (an epoch's shorter last batch). Neither of
+  // the other two moves a buffer the graph uses, so one capture serves the whole run.
+  static constexpr int kGraphSlot = 0, kEvalSlot = 1, kOtherSlot = 2, kSlots = 3;
+  bool apart_ = false;
+  int64_t graphed_count_ = -1;  // the batch size of the graphed steps, once known
   uint64_t seed_ = 0;
   int64_t epoch_ = 0;
   PassKey key_;  // this step's dropout key
   DeviceData data_;
   Tensor order_;
-  Tensor x_, y_, stats_, eval_stats_;
+  std::array<Tensor, kSlots> xs_, ys_;  // each slot's input (batch_x)
+  Tensor stats_, eval_stats_;
   int64_t eval_batch_ = 1000;
   // CUDA graphs: the captured step, the batch size it was captured for, the batch size the
   // activations were last sized for by an eager step, and the SGD step the graph reads.

@@ -128,7 +128,7 @@ std::unique_ptr<Strategy> single_on(Device& dev, const Dataset& data,
   return s;
 }
 
-TEST(Single, CapturesOncePerBatchSizeAndReplaysAnyLr) {
+TEST(Single, CapturesTheFirstBatchSizeOnceAndReplaysAnyLr) {
   static const Dataset data = synthetic(96, 5);
   auto cpu = make_devices("cpu", 1, {});
   FakeCaptureDevice dev(*cpu[0]);
@@ -136,62 +136,65 @@ TEST(Single, CapturesOncePerBatchSizeAndReplaysAnyLr) {
   auto replayed = [&](int64_t offset, int64_t count, float lr) {
     return s->train_step(offset, count, lr).detail.at("cuda_graph_replay").get<int>();
   };
-  // The first step of a size runs eagerly; the second captures and replays; then replays.
+  // The first step runs eagerly; the second captures and replays; then replays.
   EXPECT_EQ(replayed(0, 16, 0.1f), 0);
   EXPECT_EQ(replayed(16, 16, 0.1f), 1);
   EXPECT_EQ(replayed(32, 16, 0.1f), 1);
   EXPECT_EQ(dev.captures, 1);
   EXPECT_EQ(dev.launches, 2);
-  // A new learning rate (warm-up) replays the same graph: the step is read on the device. A
-  // new batch size is an eager step first.
+  // A new learning rate (warm-up) replays the same graph: the step is read on the device.
   EXPECT_EQ(replayed(48, 16, 0.2f), 1);
   EXPECT_EQ(replayed(64, 16, 0.3f), 1);
-  EXPECT_EQ(dev.captures, 1);
+  // A step of another size (an epoch's shorter last batch) runs eagerly, in buffers of its
+  // own, every time; the graph stays, and so it does across evaluations.
   EXPECT_EQ(replayed(64, 8, 0.2f), 0);
-  EXPECT_EQ(replayed(72, 8, 0.2f), 1);
-  EXPECT_EQ(dev.captures, 2);
-  // An evaluation runs apart from the training step's buffers: the graph outlives it.
+  EXPECT_EQ(replayed(72, 8, 0.2f), 0);
+  EXPECT_EQ(replayed(0, 16, 0.2f), 1);
   s->evaluate();
-  EXPECT_EQ(replayed(0, 8, 0.2f), 1);
-  EXPECT_EQ(replayed(8, 8, 0.2f), 1);
-  // The report holds what the last graph held (its describe(): on CUDA, the graph's census).
+  EXPECT_EQ(replayed(16, 16, 0.2f), 1);
+  EXPECT_EQ(replayed(80, 8, 0.2f), 0);
   s->evaluate();
+  EXPECT_EQ(replayed(0, 16, 0.2f), 1);
+  EXPECT_EQ(dev.captures, 1);
+  // The report holds what the graph held (its describe(): on CUDA, the graph's census).
   EXPECT_EQ(s->report(), (json{{"cuda_graphs", "used"},
-                               {"cuda_graph_captures", 2},
+                               {"cuda_graph_captures", 1},
                                {"cuda_graph_replays", 7},
-                               {"cuda_graph", {{"census", {{"nodes", 2}}}}}}));
+                               {"cuda_graph", {{"census", {{"nodes", 1}}}}}}));
   s.reset();
 }
 
-// An evaluation, at a batch size of its own, frees nothing that existed when the step was
-// captured (a graph replays fixed pointers: on a GPU a freed buffer may be handed out again
-// while the graph still writes it), and the step after it replays the same graph, epoch after
-// epoch. (This device's replays only count; the recording device below computes them.)
-TEST(Single, AnEvaluationFreesNothingTheCapturedStepUses) {
+// Neither an evaluation nor a step of another batch size frees anything that existed when the
+// step was captured (a graph replays fixed pointers: on a GPU a freed buffer may be handed out
+// again while the graph still writes it), and the step after them replays the same graph,
+// epoch after epoch. (This device's replays only count; the recording device below computes
+// them.)
+TEST(Single, EvaluationsAndShorterBatchesFreeNothingTheCapturedStepUses) {
   static const Dataset data = synthetic(96, 5);
   auto cpu = make_devices("cpu", 1, {});
   FakeCaptureDevice dev(*cpu[0]);
   auto s = single_on(dev, data);
-  const auto replayed = [&](int64_t offset) {
-    return s->train_step(offset, 16, 0.1f).detail.at("cuda_graph_replay").get<int>();
+  const auto replayed = [&](int64_t offset, int64_t count) {
+    return s->train_step(offset, count, 0.1f).detail.at("cuda_graph_replay").get<int>();
   };
-  EXPECT_EQ(replayed(0), 0);
-  EXPECT_EQ(replayed(16), 1);  // captured
+  EXPECT_EQ(replayed(0, 16), 0);
+  EXPECT_EQ(replayed(16, 16), 1);  // captured
   for (int epoch = 0; epoch < 2; ++epoch) {
     const std::set<void*> before = dev.live;
     dev.freed.clear();
+    EXPECT_EQ(replayed(80, 12), 0) << "epoch " << epoch;
     s->evaluate();
     for (void* p : dev.freed) EXPECT_EQ(before.count(p), 0u) << "epoch " << epoch;
-    EXPECT_EQ(replayed(32), 1) << "epoch " << epoch;
+    EXPECT_EQ(replayed(32, 16), 1) << "epoch " << epoch;
   }
   EXPECT_EQ(dev.captures, 1);
   s.reset();
 }
 
-// Three rounds of 9 queued steps, each round collected and followed by an evaluation, on
-// `graphed` and on `eager`: every step's loss, every evaluation and the parameters the same to
-// the bit, and one capture in all on the graphed side.
-void expect_replays_across_evaluations_match(Session& graphed, Session& eager,
+// Three rounds (epochs) of 9 queued steps of `batch` and a shorter last one, each round
+// collected and followed by an evaluation, on `graphed` and on `eager`: every step's loss, every
+// evaluation and the parameters the same to the bit, and one capture in all on the graphed side.
+void expect_replays_across_evaluations_match(Session& graphed, Session& eager, int64_t batch,
                                              const std::string& what) {
   std::vector<double> got, want;
   for (int round = 0; round < 3; ++round) {
@@ -199,6 +202,8 @@ void expect_replays_across_evaluations_match(Session& graphed, Session& eager,
       graphed.queue(i, 0.05f);
       want.push_back(eager.step(i, 0.05f).loss_sum);
     }
+    graphed->train_step(9 * batch, batch / 2, 0.05f);
+    want.push_back(eager->train_step(9 * batch, batch / 2, 0.05f).loss_sum);
     for (const StepResult& r : graphed->collect()) got.push_back(r.loss_sum);
     const EvalResult ge = graphed->evaluate(), ee = eager->evaluate();
     EXPECT_EQ(ge.loss_sum, ee.loss_sum) << what << ", round " << round;
@@ -209,17 +214,18 @@ void expect_replays_across_evaluations_match(Session& graphed, Session& eager,
   EXPECT_EQ(graphed->report().value("cuda_graph_captures", -1), 1) << graphed->report().dump();
 }
 
-// Replays across evaluations compute what eager steps with the same evaluations between them
-// do, to the bit (one step per launch and several).
+// Replays across evaluations and shorter batches compute what eager steps with the same
+// evaluations and batches between them do, to the bit (one step per launch and several).
 TEST(Single, ReplaysAcrossEvaluationsGiveTheBitsOfEagerSteps) {
   for (const int per_launch : {1, 2}) {
     auto cpu = make_devices("cpu", 2, {});
     testing::RecordingDevice dev(*cpu[0]);
+    const int64_t batch = 16;
     Session graphed("single", {&dev}, {{"steps_per_launch", per_launch}}, test_initial_parameters(),
-                    16);
+                    batch);
     Session eager("single", {cpu[1].get()}, {{"cuda_graphs", false}}, test_initial_parameters(),
-                  16);
-    expect_replays_across_evaluations_match(graphed, eager,
+                  batch);
+    expect_replays_across_evaluations_match(graphed, eager, batch,
                                             std::to_string(per_launch) + " per launch");
     EXPECT_TRUE(dev.violations.empty()) << dev.violations.front();
   }
@@ -593,10 +599,11 @@ TEST(Single, CudaReplaysAcrossEvaluationsMatchEagerSteps) {
   if (const std::string why = backend_unavailable("cuda"); !why.empty())
     GTEST_SKIP() << "cuda: " << why;
   for (const int per_launch : {1, 4}) {
-    Session graphed("single", 1, {{"steps_per_launch", per_launch}}, test_initial_parameters(), 24,
-                    "cuda");
-    Session eager("single", 1, {{"cuda_graphs", false}}, test_initial_parameters(), 24, "cuda");
-    expect_replays_across_evaluations_match(graphed, eager,
+    const int64_t batch = 24;
+    Session graphed("single", 1, {{"steps_per_launch", per_launch}}, test_initial_parameters(),
+                    batch, "cuda");
+    Session eager("single", 1, {{"cuda_graphs", false}}, test_initial_parameters(), batch, "cuda");
+    expect_replays_across_evaluations_match(graphed, eager, batch,
                                             std::to_string(per_launch) + " per launch");
   }
 }
