@@ -14,8 +14,8 @@ Device kinds:
         the share's SMs (the counts the runs recorded). Collectives: allreduce-cuda-sweep.json
         (gpu-check.sh sweep) or allreduce-cuda.json (gpu-check.sh collectives). Rows timed as CUDA
         graphs (the collectives enqueued on the device, one graph per collective) are fitted as
-        alpha * messages + beta * bytes + gamma * reduced per algorithm and k, at the piece size
-        they were timed with; a file without them (the first H200 run: eager, every message a host
+        start + alpha * messages + beta * bytes + gamma * reduced per algorithm and k (start: a
+        fixed cost per collective), at the piece size they were timed with; a file without them (the first H200 run: eager, every message a host
         hand-off) by the host-bound model.
 
 Hold-out: a strategy run's own timing is never used. CPU runs are measured on a VM whose speed
@@ -452,8 +452,8 @@ def bench_gpu(path):
 
 def gpu_link(path):
     """(link, rows, fit) of a GPU's allreduce_bench file (gpu_bench_path): rows timed as CUDA
-    graphs where the file has them, fitted per algorithm and k as alpha * messages + beta * bytes
-    + gamma * reduced at their piece size; else its eager rows, host-bound. fit(rows) refits the
+    graphs where the file has them, fitted per algorithm and k as start + alpha * messages + beta
+    * bytes + gamma * reduced at their piece size; else its eager rows, host-bound. fit(rows) refits the
     same kind of link on other rows (the hold-out)."""
     name = os.path.relpath(path, ROOT)
     gpu = bench_gpu(path)
