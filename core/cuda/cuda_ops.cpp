@@ -237,6 +237,7 @@ class CudaOps final : public Ops {
                     "set_scalar: needs one float, got " + shape_string(t.shape()));
     cuda::set_scalar(t.f32(), value, d_.stream());
   }
+  static_assert(static_cast<std::size_t>(cuda::kSetScalarsMax) == kMaxScalars);
   void set_scalars(Tensor& t, std::span<const float> values) override {
     PARALAB_REQUIRE(t.dtype() == DType::F32 && t.numel() == static_cast<int64_t>(values.size()) &&
                         values.size() <= kMaxScalars && !values.empty(),

@@ -93,6 +93,8 @@ void set_scalar(float* p, float value, cudaStream_t s) {
   PARALAB_CUDA_LAUNCHED();
 }
 
+static_assert(own::ScalarBlock::kMax == kSetScalarsMax);
+
 void set_scalars(float* p, const float* values, int n, cudaStream_t s) {
   PARALAB_REQUIRE(n >= 1 && n <= own::ScalarBlock::kMax,
                   "set_scalars: " + std::to_string(n) + " values, at most " +

@@ -39,7 +39,9 @@ void sgd(float* p, const float* g, float step, int64_t n, cudaStream_t s);
 void sgd_at(float* p, const float* g, const float* step, int64_t n, cudaStream_t s);
 // *p = value
 void set_scalar(float* p, float value, cudaStream_t s);
-// p[i] = values[i] for i < n (n <= 64, values on the host, read at the call): one launch.
+// p[i] = values[i] for i < n (n <= kSetScalarsMax, values on the host, read at the call): one
+// launch. kSetScalarsMax is Ops::kMaxScalars (cuda_ops.cpp checks it).
+constexpr int kSetScalarsMax = 64;
 void set_scalars(float* p, const float* values, int n, cudaStream_t s);
 // d += x (x may live on a peer GPU with peer access, or on this one)
 void add_inplace(float* d, const float* x, int64_t n, cudaStream_t s);
