@@ -71,9 +71,16 @@ class Single final : public Strategy {
     device_->bind_thread();
     key_ = {dropout_seed(seed_, epoch_), offset};
     if (!graphed()) return eager_step(order_, offset, count, lr, start_mark(), kGraphSlot);
-    // The graphed size is the first one trained; a step of another size (an epoch's shorter
-    // last batch) runs eagerly in a slot of its own, leaving the graph and what it uses alone.
-    if (graphed_count_ < 0) graphed_count_ = count;
+    if (graphed_count_ < 0) {
+      // The first step runs eagerly: it allocates what the graph will use (the activations, the
+      // steps' input buffers) and lets cuDNN choose its algorithms, which a capture must not do.
+      // The graph is of its batch size.
+      graphed_count_ = count;
+      size_graph_inputs(count);
+      return eager_step(order_, offset, count, lr, start_mark(), kGraphSlot);
+    }
+    // A step of another size (an epoch's shorter last batch) runs eagerly in a slot of its own,
+    // leaving the graph and what it uses alone.
     if (count != graphed_count_) {
       run_held_steps();
       return eager_step(order_, offset, count, lr, start_mark(), kOtherSlot);
@@ -81,23 +88,14 @@ class Single final : public Strategy {
     if (launch_steps_ > 1) return held_step(offset, count, lr);
     const TimeMark start = start_mark();
     // A graph replays fixed pointers: this step's example indices go to a fixed buffer first.
-    if (!step_indices_.defined() || step_indices_.numel() != count)
-      step_indices_ = Tensor::empty(*device_, {count}, DType::I32);
     device_->copy_on_device(step_indices_.raw(), order_.i32() + offset,
                             static_cast<std::size_t>(count) * sizeof(int32_t));
     // The graph reads the SGD step from step_, set before each replay: any lr replays it.
     const float step = lr / static_cast<float>(count);
-    if (graph_ && graph_count_ == count) return replay(count, step, Clock::now(), start);
-    graph_.reset();
-    if (sized_for_ != count) {
-      // The first step of a batch size runs eagerly: it allocates the activations and lets
-      // cuDNN choose its algorithms, which a capture must not do.
-      sized_for_ = count;
-      return eager_step(step_indices_, 0, count, lr, start, kGraphSlot);
-    }
+    if (graph_) return replay(count, step, Clock::now(), start);
     // A step that captures counts the capture in its time.
     const auto t0 = Clock::now();
-    if (!capture(count, [&] { enqueue_step(step_indices_, 0, count, stats_, step_); }))
+    if (!capture([&] { enqueue_step(step_indices_, 0, count, stats_, step_); }))
       return eager_step(step_indices_, 0, count, lr, start, kGraphSlot);
     // Deferred, the replay's device time starts after the capture, which adds its host time.
     return replay(count, step, t0, deferring() ? device_->mark() : TimeMark{}, /*captured=*/true);
@@ -111,11 +109,7 @@ class Single final : public Strategy {
   EvalResult evaluate() override {
     device_->bind_thread();
     run_held_steps();
-    if (!apart_) {
-      // Evaluation resizes the activations: a captured step's pointers would be stale.
-      graph_.reset();
-      sized_for_ = -1;
-    }
+    // Apart from the graph's buffers where there may be one (apart_).
     const int slot = apart_ ? kEvalSlot : kGraphSlot;
     // Each batch's stats go to a slot of their own on the device, read once at the end.
     const int64_t total = data_.test_x.dim(0);
@@ -188,11 +182,11 @@ class Single final : public Strategy {
     ops.sgd(model_->params(), model_->grads(), step);
   }
 
-  // Captures enqueue() as the graph of steps of `count` examples. False where the device cannot
-  // make it (CaptureFailed): nothing of it ran, this step and every later one run eagerly, and
-  // the report says why. Any other error ends the capture and throws.
+  // Captures enqueue() as the graph of the steps. False where the device cannot make it
+  // (CaptureFailed): nothing of it ran, this step and every later one run eagerly, and the
+  // report says why. Any other error ends the capture and throws.
   template <typename Enqueue>
-  bool capture(int64_t count, Enqueue&& enqueue) {
+  bool capture(Enqueue&& enqueue) {
     device_->begin_capture();
     try {
       enqueue();
@@ -205,7 +199,6 @@ class Single final : public Strategy {
       device_->abort_capture();
       throw;
     }
-    graph_count_ = count;
     ++captures_;
     graph_described_ = graph_->describe();
     return true;
@@ -225,18 +218,7 @@ class Single final : public Strategy {
   // the stats). Held steps that cannot complete a launch (the end of an epoch, a step that
   // does not follow them) run eagerly, in order, before anything that needs them done.
   StepResult held_step(int64_t offset, int64_t count, float lr) {
-    if (!held_.empty() && (count != held_.front().count || offset != held_.back().offset + count))
-      run_held_steps();
-    if (graph_ && graph_count_ != count) graph_.reset();
-    if (sized_for_ != count) {
-      // As with one step per launch: the first step of a batch size runs eagerly and sizes
-      // what the graph uses, the launch's buffers too.
-      sized_for_ = count;
-      launch_indices_ = Tensor::empty(*device_, {launch_steps_ * count}, DType::I32);
-      launch_step_ = Tensor::zeros(*device_, {launch_steps_});
-      launch_stats_ = Tensor::zeros(*device_, {2 * launch_steps_});
-      return eager_step(order_, offset, count, lr, start_mark(), kGraphSlot);
-    }
+    if (!held_.empty() && offset != held_.back().offset + count) run_held_steps();
     held_.push_back({offset, count, lr});
     if (static_cast<int>(held_.size()) == launch_steps_) launch_held();
     StepResult r;
@@ -252,7 +234,7 @@ class Single final : public Strategy {
     const auto t0 = Clock::now();
     bool captured = false;
     if (!graph_) {
-      const bool made = capture(count, [&] {
+      const bool made = capture([&] {
         for (int64_t j = 0; j < n; ++j) {
           Tensor stats = launch_stats_.view(2 * j, {2});
           enqueue_step(launch_indices_, j * count, count, stats, launch_step_.view(j, {1}));
@@ -286,6 +268,19 @@ class Single final : public Strategy {
     q.detail["cuda_graph_steps"] = n;
     deferred_.add(std::move(q));
     held_.clear();
+  }
+
+  // The graphed steps' inputs, for steps of `count` examples, made before any capture: the
+  // step's example indices (its SGD step is step_), or with several steps per launch their
+  // example indices, SGD steps and stats side by side.
+  void size_graph_inputs(int64_t count) {
+    if (launch_steps_ == 1) {
+      step_indices_ = Tensor::empty(*device_, {count}, DType::I32);
+      return;
+    }
+    launch_indices_ = Tensor::empty(*device_, {launch_steps_ * count}, DType::I32);
+    launch_step_ = Tensor::zeros(*device_, {launch_steps_});
+    launch_stats_ = Tensor::zeros(*device_, {2 * launch_steps_});
   }
 
   // The held steps, eagerly and queued, in order (their results come from collect()).
@@ -404,7 +399,7 @@ class Single final : public Strategy {
   // the other two moves a buffer the graph uses, so one capture serves the whole run.
   static constexpr int kGraphSlot = 0, kEvalSlot = 1, kOtherSlot = 2, kSlots = 3;
   bool apart_ = false;
-  int64_t graphed_count_ = -1;  // the batch size of the graphed steps, once known
+  int64_t graphed_count_ = -1;  // the graphed steps' batch size, once the first step has run
   uint64_t seed_ = 0;
   int64_t epoch_ = 0;
   PassKey key_;  // this step's dropout key
@@ -413,14 +408,13 @@ class Single final : public Strategy {
   std::array<Tensor, kSlots> xs_, ys_;  // each slot's input (batch_x)
   Tensor stats_, eval_stats_;
   int64_t eval_batch_ = 1000;
-  // CUDA graphs: the captured step, the batch size it was captured for, the batch size the
-  // activations were last sized for by an eager step, and the SGD step the graph reads.
+  // CUDA graphs: the captured step, and the example indices and SGD step it reads.
   bool graphs_ = true;
   ReadBack read_back_ = ReadBack::Auto;
   DeferredSteps deferred_;
   std::unique_ptr<CapturedWork> graph_;
   Tensor step_indices_, step_;
-  int64_t graph_count_ = -1, sized_for_ = -1, captures_ = 0, replays_ = 0;
+  int64_t captures_ = 0, replays_ = 0;
   // Several steps per launch (steps_per_launch): as asked, and as used (1 unless deferring);
   // the steps held for the next launch; the launch's inputs (its steps' example indices, SGD
   // steps and stats, side by side); how many held steps ran eagerly instead.
