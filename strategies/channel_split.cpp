@@ -1,7 +1,9 @@
 #include "strategies/channel_split.h"
 
 #include <algorithm>
+#include <array>
 #include <chrono>
+#include <utility>
 
 #include "core/error.h"
 #include "core/model.h"
@@ -96,6 +98,9 @@ class ChannelSplit final : public Strategy {
     const Model& model = *model_;
     const auto T = model.tensors().size();
     graphs_ = plan_graphs(s.devices);
+    // Where the step can be a graph, evaluations and steps of another batch run in buffers and
+    // ops of their own, so that one capture serves the run (StepGraph).
+    apart_ = graphs_.empty();
     run([&](int r) {
       Rank& me = ranks_[r];
       Device& dev = group_->device(r);
@@ -116,45 +121,14 @@ class ChannelSplit final : public Strategy {
         me.g[i] = me.grads.view(offset, shape);
         offset += shape_numel(shape);
       }
-      Ops& ops = dev.ops();
-      const auto L = static_cast<std::size_t>(model.layers());
-      me.conv_relu_pool.resize(L);
-      me.conv.resize(L);
-      me.pool.resize(L);
-      me.linear.resize(L);
-      me.relu.resize(L);
-      me.dropout.resize(L);
-      me.resize.resize(L);
-      me.zero_bias.resize(L);
-      for (int l = 0; l < model.layers(); ++l) {
-        const LayerSpec& spec = model.layer(l);
-        const auto at = static_cast<std::size_t>(l);
-        switch (spec.op) {
-          case LayerOp::kConvReluPool:
-            me.conv_relu_pool[at] = ops.make_conv_relu_pool();
-            break;
-          case LayerOp::kLinear:
-            me.linear[at] = ops.make_linear();
-            if (spec.relu) me.relu[at] = ops.make_relu();
-            if (mode_[at] == SplitMode::kInput) me.zero_bias[at] = Tensor::zeros(dev, {spec.out});
-            break;
-          case LayerOp::kConv:
-            me.conv[at] = ops.make_conv2d(conv_params(spec));
-            if (spec.relu) me.relu[at] = ops.make_relu();
-            break;
-          case LayerOp::kPool:
-            me.pool[at] = ops.make_pool2d(pool_params(spec));
-            break;
-          case LayerOp::kDropout:
-            me.dropout[at] = ops.make_dropout();
-            break;
-          case LayerOp::kResize:
-            me.resize[at] =
-                ops.make_resize(spec.bilinear ? ResizeMode::Bilinear : ResizeMode::Nearest);
-            break;
-        }
-      }
-      me.xent = ops.make_softmax_xent();
+      me.zero_bias.resize(static_cast<std::size_t>(model.layers()));
+      for (int l = 0; l < model.layers(); ++l)
+        if (model.layer(l).op == LayerOp::kLinear &&
+            mode_[static_cast<std::size_t>(l)] == SplitMode::kInput)
+          me.zero_bias[static_cast<std::size_t>(l)] = Tensor::zeros(dev, {model.layer(l).out});
+      make_ops(dev, me);
+      if (apart_)
+        for (PassState& p : me.spare) make_ops(dev, p);
       me.data = DeviceData(dev, *s.train, *s.test);
       me.stats = Tensor::zeros(dev, {2});
       me.step = Tensor::zeros(dev, {1});
@@ -220,9 +194,8 @@ class ChannelSplit final : public Strategy {
   EvalResult evaluate() override {
     run([&](int r) {
       Rank& me = ranks_[r];
-      // Evaluation resizes the buffers: a captured step's pointers would be stale (the group's
-      // graph goes at its next capture).
-      me.graph.forget();
+      // In buffers and ops of its own where the step may be a graph, which outlives it.
+      const SwapIn in(me, apart_ ? &me.spare[kEvalPass] : nullptr);
       me.loss = 0;
       me.correct = 0;
       for (int64_t a = 0; a < test_count_; a += eval_batch_) {
@@ -328,15 +301,14 @@ class ChannelSplit final : public Strategy {
     return out;
   }
 
-  struct Rank {
-    int rank = 0;
-    Device* dev = nullptr;
-    Transport* t = nullptr;
-    std::vector<Block> blocks;
-    Tensor params, grads;
-    std::vector<Tensor> w, g;  // this device's part of each tensor, and its gradient
-    // Per layer, the op objects it needs (null elsewhere), and an input-split layer's zero bias
-    // (its bias is added by device 0 only).
+  // What a pass works in: per layer, the op objects it needs (null elsewhere; an op keeps what
+  // its backward needs), and the batch buffers per activation boundary b. A sharded activation
+  // lives in packed[b] device-major, so that each device's channels are one contiguous segment
+  // for the collectives; own[b] views this device's segment; full[b] is the whole NCHW
+  // activation (gathered, or computed whole). Gradients: dfull[b] whole (partial or
+  // replicated), dpacked and its own view for a reduce-scatter, dshard[b] this device's channels
+  // alone. A rank's own are its training steps'.
+  struct PassState {
     std::vector<std::unique_ptr<ConvReluPool>> conv_relu_pool;
     std::vector<std::unique_ptr<Conv2d>> conv;
     std::vector<std::unique_ptr<Pool2d>> pool;
@@ -344,18 +316,27 @@ class ChannelSplit final : public Strategy {
     std::vector<std::unique_ptr<Relu>> relu;
     std::vector<std::unique_ptr<Dropout>> dropout;
     std::vector<std::unique_ptr<Resize>> resize;
-    std::vector<Tensor> zero_bias;
     std::unique_ptr<SoftmaxXent> xent;
-    DeviceData data;
-    Tensor order, stats;
-    // Batch buffers per activation boundary b. A sharded activation lives in packed[b]
-    // device-major, so that each device's channels are one contiguous segment for the
-    // collectives; own[b] views this device's segment; full[b] is the whole NCHW activation
-    // (gathered, or computed whole). Gradients: dfull[b] whole (partial or replicated), dpacked
-    // and its own view for a reduce-scatter, dshard[b] this device's channels alone.
     int64_t n = -1;
     Tensor x, y;
     std::vector<Tensor> packed, own, full, dfull, dpacked, down, dshard;
+  };
+  // Where the step can be a graph (apart_), evaluations (kEvalPass) and steps of
+  // another batch (kOtherPass) swap a state of their own in for their pass: what the graph
+  // holds stays where it is (moving ops and tensors moves no memory).
+  static constexpr std::size_t kEvalPass = 0, kOtherPass = 1;
+  struct Rank : PassState {
+    int rank = 0;
+    Device* dev = nullptr;
+    Transport* t = nullptr;
+    std::vector<Block> blocks;
+    Tensor params, grads;
+    std::vector<Tensor> w, g;  // this device's part of each tensor, and its gradient
+    // An input-split layer's zero bias (its bias is added by device 0 only).
+    std::vector<Tensor> zero_bias;
+    std::array<PassState, 2> spare;  // kEvalPass, kOtherPass (their ops made where used)
+    DeviceData data;
+    Tensor order, stats;
     double loss = 0, forward_ms = 0, backward_ms = 0;
     std::vector<std::pair<TimeMark, TimeMark>> comm_marks;  // this step's communication
     int64_t correct = 0;
@@ -368,6 +349,66 @@ class ChannelSplit final : public Strategy {
     DeferredSteps deferred;
     bool queued = false;
   };
+
+  // Swaps `state` in as the rank's pass state while it lives, and back after, even on an error
+  // (null: nothing).
+  class SwapIn {
+   public:
+    SwapIn(Rank& me, PassState* state) : me_(me), state_(state) {
+      if (state_) std::swap(static_cast<PassState&>(me_), *state_);
+    }
+    ~SwapIn() {
+      if (state_) std::swap(static_cast<PassState&>(me_), *state_);
+    }
+    SwapIn(const SwapIn&) = delete;
+    SwapIn& operator=(const SwapIn&) = delete;
+
+   private:
+    Rank& me_;
+    PassState* state_;
+  };
+
+  // The op objects of every layer into `p`.
+  void make_ops(Device& dev, PassState& p) const {
+    Ops& ops = dev.ops();
+    const Model& model = *model_;
+    const auto L = static_cast<std::size_t>(model.layers());
+    p.conv_relu_pool.resize(L);
+    p.conv.resize(L);
+    p.pool.resize(L);
+    p.linear.resize(L);
+    p.relu.resize(L);
+    p.dropout.resize(L);
+    p.resize.resize(L);
+    for (int l = 0; l < model.layers(); ++l) {
+      const LayerSpec& spec = model.layer(l);
+      const auto at = static_cast<std::size_t>(l);
+      switch (spec.op) {
+        case LayerOp::kConvReluPool:
+          p.conv_relu_pool[at] = ops.make_conv_relu_pool();
+          break;
+        case LayerOp::kLinear:
+          p.linear[at] = ops.make_linear();
+          if (spec.relu) p.relu[at] = ops.make_relu();
+          break;
+        case LayerOp::kConv:
+          p.conv[at] = ops.make_conv2d(conv_params(spec));
+          if (spec.relu) p.relu[at] = ops.make_relu();
+          break;
+        case LayerOp::kPool:
+          p.pool[at] = ops.make_pool2d(pool_params(spec));
+          break;
+        case LayerOp::kDropout:
+          p.dropout[at] = ops.make_dropout();
+          break;
+        case LayerOp::kResize:
+          p.resize[at] =
+              ops.make_resize(spec.bilinear ? ResizeMode::Bilinear : ResizeMode::Nearest);
+          break;
+      }
+    }
+    p.xent = ops.make_softmax_xent();
+  }
 
   void run(const std::function<void(int)>& fn) {
     group_->run([&](int r, Transport&) { fn(r); });
@@ -776,8 +817,9 @@ class ChannelSplit final : public Strategy {
     }
   }
 
-  // The step captured once per batch size (after an eager step of that size has sized the
-  // buffers), then launched with its example indices and SGD step set before each launch.
+  // The step captured once per run (StepGraph: after an eager step has sized the buffers; a
+  // shorter batch runs eagerly in a pass state of its own), then launched with its example
+  // indices and SGD step set before each launch.
   // With read_back "epoch" a launch (the capturing step's too) is queued without waiting: rank 0
   // copies its loss and correct count to the step's slot, every rank marks the step's end on its
   // queue (after the graph), and the step's figures are read at collect(); its phases are not
@@ -786,6 +828,11 @@ class ChannelSplit final : public Strategy {
     Transport& t = *me.t;
     Device& dev = *me.dev;
     const auto next = me.graph.next(count);
+    if (next == StepGraph<StepMarks>::Next::Apart) {  // another batch: eager, the graph kept
+      const SwapIn in(me, &me.spare[kOtherPass]);
+      rank_step(me, me.order, offset, count, lr);
+      return;
+    }
     // A launch read once per epoch starts here on the device (its inputs' copy included).
     const bool defer = o_.read_back == "epoch" && next != StepGraph<StepMarks>::Next::Eager;
     const TimeMark start = defer ? dev.mark() : TimeMark{};
@@ -795,7 +842,7 @@ class ChannelSplit final : public Strategy {
       return;
     }
     if (next == StepGraph<StepMarks>::Next::Capture &&
-        !me.graph.capture(capture_.get(), me.rank, t, dev, count, [&] {
+        !me.graph.capture(capture_.get(), me.rank, t, dev, [&] {
           me.comm_marks.clear();
           return enqueue_step(me, me.step_indices, 0, count, 0.0f, &me.step);
         })) {
@@ -905,6 +952,7 @@ class ChannelSplit final : public Strategy {
   int64_t chunk_bytes_ = kDefaultChunkBytes;  // the collectives' pieces (setup: auto_chunk_bytes)
   std::unique_ptr<SpmdGroup> group_;
   std::vector<Rank> ranks_;
+  bool apart_ = false;  // the ranks' spare pass states exist (where the step can be a graph)
   std::string graphs_ = "not set up";      // empty: the step is one CUDA graph over the group
   std::unique_ptr<GroupCapture> capture_;  // declared after ranks_: goes before them
   int64_t eval_batch_ = 1000, test_count_ = 0;

@@ -1,6 +1,7 @@
 #include "strategies/data_parallel.h"
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <condition_variable>
 #include <deque>
@@ -198,6 +199,9 @@ class DataParallel final : public Strategy {
     allreduce_ = make_allreduce(o_.allreduce, ao);
     allreduce_->prepare(s.devices);
     graphs_ = plan_graphs(s.devices);
+    // Where steps can be graphs, evaluations and steps of another batch run in slots of the
+    // model and input buffers of their own, so that one capture serves the run (StepGraph).
+    apart_ = graphs_.empty();
     if (o_.read_back == "epoch" && static_cast<int>(group_->local_ranks().size()) != k)
       throw Error("data_parallel " + mpi_unsupported());
     ranks_.resize(static_cast<std::size_t>(k));
@@ -209,10 +213,11 @@ class DataParallel final : public Strategy {
       Device& dev = group_->device(r);
       me.transport = &group_->transport(r);
       me.transport->set_receive_timing(s.communication_split);
-      me.model = std::make_unique<ModelReplica>(model_, dev);
+      me.model = std::make_unique<ModelReplica>(model_, dev, apart_ ? kSlots : 1);
       me.model->params().copy_from_host(s.initial_parameters);
       me.data = DeviceData(dev, *s.train, *s.test);
       me.stats = Tensor::zeros(dev, {2});
+      me.eval_stats = Tensor::zeros(dev, {2});
       me.step = Tensor::zeros(dev, {1});
       me.deferred = DeferredSteps(dev);
       if (o_.overlap)
@@ -323,27 +328,27 @@ class DataParallel final : public Strategy {
   EvalResult evaluate() override {
     run([&](int r) {
       Rank& me = ranks_[r];
-      // Evaluation resizes the activations: a captured step's pointers would be stale (a
-      // group's graph goes at its next capture).
-      me.graph.forget();
+      // In buffers of its own where the step may be a graph (apart_), which outlives it.
+      const int slot = apart_ ? kEvalSlot : kGraphSlot;
       double loss = 0, correct = 0;
       for (int64_t a = test_bounds_[r]; a < test_bounds_[r + 1]; a += eval_batch_) {
         const int64_t n = std::min(eval_batch_, test_bounds_[r + 1] - a);
-        Tensor& x = me.batch(n);
-        me.device().ops().gather(me.data.test_x, me.data.test_y, me.data.test_order, a, n, x, me.y);
-        me.model->forward(x, me.y, me.stats, /*training=*/false);
-        const auto st = me.stats.to_host_f32();
+        Tensor& x = me.batch(n, slot);
+        me.device().ops().gather(me.data.test_x, me.data.test_y, me.data.test_order, a, n, x,
+                                 me.ys[slot]);
+        me.model->forward(x, me.ys[slot], me.eval_stats, /*training=*/false, {}, slot);
+        const auto st = me.eval_stats.to_host_f32();
         loss += st[0];
         correct += st[1];
       }
       // Sum the shards' counts with the group's own collective (exact: integers < 2^24).
       const std::vector<float> mine{static_cast<float>(loss), static_cast<float>(correct)};
-      me.stats.copy_from_host(mine);
+      me.eval_stats.copy_from_host(mine);
       // Every rank done with its shard (and its allocations) before any queues the allreduce:
       // an NCCL kernel spinning on a peer that is still allocating is a known way to hang.
       me.transport->barrier();
-      allreduce_->run(*me.transport, me.stats);
-      const auto total = me.stats.to_host_f32();
+      allreduce_->run(*me.transport, me.eval_stats);
+      const auto total = me.eval_stats.to_host_f32();
       me.loss = total[0];
       me.correct = static_cast<int64_t>(total[1]);
     });
@@ -402,12 +407,18 @@ class DataParallel final : public Strategy {
   }
 
  private:
+  // Where steps can be graphs (apart_), passes run in three slots of the model, each with its own
+  // input buffers: the graphed steps' (and the first step's, which sizes them), evaluations', and
+  // steps of another batch's. Otherwise everything runs in the first.
+  static constexpr int kGraphSlot = 0, kEvalSlot = 1, kOtherSlot = 2, kSlots = 3;
+
   struct Rank {
     Transport* transport = nullptr;
     std::unique_ptr<ModelReplica> model;
     std::unique_ptr<CommWorker> comm;
     DeviceData data;
-    Tensor order, x, y, stats;
+    Tensor order, stats, eval_stats;
+    std::array<Tensor, kSlots> xs, ys;  // each slot's input (batch())
     double loss = 0, forward_ms = 0, backward_ms = 0;
     int64_t correct = 0;
     RankTimes times;
@@ -420,10 +431,12 @@ class DataParallel final : public Strategy {
     bool queued = false;
 
     Device& device() const { return model->device(); }
-    Tensor& batch(int64_t n) {
+    // The input of a pass in `slot` (xs, ys), sized for n images (made anew for another n).
+    Tensor& batch(int64_t n, int slot) {
+      Tensor& x = xs[static_cast<std::size_t>(slot)];
       if (!x.defined() || x.dim(0) != n) {
         x = Tensor::empty(device(), model->model().activation_shape(0, n));
-        y = Tensor::empty(device(), {n}, DType::I32);
+        ys[static_cast<std::size_t>(slot)] = Tensor::empty(device(), {n}, DType::I32);
       }
       return x;
     }
@@ -458,18 +471,23 @@ class DataParallel final : public Strategy {
                             /*comm_streams=*/o_.overlap);
   }
 
-  // The step captured once per global batch, then replayed with its example indices and SGD
-  // step set before each launch (any lr): one launch and one synchronisation per step, and the
-  // phases timed by the marks the capture took, which every replay records again. Every rank
-  // decides alike (on the global batch), so that all of them capture, or replay, together.
-  // With read_back "epoch" a launch (the capturing step's too) is queued without waiting: the
-  // rank copies its loss and correct count to the step's slot and marks the step's end on its
-  // queue (after the graph), and the step's figures are read at collect(); its phases are not
-  // (a replay's marks are the last replay's: only the last queued step's are read), its time is.
+  // The step captured once per run (StepGraph: a shorter batch runs eagerly in a slot of its
+  // own), then replayed with its example indices and SGD step set before each launch (any lr): one
+  // launch and one synchronisation per step, and the phases timed by the marks the capture took,
+  // which every replay records again. Every rank decides alike (on the global batch), so that all
+  // of them capture, or replay, together. With read_back "epoch" a launch (the capturing step's
+  // too) is queued without waiting: the rank copies its loss and correct count to the step's slot
+  // and marks the step's end on its queue (after the graph), and the step's figures are read at
+  // collect(); its phases are not (a replay's marks are the last replay's: only the last queued
+  // step's are read), its time is.
   void graph_step(Rank& me, int r, int64_t offset, int64_t count, int64_t global, float lr) {
     Device& dev = me.device();
     Transport& t = *me.transport;
     const auto next = me.graph.next(global);
+    if (next == StepGraph<StepMarks>::Next::Apart) {  // another batch: eager, the graph kept
+      rank_step(me, me.order, offset, count, global, lr, offset, kOtherSlot);
+      return;
+    }
     // A launch read once per epoch starts here on the device (its inputs' copy included).
     const bool defer = o_.read_back == "epoch" && next != StepGraph<StepMarks>::Next::Eager;
     const TimeMark start = defer ? dev.mark() : TimeMark{};
@@ -479,7 +497,7 @@ class DataParallel final : public Strategy {
       return;
     }
     if (next == StepGraph<StepMarks>::Next::Capture &&
-        !me.graph.capture(capture_.get(), r, t, dev, global, [&] {
+        !me.graph.capture(capture_.get(), r, t, dev, [&] {
           return enqueue_step(me, me.step_indices, 0, count, 0.0f, &me.step, offset);
         })) {
       rank_step(me, me.step_indices, 0, count, global, lr, offset);  // no graph: eagerly
@@ -512,18 +530,20 @@ class DataParallel final : public Strategy {
   // epoch's order. The SGD step is `step` (a device scalar, read when the work runs: what a
   // graph replays) or else `lr_step`.
   StepMarks enqueue_step(Rank& me, const Tensor& order, int64_t offset, int64_t count,
-                         float lr_step, const Tensor* step, int64_t example_offset) {
+                         float lr_step, const Tensor* step, int64_t example_offset,
+                         int slot = kGraphSlot) {
     Device& dev = me.device();
     // Phases are timed with marks in the device's queue and one synchronisation at the end, so
     // the device never stops between them. With overlap the allreduces run on the device's
     // communication queue (a second thread queues them), timed by marks there.
     StepMarks m;
     m.start = dev.mark();
-    Tensor& x = me.batch(count);
-    dev.ops().gather(me.data.train_x, me.data.train_y, order, offset, count, x, me.y);
+    Tensor& x = me.batch(count, slot);
+    Tensor& y = me.ys[static_cast<std::size_t>(slot)];
+    dev.ops().gather(me.data.train_x, me.data.train_y, order, offset, count, x, y);
     // Dropout keys: this shard's global position in the epoch's order.
-    me.model->forward(x, me.y, me.stats, /*training=*/true,
-                      {dropout_seed(seed_, epoch_), example_offset});
+    me.model->forward(x, y, me.stats, /*training=*/true,
+                      {dropout_seed(seed_, epoch_), example_offset}, slot);
     m.forward_end = dev.mark();
     std::size_t next = 0;  // buckets go out in backward order
     auto on_ready = [&](int tensor) {
@@ -571,9 +591,9 @@ class DataParallel final : public Strategy {
   }
 
   // One eager step: order[offset, offset+count) are this rank's examples, which start at
-  // example_offset in the epoch's order.
+  // example_offset in the epoch's order; in the model's `slot`.
   void rank_step(Rank& me, const Tensor& order, int64_t offset, int64_t count, int64_t global,
-                 float lr, int64_t example_offset) {
+                 float lr, int64_t example_offset, int slot = kGraphSlot) {
     Transport& t = *me.transport;
     // Launches queued before it (read_back "epoch") finish first: their time is not its own.
     if (!me.deferred.empty()) me.device().synchronize();
@@ -583,13 +603,14 @@ class DataParallel final : public Strategy {
     t.reset_receive_times();
     const auto t0 = Clock::now();
     const StepMarks m = enqueue_step(me, order, offset, count, lr / static_cast<float>(global),
-                                     nullptr, example_offset);
+                                     nullptr, example_offset, slot);
     finish_step(me, m, count);
     t.barrier();
     me.times.total_ms = ms_between(t0, Clock::now());
   }
 
   Options o_;
+  bool apart_ = false;
   std::shared_ptr<const Model> model_;  // setup()'s, else the default (for options())
   uint64_t seed_ = 0;
   int64_t epoch_ = 0;

@@ -83,6 +83,9 @@ class LayerSplit final : public Strategy {
     if (o_.read_back == "epoch" && static_cast<int>(group_->local_ranks().size()) != k)
       throw Error("layer_split " + mpi_unsupported());
     graphs_ = plan_graphs(s.devices);
+    // Where the step can be a graph, evaluations and steps of another batch run in slots of
+    // their own, so that one capture serves the run (StepGraph).
+    sets_ = graphs_.empty() ? 3 : 1;
     if (o_.split.is_array()) {
       if (static_cast<int>(o_.split.size()) != k - 1)
         throw Error(o_.path + ".split: " + std::to_string(o_.split.size()) + " boundaries make " +
@@ -127,8 +130,9 @@ class LayerSplit final : public Strategy {
       me.params = Tensor::from_host(dev, {static_cast<int64_t>(mine.size())}, mine);
       me.grads = Tensor::zeros(dev, me.params.shape());
       me.grad_tmp = Tensor::zeros(dev, me.params.shape());
-      me.layers = std::make_unique<ModelStages>(model, dev, me.first, me.last, me.params, m);
-      me.slots.resize(static_cast<std::size_t>(m));
+      me.layers =
+          std::make_unique<ModelStages>(model, dev, me.first, me.last, me.params, m * sets_);
+      me.slots.resize(static_cast<std::size_t>(m * sets_));
       me.step = Tensor::zeros(dev, {1});
       me.deferred = DeferredSteps(dev);
       // The data: stage 0 gathers its images (and, alone, its labels); a last stage k > 1
@@ -215,19 +219,18 @@ class LayerSplit final : public Strategy {
       Rank& me = ranks_[r];
       Device& dev = *me.dev;
       const bool first = r == 0, last = r == k - 1;
-      // Evaluation resizes the slots: a captured step's pointers would be stale (the group's
-      // graph goes at its next capture).
-      me.graph.forget();
+      // In slots of its own where the step may be a graph, which outlives it.
+      const int set = sets_ > 1 ? kEvalSet : kGraphSet;
       me.loss = 0;
       me.correct = 0;
       auto rows = [&](int j) { return std::min(eval_batch_, test_count_ - j * eval_batch_); };
       PipelineStage st;
-      st.slots = me.layers->slots();
+      st.slots = o_.microbatches;
       st.input = [&](int j) -> Tensor& {
-        return ensure(slot(me, j).in, dev, model_->activation_shape(me.first, rows(j)));
+        return ensure(slot(me, set, j).in, dev, model_->activation_shape(me.first, rows(j)));
       };
       st.forward = [&](int j) -> const Tensor& {
-        Slot& sl = slot(me, j);
+        Slot& sl = slot(me, set, j);
         const int64_t n = rows(j);
         if (first) {  // images for the input (and the labels, when it is also the last stage)
           ensure(sl.x, dev, model_->activation_shape(0, n));
@@ -235,10 +238,10 @@ class LayerSplit final : public Strategy {
           dev.ops().gather(me.data.test_x, me.data.test_y, me.data.test_order, j * eval_batch_, n,
                            sl.x, sl.y);
         }
-        const Tensor& out = me.layers->forward(j % st.slots, first ? sl.x : sl.in, false);
+        const Tensor& out = me.layers->forward(index(set, j), first ? sl.x : sl.in, false);
         if (last) {
           ensure(sl.stats, dev, {2});
-          me.layers->loss(j % st.slots, first ? sl.y : me.test_labels.view(j * eval_batch_, {n}),
+          me.layers->loss(index(set, j), first ? sl.y : me.test_labels.view(j * eval_batch_, {n}),
                           sl.stats, false);
           const auto v = sl.stats.to_host_f32();
           me.loss += v[0];
@@ -386,8 +389,11 @@ class LayerSplit final : public Strategy {
     double launch_origin_ms = 0;
   };
 
-  static Slot& slot(Rank& me, int mb) {
-    return me.slots[static_cast<std::size_t>(mb) % me.slots.size()];
+  // Micro-batch mb's slot in set `set` (kGraphSet, kEvalSet, kOtherSet: the model's slots and
+  // me.slots, microbatches per set).
+  int index(int set, int mb) const { return set * o_.microbatches + mb % o_.microbatches; }
+  Slot& slot(Rank& me, int set, int mb) const {
+    return me.slots[static_cast<std::size_t>(index(set, mb))];
   }
 
   void run(const std::function<void(int)>& fn) {
@@ -433,8 +439,9 @@ class LayerSplit final : public Strategy {
     int64_t offset = 0;
   };
 
-  // The step captured once per global batch (after an eager step of that size has sized the
-  // slots), then launched with its example indices, labels and SGD step set before each launch.
+  // The step captured once per run (StepGraph: after an eager step has sized the slots; a
+  // shorter batch runs eagerly in slots of its own), then launched with its example indices,
+  // labels and SGD step set before each launch.
   // With read_back "epoch" a launch (the capturing step's too) is queued without waiting: the
   // last stage copies its micro-batches' losses and correct counts to the step's slots, every
   // stage marks the step's end on its queue (after the graph), and the step's figures are read
@@ -446,6 +453,10 @@ class LayerSplit final : public Strategy {
     Transport& t = *me.t;
     Device& dev = *me.dev;
     const auto next = me.graph.next(count);
+    if (next == StepGraph<StepMarks>::Next::Apart) {  // another batch: eager, the graph kept
+      rank_step(me, r, {&me.order, &me.epoch_labels, offset}, count, mb, lr, t0, offset, kOtherSet);
+      return;
+    }
     // A launch read once per epoch starts here on the device (its inputs' copies included).
     const bool defer = o_.read_back == "epoch" && next != StepGraph<StepMarks>::Next::Eager;
     const TimeMark start = defer ? dev.mark() : TimeMark{};
@@ -457,7 +468,7 @@ class LayerSplit final : public Strategy {
       return;
     }
     if (next == StepGraph<StepMarks>::Next::Capture &&
-        !me.graph.capture(capture_.get(), r, t, dev, count, [&] {
+        !me.graph.capture(capture_.get(), r, t, dev, [&] {
           return enqueue_step(me, r, inputs, mb, 0.0f, &me.step, offset);
         })) {
       rank_step(me, r, inputs, count, mb, lr, t0, offset);  // no graph: eagerly
@@ -471,8 +482,9 @@ class LayerSplit final : public Strategy {
       QueuedStep q;
       q.stats = 0;
       if (r == k - 1) {  // the loss: the last stage's, one slot per micro-batch
-        for (const Slot& sl : me.slots) me.deferred.save_stats(sl.stats);
-        q.stats = static_cast<int>(me.slots.size());
+        for (int j = 0; j < o_.microbatches; ++j)
+          me.deferred.save_stats(slot(me, kGraphSet, j).stats);
+        q.stats = o_.microbatches;
       }
       q.start = start;
       q.end = dev.mark();
@@ -495,22 +507,22 @@ class LayerSplit final : public Strategy {
   // scalar: what a graph replays) or else `lr_step`. key_offset: the step's first example in
   // the epoch's order (dropout keys).
   StepMarks enqueue_step(Rank& me, int r, const StepInputs& in, int64_t mb, float lr_step,
-                         const Tensor* step, int64_t key_offset) {
+                         const Tensor* step, int64_t key_offset, int set = kGraphSet) {
     const int k = static_cast<int>(ranks_.size());
     Device& dev = *me.dev;
     Ops& ops = dev.ops();
     const bool first = r == 0, last = r == k - 1;
     me.backwards = 0;
     PipelineStage st;
-    st.slots = static_cast<int>(me.slots.size());
+    st.slots = o_.microbatches;
     st.input = [&](int j) -> Tensor& {
-      return ensure(slot(me, j).in, dev, model_->activation_shape(me.first, mb));
+      return ensure(slot(me, set, j).in, dev, model_->activation_shape(me.first, mb));
     };
     st.output_grad = [&](int j) -> Tensor& {
-      return ensure(slot(me, j).dy, dev, model_->activation_shape(me.last, mb));
+      return ensure(slot(me, set, j).dy, dev, model_->activation_shape(me.last, mb));
     };
     st.forward = [&](int j) -> const Tensor& {
-      Slot& sl = slot(me, j);
+      Slot& sl = slot(me, set, j);
       if (first) {
         ensure(sl.x, dev, model_->activation_shape(0, mb));
         ensure(sl.y, dev, {mb}, DType::I32);
@@ -518,10 +530,10 @@ class LayerSplit final : public Strategy {
       }
       // Dropout keys: the micro-batch's global position in the epoch's order.
       const PassKey key{dropout_seed(seed_, me.epoch), key_offset + j * mb};
-      const Tensor& out = me.layers->forward(j % st.slots, first ? sl.x : sl.in, true, key);
+      const Tensor& out = me.layers->forward(index(set, j), first ? sl.x : sl.in, true, key);
       if (last) {
         ensure(sl.stats, dev, {2});
-        me.layers->loss(j % st.slots, first ? sl.y : in.labels->view(in.offset + j * mb, {mb}),
+        me.layers->loss(index(set, j), first ? sl.y : in.labels->view(in.offset + j * mb, {mb}),
                         sl.stats, true);
       }
       return out;
@@ -529,7 +541,8 @@ class LayerSplit final : public Strategy {
     st.backward = [&](int j) -> const Tensor& {
       // The first backward writes the gradients, later ones add to them.
       Tensor& into = me.backwards == 0 ? me.grads : me.grad_tmp;
-      const Tensor& dx = me.layers->backward(j % st.slots, last ? nullptr : &slot(me, j).dy, into);
+      const Tensor& dx =
+          me.layers->backward(index(set, j), last ? nullptr : &slot(me, set, j).dy, into);
       if (me.backwards++ > 0) ops.add_inplace(me.grads, me.grad_tmp);
       return dx;
     };
@@ -545,16 +558,17 @@ class LayerSplit final : public Strategy {
   }
 
   // Waits for the step's work and reads its figures and times into the stage; the pipeline's
-  // origin lies origin_ms after the iteration's start.
-  void finish_step(Rank& me, int r, const StepMarks& m, int64_t count, double origin_ms) {
+  // origin lies origin_ms after the iteration's start; the step ran in slots `set`.
+  void finish_step(Rank& me, int r, const StepMarks& m, int64_t count, double origin_ms,
+                   int set = kGraphSet) {
     const int k = static_cast<int>(ranks_.size());
     Device& dev = *me.dev;
     dev.synchronize();
     if (r == k - 1) {
       me.loss = 0;
       me.correct = 0;
-      for (std::size_t j = 0; j < me.slots.size(); ++j) {
-        const auto v = me.slots[j].stats.to_host_f32();
+      for (int j = 0; j < o_.microbatches; ++j) {
+        const auto v = slot(me, set, j).stats.to_host_f32();
         me.loss += v[0];
         me.correct += static_cast<int64_t>(v[1]);
       }
@@ -569,9 +583,9 @@ class LayerSplit final : public Strategy {
     take_receive_times(*me.t, dev, me.times);
   }
 
-  // One eager step; key_offset: the step's first example in the epoch's order.
+  // One eager step, in slots `set`; key_offset: the step's first example in the epoch's order.
   void rank_step(Rank& me, int r, const StepInputs& in, int64_t count, int64_t mb, float lr,
-                 Clock::time_point t0, int64_t key_offset) {
+                 Clock::time_point t0, int64_t key_offset, int set = kGraphSet) {
     Transport& t = *me.t;
     Device& dev = *me.dev;
     // Launches queued before it (read_back "epoch") finish first: their time is not its own.
@@ -583,13 +597,18 @@ class LayerSplit final : public Strategy {
     // The origin is marked with the device idle, so that its host time is the device's too.
     dev.synchronize();
     const StepMarks m =
-        enqueue_step(me, r, in, mb, lr / static_cast<float>(count), nullptr, key_offset);
-    finish_step(me, r, m, count, ms_between(t0, m.pipeline.origin.host));
+        enqueue_step(me, r, in, mb, lr / static_cast<float>(count), nullptr, key_offset, set);
+    finish_step(me, r, m, count, ms_between(t0, m.pipeline.origin.host), set);
     t.barrier();
     me.times.total_ms = ms_between(a, Clock::now());
   }
 
   Options o_;
+  // Sets of slots (each microbatches slots of the model and of me.slots): where the step can be
+  // a graph (sets_ 3), the graphed steps' (and the first step's, which sizes them),
+  // evaluations', and steps of another batch's; otherwise (sets_ 1) everything runs in the first.
+  static constexpr int kGraphSet = 0, kEvalSet = 1, kOtherSet = 2;
+  int sets_ = 1;
   std::shared_ptr<const Model> model_;
   uint64_t seed_ = 0;
   std::vector<int> bounds_;

@@ -1,7 +1,7 @@
 // single: the whole minibatch on one device; the baseline every other strategy is measured by.
 //
 // Options: "cuda_graphs": true  on a device that can capture work (CUDA), the step (gather,
-// forward, backward, SGD) is captured once per batch size and replayed; the SGD step is read
+// forward, backward, SGD) is captured once per run and replayed; the SGD step is read
 // from device memory, set before each replay, so any learning rate replays the same graph.
 #pragma once
 

@@ -1,5 +1,5 @@
 // Steps captured as CUDA graphs, the same way in every multi-device strategy: a step's work is
-// captured once per batch size, then launched as a whole with its inputs set before each launch.
+// captured once per run, then launched as a whole with its inputs set before each launch.
 // Where the ranks hand messages to each other through the transport (every algorithm but
 // NCCL's), the step is one graph over the whole group (GroupCapture, core/device.h): each rank's
 // thread queues its part as it does eagerly, and a launch replays every rank's work with no host
@@ -93,24 +93,31 @@ inline void copy_step_input(Device& dev, Tensor& to, const Tensor& from, int64_t
                      static_cast<std::size_t>(count) * sizeof(int32_t));
 }
 
-// A rank's captured step, kept the same way by every strategy: captured once per batch (`key`:
-// the global batch), after an eager step of that batch has allocated and sized what the step
-// uses (which a capture must not do), then launched for every step of that batch. Marks: the
-// strategy's time marks of a step, taken in the capture and recorded again by every launch.
-// Every rank sees the same keys in the same order, so all of them capture, or launch, together.
+// A rank's captured step, kept the same way by every strategy: one capture serves the run. The
+// first step runs eagerly and allocates and sizes what the step uses (which a capture must not
+// do); the graph is of its batch (`key`: the global batch), captured at the next step of that
+// batch and launched for every later one. A step of another batch (an epoch's shorter last one)
+// is Apart: the strategy runs it eagerly in buffers of its own (slots of its model apart from the
+// graph's, its own inputs), as it runs evaluations, so that nothing the graph points to moves.
+// Marks: the strategy's time marks of a step, taken in the capture and recorded again by every
+// launch. Every rank sees the same keys in the same order, so all of them capture, or launch,
+// together.
 template <typename Marks>
 class StepGraph {
  public:
-  enum class Next { Eager, Capture, Launch };
-  // What the step of batch `key` does: Eager (the first of its batch), Capture (and then a
-  // launch) or Launch.
+  enum class Next { Eager, Capture, Launch, Apart };
+  // What the step of batch `key` does: Eager (the first step), Capture (and then a launch),
+  // Launch, or Apart (a batch other than the first's; eager).
   Next next(int64_t key) {
-    if (captured_ && key_ == key) return Next::Launch;
-    drop();
-    if (sized_for_ == key) return Next::Capture;
-    sized_for_ = key;
-    replayed_ = false;
-    return Next::Eager;
+    if (key_ < 0) {
+      key_ = key;
+      return Next::Eager;
+    }
+    if (key != key_) {
+      replayed_ = false;
+      return Next::Apart;
+    }
+    return captured_ ? Next::Launch : Next::Capture;
   }
   // Captures enqueue(), which queues rank r's step and returns its marks, into `group`'s graph
   // (null: the device's own), after lining the ranks up and resetting the transport's counts:
@@ -119,8 +126,7 @@ class StepGraph {
   // nothing was captured or run, failure() says why, and the caller runs this step eagerly and
   // every later one too (the strategy drops its graphs after the step). Any other error throws.
   template <typename Enqueue>
-  bool capture(GroupCapture* group, int r, Transport& t, Device& dev, int64_t key,
-               Enqueue&& enqueue) {
+  bool capture(GroupCapture* group, int r, Transport& t, Device& dev, Enqueue&& enqueue) {
     t.barrier();
     t.reset_bytes_sent();
     t.reset_receive_times();
@@ -133,31 +139,26 @@ class StepGraph {
       return false;
     }
     bytes_ = t.bytes_sent();
+    receives_ = t.receive_marks();
     if (own_) described_ = own_->describe();
-    key_ = key;
     captured_ = true;
     ++captures_;
     return true;
   }
   // Lines the ranks up, sets the step's scalar input (the SGD step, read by the graph when it
-  // runs) and launches; returns when the launch began (host clock).
+  // runs) and launches; returns when the launch began (host clock). The transport's receive
+  // marks are then the capture's again, which the launch records.
   Clock::time_point launch(GroupCapture* group, int r, Transport& t, Device& dev, Tensor& step,
                            float value) {
     t.barrier();
     const auto t0 = Clock::now();
     dev.ops().set_scalar(step, value);
     launch_step(group, r, t, own_.get());
+    t.set_receive_marks(receives_);
     ++replays_;
     replayed_ = true;
     return t0;
   }
-  // Drops the graph and what sized its buffers (an evaluation resizes them): the next step is
-  // eager.
-  void forget() {
-    drop();
-    sized_for_ = -1;
-  }
-
   const Marks& marks() const { return marks_; }
   int64_t bytes() const { return bytes_; }     // what the captured step sends, per launch
   bool replayed() const { return replayed_; }  // the last step was a launch
@@ -165,8 +166,8 @@ class StepGraph {
   const std::string& failure() const { return failure_; }
   int64_t captures() const { return captures_; }
   int64_t replays() const { return replays_; }
-  // What the device's own graph held when it was last captured (CapturedWork::describe; null
-  // with a group's graph, which describes itself, or before a capture). Kept after forget().
+  // What the device's own graph held when it was captured (CapturedWork::describe; null with a
+  // group's graph, which describes itself, or before a capture).
   const nlohmann::json& described() const { return described_; }
 
  private:
@@ -174,11 +175,13 @@ class StepGraph {
     own_.reset();
     captured_ = false;
     marks_ = {};
+    receives_.clear();
   }
 
   std::unique_ptr<CapturedWork> own_;  // the device's own graph; unused with a group's
   Marks marks_{};
-  int64_t key_ = -1, sized_for_ = -1, bytes_ = 0, captures_ = 0, replays_ = 0;
+  Transport::ReceiveMarks receives_;  // the transport's receive marks after the capture
+  int64_t key_ = -1, bytes_ = 0, captures_ = 0, replays_ = 0;  // key_: the graph's batch
   bool captured_ = false, replayed_ = false;
   std::string failure_;
   nlohmann::json described_;

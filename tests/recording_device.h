@@ -79,6 +79,13 @@ class RecordingDevice final : public ForwardingDevice {
     comm_for_ = this;
   }
 
+  // Counted (allocations): a step that replays a graph, or runs beside one, must allocate
+  // nothing once its buffers exist (a buffer made anew would leave the graph with the old one).
+  void* allocate(std::size_t bytes) override {
+    ++allocations;
+    return ForwardingDevice::allocate(bytes);
+  }
+
   void copy_on_device(void* d, const void* s, std::size_t n) override {
     queue([this, d, s, n] { ForwardingDevice::copy_on_device(d, s, n); });
   }
@@ -209,6 +216,7 @@ class RecordingDevice final : public ForwardingDevice {
 
   // Queued outside captures (a replay runs the recorded calls themselves), from either queue.
   std::atomic<int> direct_ops{0};
+  std::atomic<int> allocations{0};  // buffers allocated on this device (allocate)
   // The host's waits for the device and its reads from it (a step read at once has both).
   std::atomic<int> synchronizations{0}, host_reads{0};
   // Records no waits: a graph without the edges between devices (to show that a test catches it).

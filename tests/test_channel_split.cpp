@@ -143,6 +143,18 @@ TEST(ChannelSplit, CudaReadBackEpochGivesTheBitsOfStepsReadOneByOne) {
           << pairing << " k=" << k;
 }
 
+// One capture serves the run: evaluations and an epoch's shorter last batch run in buffers and
+// ops of their own, eagerly, and the next step launches the same graph, with the bits of eager
+// steps, allocating nothing (graph_outlives_evaluations); both pairings.
+TEST(ChannelSplit, OneGraphOutlivesEvaluationsAndShorterBatches) {
+  for (const char* pairing : {"none", "megatron"})
+    for (int k : {2, 3})
+      if (!testing::kSanitizerBuild || k == 2) {
+        EXPECT_TRUE(graph_outlives_evaluations("channel_split", k, {{"pairing", pairing}}))
+            << pairing << " k=" << k;
+      }
+}
+
 TEST(ChannelSplit, AFailedGroupCaptureRunsTheStepsEagerly) {
   for (const char* pairing : {"none", "megatron"})
     EXPECT_TRUE(failed_group_capture_runs_eagerly("channel_split", 2, {{"pairing", pairing}}))
@@ -155,6 +167,16 @@ TEST(ChannelSplit, CudaGroupGraphMatchesEagerStepsBitForBit) {
     GTEST_SKIP() << "cuda: " << why;
   for (const char* pairing : {"none", "megatron"})
     EXPECT_TRUE(cuda_graphs_match_eager("channel_split", 2, {{"pairing", pairing}})) << pairing;
+}
+
+// On a GPU: one capture serves three rounds of steps, shorter batches and evaluations, with the
+// bits of eager steps (graph_outlives_evaluations).
+TEST(ChannelSplit, CudaOneGraphOutlivesEvaluationsAndShorterBatches) {
+  if (const std::string why = backend_unavailable("cuda"); !why.empty())
+    GTEST_SKIP() << "cuda: " << why;
+  for (const char* pairing : {"none", "megatron"})
+    EXPECT_TRUE(graph_outlives_evaluations("channel_split", 2, {{"pairing", pairing}}, true))
+        << pairing;
 }
 
 }  // namespace

@@ -387,6 +387,21 @@ TEST(DataParallel, RecordingDeviceRefusesACommunicationQueueOutsideTheCapture) {
   EXPECT_EQ(d.violations[1], "the communication queue's work does not rejoin the capture");
 }
 
+// One capture serves the run: evaluations and an epoch's shorter last batch run in slots of the
+// model and input buffers of their own, eagerly, and the next step launches the same graph, with
+// the bits of eager steps, allocating nothing (graph_outlives_evaluations). With overlap too.
+TEST(DataParallel, OneGraphOutlivesEvaluationsAndShorterBatches) {
+  for (const char* algorithm : {"naive", "ring", "tree"})
+    for (int k : {2, 3})
+      if (!testing::kSanitizerBuild || k == 2) {
+        EXPECT_TRUE(graph_outlives_evaluations("data_parallel", k, {{"allreduce", algorithm}}))
+            << algorithm << " k=" << k;
+      }
+  EXPECT_TRUE(graph_outlives_evaluations(
+      "data_parallel", 2, {{"allreduce", "ring"}, {"overlap", true}, {"grouping", "per_tensor"}}))
+      << "ring with overlap";
+}
+
 // A group graph that cannot be made: that step and every later one run eagerly, to the bit.
 TEST(DataParallel, AFailedGroupCaptureRunsTheStepsEagerly) {
   for (const char* algorithm : {"naive", "ring", "tree"})
@@ -477,6 +492,20 @@ TEST(DataParallel, CudaReadBackEpochGivesTheBitsOfStepsReadOneByOne) {
   // With overlap: the buckets' allreduces queued from the communication threads, in the graph.
   EXPECT_TRUE(cuda_read_once_matches_read_per_step(
       "data_parallel", 2, {{"allreduce", "tree"}, {"overlap", true}, {"grouping", "per_tensor"}}));
+}
+
+// On a GPU: one capture serves three rounds of steps, shorter batches and evaluations, with the
+// bits of eager steps (graph_outlives_evaluations).
+TEST(DataParallel, CudaOneGraphOutlivesEvaluationsAndShorterBatches) {
+  if (const std::string why = backend_unavailable("cuda"); !why.empty())
+    GTEST_SKIP() << "cuda: " << why;
+  for (const char* algorithm : {"naive", "ring", "tree"})
+    EXPECT_TRUE(graph_outlives_evaluations("data_parallel", 2, {{"allreduce", algorithm}}, true))
+        << algorithm;
+  EXPECT_TRUE(graph_outlives_evaluations(
+      "data_parallel", 2, {{"allreduce", "ring"}, {"overlap", true}, {"grouping", "per_tensor"}},
+      true))
+      << "ring overlap";
 }
 
 // On a GPU: one graph over 2 (or 4) virtual devices computes the eager steps to the bit.

@@ -467,6 +467,19 @@ TEST(LayerSplit, OneGraphOverTheGroupReplaysTheEagerStepsBitForBit) {
           << schedule << " k=" << k;
 }
 
+// One capture serves the run: evaluations and an epoch's shorter last batch run in sets of
+// slots of their own, eagerly, and the next step launches the same graph, with the bits of eager
+// steps, allocating nothing (graph_outlives_evaluations); both schedules.
+TEST(LayerSplit, OneGraphOutlivesEvaluationsAndShorterBatches) {
+  for (const char* schedule : {"gpipe", "1f1b"})
+    for (int k : {2, 3})
+      if (!testing::kSanitizerBuild || k == 2) {
+        EXPECT_TRUE(graph_outlives_evaluations("layer_split", k,
+                                               {{"microbatches", 4}, {"schedule", schedule}}))
+            << schedule << " k=" << k;
+      }
+}
+
 // A group graph that cannot be made: that step and every later one run eagerly, to the bit.
 TEST(LayerSplit, AFailedGroupCaptureRunsTheStepsEagerly) {
   EXPECT_TRUE(failed_group_capture_runs_eagerly("layer_split", 3, {{"microbatches", 4}}));
@@ -497,6 +510,17 @@ TEST(LayerSplit, CudaGroupGraphMatchesEagerStepsBitForBit) {
   for (const char* schedule : {"gpipe", "1f1b"})
     EXPECT_TRUE(cuda_graphs_match_eager(
         "layer_split", 2, {{"microbatches", 4}, {"schedule", schedule}, {"split", {2}}}))
+        << schedule;
+}
+
+// On a GPU: one capture serves three rounds of steps, shorter batches and evaluations, with the
+// bits of eager steps (graph_outlives_evaluations; the split given, as above).
+TEST(LayerSplit, CudaOneGraphOutlivesEvaluationsAndShorterBatches) {
+  if (const std::string why = backend_unavailable("cuda"); !why.empty())
+    GTEST_SKIP() << "cuda: " << why;
+  for (const char* schedule : {"gpipe", "1f1b"})
+    EXPECT_TRUE(graph_outlives_evaluations(
+        "layer_split", 2, {{"microbatches", 4}, {"schedule", schedule}, {"split", {2}}}, true))
         << schedule;
 }
 

@@ -116,6 +116,12 @@ class Transport {
   }
   void reset_receive_times() { receive_marks_.clear(); }
   ReceiveTimes receive_times(Device& device) const;
+  // The receives' marks themselves: a captured step keeps its capture's (every launch records
+  // them again) and gives them back at each launch, since eager collectives between launches (an
+  // evaluation's, a step of another batch) replace them (StepGraph).
+  using ReceiveMarks = std::vector<std::array<TimeMark, 3>>;
+  const ReceiveMarks& receive_marks() const { return receive_marks_; }
+  void set_receive_marks(ReceiveMarks marks) { receive_marks_ = std::move(marks); }
 
  protected:
   // An Error unless `peer` is another rank of the group.
@@ -136,7 +142,7 @@ class Transport {
   Tensor scratch_;
   std::vector<Tensor> retired_scratch_;  // scratch_'s earlier, smaller buffers (scratch())
   bool receive_timing_ = false;
-  std::vector<std::array<TimeMark, 3>> receive_marks_;
+  ReceiveMarks receive_marks_;
 };
 
 // A collective's steps as one run (Transport::begin_steps): begun here, ended by end(), dropped
