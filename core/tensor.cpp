@@ -11,9 +11,11 @@ struct Tensor::Storage {
   Device* device;
   void* ptr;
   std::size_t bytes;
+  bool owned = true;  // false: unowned()'s, which frees nothing
   Storage(Device& d, std::size_t n) : device(&d), ptr(n ? d.allocate(n) : nullptr), bytes(n) {}
+  Storage(Device& d, void* p, std::size_t n) : device(&d), ptr(p), bytes(n), owned(false) {}
   ~Storage() {
-    if (ptr) device->deallocate(ptr);
+    if (ptr && owned) device->deallocate(ptr);
   }
   Storage(const Storage&) = delete;
   Storage& operator=(const Storage&) = delete;
@@ -80,6 +82,13 @@ Tensor Tensor::reshaped(Shape shape) const {
                   "tensor: cannot reshape " + shape_string(shape_) + " to " + shape_string(shape));
   Tensor t = *this;
   t.shape_ = std::move(shape);
+  return t;
+}
+
+Tensor Tensor::unowned() const {
+  Tensor t = *this;
+  if (defined())
+    t.storage_ = std::make_shared<Storage>(*storage_->device, storage_->ptr, storage_->bytes);
   return t;
 }
 

@@ -39,6 +39,10 @@ class Tensor {
   Tensor view(int64_t offset, Shape shape) const;
   // Same storage, new shape with the same element count (e.g. flatten (N,50,4,4) to (N,800)).
   Tensor reshaped(Shape shape) const;
+  // The same elements without keeping their memory alive: a pointer, as a CUDA graph holds one.
+  // For test devices that record work as such a graph does (tests/recording_device.h), so that
+  // memory freed while a recorded graph still points to it is seen as such.
+  Tensor unowned() const;
 
   bool defined() const { return storage_ != nullptr; }
   Device& device() const;

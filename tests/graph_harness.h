@@ -22,6 +22,14 @@ namespace {
 // k CPU devices, each behind a RecordingDevice (tests/recording_device.h): `group` is what a
 // strategy is given.
 struct RecordingGroup {
+  // The first violation any device recorded (a capture doing what CUDA refuses, memory freed
+  // under a living graph), or "".
+  std::string violation() const {
+    for (std::size_t r = 0; r < recording.size(); ++r)
+      if (!recording[r]->violations.empty())
+        return "rank " + std::to_string(r) + ": " + recording[r]->violations.front();
+    return "";
+  }
   explicit RecordingGroup(int k, int memory_domain = -1) : cpu(make_devices("cpu", k, {})) {
     for (auto& d : cpu) {
       recording.push_back(std::make_unique<testing::RecordingDevice>(*d));
@@ -165,7 +173,12 @@ inline ::testing::AssertionResult graph_outlives_evaluations(const std::string& 
     if (round > 0 && allocated != 0)
       return ::testing::AssertionFailure()
              << "the steps allocated " << allocated << " buffers" << in;
+    // Checked before the next launch, which would write memory freed under the graph.
+    if (const std::string v = devs.violation(); !v.empty())
+      return ::testing::AssertionFailure() << "before the evaluation" << in << ", " << v;
     const EvalResult ge = graphed->evaluate(), ee = eager->evaluate();
+    if (const std::string v = devs.violation(); !v.empty())
+      return ::testing::AssertionFailure() << "in the evaluation" << in << ", " << v;
     if (ge.loss_sum != ee.loss_sum || ge.correct != ee.correct)
       return ::testing::AssertionFailure() << "the evaluation differs" << in;
   }

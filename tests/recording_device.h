@@ -46,11 +46,18 @@ class RecordingDevice final : public ForwardingDevice {
     std::chrono::steady_clock::time_point at{};
     bool reached = false;
   };
+  // The memory one capture's work points to (its tensors' bytes, its copies' ranges), kept
+  // while any of its nodes is, i.e. while its graph lives.
+  struct Refs {
+    std::mutex mu;
+    std::vector<std::pair<const char*, const char*>> ranges;
+  };
   struct Node {
     enum Kind { Run, Record, Wait, Mark } kind = Run;
     std::function<void()> run;
     int event = 0;
     std::shared_ptr<Timer> timer;
+    std::shared_ptr<Refs> refs;  // its capture's (add())
   };
 
   explicit RecordingDevice(Device& inner) : ForwardingDevice(inner), ops_(*this, inner.ops()) {}
@@ -81,19 +88,55 @@ class RecordingDevice final : public ForwardingDevice {
 
   // Counted (allocations): a step that replays a graph, or runs beside one, must allocate
   // nothing once its buffers exist (a buffer made anew would leave the graph with the old one).
+  // A recorded graph holds pointers, not memory (its tensors are unowned(), as a CUDA graph's):
+  // freeing memory that a living graph points to is a violation, as on a GPU the graph would
+  // then write memory handed out again.
   void* allocate(std::size_t bytes) override {
     ++allocations;
-    return ForwardingDevice::allocate(bytes);
+    void* p = ForwardingDevice::allocate(bytes);
+    std::lock_guard lock(memory_mu_);
+    sizes_[p] = bytes;
+    return p;
+  }
+  void deallocate(void* p) noexcept override {
+    std::size_t n = 0;
+    {
+      std::lock_guard lock(memory_mu_);
+      if (auto it = sizes_.find(p); it != sizes_.end()) {
+        n = it->second;
+        sizes_.erase(it);
+      }
+    }
+    if (n && graph_points_into(static_cast<const char*>(p), n)) {
+      try {
+        violation("freed memory that a recorded graph still points to");
+      } catch (...) {  // noexcept: the count is lost, the test fails on the bits then
+      }
+    }
+    ForwardingDevice::deallocate(p);
+  }
+  // `t` for recorded work: unowned while capturing (its bytes noted as the capture's), else t.
+  Tensor hold(const Tensor& t) {
+    if (!capturing_ || !t.defined()) return t;
+    note(t.raw(), t.bytes());
+    return t.unowned();
   }
 
   void copy_on_device(void* d, const void* s, std::size_t n) override {
+    note(d, n);
+    note(s, n);
     queue([this, d, s, n] { ForwardingDevice::copy_on_device(d, s, n); });
   }
   void fill_zero(void* d, std::size_t n) override {
+    note(d, n);
     queue([this, d, n] { ForwardingDevice::fill_zero(d, n); });
   }
   void copy_2d(void* d, std::size_t dp, const void* s, std::size_t sp, std::size_t w,
                std::size_t rows) override {
+    if (rows) {
+      note(d, dp * (rows - 1) + w);
+      note(s, sp * (rows - 1) + w);
+    }
     queue([=, this] { ForwardingDevice::copy_2d(d, dp, s, sp, w, rows); });
   }
   void copy_to_host(void* d, const void* s, std::size_t n) override {
@@ -157,6 +200,7 @@ class RecordingDevice final : public ForwardingDevice {
     capturing_ = false;
     nodes_.clear();
     comm_nodes_.clear();
+    refs_.reset();
   }
 
   std::unique_ptr<GroupCapture> capture_group(const std::vector<Device*>& group, bool comm_streams,
@@ -166,6 +210,12 @@ class RecordingDevice final : public ForwardingDevice {
     PARALAB_REQUIRE(!capturing_, name() + ": a capture in a capture");
     nodes_.clear();
     comm_nodes_.clear();
+    refs_ = std::make_shared<Refs>();
+    {
+      std::lock_guard lock(memory_mu_);
+      std::erase_if(live_refs_, [](const std::weak_ptr<Refs>& w) { return w.expired(); });
+      live_refs_.push_back(refs_);
+    }
     capturing_ = true;
   }
   // A capture's work, per queue. Called once the communication queue's thread has queued all
@@ -176,6 +226,7 @@ class RecordingDevice final : public ForwardingDevice {
   Queues stop_capture() {
     capturing_ = false;
     Queues q{std::exchange(nodes_, {}), std::exchange(comm_nodes_, {})};
+    refs_.reset();  // its nodes keep it
     // CUDA ends a capture only when every stream that joined it has rejoined the origin
     // (cudaErrorStreamCaptureUnjoined): here, the communication queue's last work must be an
     // event that the compute queue waits on.
@@ -250,8 +301,29 @@ class RecordingDevice final : public ForwardingDevice {
     std::lock_guard lock(mu_);
     violations.push_back(what);
   }
+  // Notes [p, p + n) as memory the capture's work points to (while capturing).
+  void note(const void* p, std::size_t n) {
+    if (!capturing_ || !p || !n) return;
+    const std::shared_ptr<Refs> refs = refs_;
+    if (!refs) return;
+    std::lock_guard lock(refs->mu);
+    refs->ranges.emplace_back(static_cast<const char*>(p), static_cast<const char*>(p) + n);
+  }
+  // Whether [p, p + n) overlaps memory that a living recorded graph points to.
+  bool graph_points_into(const char* p, std::size_t n) {
+    std::lock_guard lock(memory_mu_);
+    for (const std::weak_ptr<Refs>& w : live_refs_) {
+      const std::shared_ptr<Refs> refs = w.lock();
+      if (!refs) continue;
+      std::lock_guard hold(refs->mu);
+      for (const auto& [a, b] : refs->ranges)
+        if (a < p + n && p < b) return true;
+    }
+    return false;
+  }
   // Appends to the calling thread's queue's capture. Each queue is fed by one thread.
   void add(Node n) {
+    n.refs = refs_;
     if (comm_for_ != this) {
       nodes_.push_back(std::move(n));
       return;
@@ -264,8 +336,8 @@ class RecordingDevice final : public ForwardingDevice {
   }
 
   // The ops, each call queued through the device (recorded while capturing). Tensors are
-  // captured by value: a Tensor shares its storage, so the recorded call writes where the live
-  // one would, as a graph keeps its pointers.
+  // recorded unowned (hold()): the recorded call writes where the live tensor would, and, as a
+  // graph keeps pointers and not memory, memory freed under it is seen (deallocate()).
   class RecordingOps final : public Ops {
    public:
     RecordingOps(RecordingDevice& d, Ops& inner) : d_(d), inner_(inner) {}
@@ -275,10 +347,10 @@ class RecordingDevice final : public ForwardingDevice {
     static void queue_backward(RecordingDevice& d, Op* op, const Tensor& x, const Tensor& w,
                                const Tensor& dy, Tensor* dx, Tensor& dw, Tensor& db) {
       std::optional<Tensor> dxc;
-      if (dx) dxc = *dx;
-      d.queue([op, x, w, dy, dxc, dw, db]() mutable {
-        op->backward(x, w, dy, dxc ? &*dxc : nullptr, dw, db);
-      });
+      if (dx) dxc = d.hold(*dx);
+      d.queue(
+          [op, x = d.hold(x), w = d.hold(w), dy = d.hold(dy), dxc, dw = d.hold(dw),
+           db = d.hold(db)]() mutable { op->backward(x, w, dy, dxc ? &*dxc : nullptr, dw, db); });
     }
     nlohmann::json describe() const override { return inner_.describe(); }
     void forget_choices_since(const nlohmann::json& before) override {
@@ -291,8 +363,8 @@ class RecordingDevice final : public ForwardingDevice {
             : d(dev), in(std::move(inner)) {}
         void forward(const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y,
                      bool training) override {
-          d.queue(
-              [p = in.get(), x, w, b, y, training]() mutable { p->forward(x, w, b, y, training); });
+          d.queue([p = in.get(), x = d.hold(x), w = d.hold(w), b = d.hold(b), y = d.hold(y),
+                   training]() mutable { p->forward(x, w, b, y, training); });
         }
         void backward(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor* dx, Tensor& dw,
                       Tensor& db) override {
@@ -307,10 +379,12 @@ class RecordingDevice final : public ForwardingDevice {
       struct Op final : Relu {
         Op(RecordingDevice& dev, std::unique_ptr<Relu> inner) : d(dev), in(std::move(inner)) {}
         void forward(const Tensor& x, Tensor& y) override {
-          d.queue([p = in.get(), x, y]() mutable { p->forward(x, y); });
+          d.queue([p = in.get(), x = d.hold(x), y = d.hold(y)]() mutable { p->forward(x, y); });
         }
         void backward(const Tensor& y, const Tensor& dy, Tensor& dx) override {
-          d.queue([p = in.get(), y, dy, dx]() mutable { p->backward(y, dy, dx); });
+          d.queue([p = in.get(), y = d.hold(y), dy = d.hold(dy), dx = d.hold(dx)]() mutable {
+            p->backward(y, dy, dx);
+          });
         }
         RecordingDevice& d;
         std::unique_ptr<Relu> in;
@@ -326,8 +400,9 @@ class RecordingDevice final : public ForwardingDevice {
         void forward_backward(const Tensor& logits, const Tensor& labels, Tensor* dlogits,
                               Tensor& stats) override {
           std::optional<Tensor> dl;
-          if (dlogits) dl = *dlogits;
-          d.queue([p = in.get(), logits, labels, dl, stats]() mutable {
+          if (dlogits) dl = d.hold(*dlogits);
+          d.queue([p = in.get(), logits = d.hold(logits), labels = d.hold(labels), dl,
+                   stats = d.hold(stats)]() mutable {
             p->forward_backward(logits, labels, dl ? &*dl : nullptr, stats);
           });
         }
@@ -349,25 +424,33 @@ class RecordingDevice final : public ForwardingDevice {
     }
 
     void sgd(Tensor& params, const Tensor& grads, float step) override {
-      d_.queue([this, params, grads, step]() mutable { inner_.sgd(params, grads, step); });
-    }
-    void sgd(Tensor& params, const Tensor& grads, const Tensor& step) override {
-      d_.queue([this, params, grads, step]() mutable { inner_.sgd(params, grads, step); });
-    }
-    void set_scalar(Tensor& t, float value) override {
-      d_.queue([this, t, value]() mutable { inner_.set_scalar(t, value); });
-    }
-    void set_scalars(Tensor& t, std::span<const float> values) override {
-      d_.queue([this, t, v = std::vector<float>(values.begin(), values.end())]() mutable {
-        inner_.set_scalars(t, v);
+      d_.queue([this, params = d_.hold(params), grads = d_.hold(grads), step]() mutable {
+        inner_.sgd(params, grads, step);
       });
     }
+    void sgd(Tensor& params, const Tensor& grads, const Tensor& step) override {
+      d_.queue([this, params = d_.hold(params), grads = d_.hold(grads),
+                step = d_.hold(step)]() mutable { inner_.sgd(params, grads, step); });
+    }
+    void set_scalar(Tensor& t, float value) override {
+      d_.queue([this, t = d_.hold(t), value]() mutable { inner_.set_scalar(t, value); });
+    }
+    void set_scalars(Tensor& t, std::span<const float> values) override {
+      d_.queue(
+          [this, t = d_.hold(t), v = std::vector<float>(values.begin(), values.end())]() mutable {
+            inner_.set_scalars(t, v);
+          });
+    }
     void add_inplace(Tensor& dst, const Tensor& src) override {
-      d_.queue([this, dst, src]() mutable { inner_.add_inplace(dst, src); });
+      d_.queue([this, dst = d_.hold(dst), src = d_.hold(src)]() mutable {
+        inner_.add_inplace(dst, src);
+      });
     }
     void gather(const Tensor& images, const Tensor& labels, const Tensor& indices, int64_t offset,
                 int64_t count, Tensor& x, Tensor& y) override {
-      d_.queue([this, images, labels, indices, offset, count, x, y]() mutable {
+      d_.queue([this, images = d_.hold(images), labels = d_.hold(labels),
+                indices = d_.hold(indices), offset, count, x = d_.hold(x),
+                y = d_.hold(y)]() mutable {
         inner_.gather(images, labels, indices, offset, count, x, y);
       });
     }
@@ -377,7 +460,8 @@ class RecordingDevice final : public ForwardingDevice {
       struct Op final : Linear {
         Op(RecordingDevice& dev, std::unique_ptr<Linear> inner) : d(dev), in(std::move(inner)) {}
         void forward(const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y) override {
-          d.queue([p = in.get(), x, w, b, y]() mutable { p->forward(x, w, b, y); });
+          d.queue([p = in.get(), x = d.hold(x), w = d.hold(w), b = d.hold(b),
+                   y = d.hold(y)]() mutable { p->forward(x, w, b, y); });
         }
         void backward(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor* dx, Tensor& dw,
                       Tensor& db) override {
@@ -400,8 +484,12 @@ class RecordingDevice final : public ForwardingDevice {
   RecordingOps ops_;
   std::atomic<bool> capturing_{false};  // read by both queues' threads
   std::vector<Node> nodes_, comm_nodes_;
+  std::shared_ptr<Refs> refs_;  // the capture's (start_capture() to its end)
   inline static thread_local const RecordingDevice* comm_for_ = nullptr;  // bind_comm_thread()
   std::mutex mu_;
+  std::mutex memory_mu_;                      // guards sizes_ and live_refs_
+  std::map<const void*, std::size_t> sizes_;  // live allocations' sizes
+  std::vector<std::weak_ptr<Refs>> live_refs_;
 };
 
 // A group's capture over RecordingDevices: each rank records its own list; rank 0's thread

@@ -402,6 +402,41 @@ TEST(DataParallel, OneGraphOutlivesEvaluationsAndShorterBatches) {
       << "ring with overlap";
 }
 
+// The recording device's graphs hold pointers, not memory, as CUDA graphs do (Tensor::unowned):
+// freeing a buffer that a living graph points to is a violation, at the free; once the graph is
+// gone the same free is not. (graph_outlives_evaluations relies on it.)
+TEST(DataParallel, RecordingDeviceSeesMemoryFreedUnderALivingGraph) {
+  auto cpu = make_devices("cpu", 1, {});
+  testing::RecordingDevice d(*cpu[0]);
+  auto captured_set = [&](Tensor& t) {
+    d.begin_capture();
+    d.ops().set_scalar(t, 3.0f);
+    return d.end_capture();
+  };
+  Tensor t = Tensor::zeros(d, {1});
+  auto graph = captured_set(t);
+  graph->launch();
+  EXPECT_EQ(t.to_host_f32()[0], 3.0f);
+  EXPECT_TRUE(d.violations.empty());
+  t = Tensor();  // freed, though the graph still points to it: the recorded work does not own it
+  ASSERT_EQ(d.violations.size(), 1u);
+  EXPECT_EQ(d.violations[0], "freed memory that a recorded graph still points to");
+  graph.reset();
+  Tensor u = Tensor::zeros(d, {1});
+  graph = captured_set(u);
+  graph.reset();
+  u = Tensor();  // the graph went first
+  EXPECT_EQ(d.violations.size(), 1u);
+  // A raw copy's ranges count too (the transports' moves, channel_split's repacks).
+  Tensor a = Tensor::zeros(d, {8}), b = Tensor::zeros(d, {8});
+  d.begin_capture();
+  d.copy_on_device(b.f32() + 4, a.raw(), 4 * sizeof(float));
+  graph = d.end_capture();
+  a = Tensor();
+  EXPECT_EQ(d.violations.size(), 2u);
+  graph.reset();
+}
+
 // A group graph that cannot be made: that step and every later one run eagerly, to the bit.
 TEST(DataParallel, AFailedGroupCaptureRunsTheStepsEagerly) {
   for (const char* algorithm : {"naive", "ring", "tree"})
