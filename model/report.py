@@ -1272,6 +1272,30 @@ OTHER_SESSION_TEXT = {
         "explain either. allreduce_bench: samples median 9.8 %, max 82.2 %, "
         "configurations' medians 6.5 / 75.8 % (memcpy 256 MiB +76 %, as +60 % in the clean session), "
         "against the rounds' own spread of median 8.7 %, max 203 %."),
+    "cpu-2core-xeon/session-2026-12-06": (
+        "What the third Xeon session shows (2026-12-06, the clean session's VM kind, 4 rounds in 12.9 "
+        "minutes with the concurrent profile and the sweep by 2x, the first Xeon session of either; "
+        "nothing else running, load average 0.7 before, the tail of a sanitizer run). The model's "
+        "later items (the per-size cost per byte, each algorithm's own rows where they lie 2x apart, "
+        "the non-temporal step, all-gather and reduce-scatter priced by each other) were all shaped "
+        "on EPYC sessions; here they meet Xeon data for the first time. allreduce_bench: the "
+        "configurations' medians within median 2.8 %, max 28.3 %, 160 of 168 within 15 % (the "
+        "sessions of 2026-12-01 and -02, sampled by 4x: 4.2 / 60.4 % and 6.5 / 75.8 %); samples "
+        "4.5 / 32.5 % against the rounds' own spread of 4.0 / 46.0 %. Left beyond 15 %: memcpy "
+        "(p2p) 16 MiB +28 % and 32 MiB -16 %, all-gather 64 MiB +20 %, ring 32 MiB +20 %, naive and "
+        "tree 64 MiB -18 %, each with rounds within -9..+5 % of their median (misses of the model), "
+        "and all-gather 1 MiB and memcpy 4 KiB at +15 %, whose "
+        "rounds spread up to +15 %. Training: the configurations' medians within "
+        "median 6.2 %, max 13.3 % (the goal met on them), samples 6.7 / 15.7 % against the rounds' "
+        "own spread of 4.0 / 11.1 %. The single step at batch 256 took 48.3-53.3 ms in the four "
+        "profiles and 46.1-48.5 ms in the strategy runs. Two devices computing at once came out "
+        "faster than one alone, x0.952 (b32 0.93-0.995, b128 0.95-1.10, b256 0.92-0.97 over the "
+        "rounds: the solo profiles ran slower than the strategy runs after them); applied, it "
+        "predicts data_parallel's configurations 4.6-7.5 % short, and taken out (the same "
+        "predictions divided by 0.952) they would be within -2.8..+0.2 %. layer_split m8 x2 is the "
+        "worst, -13.3 %: its stage times come from its own one-iteration profiling pass. Relative to "
+        "the single step: data_parallel x2 ring 0.49, channel_split x2 0.60, layer_split m8 x2 0.82 "
+        "(the clean session: 0.50, 0.57, 0.80)."),
 }
 
 
