@@ -212,7 +212,7 @@ class RecordingDevice final : public ForwardingDevice {
     comm_nodes_.clear();
     refs_ = std::make_shared<Refs>();
     {
-      std::lock_guard lock(memory_mu_);
+      std::lock_guard lock(refs_mu_);
       std::erase_if(live_refs_, [](const std::weak_ptr<Refs>& w) { return w.expired(); });
       live_refs_.push_back(refs_);
     }
@@ -309,9 +309,10 @@ class RecordingDevice final : public ForwardingDevice {
     std::lock_guard lock(refs->mu);
     refs->ranges.emplace_back(static_cast<const char*>(p), static_cast<const char*>(p) + n);
   }
-  // Whether [p, p + n) overlaps memory that a living recorded graph points to.
-  bool graph_points_into(const char* p, std::size_t n) {
-    std::lock_guard lock(memory_mu_);
+  // Whether [p, p + n) overlaps memory that a living recorded graph of any recording device
+  // points to (a group's graph reads its peers' buffers).
+  static bool graph_points_into(const char* p, std::size_t n) {
+    std::lock_guard lock(refs_mu_);
     for (const std::weak_ptr<Refs>& w : live_refs_) {
       const std::shared_ptr<Refs> refs = w.lock();
       if (!refs) continue;
@@ -487,9 +488,11 @@ class RecordingDevice final : public ForwardingDevice {
   std::shared_ptr<Refs> refs_;  // the capture's (start_capture() to its end)
   inline static thread_local const RecordingDevice* comm_for_ = nullptr;  // bind_comm_thread()
   std::mutex mu_;
-  std::mutex memory_mu_;                      // guards sizes_ and live_refs_
+  std::mutex memory_mu_;                      // guards sizes_
   std::map<const void*, std::size_t> sizes_;  // live allocations' sizes
-  std::vector<std::weak_ptr<Refs>> live_refs_;
+  // Every recording device's captures, while their graphs live (guarded by refs_mu_).
+  inline static std::mutex refs_mu_;
+  inline static std::vector<std::weak_ptr<Refs>> live_refs_;
 };
 
 // A group's capture over RecordingDevices: each rank records its own list; rank 0's thread

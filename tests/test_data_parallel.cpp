@@ -403,8 +403,9 @@ TEST(DataParallel, OneGraphOutlivesEvaluationsAndShorterBatches) {
 }
 
 // The recording device's graphs hold pointers, not memory, as CUDA graphs do (Tensor::unowned):
-// freeing a buffer that a living graph points to is a violation, at the free; once the graph is
-// gone the same free is not. (graph_outlives_evaluations relies on it.)
+// freeing a buffer that a living graph points to is a violation, at the free, on whichever
+// recording device frees it; once the graph is gone the same free is not.
+// (graph_outlives_evaluations relies on it.)
 TEST(DataParallel, RecordingDeviceSeesMemoryFreedUnderALivingGraph) {
   auto cpu = make_devices("cpu", 1, {});
   testing::RecordingDevice d(*cpu[0]);
@@ -434,6 +435,17 @@ TEST(DataParallel, RecordingDeviceSeesMemoryFreedUnderALivingGraph) {
   graph = d.end_capture();
   a = Tensor();
   EXPECT_EQ(d.violations.size(), 2u);
+  graph.reset();
+  // Another device's memory that this device's graph reads (a group's hand-off): its free is
+  // seen by the device that frees it.
+  testing::RecordingDevice peer(*cpu[0]);
+  Tensor theirs = Tensor::zeros(peer, {8});
+  d.begin_capture();
+  d.copy_on_device(b.raw(), theirs.raw(), 4 * sizeof(float));
+  graph = d.end_capture();
+  theirs = Tensor();
+  ASSERT_EQ(peer.violations.size(), 1u);
+  EXPECT_EQ(peer.violations[0], "freed memory that a recorded graph still points to");
   graph.reset();
 }
 
