@@ -79,7 +79,8 @@ default_parts=(determinism speed pytorch collectives main bench seeds sanitizers
 # sanitizers 65 (before its narrow-tile memcheck), ncu 10 with two, sweep 155), with a margin;
 # models never ran yet. bench has
 # since four short channel_split profile runs more (the model's width efficiency) and the x8
-# runs again with 32 hardware queues (connections_ab); sweep's rows
+# runs again with 32 hardware queues (connections_ab), and three 2-epoch multi-device runs (one
+# capture per run; about 1 s each there, by the 2-epoch single run's 0.66 s); sweep's rows
 # have since been capped at 0.1 s each (--max-wall) instead of 0.5: about 240 x (0.1 s and the
 # row's capture), unmeasured, so 90.
 # Each command's own time cap is about 4-6x what it took on 2026-12-04 (main 27 s: 150; bench 17 s:
@@ -91,7 +92,7 @@ declare -A goals_of=(
   [pytorch]="a full epoch <= 50 ms; >= 2.5x the graphed PyTorch baseline"
   [collectives]="ring/tree x2/x4/x8 at 16 and 64 MiB <= 4x/11x/26x memcpy; LeNet gradient x2 <= 1.5x; per-message cost <= 5 us"
   [main]="main command runs and plots; every strategy at its device counts; ring exposed communication <= 15 %; CUDA graphs per strategy"
-  [bench]="benchmark exit 0; 10-epoch bar; overlap hides communication x2 x4"
+  [bench]="benchmark exit 0; 10-epoch bar; overlap hides communication x2 x4; one capture per run"
   [seeds]="10-epoch accuracy bar, seeds 0-4"
   [speed]="the default kernels are the faster; the own kernels' tile sets give the same bits"
   [sanitizers]="memcheck; memcheck with the narrow tiles; racecheck; synccheck; initcheck; memcheck over one graph over the group; own kernels under the CPU emulation"
@@ -878,6 +879,32 @@ for k in (2, 4):
     streams = {str(d.get("comm_stream")) for r in rs for d in r["config"].get("device_list", [])}
     print(("PASS" if m > 0 else "FAIL") + f": data_parallel/ring overlap x{k} hides communication "
           f"({100 * m:.0f} % of it hidden, median; communication stream: {'; '.join(sorted(streams))})")
+PY
+)
+# One capture serves a run: single's 2-epoch run and each multi-device strategy's over two whole
+# epochs (each epoch ends with a shorter batch, 60,000 = 234 x 256 + 96, and an evaluation, which
+# run eagerly in buffers of their own) report one capture, its graph used; their epoch times are
+# printed beside it (the first epoch's include the first step and the capture).
+goal_lines "bench: one capture per run" < <(python3 - "$FILES/gpu-check.json" <<'PY'
+import json, sys
+try:
+    runs = json.load(open(sys.argv[1]))["runs"]
+except (OSError, ValueError, KeyError) as e:
+    print(f"FAIL: one capture per run: no results ({e})"); sys.exit()
+rs = [r for r in runs if r.get("label") == "single gpu epoch" or
+      "(one capture per run)" in (r.get("label") or "")]
+if not rs:
+    print("FAIL: one capture per run: no such run in the results")
+for r in rs:
+    name = r.get("label")
+    if r.get("status") != "ok":
+        print(f"FAIL: {name}: one capture per run ({r.get('status')}: {r.get('reason')})"); continue
+    rep = r.get("strategy_report") or {}
+    caps, launches = rep.get("cuda_graph_captures"), rep.get("cuda_graph_replays")
+    epochs = ", ".join(f"{e['seconds'] * 1e3:.1f}" for e in r.get("epochs", []) if "seconds" in e)
+    ok = rep.get("cuda_graphs") == "used" and caps == 1 and len(r.get("epochs", [])) >= 2
+    print(("PASS" if ok else "FAIL") + f": {name}: one capture per run ({caps} capture(s), "
+          f"{launches} launches; {rep.get('cuda_graphs')}; epochs {epochs} ms)")
 PY
 )
 # What one graph over the group buys each strategy: the median step with cuda_graphs on (the

@@ -466,6 +466,38 @@ class Verdicts(unittest.TestCase):
             self.assert_resumed_per_rank(summary, "(the results file is interrupted, not complete: "
                                                   "its unfinished runs)")
 
+    def test_the_bench_part_checks_one_capture_per_run(self):
+        # A stand-in bench_runner: single's 2-epoch run captured twice, data_parallel's once,
+        # layer_split's failed, channel_split's without graphs: one verdict each, the epoch
+        # times beside it.
+        fake = (
+            BENCH_RUNNER_HEAD +
+            "def run(label, status='ok', caps=1, graphs='used'):\n"
+            "    return {'status': status, 'label': label, 'reason': None if status == 'ok' else 'boom',\n"
+            "            'config': {'devices': 2}, 'iterations': [],\n"
+            "            'epochs': [{'seconds': 0.5}, {'seconds': 0.15}],\n"
+            "            'strategy_report': {'cuda_graphs': graphs, 'cuda_graph_captures': caps,\n"
+            "                                'cuda_graph_replays': 466}}\n"
+            "runs = [run('single gpu epoch', caps=2),\n"
+            "        run('data_parallel/ring x2, 2 epochs (one capture per run) [virtual]'),\n"
+            "        run('layer_split m8 x2, 2 epochs (one capture per run) [virtual]', status='failed'),\n"
+            "        run('channel_split x2, 2 epochs (one capture per run) [virtual]', caps=None,\n"
+            "            graphs='not used: cuda_graphs is false')]\n"
+            "json.dump({'state': 'complete', 'runs': runs}, open(out, 'w'))\n")
+        with tempfile.TemporaryDirectory() as tmp:
+            summary, _ = run_stand_in(tmp, ["bench"], 200, bench_runner=fake)
+        lines = [line for line in summary if "one capture per run (" in line]
+        self.assertEqual(lines, [
+            "gpu-check: FAIL: single gpu epoch: one capture per run (2 capture(s), 466 launches; used; "
+            "epochs 500.0, 150.0 ms)",
+            "gpu-check: PASS: data_parallel/ring x2, 2 epochs (one capture per run) [virtual]: one "
+            "capture per run (1 capture(s), 466 launches; used; epochs 500.0, 150.0 ms)",
+            "gpu-check: FAIL: layer_split m8 x2, 2 epochs (one capture per run) [virtual]: one "
+            "capture per run (failed: boom)",
+            "gpu-check: FAIL: channel_split x2, 2 epochs (one capture per run) [virtual]: one capture "
+            "per run (None capture(s), 466 launches; not used: cuda_graphs is false; epochs 500.0, "
+            "150.0 ms)"], summary)
+
     def assert_resumed_per_rank(self, summary, why):
         # gpu-check's bench part named why it reruns, and reran per rank once, successfully.
         self.assertIn("gpu-check: failed with whole steps: " + why, summary)
