@@ -470,20 +470,18 @@ class Verdicts(unittest.TestCase):
         # A stand-in bench_runner: single's 2-epoch run captured twice, data_parallel's once,
         # layer_split's failed, channel_split's without graphs: one verdict each, the epoch
         # times beside it.
-        fake = (
-            BENCH_RUNNER_HEAD +
-            "def run(label, status='ok', caps=1, graphs='used'):\n"
-            "    return {'status': status, 'label': label, 'reason': None if status == 'ok' else 'boom',\n"
-            "            'config': {'devices': 2}, 'iterations': [],\n"
-            "            'epochs': [{'seconds': 0.5}, {'seconds': 0.15}],\n"
-            "            'strategy_report': {'cuda_graphs': graphs, 'cuda_graph_captures': caps,\n"
-            "                                'cuda_graph_replays': 466}}\n"
-            "runs = [run('single gpu epoch', caps=2),\n"
-            "        run('data_parallel/ring x2, 2 epochs (one capture per run) [virtual]'),\n"
-            "        run('layer_split m8 x2, 2 epochs (one capture per run) [virtual]', status='failed'),\n"
-            "        run('channel_split x2, 2 epochs (one capture per run) [virtual]', caps=None,\n"
-            "            graphs='not used: cuda_graphs is false')]\n"
-            "json.dump({'state': 'complete', 'runs': runs}, open(out, 'w'))\n")
+        def run(label, status="ok", caps=1, graphs="used"):
+            return {"status": status, "label": label, "reason": None if status == "ok" else "boom",
+                    "config": {"devices": 2}, "iterations": [],
+                    "epochs": [{"seconds": 0.5}, {"seconds": 0.15}],
+                    "strategy_report": {"cuda_graphs": graphs, "cuda_graph_captures": caps,
+                                        "cuda_graph_replays": 466}}
+        runs = [run("single gpu epoch", caps=2),
+                run("data_parallel/ring x2, 2 epochs (one capture per run) [virtual]"),
+                run("layer_split m8 x2, 2 epochs (one capture per run) [virtual]", status="failed"),
+                run("channel_split x2, 2 epochs (one capture per run) [virtual]", caps=None,
+                    graphs="not used: cuda_graphs is false")]
+        fake = BENCH_RUNNER_HEAD + f"json.dump({{'state': 'complete', 'runs': {runs!r}}}, open(out, 'w'))\n"
         with tempfile.TemporaryDirectory() as tmp:
             summary, _ = run_stand_in(tmp, ["bench"], 200, bench_runner=fake)
         lines = [line for line in summary if "one capture per run (" in line]
