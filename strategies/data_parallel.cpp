@@ -1,7 +1,6 @@
 #include "strategies/data_parallel.h"
 
 #include <algorithm>
-#include <array>
 #include <chrono>
 #include <condition_variable>
 #include <deque>
@@ -213,7 +212,7 @@ class DataParallel final : public Strategy {
       Device& dev = group_->device(r);
       me.transport = &group_->transport(r);
       me.transport->set_receive_timing(s.communication_split);
-      me.model = std::make_unique<ModelReplica>(model_, dev, apart_ ? kSlots : 1);
+      me.model = std::make_unique<ModelReplica>(model_, dev, apart_ ? kPassSlots : 1);
       me.model->params().copy_from_host(s.initial_parameters);
       me.data = DeviceData(dev, *s.train, *s.test);
       me.stats = Tensor::zeros(dev, {2});
@@ -333,10 +332,10 @@ class DataParallel final : public Strategy {
       double loss = 0, correct = 0;
       for (int64_t a = test_bounds_[r]; a < test_bounds_[r + 1]; a += eval_batch_) {
         const int64_t n = std::min(eval_batch_, test_bounds_[r + 1] - a);
-        Tensor& x = me.batch(n, slot);
-        me.device().ops().gather(me.data.test_x, me.data.test_y, me.data.test_order, a, n, x,
-                                 me.ys[slot]);
-        me.model->forward(x, me.ys[slot], me.eval_stats, /*training=*/false, {}, slot);
+        Tensor& x = me.inputs.sized(me.device(), *model_, n, slot);
+        Tensor& y = me.inputs.y[slot];
+        me.device().ops().gather(me.data.test_x, me.data.test_y, me.data.test_order, a, n, x, y);
+        me.model->forward(x, y, me.eval_stats, /*training=*/false, {}, slot);
         const auto st = me.eval_stats.to_host_f32();
         loss += st[0];
         correct += st[1];
@@ -407,18 +406,13 @@ class DataParallel final : public Strategy {
   }
 
  private:
-  // Where steps can be graphs (apart_), passes run in three slots of the model, each with its own
-  // input buffers: the graphed steps' (and the first step's, which sizes them), evaluations', and
-  // steps of another batch's. Otherwise everything runs in the first.
-  static constexpr int kGraphSlot = 0, kEvalSlot = 1, kOtherSlot = 2, kSlots = 3;
-
   struct Rank {
     Transport* transport = nullptr;
     std::unique_ptr<ModelReplica> model;
     std::unique_ptr<CommWorker> comm;
     DeviceData data;
     Tensor order, stats, eval_stats;
-    std::array<Tensor, kSlots> xs, ys;  // each slot's input (batch())
+    SlotInputs inputs;  // each slot's input (PassSlot)
     double loss = 0, forward_ms = 0, backward_ms = 0;
     int64_t correct = 0;
     RankTimes times;
@@ -431,15 +425,6 @@ class DataParallel final : public Strategy {
     bool queued = false;
 
     Device& device() const { return model->device(); }
-    // The input of a pass in `slot` (xs, ys), sized for n images (made anew for another n).
-    Tensor& batch(int64_t n, int slot) {
-      Tensor& x = xs[static_cast<std::size_t>(slot)];
-      if (!x.defined() || x.dim(0) != n) {
-        x = Tensor::empty(device(), model->model().activation_shape(0, n));
-        ys[static_cast<std::size_t>(slot)] = Tensor::empty(device(), {n}, DType::I32);
-      }
-      return x;
-    }
   };
 
   void run(const std::function<void(int)>& fn) {
@@ -538,8 +523,8 @@ class DataParallel final : public Strategy {
     // communication queue (a second thread queues them), timed by marks there.
     StepMarks m;
     m.start = dev.mark();
-    Tensor& x = me.batch(count, slot);
-    Tensor& y = me.ys[static_cast<std::size_t>(slot)];
+    Tensor& x = me.inputs.sized(dev, *model_, count, slot);
+    Tensor& y = me.inputs.y[static_cast<std::size_t>(slot)];
     dev.ops().gather(me.data.train_x, me.data.train_y, order, offset, count, x, y);
     // Dropout keys: this shard's global position in the epoch's order.
     me.model->forward(x, y, me.stats, /*training=*/true,
@@ -610,6 +595,8 @@ class DataParallel final : public Strategy {
   }
 
   Options o_;
+  // Where steps can be graphs (apart_), passes run in three slots of the model (PassSlot), each
+  // with its own input; otherwise everything runs in the first.
   bool apart_ = false;
   std::shared_ptr<const Model> model_;  // setup()'s, else the default (for options())
   uint64_t seed_ = 0;

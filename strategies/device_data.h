@@ -2,11 +2,13 @@
 // set's identity order (evaluation gathers its batches in order with the op training uses).
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <vector>
 
 #include "core/device.h"
 #include "core/fashion_mnist.h"
+#include "core/model.h"
 #include "core/tensor.h"
 
 namespace paralab {
@@ -26,6 +28,27 @@ struct DeviceData {
     std::vector<int32_t> v(static_cast<std::size_t>(n));
     for (std::size_t i = 0; i < v.size(); ++i) v[i] = static_cast<int32_t>(i);
     return v;
+  }
+};
+
+// Where a strategy's step is a CUDA graph, one capture serves the run: its passes run in slots of
+// their own (of the model, of its inputs), so that nothing the graph points to moves. The
+// graphed steps' slot (the first step's too, which sizes it), evaluations', and eager steps of
+// another batch size (an epoch's shorter last batch). Elsewhere every pass runs in the first.
+enum PassSlot : int { kGraphSlot = 0, kEvalSlot = 1, kOtherSlot = 2, kPassSlots = 3 };
+
+// A pass's input batch in each slot: images x and labels y, made anew when the slot's batch size
+// changes (never in the graphed steps' slot once their size is set).
+struct SlotInputs {
+  std::array<Tensor, kPassSlots> x, y;
+  // x[slot], sized for n examples of `model`'s input (y[slot] with it).
+  Tensor& sized(Device& device, const Model& model, int64_t n, int slot) {
+    Tensor& t = x[static_cast<std::size_t>(slot)];
+    if (!t.defined() || t.dim(0) != n) {
+      t = Tensor::empty(device, model.activation_shape(0, n));
+      y[static_cast<std::size_t>(slot)] = Tensor::empty(device, {n}, DType::I32);
+    }
+    return t;
   }
 };
 

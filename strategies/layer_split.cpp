@@ -85,7 +85,7 @@ class LayerSplit final : public Strategy {
     graphs_ = plan_graphs(s.devices);
     // Where the step can be a graph, evaluations and steps of another batch run in slots of
     // their own, so that one capture serves the run (StepGraph).
-    sets_ = graphs_.empty() ? 3 : 1;
+    sets_ = graphs_.empty() ? kPassSlots : 1;
     if (o_.split.is_array()) {
       if (static_cast<int>(o_.split.size()) != k - 1)
         throw Error(o_.path + ".split: " + std::to_string(o_.split.size()) + " boundaries make " +
@@ -220,7 +220,7 @@ class LayerSplit final : public Strategy {
       Device& dev = *me.dev;
       const bool first = r == 0, last = r == k - 1;
       // In slots of its own where the step may be a graph, which outlives it.
-      const int set = sets_ > 1 ? kEvalSet : kGraphSet;
+      const int set = sets_ > 1 ? kEvalSlot : kGraphSlot;
       me.loss = 0;
       me.correct = 0;
       auto rows = [&](int j) { return std::min(eval_batch_, test_count_ - j * eval_batch_); };
@@ -389,7 +389,7 @@ class LayerSplit final : public Strategy {
     double launch_origin_ms = 0;
   };
 
-  // Micro-batch mb's slot in set `set` (kGraphSet, kEvalSet, kOtherSet: the model's slots and
+  // Micro-batch mb's slot in set `set` (kGraphSlot, kEvalSlot, kOtherSlot: the model's slots and
   // me.slots, microbatches per set).
   int index(int set, int mb) const { return set * o_.microbatches + mb % o_.microbatches; }
   Slot& slot(Rank& me, int set, int mb) const {
@@ -454,7 +454,8 @@ class LayerSplit final : public Strategy {
     Device& dev = *me.dev;
     const auto next = me.graph.next(count);
     if (next == StepGraph<StepMarks>::Next::Apart) {  // another batch: eager, the graph kept
-      rank_step(me, r, {&me.order, &me.epoch_labels, offset}, count, mb, lr, t0, offset, kOtherSet);
+      rank_step(me, r, {&me.order, &me.epoch_labels, offset}, count, mb, lr, t0, offset,
+                kOtherSlot);
       return;
     }
     // A launch read once per epoch starts here on the device (its inputs' copies included).
@@ -483,7 +484,7 @@ class LayerSplit final : public Strategy {
       q.stats = 0;
       if (r == k - 1) {  // the loss: the last stage's, one slot per micro-batch
         for (int j = 0; j < o_.microbatches; ++j)
-          me.deferred.save_stats(slot(me, kGraphSet, j).stats);
+          me.deferred.save_stats(slot(me, kGraphSlot, j).stats);
         q.stats = o_.microbatches;
       }
       q.start = start;
@@ -507,7 +508,7 @@ class LayerSplit final : public Strategy {
   // scalar: what a graph replays) or else `lr_step`. key_offset: the step's first example in
   // the epoch's order (dropout keys).
   StepMarks enqueue_step(Rank& me, int r, const StepInputs& in, int64_t mb, float lr_step,
-                         const Tensor* step, int64_t key_offset, int set = kGraphSet) {
+                         const Tensor* step, int64_t key_offset, int set = kGraphSlot) {
     const int k = static_cast<int>(ranks_.size());
     Device& dev = *me.dev;
     Ops& ops = dev.ops();
@@ -560,7 +561,7 @@ class LayerSplit final : public Strategy {
   // Waits for the step's work and reads its figures and times into the stage; the pipeline's
   // origin lies origin_ms after the iteration's start; the step ran in slots `set`.
   void finish_step(Rank& me, int r, const StepMarks& m, int64_t count, double origin_ms,
-                   int set = kGraphSet) {
+                   int set = kGraphSlot) {
     const int k = static_cast<int>(ranks_.size());
     Device& dev = *me.dev;
     dev.synchronize();
@@ -585,7 +586,7 @@ class LayerSplit final : public Strategy {
 
   // One eager step, in slots `set`; key_offset: the step's first example in the epoch's order.
   void rank_step(Rank& me, int r, const StepInputs& in, int64_t count, int64_t mb, float lr,
-                 Clock::time_point t0, int64_t key_offset, int set = kGraphSet) {
+                 Clock::time_point t0, int64_t key_offset, int set = kGraphSlot) {
     Transport& t = *me.t;
     Device& dev = *me.dev;
     // Launches queued before it (read_back "epoch") finish first: their time is not its own.
@@ -604,10 +605,8 @@ class LayerSplit final : public Strategy {
   }
 
   Options o_;
-  // Sets of slots (each microbatches slots of the model and of me.slots): where the step can be
-  // a graph (sets_ 3), the graphed steps' (and the first step's, which sizes them),
-  // evaluations', and steps of another batch's; otherwise (sets_ 1) everything runs in the first.
-  static constexpr int kGraphSet = 0, kEvalSet = 1, kOtherSet = 2;
+  // Sets of slots, each microbatches slots of the model and of me.slots, one per PassSlot where the
+  // step can be a graph (sets_ 3); otherwise (sets_ 1) everything runs in the first.
   int sets_ = 1;
   std::shared_ptr<const Model> model_;
   uint64_t seed_ = 0;

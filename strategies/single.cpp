@@ -1,7 +1,6 @@
 #include "strategies/single.h"
 
 #include <algorithm>
-#include <array>
 #include <chrono>
 #include <iterator>
 #include <string>
@@ -44,7 +43,7 @@ class Single final : public Strategy {
     const auto model = s.model ? s.model : default_model();
     // Where steps can be graphs, passes run in slots of the model of their own (kGraphSlot).
     apart_ = graphs_ && device_->supports_capture() && !model->has_dropout();
-    model_ = std::make_unique<ModelReplica>(model, *device_, apart_ ? kSlots : 1);
+    model_ = std::make_unique<ModelReplica>(model, *device_, apart_ ? kPassSlots : 1);
     seed_ = s.seed;
     model_->params().copy_from_host(s.initial_parameters);
     data_ = DeviceData(*device_, *s.train, *s.test);
@@ -118,8 +117,8 @@ class Single final : public Strategy {
       eval_stats_ = Tensor::zeros(*device_, {2 * batches});
     for (int64_t b = 0; b < batches; ++b) {
       const int64_t offset = b * eval_batch_, count = std::min(eval_batch_, total - offset);
-      Tensor& x = batch_x(count, slot);
-      Tensor& y = ys_[slot];
+      Tensor& x = inputs_.sized(*device_, model_->model(), count, slot);
+      Tensor& y = inputs_.y[slot];
       device_->ops().gather(data_.test_x, data_.test_y, data_.test_order, offset, count, x, y);
       model_->forward(x, y, stats_, /*training=*/false, {}, slot);
       device_->copy_on_device(eval_stats_.f32() + 2 * b, stats_.raw(), 2 * sizeof(float));
@@ -174,8 +173,8 @@ class Single final : public Strategy {
   void enqueue_step(const Tensor& order, int64_t offset, int64_t count, Tensor& stats,
                     const Tensor& step) {
     Ops& ops = device_->ops();
-    Tensor& x = batch_x(count, kGraphSlot);
-    Tensor& y = ys_[kGraphSlot];
+    Tensor& x = inputs_.sized(*device_, model_->model(), count, kGraphSlot);
+    Tensor& y = inputs_.y[kGraphSlot];
     ops.gather(data_.train_x, data_.train_y, order, offset, count, x, y);
     model_->forward(x, y, stats, /*training=*/true, key_, kGraphSlot);
     model_->backward();
@@ -302,8 +301,8 @@ class Single final : public Strategy {
     StepResult r;
     const auto t0 = Clock::now();
     const TimeMark m0 = deferring() ? start : device_->mark();
-    Tensor& x = batch_x(count, slot);
-    Tensor& y = ys_[slot];
+    Tensor& x = inputs_.sized(*device_, model_->model(), count, slot);
+    Tensor& y = inputs_.y[slot];
     ops.gather(data_.train_x, data_.train_y, order, offset, count, x, y);
     model_->forward(x, y, stats_, /*training=*/true, key_, slot);
     const TimeMark m1 = device_->mark();
@@ -380,24 +379,11 @@ class Single final : public Strategy {
     r.detail = step_detail(replayed);
   }
 
-  // The input of a pass in `slot` (xs_, ys_), sized for `count` images (reallocated when the
-  // slot's batch size changes: rarely, and never in the graphed step's slot once it is sized).
-  Tensor& batch_x(int64_t count, int slot) {
-    Tensor& x = xs_[static_cast<std::size_t>(slot)];
-    if (!x.defined() || x.dim(0) != count) {
-      x = Tensor::empty(*device_, model_->model().activation_shape(0, count));
-      ys_[static_cast<std::size_t>(slot)] = Tensor::empty(*device_, {count}, DType::I32);
-    }
-    return x;
-  }
-
   Device* device_ = nullptr;
   std::unique_ptr<ModelReplica> model_;
-  // Where steps can be graphs (apart_), passes run in three slots of the model, each with its own
+  // Where steps can be graphs (apart_), passes run in three slots (PassSlot), each with its own
   // activations, ops and input: the graphed step's (its batch size the first one trained),
-  // evaluations', and eager steps of any other size (an epoch's shorter last batch). Neither of
-  // the other two moves a buffer the graph uses, so one capture serves the whole run.
-  static constexpr int kGraphSlot = 0, kEvalSlot = 1, kOtherSlot = 2, kSlots = 3;
+  // evaluations', and eager steps of any other size (an epoch's shorter last batch).
   bool apart_ = false;
   int64_t graphed_count_ = -1;  // the graphed steps' batch size, once the first step has run
   uint64_t seed_ = 0;
@@ -405,7 +391,7 @@ class Single final : public Strategy {
   PassKey key_;  // this step's dropout key
   DeviceData data_;
   Tensor order_;
-  std::array<Tensor, kSlots> xs_, ys_;  // each slot's input (batch_x)
+  SlotInputs inputs_;  // each slot's input
   Tensor stats_, eval_stats_;
   int64_t eval_batch_ = 1000;
   // CUDA graphs: the captured step, and the example indices and SGD step it reads.
