@@ -73,7 +73,7 @@ class RecordingDevice final : public ForwardingDevice {
   // Runs fn now, or records it while capturing.
   void queue(std::function<void()> fn) {
     if (capturing_) {
-      add({Node::Run, std::move(fn), 0, nullptr});
+      add({Node::Run, std::move(fn), 0, nullptr, nullptr});
       return;
     }
     ++direct_ops;
@@ -156,7 +156,7 @@ class RecordingDevice final : public ForwardingDevice {
   Event record() override {
     if (!capturing_) return nullptr;  // eager work is done when queued, as on the CPU
     auto e = std::make_shared<RecordedEvent>(++next_event());
-    add({Node::Record, nullptr, e->id, nullptr});
+    add({Node::Record, nullptr, e->id, nullptr, nullptr});
     return e;
   }
   void wait(const Event& event) override {
@@ -167,12 +167,12 @@ class RecordingDevice final : public ForwardingDevice {
       violation("wait outside the capture on a captured event");
       return;
     }
-    if (!ignore_waits) add({Node::Wait, nullptr, e->id, nullptr});
+    if (!ignore_waits) add({Node::Wait, nullptr, e->id, nullptr, nullptr});
   }
   TimeMark mark() override {
     if (!capturing_) return Device::mark();
     auto t = std::make_shared<Timer>();
-    add({Node::Mark, nullptr, 0, t});
+    add({Node::Mark, nullptr, 0, t, nullptr});
     return {std::chrono::steady_clock::now(), t};
   }
   double elapsed_ms(const TimeMark& a, const TimeMark& b) override {

@@ -127,9 +127,10 @@ TEST(ChannelSplit, ReadBackEpochQueuesTheLaunchesAndReadsThemOnce) {
   // Sanitizer builds (testing::kSanitizerBuild): 2 devices only (1 and 3 in the plain build).
   for (const char* pairing : {"none", "megatron"})
     for (int k : {1, 2, 3})
-      if (!testing::kSanitizerBuild || k == 2)
+      if (!testing::kSanitizerBuild || k == 2) {
         EXPECT_TRUE(read_once_matches_eager("channel_split", k, {{"pairing", pairing}}))
             << pairing << " k=" << k;
+      }
   EXPECT_TRUE(read_once_collects_a_diverged_run("channel_split", 2, {{"pairing", "megatron"}}));
 }
 

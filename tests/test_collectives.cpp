@@ -629,8 +629,9 @@ TEST(PointToPoint, AStepOfMoreThan128OperationsGoesAPieceAtATime) {
       EXPECT_EQ(got, want) << what;
       for (int r = 0; r < k; ++r) {
         EXPECT_LE(largest[r], 128) << what << " rank " << r;
-        if (algorithm == "ring" && n > 300)
+        if (algorithm == "ring" && n > 300) {
           EXPECT_GT(groups[r], 2 * (k - 1)) << what << " rank " << r;
+        }
       }
     }
 }

@@ -478,9 +478,10 @@ TEST(DataParallel, GraphsReportWhyTheyAreNotUsed) {
 TEST(DataParallel, ReadBackEpochQueuesTheLaunchesAndReadsThemOnce) {
   // Sanitizer builds (testing::kSanitizerBuild): 2 devices only (1 and 3 in the plain build).
   for (int k : {1, 2, 3})
-    if (!testing::kSanitizerBuild || k == 2)
+    if (!testing::kSanitizerBuild || k == 2) {
       EXPECT_TRUE(read_once_matches_eager("data_parallel", k, {{"allreduce", "ring"}}))
           << "k=" << k;
+    }
   EXPECT_TRUE(read_once_matches_eager(
       "data_parallel", 2, {{"allreduce", "tree"}, {"overlap", true}, {"grouping", "per_tensor"}}));
   EXPECT_TRUE(read_once_collects_a_diverged_run("data_parallel", 2, {{"allreduce", "ring"}}));

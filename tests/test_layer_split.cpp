@@ -492,10 +492,11 @@ TEST(LayerSplit, ReadBackEpochQueuesTheLaunchesAndReadsThemOnce) {
   // Sanitizer builds (testing::kSanitizerBuild): 2 devices only (1 and 3 in the plain build).
   for (const char* schedule : {"gpipe", "1f1b"})
     for (int k : {1, 2, 3})
-      if (!testing::kSanitizerBuild || k == 2)
+      if (!testing::kSanitizerBuild || k == 2) {
         EXPECT_TRUE(read_once_matches_eager("layer_split", k,
                                             {{"microbatches", 4}, {"schedule", schedule}}))
             << schedule << " k=" << k;
+      }
   EXPECT_TRUE(read_once_matches_eager("layer_split", 2, {{"microbatches", 1}}));
   EXPECT_TRUE(read_once_collects_a_diverged_run("layer_split", 2, {{"microbatches", 4}}));
 }
