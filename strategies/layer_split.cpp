@@ -767,9 +767,11 @@ LayerProfile profile_layers(const Model& model, Device& device,
         pass();
         end = device.mark();
         graph = device.end_capture();
-      } catch (const CaptureFailed& e) {
-        // Nothing of the captured pass ran: the whole profile is taken again by the host clock,
-        // so that every layer is timed alike.
+      } catch (const Error& e) {
+        // The graph could not be made (CaptureFailed), or an operation failed as it was queued
+        // into the capture (a call a CUDA capture does not allow). Nothing of the captured pass
+        // ran: the whole profile is taken again by the host clock, so that every layer is timed
+        // alike (an error of the pass itself comes again from there, with its own message).
         device.abort_capture();
         LayerProfile eager = profile_layers(model, device, parameters, n, LayerTiming::kHostClock);
         eager.why_not_graphs = "capture failed: " + std::string(e.what());

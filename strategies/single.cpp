@@ -181,16 +181,19 @@ class Single final : public Strategy {
     ops.sgd(model_->params(), model_->grads(), step);
   }
 
-  // Captures enqueue() as the graph of the steps. False where the device cannot make it
-  // (CaptureFailed): nothing of it ran, this step and every later one run eagerly, and the
-  // report says why. Any other error ends the capture and throws.
+  // Captures enqueue() as the graph of the steps. False where the device cannot make it: its
+  // end fails (CaptureFailed), or an operation fails while it is queued into the capture (an
+  // Error, e.g. a library call that a CUDA capture does not allow, which invalidates it).
+  // Nothing of it ran either way, so this step and every later one run eagerly, and the report
+  // says why; an error of the work itself then comes again from the eager step and ends the run
+  // there, with its own message. A begin that fails throws.
   template <typename Enqueue>
   bool capture(Enqueue&& enqueue) {
     device_->begin_capture();
     try {
       enqueue();
       graph_ = device_->end_capture();
-    } catch (const CaptureFailed& e) {
+    } catch (const Error& e) {
       device_->abort_capture();
       capture_failure_ = e.what();
       return false;

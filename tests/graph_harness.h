@@ -248,6 +248,33 @@ inline ::testing::AssertionResult failed_group_capture_runs_eagerly(const std::s
   return ::testing::AssertionSuccess();
 }
 
+// An operation that fails while the last rank queues it into the group's capture (a call that a
+// CUDA capture does not allow): the step that captures throws that rank's own error, not a
+// peer's "a peer failed", and no rank waits for ever. The group cannot run on: a rank that
+// stopped queueing part-way left its peers' hand-offs unmatched, so the transport is closed,
+// and the run ends there with that reason (bench_runner records it failed and goes on).
+inline ::testing::AssertionResult group_capture_error_ends_the_step(const std::string& strategy,
+                                                                    int k, json options) {
+  RecordingGroup devs(k);
+  const std::string why = "cuda: cudaErrorStreamCaptureUnsupported (simulated)";
+  devs.recording.back()->fail_in_capture = why;
+  devs.recording.back()->fail_in_capture_at = 3;
+  options["cuda_graphs"] = true;
+  Session graphed(strategy, devs.group, options, test_initial_parameters(), 24);
+  graphed.step(0, 0.05f);  // eager: nothing captured yet
+  try {
+    graphed.step(1, 0.05f);
+  } catch (const Error& e) {
+    if (std::string(e.what()) != why)
+      return ::testing::AssertionFailure() << "the step threw '" << e.what() << "'";
+    if (devs.recording.back()->failed_in_capture != 1)
+      return ::testing::AssertionFailure()
+             << devs.recording.back()->failed_in_capture << " operations failed";
+    return ::testing::AssertionSuccess();
+  }
+  return ::testing::AssertionFailure() << "the capturing step did not throw";
+}
+
 // read_back "epoch" on k RecordingDevices: after the first (eager) step, read at once, every
 // graph launch is queued (a pending result) with no host wait or read on any device, and
 // collect() returns the queued steps' figures: the very losses and correct counts of the eager

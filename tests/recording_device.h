@@ -72,7 +72,12 @@ class RecordingDevice final : public ForwardingDevice {
 
   // Runs fn now, or records it while capturing.
   void queue(std::function<void()> fn) {
+    if (fail_eagerly_after && failed_in_capture > 0) throw Error(fail_in_capture);
     if (capturing_) {
+      if (!fail_in_capture.empty() && ++captured_ops_ == fail_in_capture_at) {
+        ++failed_in_capture;
+        throw Error(fail_in_capture);
+      }
       add({Node::Run, std::move(fn), 0, nullptr, nullptr});
       return;
     }
@@ -211,6 +216,7 @@ class RecordingDevice final : public ForwardingDevice {
     nodes_.clear();
     comm_nodes_.clear();
     refs_ = std::make_shared<Refs>();
+    captured_ops_ = 0;
     {
       std::lock_guard lock(refs_mu_);
       std::erase_if(live_refs_, [](const std::weak_ptr<Refs>& w) { return w.expired(); });
@@ -280,6 +286,14 @@ class RecordingDevice final : public ForwardingDevice {
   // Set: every end_capture() of this device's own graph fails so (CaptureFailed); counted.
   std::string fail_end_capture;
   int failed_end_captures = 0;
+  // Set: the fail_in_capture_at-th operation queued in each capture (from 1) throws Error with
+  // this message, as a library call that a CUDA capture does not allow; work queued outside a
+  // capture runs. Counted. With fail_eagerly_after, every operation queued after that failure
+  // throws it too, in a capture or not: an error of the work itself, not of capturing it.
+  std::string fail_in_capture;
+  int fail_in_capture_at = 1;
+  bool fail_eagerly_after = false;
+  std::atomic<int> failed_in_capture{0};
 
  private:
   class Replay final : public CapturedWork {
@@ -485,7 +499,8 @@ class RecordingDevice final : public ForwardingDevice {
   RecordingOps ops_;
   std::atomic<bool> capturing_{false};  // read by both queues' threads
   std::vector<Node> nodes_, comm_nodes_;
-  std::shared_ptr<Refs> refs_;  // the capture's (start_capture() to its end)
+  std::shared_ptr<Refs> refs_;        // the capture's (start_capture() to its end)
+  std::atomic<int> captured_ops_{0};  // operations queued in this capture so far (fail_in_capture)
   inline static thread_local const RecordingDevice* comm_for_ = nullptr;  // bind_comm_thread()
   std::mutex mu_;
   std::mutex memory_mu_;                      // guards sizes_

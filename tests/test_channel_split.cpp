@@ -162,6 +162,13 @@ TEST(ChannelSplit, AFailedGroupCaptureRunsTheStepsEagerly) {
         << pairing;
 }
 
+// An operation failing in the middle of a group capture ends the step with its own error.
+TEST(ChannelSplit, AnOperationFailingInTheGroupCaptureEndsTheStepWithItsError) {
+  for (const char* pairing : {"none", "megatron"})
+    EXPECT_TRUE(group_capture_error_ends_the_step("channel_split", 2, {{"pairing", pairing}}))
+        << pairing;
+}
+
 // On a GPU: one graph over 2 (or 4) virtual devices computes the eager steps to the bit.
 TEST(ChannelSplit, CudaGroupGraphMatchesEagerStepsBitForBit) {
   if (const std::string why = backend_unavailable("cuda"); !why.empty())

@@ -456,6 +456,13 @@ TEST(DataParallel, AFailedGroupCaptureRunsTheStepsEagerly) {
         << algorithm;
 }
 
+// An operation failing in the middle of a group capture ends the step with its own error.
+TEST(DataParallel, AnOperationFailingInTheGroupCaptureEndsTheStepWithItsError) {
+  for (const char* algorithm : {"naive", "ring", "tree"})
+    EXPECT_TRUE(group_capture_error_ends_the_step("data_parallel", 2, {{"allreduce", algorithm}}))
+        << algorithm;
+}
+
 // Where no graph can hold the step, the report says exactly why.
 TEST(DataParallel, GraphsReportWhyTheyAreNotUsed) {
   auto cpu = make_devices("cpu", 2, {});

@@ -108,19 +108,26 @@ TEST(LayerSplit, ProfilingTimesGraphReplaysWhereTheStepIsAGraph) {
   EXPECT_GT(graphed.layer_ms[1], graphed.layer_ms[3]) << "conv2 vs fc2";
 }
 
-// A capture that fails: every layer is timed by the host clock, and the profile says why; a
-// device that cannot capture is timed so too.
+// A capture that fails (its end, or an operation queued into it): every layer is timed by the
+// host clock, and the profile says why; a device that cannot capture is timed so too.
 TEST(LayerSplit, ProfilingFallsBackToTheHostClockWhereNoGraphCanBeMade) {
   auto cpu = make_devices("cpu", 1, {});
-  testing::RecordingDevice rec(*cpu[0]);
-  rec.fail_end_capture = "graphs refused here";
-  const LayerProfile p = profile_layers(*lenet_model(), rec, lenet_initial_parameters(1), 16,
-                                        LayerTiming::kGraphReplays);
-  EXPECT_EQ(p.timing, LayerTiming::kHostClock);
-  EXPECT_EQ(p.why_not_graphs, "capture failed: graphs refused here");
-  EXPECT_EQ(rec.failed_end_captures, 1);
-  ASSERT_EQ(p.layer_ms.size(), 4u);
-  for (double t : p.layer_ms) EXPECT_GT(t, 0.0);
+  for (bool at_end : {true, false}) {
+    testing::RecordingDevice rec(*cpu[0]);
+    if (at_end) {
+      rec.fail_end_capture = "graphs refused here";
+    } else {
+      rec.fail_in_capture = "graphs refused here";
+      rec.fail_in_capture_at = 2;
+    }
+    const LayerProfile p = profile_layers(*lenet_model(), rec, lenet_initial_parameters(1), 16,
+                                          LayerTiming::kGraphReplays);
+    EXPECT_EQ(p.timing, LayerTiming::kHostClock) << at_end;
+    EXPECT_EQ(p.why_not_graphs, "capture failed: graphs refused here") << at_end;
+    EXPECT_EQ(rec.failed_end_captures + rec.failed_in_capture, 1) << at_end;
+    ASSERT_EQ(p.layer_ms.size(), 4u);
+    for (double t : p.layer_ms) EXPECT_GT(t, 0.0);
+  }
   const LayerProfile plain = profile_layers(*lenet_model(), *cpu[0], lenet_initial_parameters(1),
                                             16, LayerTiming::kGraphReplays);
   EXPECT_EQ(plain.timing, LayerTiming::kHostClock);
@@ -483,6 +490,11 @@ TEST(LayerSplit, OneGraphOutlivesEvaluationsAndShorterBatches) {
 // A group graph that cannot be made: that step and every later one run eagerly, to the bit.
 TEST(LayerSplit, AFailedGroupCaptureRunsTheStepsEagerly) {
   EXPECT_TRUE(failed_group_capture_runs_eagerly("layer_split", 3, {{"microbatches", 4}}));
+}
+
+// An operation failing in the middle of a group capture ends the step with its own error.
+TEST(LayerSplit, AnOperationFailingInTheGroupCaptureEndsTheStepWithItsError) {
+  EXPECT_TRUE(group_capture_error_ends_the_step("layer_split", 3, {{"microbatches", 4}}));
 }
 
 // read_back "epoch": the pipeline's graph launches are queued and read once, at collect(), to the

@@ -442,38 +442,71 @@ TEST(Single, QueuedReplaysKeepTheirOrderAndTheCaptureTime) {
   s.reset();
 }
 
-// After the one capture a run tried failed (the recording device's simulated failure): the
+// The two ways a capture fails on the recording device: its end (a graph the GPU cannot make),
+// or an operation queued into it (a call that a CUDA capture does not allow: the step's third).
+// Sets the fault on dev and returns its message.
+enum class CaptureFault { End, Operation };
+std::string fail_captures(testing::RecordingDevice& dev, CaptureFault fault) {
+  if (fault == CaptureFault::End)
+    return dev.fail_end_capture = "cudaGraphInstantiate: out of memory (simulated)";
+  dev.fail_in_capture_at = 3;
+  return dev.fail_in_capture = "cuda: cudaErrorStreamCaptureUnsupported (simulated)";
+}
+
+// After the one capture a run tried failed (the recording device's simulated fault `why`): the
 // graphed run's parameters are the eager run's, and its report says why it has no graphs.
 void expect_eager_after_a_failed_capture(Strategy& graphed, Strategy& eager,
-                                         const testing::RecordingDevice& dev) {
+                                         const testing::RecordingDevice& dev,
+                                         const std::string& why) {
   EXPECT_EQ(graphed.parameters(), eager.parameters());
-  EXPECT_EQ(dev.failed_end_captures, 1);
-  EXPECT_EQ(graphed.report(),
-            (json{{"cuda_graphs",
-                   "not used: capture failed: cudaGraphInstantiate: out of memory (simulated)"}}));
+  EXPECT_EQ(dev.failed_end_captures + dev.failed_in_capture, 1);
+  EXPECT_EQ(graphed.report(), (json{{"cuda_graphs", "not used: capture failed: " + why}}));
   EXPECT_TRUE(dev.violations.empty()) << dev.violations.front();
 }
 
 // A step that cannot be made a graph (end_capture fails, as on a GPU that cannot instantiate
-// it) runs eagerly, and so does every later one, to the bit as with graphs off; no capture is
-// tried again, even after an evaluation; the report says why.
+// it, or an operation fails as it is queued into the capture) runs eagerly, and so does every
+// later one, to the bit as with graphs off; no capture is tried again, even after an
+// evaluation; the report says why.
 TEST(Single, AFailedCaptureRunsTheStepsEagerly) {
   static const Dataset data = synthetic(96, 5);
-  auto cpu = make_devices("cpu", 2, {});
-  testing::RecordingDevice dev(*cpu[0]);
-  dev.fail_end_capture = "cudaGraphInstantiate: out of memory (simulated)";
-  auto graphed = single_on(dev, data, {{"read_back", "step"}});
-  auto eager = single_on(*cpu[1], data, {{"cuda_graphs", false}});
-  for (int i = 0; i < 5; ++i) {
-    if (i == 3) {
-      EXPECT_EQ(graphed->evaluate().loss_sum, eager->evaluate().loss_sum);
+  for (CaptureFault fault : {CaptureFault::End, CaptureFault::Operation}) {
+    auto cpu = make_devices("cpu", 2, {});
+    testing::RecordingDevice dev(*cpu[0]);
+    const std::string why = fail_captures(dev, fault);
+    SCOPED_TRACE(why);
+    auto graphed = single_on(dev, data, {{"read_back", "step"}});
+    auto eager = single_on(*cpu[1], data, {{"cuda_graphs", false}});
+    for (int i = 0; i < 5; ++i) {
+      if (i == 3) {
+        EXPECT_EQ(graphed->evaluate().loss_sum, eager->evaluate().loss_sum);
+      }
+      const StepResult g = graphed->train_step(16 * i, 16, 0.1f);
+      const StepResult e = eager->train_step(16 * i, 16, 0.1f);
+      EXPECT_EQ(g.loss_sum, e.loss_sum) << "step " << i;
+      EXPECT_EQ(g.detail.value("cuda_graph_replay", 0), 0) << "step " << i;
     }
-    const StepResult g = graphed->train_step(16 * i, 16, 0.1f);
-    const StepResult e = eager->train_step(16 * i, 16, 0.1f);
-    EXPECT_EQ(g.loss_sum, e.loss_sum) << "step " << i;
-    EXPECT_EQ(g.detail.value("cuda_graph_replay", 0), 0) << "step " << i;
+    expect_eager_after_a_failed_capture(*graphed, *eager, dev, why);
   }
-  expect_eager_after_a_failed_capture(*graphed, *eager, dev);
+}
+
+// An operation that fails in the capture and again when the step runs eagerly is an error of
+// the work, not of capturing it: the step throws it, as the eager step would have.
+TEST(Single, AnErrorOfTheStepItselfStillEndsTheRun) {
+  static const Dataset data = synthetic(96, 5);
+  auto cpu = make_devices("cpu", 1, {});
+  testing::RecordingDevice dev(*cpu[0]);
+  const std::string why = fail_captures(dev, CaptureFault::Operation);
+  dev.fail_eagerly_after = true;
+  auto graphed = single_on(dev, data, {{"read_back", "step"}});
+  graphed->train_step(0, 16, 0.1f);  // eager: the first step captures nothing
+  try {
+    graphed->train_step(16, 16, 0.1f);
+    ADD_FAILURE() << "the step did not throw";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()), why);
+  }
+  EXPECT_EQ(dev.failed_in_capture, 1);
 }
 
 // steps_per_launch: launch_steps consecutive steps of one batch size run as one launch of a
@@ -539,23 +572,26 @@ TEST(Single, SeveralStepsPerLaunchGiveTheBitsOfEagerSteps) {
 // the bits of eager steps; the report says why.
 TEST(Single, SeveralStepsPerLaunchFallBackToEagerStepsWhenTheCaptureFails) {
   static const Dataset data = synthetic(96, 5);
-  auto cpu = make_devices("cpu", 2, {});
-  testing::RecordingDevice dev(*cpu[0]);
-  dev.fail_end_capture = "cudaGraphInstantiate: out of memory (simulated)";
-  auto graphed = single_on(dev, data, {{"steps_per_launch", 2}});
-  auto eager = single_on(*cpu[1], data, {{"cuda_graphs", false}});
-  std::vector<StepResult> expected;
-  for (int i = 0; i < 6; ++i) {
-    graphed->train_step(16 * i, 16, 0.1f);
-    expected.push_back(eager->train_step(16 * i, 16, 0.1f));
+  for (CaptureFault fault : {CaptureFault::End, CaptureFault::Operation}) {
+    auto cpu = make_devices("cpu", 2, {});
+    testing::RecordingDevice dev(*cpu[0]);
+    const std::string why = fail_captures(dev, fault);
+    SCOPED_TRACE(why);
+    auto graphed = single_on(dev, data, {{"steps_per_launch", 2}});
+    auto eager = single_on(*cpu[1], data, {{"cuda_graphs", false}});
+    std::vector<StepResult> expected;
+    for (int i = 0; i < 6; ++i) {
+      graphed->train_step(16 * i, 16, 0.1f);
+      expected.push_back(eager->train_step(16 * i, 16, 0.1f));
+    }
+    const std::vector<StepResult> got = graphed->collect();
+    ASSERT_EQ(got.size(), expected.size());
+    for (std::size_t i = 0; i < got.size(); ++i) {
+      EXPECT_EQ(got[i].loss_sum, expected[i].loss_sum) << "step " << i;
+      EXPECT_EQ(got[i].detail.value("cuda_graph_replay", 0), 0) << "step " << i;
+    }
+    expect_eager_after_a_failed_capture(*graphed, *eager, dev, why);
   }
-  const std::vector<StepResult> got = graphed->collect();
-  ASSERT_EQ(got.size(), expected.size());
-  for (std::size_t i = 0; i < got.size(); ++i) {
-    EXPECT_EQ(got[i].loss_sum, expected[i].loss_sum) << "step " << i;
-    EXPECT_EQ(got[i].detail.value("cuda_graph_replay", 0), 0) << "step " << i;
-  }
-  expect_eager_after_a_failed_capture(*graphed, *eager, dev);
 }
 
 TEST(Single, CudaGraphReplayMatchesEagerStepsBitForBit) {
