@@ -505,7 +505,7 @@ for rep in 1 2 3; do
 done
 goal_lines "speed: the default kernels are the faster; the tile sets' bits" < <(python3 - "$work" "$FILES" <<'PY'
 import glob, json, os, statistics, sys
-ms, digests, tiles, census = {}, {}, {}, {}
+ms, digests, tiles, census, eager = {}, {}, {}, {}, {}
 for k in ("cudnn", "fused", "fused-narrow", "mixed", "cudnn-nosplitk", "cudnn-gemm", "mixed-gemm"):
     steps = []
     # speed-<k>-<repeat>.json: the digit keeps "cudnn" from taking cudnn-gemm's files too.
@@ -524,6 +524,11 @@ for k in ("cudnn", "fused", "fused-narrow", "mixed", "cudnn-nosplitk", "cudnn-ge
         graph = ((run.get("strategy_report") or {}).get("cuda_graph") or {}).get("census")
         if isinstance(graph, dict) and k not in census:
             census[k] = graph
+        # A step graph that could not be made: the run went on eagerly (results/README:
+        # cuda_graphs), so its time is not a graphed step's.
+        why = (run.get("strategy_report") or {}).get("cuda_graphs", "used")
+        if why != "used" and k not in eager:
+            eager[k] = why
         for d in run["config"].get("device_list") or []:
             for choice in ((d.get("ops") or {}).get("choices") or {}).values():
                 if "tiles" in choice:
@@ -549,7 +554,12 @@ print(("PASS" if same and tiles.get("fused") == {"wide"} and tiles.get("fused-na
 # What each configuration's step graph held (results/README: cuda_graph.census), beside its time:
 # copies and fills are work that ncu's kernel list leaves out; each node of the longest chain pays
 # the GPU's launch latency.
-for k, c in census.items():
+for k in ms:
+    c = census.get(k)
+    if c is None:
+        if k in eager:
+            print(f"NOTE: step graph ({k}): none, its steps ran eagerly: {eager[k]}")
+        continue
     if "unknown" in c:
         print(f"NOTE: step graph ({k}): unknown: {c['unknown']}")
         continue

@@ -526,6 +526,9 @@ class Verdicts(unittest.TestCase):
             "        'longest_chain': {'work_nodes': 47, 'kernels': 41, 'copies': 4, 'fills': 2}}}}\n"
             "elif kernels == 'mixed':\n"
             "    run['strategy_report'] = {'cuda_graph': {'census': {'unknown': 'cudaGraphGetEdges failed'}}}\n"
+            # The own kernels' capture failed: their steps ran eagerly.
+            "else:\n"
+            "    run['strategy_report'] = {'cuda_graphs': 'not used: capture failed: cuda: (simulated)'}\n"
             # The step trace where PARALAB_STEP_TRACE asks for one (the first repeat): plain
             # cuDNN's traced, the own kernels' not (no CUPTI); a second ask of one file fails.
             "trace = os.environ.get('PARALAB_STEP_TRACE')\n"
@@ -563,8 +566,11 @@ class Verdicts(unittest.TestCase):
         notes = [line for line in summary if line.startswith("gpu-check: NOTE: step graph")]
         cudnn = ("48 nodes, 41 kernels, 4 copies (160 B), 2 fills (1048576 B), 1 event nodes; "
                  "longest chain 47 work nodes (41 kernels, 4 copies, 2 fills)")
+        # Where the step graph could not be made, that the steps ran eagerly and why.
+        eager = "none, its steps ran eagerly: not used: capture failed: cuda: (simulated)"
         self.assertEqual(notes, ["gpu-check: NOTE: step graph (%s): %s" % kc for kc in (
-            ("cudnn", cudnn), ("mixed", "unknown: cudaGraphGetEdges failed"), ("cudnn-nosplitk", cudnn),
+            ("cudnn", cudnn), ("fused", eager), ("fused-narrow", eager),
+            ("mixed", "unknown: cudaGraphGetEdges failed"), ("cudnn-nosplitk", cudnn),
             ("cudnn-gemm", cudnn), ("mixed-gemm", "unknown: cudaGraphGetEdges failed"))], summary)
         # The first repeat's step traces, where they were written.
         traces = [line for line in summary if line.startswith("gpu-check: NOTE: step trace")]
