@@ -15,6 +15,8 @@
 #include <string>
 #include <vector>
 
+#include "core/error.h"
+
 namespace paralab {
 
 class Ops;
@@ -285,5 +287,28 @@ nlohmann::json backend_versions();
 // The instruction set the CPU backend's oneDNN kernels use ("avx2", ...; see ONEDNN_MAX_CPU_ISA),
 // null in builds without the CPU backend.
 nlohmann::json onednn_cpu_isa();
+
+// enqueue()'s work on `device` alone, captured as a graph. A capture that cannot be made is ended
+// and throws CaptureFailed: its end fails, or an operation fails as it is queued into it (an
+// Error, e.g. a call that a CUDA capture does not allow, which invalidates it). Nothing of it
+// ran, so the caller may run the same work eagerly, where an error of the work itself comes
+// again with its own message. Any other exception ends the capture and propagates.
+template <typename Enqueue>
+std::unique_ptr<CapturedWork> capture_work(Device& device, Enqueue&& enqueue) {
+  device.begin_capture();
+  try {
+    enqueue();
+    return device.end_capture();
+  } catch (const CaptureFailed&) {
+    device.abort_capture();
+    throw;
+  } catch (const Error& e) {
+    device.abort_capture();
+    throw CaptureFailed(e.what());
+  } catch (...) {
+    device.abort_capture();
+    throw;
+  }
+}
 
 }  // namespace paralab

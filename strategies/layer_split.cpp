@@ -761,24 +761,18 @@ LayerProfile profile_layers(const Model& model, Device& device,
     if (out.timing == LayerTiming::kGraphReplays) {
       TimeMark start, end;  // taken in the capture: they outlive the graph
       std::unique_ptr<CapturedWork> graph;
-      device.begin_capture();
       try {
-        start = device.mark();
-        pass();
-        end = device.mark();
-        graph = device.end_capture();
-      } catch (const Error& e) {
-        // The graph could not be made (CaptureFailed), or an operation failed as it was queued
-        // into the capture (a call a CUDA capture does not allow). Nothing of the captured pass
-        // ran: the whole profile is taken again by the host clock, so that every layer is timed
-        // alike (an error of the pass itself comes again from there, with its own message).
-        device.abort_capture();
+        graph = capture_work(device, [&] {
+          start = device.mark();
+          pass();
+          end = device.mark();
+        });
+      } catch (const CaptureFailed& e) {
+        // Nothing of the captured pass ran: the whole profile is taken again by the host clock,
+        // so that every layer is timed alike.
         LayerProfile eager = profile_layers(model, device, parameters, n, LayerTiming::kHostClock);
         eager.why_not_graphs = "capture failed: " + std::string(e.what());
         return eager;
-      } catch (...) {
-        device.abort_capture();
-        throw;
       }
       for (int rep = 0; rep <= kSamples; ++rep) {  // the first replay is a warm-up too
         graph->launch();

@@ -181,25 +181,16 @@ class Single final : public Strategy {
     ops.sgd(model_->params(), model_->grads(), step);
   }
 
-  // Captures enqueue() as the graph of the steps. False where the device cannot make it: its
-  // end fails (CaptureFailed), or an operation fails while it is queued into the capture (an
-  // Error, e.g. a library call that a CUDA capture does not allow, which invalidates it).
-  // Nothing of it ran either way, so this step and every later one run eagerly, and the report
-  // says why; an error of the work itself then comes again from the eager step and ends the run
-  // there, with its own message. A begin that fails throws.
+  // Captures enqueue() as the graph of the steps. False where the device cannot make it
+  // (capture_work's CaptureFailed): nothing of it ran, this step and every later one run
+  // eagerly, and the report says why. Any other error throws.
   template <typename Enqueue>
   bool capture(Enqueue&& enqueue) {
-    device_->begin_capture();
     try {
-      enqueue();
-      graph_ = device_->end_capture();
-    } catch (const Error& e) {
-      device_->abort_capture();
+      graph_ = capture_work(*device_, enqueue);
+    } catch (const CaptureFailed& e) {
       capture_failure_ = e.what();
       return false;
-    } catch (...) {
-      device_->abort_capture();
-      throw;
     }
     ++captures_;
     graph_described_ = graph_->describe();

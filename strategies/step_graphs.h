@@ -44,31 +44,27 @@ inline std::string plan_group_graph(const std::string& what, SpmdGroup& group,
 }
 
 // Queues enqueue() as rank r's part of a capture: the group's (group non-null), or else the
-// device's own graph into *own. A failure ends the capture and is rethrown.
+// device's own graph into *own (capture_work: a failure is CaptureFailed). A failure ends the
+// capture and is rethrown.
 template <typename Fn>
 void capture_step(GroupCapture* group, int r, Transport& t, Device& dev,
                   std::unique_ptr<CapturedWork>* own, Fn&& enqueue) {
-  const GroupBarrier barrier = [&t] { t.barrier(); };
   PARALAB_REQUIRE(group || own,
                   std::string("capture_step: neither a group's graph nor a device's"));
+  if (!group) {
+    *own = capture_work(dev, enqueue);
+    return;
+  }
+  const GroupBarrier barrier = [&t] { t.barrier(); };
   try {
     // Inside the try: a begin that fails part-way (rank 0's fork record, a barrier a failed peer
     // breaks) must still end the capture it opened, or every later launch on that stream would
     // be captured instead of run.
-    if (group)
-      group->begin(r, barrier);
-    else
-      dev.begin_capture();
+    group->begin(r, barrier);
     enqueue();
-    if (group)
-      group->end(r, barrier);
-    else
-      *own = dev.end_capture();
+    group->end(r, barrier);
   } catch (...) {
-    if (group)
-      group->abort(r);
-    else
-      dev.abort_capture();
+    group->abort(r);
     throw;
   }
 }
