@@ -34,8 +34,19 @@ class PeerFailed : public Error {
 // A capture of a group's step as one graph that failed as a whole, seen by every rank of the
 // group alike (ending or instantiating the graph): nothing of it ran and no rank is half-way, so
 // the same step can run eagerly instead (StepGraph, strategies/step_graphs.h). A failure while
-// the work is being queued is a plain Error.
+// the work is being queued is CaptureBroken.
 class CaptureFailed : public Error {
+ public:
+  using Error::Error;
+};
+
+// A capture of a group's step as one graph that one rank stopped part-way: an operation failed
+// as it queued it (a call that a CUDA capture does not allow). That rank's peers were left
+// waiting for its hand-offs, so the group's in-process transport was aborted and they stopped
+// with PeerFailed; nothing of the capture ran. Once every rank has stopped and the transport is
+// reopened (SpmdGroup::reopen), the same step can run eagerly instead (run_step_falling_back,
+// strategies/step_graphs.h).
+class CaptureBroken : public Error {
  public:
   using Error::Error;
 };

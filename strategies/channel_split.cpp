@@ -152,13 +152,16 @@ class ChannelSplit final : public Strategy {
     check_batch(count);
     const auto t0 = Clock::now();
     key_ = {dropout_seed(seed_, epoch_), offset};
-    run([&](int r) {
-      ranks_[r].queued = false;
-      if (graphs_.empty())
-        graph_step(ranks_[r], offset, count, lr);
-      else
-        rank_step(ranks_[r], ranks_[r].order, offset, count, lr);
-    });
+    run_step_falling_back(
+        *group_, graphs_, capture_, [this](const auto& fn) { run(fn); },
+        [&](int r, bool graphed) {
+          ranks_[r].queued = false;
+          if (graphed)
+            graph_step(ranks_[r], offset, count, lr);
+          else
+            rank_step(ranks_[r], ranks_[r].order, offset, count, lr);
+        },
+        [](int) {});
     StepResult out;
     out.times.total_ms = ms_between(t0, Clock::now());
     out.samples = count;

@@ -112,6 +112,17 @@ class CommWorker {
     return {std::exchange(marks_, {}), std::exchange(done_, nullptr)};
   }
 
+  // After a step stopped part-way (its capture broke, with the transport aborted): waits until
+  // every bucket pushed is off the queue (after the first failure the rest are only counted
+  // off) and forgets what they left, their error included, so that the next step starts clean.
+  void settle() {
+    std::unique_lock lock(mu_);
+    cv_.wait(lock, [&] { return outstanding_ == 0; });
+    marks_.clear();
+    done_ = nullptr;
+    error_ = nullptr;
+  }
+
  private:
   void loop(const std::exception_ptr& unbound) {
     for (;;) {
@@ -149,6 +160,7 @@ class CommWorker {
           marks_.push_back(std::move(marks));
           done_ = std::move(done);
         }
+        err = nullptr;  // under the lock, as in RankGroup: the error's last owner is the rank's
         --outstanding_;
       }
       cv_.notify_all();
@@ -249,15 +261,20 @@ class DataParallel final : public Strategy {
     const int k = static_cast<int>(ranks_.size());
     const std::vector<int64_t> shard = equal_segments(count, k);
     const auto t0 = Clock::now();
-    run([&](int r) {
-      Rank& me = ranks_[r];
-      me.queued = false;
-      if (graphs_.empty())
-        graph_step(me, r, offset + shard[r], shard[r + 1] - shard[r], count, lr);
-      else
-        rank_step(me, me.order, offset + shard[r], shard[r + 1] - shard[r], count, lr,
-                  offset + shard[r]);
-    });
+    run_step_falling_back(
+        *group_, graphs_, capture_, [this](const auto& fn) { run(fn); },
+        [&](int r, bool graphed) {
+          Rank& me = ranks_[r];
+          me.queued = false;
+          if (graphed)
+            graph_step(me, r, offset + shard[r], shard[r + 1] - shard[r], count, lr);
+          else
+            rank_step(me, me.order, offset + shard[r], shard[r + 1] - shard[r], count, lr,
+                      offset + shard[r]);
+        },
+        [this](int r) {
+          if (ranks_[r].comm) ranks_[r].comm->settle();
+        });
     StepResult out;
     out.times.total_ms = ms_between(t0, Clock::now());
     out.samples = count;
@@ -481,10 +498,17 @@ class DataParallel final : public Strategy {
       rank_step(me, me.step_indices, 0, count, global, lr, offset);
       return;
     }
+    // A rank whose capture breaks stops its communication thread before its capture ends:
+    // the buckets it still holds fail at the aborted transport instead of running eagerly.
+    const auto stop_comm = [this, &me] {
+      group_->abort();
+      me.comm->settle();
+    };
     if (next == StepGraph<StepMarks>::Next::Capture &&
-        !me.graph.capture(capture_.get(), r, t, dev, [&] {
-          return enqueue_step(me, me.step_indices, 0, count, 0.0f, &me.step, offset);
-        })) {
+        !me.graph.capture(
+            capture_.get(), r, t, dev,
+            [&] { return enqueue_step(me, me.step_indices, 0, count, 0.0f, &me.step, offset); },
+            me.comm ? std::function<void()>(stop_comm) : std::function<void()>())) {
       rank_step(me, me.step_indices, 0, count, global, lr, offset);  // no graph: eagerly
       return;
     }

@@ -171,14 +171,17 @@ class LayerSplit final : public Strategy {
     check_batch(count);
     const int64_t mb = count / o_.microbatches;
     const auto t0 = Clock::now();
-    run([&](int r) {
-      ranks_[r].queued = false;
-      if (graphs_.empty())
-        graph_step(ranks_[r], r, offset, count, mb, lr, t0);
-      else
-        rank_step(ranks_[r], r, {&ranks_[r].order, &ranks_[r].epoch_labels, offset}, count, mb, lr,
-                  t0, offset);
-    });
+    run_step_falling_back(
+        *group_, graphs_, capture_, [this](const auto& fn) { run(fn); },
+        [&](int r, bool graphed) {
+          ranks_[r].queued = false;
+          if (graphed)
+            graph_step(ranks_[r], r, offset, count, mb, lr, t0);
+          else
+            rank_step(ranks_[r], r, {&ranks_[r].order, &ranks_[r].epoch_labels, offset}, count, mb,
+                      lr, t0, offset);
+        },
+        [](int) {});
     StepResult out;
     out.times.total_ms = ms_between(t0, Clock::now());
     out.samples = count;

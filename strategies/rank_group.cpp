@@ -87,6 +87,10 @@ void RankGroup::loop(int rank) {
     {
       std::lock_guard lock(mu_);
       if (err && (!error_ || (is_peer_failure(error_) && !is_peer_failure(err)))) error_ = err;
+      // This thread's reference goes under the lock too: the error's last owner is then the
+      // caller's thread, which destroys it after catching it (a destructor run here, after the
+      // caller read it, is ordered only by the reference count inside the C++ library).
+      err = nullptr;
       if (--pending_ == 0) cv_.notify_all();
     }
   }

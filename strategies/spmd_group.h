@@ -77,6 +77,20 @@ class SpmdGroup {
     });
   }
 
+  // Wakes every local rank blocked in the transport with PeerFailed (LocalFabric::abort), as
+  // run() does when a rank throws; for a rank that must stop its helpers before it throws.
+  void abort() {
+    if (fabric_) fabric_->abort();
+  }
+  // After run() threw: lets the ranks in this process talk again (LocalFabric::reopen), once
+  // whatever else of theirs used the transport has stopped too. Between processes a rank's
+  // failure ends the job instead, so there is nothing to reopen: an Error.
+  void reopen() {
+    PARALAB_REQUIRE(fabric_ != nullptr,
+                    std::string("group: a transport between processes cannot be reopened"));
+    fabric_->reopen();
+  }
+
   // per_rank[r] for every rank r, from the process that runs r: afterwards every process holds
   // every rank's value (an allgather between processes; nothing to do in one).
   template <typename T>

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -45,10 +46,14 @@ inline std::string plan_group_graph(const std::string& what, SpmdGroup& group,
 
 // Queues enqueue() as rank r's part of a capture: the group's (group non-null), or else the
 // device's own graph into *own (capture_work: a failure is CaptureFailed). A failure ends the
-// capture and is rethrown.
+// capture and is rethrown; in the group's, an Error of this rank's own queueing (not a peer's
+// PeerFailed, not the graph's CaptureFailed) is rethrown as CaptureBroken, after stop_helpers()
+// has stopped whatever else of the rank queues into the capture (data_parallel's communication
+// thread), so that nothing of it runs eagerly once the capture has ended.
 template <typename Fn>
 void capture_step(GroupCapture* group, int r, Transport& t, Device& dev,
-                  std::unique_ptr<CapturedWork>* own, Fn&& enqueue) {
+                  std::unique_ptr<CapturedWork>* own, Fn&& enqueue,
+                  const std::function<void()>& stop_helpers = {}) {
   PARALAB_REQUIRE(group || own,
                   std::string("capture_step: neither a group's graph nor a device's"));
   if (!group) {
@@ -63,6 +68,16 @@ void capture_step(GroupCapture* group, int r, Transport& t, Device& dev,
     group->begin(r, barrier);
     enqueue();
     group->end(r, barrier);
+  } catch (const PeerFailed&) {
+    group->abort(r);
+    throw;
+  } catch (const CaptureFailed&) {
+    group->abort(r);
+    throw;
+  } catch (const Error& e) {
+    if (stop_helpers) stop_helpers();
+    group->abort(r);
+    throw CaptureBroken(e.what());
   } catch (...) {
     group->abort(r);
     throw;
@@ -121,13 +136,17 @@ class StepGraph {
   // when the group's graph could not be made (CaptureFailed, which every rank sees alike):
   // nothing was captured or run, failure() says why, and the caller runs this step eagerly and
   // every later one too (the strategy drops its graphs after the step). Any other error throws.
+  // A rank that stopped queueing part-way throws CaptureBroken (capture_step; stop_helpers as
+  // there), which run_step_falling_back turns into an eager step.
   template <typename Enqueue>
-  bool capture(GroupCapture* group, int r, Transport& t, Device& dev, Enqueue&& enqueue) {
+  bool capture(GroupCapture* group, int r, Transport& t, Device& dev, Enqueue&& enqueue,
+               const std::function<void()>& stop_helpers = {}) {
     t.barrier();
     t.reset_bytes_sent();
     t.reset_receive_times();
     try {
-      capture_step(group, r, t, dev, &own_, [&] { marks_ = enqueue(); });
+      capture_step(
+          group, r, t, dev, &own_, [&] { marks_ = enqueue(); }, stop_helpers);
     } catch (const CaptureFailed& e) {
       if (!group) throw;  // a device's own graph fails on that device only: not every rank's
       drop();
@@ -182,6 +201,33 @@ class StepGraph {
   std::string failure_;
   nlohmann::json described_;
 };
+
+// One training step on every local rank through run (the strategy's run over its ranks):
+// step(r, graphed), graphed while why_not is empty (the strategy's graph_step: the first step
+// eager, then a capture, then launches), else eager. Where a rank's capture of the group's graph
+// broke part-way (CaptureBroken: an operation failed as it was queued, e.g. a library call that
+// a CUDA capture does not allow), nothing of the step ran, but the rank's peers stopped where
+// they were and the transport was aborted under them. Once every rank has stopped, settle(r)
+// lets each local rank's own helpers finish with the stopped step (data_parallel's
+// communication thread), the transport is reopened, the graphs go (why_not becomes "capture
+// failed: <the error>") and the step runs again eagerly on every rank, as every later step
+// will. An error of the step itself then comes again with its own message and ends the run.
+template <typename Run, typename Step, typename Settle>
+void run_step_falling_back(SpmdGroup& group, std::string& why_not,
+                           std::unique_ptr<GroupCapture>& capture, Run&& run, Step&& step,
+                           Settle&& settle) {
+  const bool graphed = why_not.empty();
+  try {
+    run([&](int r) { step(r, graphed); });
+    return;
+  } catch (const CaptureBroken& e) {
+    for (int r : group.local_ranks()) settle(r);
+    group.reopen();
+    why_not = std::string("capture failed: ") + e.what();
+    capture.reset();
+  }
+  run([&](int r) { step(r, false); });
+}
 
 // After a step in which the ranks' capture of the group's graph failed (each ran the step
 // eagerly instead, StepGraph::capture): every later step is eager too. why_not (the strategy's

@@ -195,27 +195,113 @@ inline ::testing::AssertionResult graph_outlives_evaluations(const std::string& 
   return ::testing::AssertionSuccess();
 }
 
-// A group whose graph cannot be made (every rank's end() fails, as on a GPU or driver that
-// cannot hold the graph): the step that tried runs eagerly, and so does every later one, to the
-// bit as a strategy that never tried; no capture is tried again, even after an evaluation; the
-// report says why the graphs are not used.
+// How a group's capture fails in failed_group_capture_runs_eagerly.
+struct GroupCaptureFault {
+  // End: every rank's end() fails, as on a GPU or driver that cannot hold the graph
+  // (CaptureFailed, seen by every rank alike). Operation: rank `rank` fails at one operation it
+  // queues into the capture, as at a library call that a CUDA capture does not allow: that rank
+  // stops part-way (CaptureBroken), and its peers stop where they wait for it.
+  enum Kind { End, Operation } kind = End;
+  int rank = 0;
+  // Operation: which of the rank's operations in the capture (both its queues, counted by a
+  // capture that succeeds): the first, the one a third or halfway in, or the last. Where the
+  // fabric moves whole steps without a group mover, the last rank to reach each step queues
+  // its moves, so a rank's count varies from capture to capture (11 to 27 for a ring with
+  // overlap on 2 devices); a third of any count is still within the rank's own work.
+  enum Where { First, Third, Middle, Last } at = First;
+};
+
+// The faults a test runs through: an operation at each of `at` on each of `ranks`; under
+// PARALAB_TEST_MAX_STEPS (the sanitizer runs) the middle one of `at` on the last rank alone, since
+// what those look for, a race or a bad access as the ranks stop and the transport reopens, is
+// in every one of them (each costs seconds there).
+inline std::vector<GroupCaptureFault> operation_faults(std::vector<int> ranks,
+                                                       std::vector<GroupCaptureFault::Where> at) {
+  if (capped_steps(7) < 7) {
+    ranks = {ranks.back()};
+    at = {at[at.size() / 2]};
+  }
+  std::vector<GroupCaptureFault> all;
+  for (int r : ranks)
+    for (auto where : at) all.push_back({GroupCaptureFault::Operation, r, where});
+  return all;
+}
+
+inline std::string describe(const GroupCaptureFault& f) {
+  if (f.kind == GroupCaptureFault::End) return "every rank's end() failing";
+  const char* at[] = {"first", "third", "middle", "last"};
+  return std::string("rank ") + std::to_string(f.rank) + "'s " + at[f.at] +
+         " operation in the capture failing";
+}
+
+// The number of operations rank `rank` queues into the capture of `strategy`'s step on k
+// RecordingDevices (its second step; both its queues), or -1 if no capture was made.
+inline int ops_in_group_capture(const std::string& strategy, int k, json options, int rank,
+                                int memory_domain = -1) {
+  RecordingGroup devs(k, memory_domain);
+  options["cuda_graphs"] = true;
+  Session graphed(strategy, devs.group, options, test_initial_parameters(), 24);
+  graphed.step(0, 0.05f);
+  graphed.step(1, 0.05f);
+  if (graphed->report().value("cuda_graphs", "") != "used") return -1;
+  return devs.recording[static_cast<std::size_t>(rank)]->ops_in_capture();
+}
+
+// A group whose graph cannot be made (`fault`): the step that tried runs eagerly, and so does
+// every later one, to the bit as a strategy that never tried; no capture is tried again, even
+// after an evaluation; the report says why the graphs are not used. Where one rank stopped
+// part-way, its peers stopped too and the transport was closed under them: it is reopened, and
+// nothing of the stopped step runs (each step's figures and the final parameters are the eager
+// ones), whichever operation failed and wherever the others were. memory_domain >= 0: the
+// devices share one memory, as virtual devices of one GPU do.
 inline ::testing::AssertionResult failed_group_capture_runs_eagerly(const std::string& strategy,
-                                                                    int k, json options) {
+                                                                    int k, json options,
+                                                                    GroupCaptureFault fault = {},
+                                                                    int memory_domain = -1) {
   const auto lr = [](int step) { return 0.02f * static_cast<float>(1 + step % 4); };
-  RecordingGroup devs(k);
+  const std::string why = fault.kind == GroupCaptureFault::End
+                              ? "cudaGraphInstantiate: out of memory (simulated)"
+                              : "cuda: cudaErrorStreamCaptureUnsupported (simulated)";
+  int at = 0;
+  if (fault.kind == GroupCaptureFault::Operation) {
+    const int n = ops_in_group_capture(strategy, k, options, fault.rank, memory_domain);
+    if (n < 3) return ::testing::AssertionFailure() << n << " operations in the capture";
+    at = fault.at == GroupCaptureFault::First    ? 1
+         : fault.at == GroupCaptureFault::Third  ? n / 3
+         : fault.at == GroupCaptureFault::Middle ? n / 2
+                                                 : n;
+  }
+  RecordingGroup devs(k, memory_domain);
   auto& recording = devs.recording;
   auto& group = devs.group;
-  recording.front()->fail_group_end = "cudaGraphInstantiate: out of memory (simulated)";
+  testing::RecordingDevice& failing = *recording[static_cast<std::size_t>(fault.rank)];
+  if (fault.kind == GroupCaptureFault::End) {
+    recording.front()->fail_group_end = why;
+  } else {
+    failing.fail_in_capture = why;
+    failing.fail_in_capture_at = at;
+  }
   Session eager(strategy, k, options, test_initial_parameters(), 24, "cpu");
   options["cuda_graphs"] = true;
   Session graphed(strategy, group, options, test_initial_parameters(), 24);
-  for (int step = 0; step < 7; ++step) {
+  std::vector<int64_t> receives;  // each rank's in the first step, eager before any capture
+  int failed_before = 0;
+  // 7 steps, 5 under PARALAB_TEST_MAX_STEPS (the sanitizer runs): the capture's, and after it
+  // eager steps on either side of an evaluation.
+  const int steps = std::max(5, capped_steps(7));
+  for (int step = 0; step < steps; ++step) {
     if (step == 4) {
       const EvalResult ge = graphed->evaluate(), ee = eager->evaluate();
       if (ge.loss_sum != ee.loss_sum || ge.correct != ee.correct)
         return ::testing::AssertionFailure() << "evaluation differs before step " << step;
     }
     const StepResult g = graphed.step(step, lr(step)), e = eager.step(step, lr(step));
+    if (step == 0) {
+      for (const RankTimes& rt : g.ranks) receives.push_back(rt.receives);
+      // A device's own captures before the group's (layer_split's profile, which falls back
+      // to the host clock) may fail at the same operation: only the group's is counted here.
+      failed_before = failing.failed_in_capture;
+    }
     if (g.loss_sum != e.loss_sum || g.correct != e.correct)
       return ::testing::AssertionFailure()
              << "loss " << g.loss_sum << " vs eager " << e.loss_sum << ", correct " << g.correct
@@ -226,53 +312,69 @@ inline ::testing::AssertionResult failed_group_capture_runs_eagerly(const std::s
         (step >= 1 && g.detail.contains("cuda_graph_replay")))
       return ::testing::AssertionFailure()
              << "step " << step << " reports graphs: " << g.detail.dump();
-    for (std::size_t r = 0; r < g.ranks.size(); ++r)
+    if (g.ranks.size() != e.ranks.size())
+      return ::testing::AssertionFailure() << g.ranks.size() << " ranks at step " << step;
+    for (std::size_t r = 0; r < g.ranks.size(); ++r) {
       if (step >= 1 && !(g.ranks[r].compute_ms > 0))
         return ::testing::AssertionFailure()
                << "rank " << r << ": compute " << g.ranks[r].compute_ms << " ms at step " << step;
+      // What a transport left half-way (a message, a count) would show here. (The number of
+      // receives depends on the pieces, which depend on the devices: the first step's.)
+      if (g.ranks[r].bytes_sent != e.ranks[r].bytes_sent || g.ranks[r].receives != receives[r])
+        return ::testing::AssertionFailure()
+               << "rank " << r << ": " << g.ranks[r].bytes_sent << " bytes sent and "
+               << g.ranks[r].receives << " receives vs " << e.ranks[r].bytes_sent << " (eager) and "
+               << receives[r] << " (the first step) at step " << step;
+    }
   }
   if (graphed->parameters() != eager->parameters())
     return ::testing::AssertionFailure() << "the final parameters differ";
   for (std::size_t r = 0; r < recording.size(); ++r) {
-    if (recording[r]->failed_group_ends != 1)
+    const int ends = fault.kind == GroupCaptureFault::End ? 1 : 0;
+    if (recording[r]->failed_group_ends != ends)
       return ::testing::AssertionFailure()
-             << "rank " << r << " tried " << recording[r]->failed_group_ends << " captures";
+             << "rank " << r << " failed " << recording[r]->failed_group_ends << " captures' ends";
     if (!recording[r]->violations.empty())
       return ::testing::AssertionFailure() << "rank " << r << ": " << recording[r]->violations[0];
   }
+  if (fault.kind == GroupCaptureFault::Operation && failing.failed_in_capture != failed_before + 1)
+    return ::testing::AssertionFailure() << failing.failed_in_capture - failed_before
+                                         << " group captures failed at operation " << at;
   const json report = graphed->report();
-  if (report.value("cuda_graphs", "") !=
-          "not used: capture failed: cudaGraphInstantiate: out of memory (simulated)" ||
+  if (report.value("cuda_graphs", "") != "not used: capture failed: " + why ||
       report.contains("cuda_graph_replays"))
     return ::testing::AssertionFailure() << "report " << report.dump();
   return ::testing::AssertionSuccess();
 }
 
-// An operation that fails while the last rank queues it into the group's capture (a call that a
-// CUDA capture does not allow): the step that captures throws that rank's own error, not a
-// peer's "a peer failed", and no rank waits for ever. The group cannot run on: a rank that
-// stopped queueing part-way left its peers' hand-offs unmatched, so the transport is closed,
-// and the run ends there with that reason (bench_runner records it failed and goes on).
-inline ::testing::AssertionResult group_capture_error_ends_the_step(const std::string& strategy,
-                                                                    int k, json options) {
+// As failed_group_capture_runs_eagerly with an operation failing in the last rank's capture,
+// but the error is the step's own: it comes again in the eager step that replaces the capture
+// (every operation that rank queues after it fails too). That step throws the rank's own error,
+// not CaptureBroken nor a peer's "a peer failed", and no rank waits for ever; bench_runner then
+// records the run as failed with that reason and goes on.
+inline ::testing::AssertionResult group_step_error_ends_the_run(const std::string& strategy, int k,
+                                                                json options) {
   RecordingGroup devs(k);
-  const std::string why = "cuda: cudaErrorStreamCaptureUnsupported (simulated)";
+  const std::string why = "cuda: an illegal memory access was encountered (simulated)";
   devs.recording.back()->fail_in_capture = why;
   devs.recording.back()->fail_in_capture_at = 3;
+  devs.recording.back()->fail_eagerly_after = true;
   options["cuda_graphs"] = true;
   Session graphed(strategy, devs.group, options, test_initial_parameters(), 24);
   graphed.step(0, 0.05f);  // eager: nothing captured yet
   try {
     graphed.step(1, 0.05f);
+  } catch (const CaptureBroken& e) {
+    return ::testing::AssertionFailure() << "the step threw CaptureBroken: " << e.what();
   } catch (const Error& e) {
     if (std::string(e.what()) != why)
       return ::testing::AssertionFailure() << "the step threw '" << e.what() << "'";
     if (devs.recording.back()->failed_in_capture != 1)
       return ::testing::AssertionFailure()
-             << devs.recording.back()->failed_in_capture << " operations failed";
+             << devs.recording.back()->failed_in_capture << " operations failed in captures";
     return ::testing::AssertionSuccess();
   }
-  return ::testing::AssertionFailure() << "the capturing step did not throw";
+  return ::testing::AssertionFailure() << "the step did not throw";
 }
 
 // read_back "epoch" on k RecordingDevices: after the first (eager) step, read at once, every

@@ -74,7 +74,7 @@ class RecordingDevice final : public ForwardingDevice {
   void queue(std::function<void()> fn) {
     if (fail_eagerly_after && failed_in_capture > 0) throw Error(fail_in_capture);
     if (capturing_) {
-      if (!fail_in_capture.empty() && ++captured_ops_ == fail_in_capture_at) {
+      if (++captured_ops_ == fail_in_capture_at && !fail_in_capture.empty()) {
         ++failed_in_capture;
         throw Error(fail_in_capture);
       }
@@ -294,6 +294,9 @@ class RecordingDevice final : public ForwardingDevice {
   int fail_in_capture_at = 1;
   bool fail_eagerly_after = false;
   std::atomic<int> failed_in_capture{0};
+  // Operations queued into this device's latest capture, from either queue (so far, while one
+  // is under way): where fail_in_capture_at can reach.
+  int ops_in_capture() const { return captured_ops_; }
 
  private:
   class Replay final : public CapturedWork {
@@ -500,7 +503,7 @@ class RecordingDevice final : public ForwardingDevice {
   std::atomic<bool> capturing_{false};  // read by both queues' threads
   std::vector<Node> nodes_, comm_nodes_;
   std::shared_ptr<Refs> refs_;        // the capture's (start_capture() to its end)
-  std::atomic<int> captured_ops_{0};  // operations queued in this capture so far (fail_in_capture)
+  std::atomic<int> captured_ops_{0};  // operations queued in this capture so far
   inline static thread_local const RecordingDevice* comm_for_ = nullptr;  // bind_comm_thread()
   std::mutex mu_;
   std::mutex memory_mu_;                      // guards sizes_

@@ -162,10 +162,22 @@ TEST(ChannelSplit, AFailedGroupCaptureRunsTheStepsEagerly) {
         << pairing;
 }
 
-// An operation failing in the middle of a group capture ends the step with its own error.
-TEST(ChannelSplit, AnOperationFailingInTheGroupCaptureEndsTheStepWithItsError) {
+// An operation failing as one rank queues it into the group's capture: the peers stop too, the
+// transport is reopened, and that step and every later one run eagerly, to the bit.
+TEST(ChannelSplit, AnOperationFailingInTheGroupCaptureRunsTheStepsEagerly) {
   for (const char* pairing : {"none", "megatron"})
-    EXPECT_TRUE(group_capture_error_ends_the_step("channel_split", 2, {{"pairing", pairing}}))
+    for (const GroupCaptureFault& fault : operation_faults(
+             {0, 1},
+             {GroupCaptureFault::First, GroupCaptureFault::Middle, GroupCaptureFault::Last}))
+      EXPECT_TRUE(
+          failed_group_capture_runs_eagerly("channel_split", 2, {{"pairing", pairing}}, fault))
+          << pairing << ", " << describe(fault);
+}
+
+// An error of the step itself, which an eager step meets too, still ends the run with it.
+TEST(ChannelSplit, AnErrorOfTheStepItselfEndsTheRunAfterABrokenCapture) {
+  for (const char* pairing : {"none", "megatron"})
+    EXPECT_TRUE(group_step_error_ends_the_run("channel_split", 2, {{"pairing", pairing}}))
         << pairing;
 }
 

@@ -456,10 +456,44 @@ TEST(DataParallel, AFailedGroupCaptureRunsTheStepsEagerly) {
         << algorithm;
 }
 
-// An operation failing in the middle of a group capture ends the step with its own error.
-TEST(DataParallel, AnOperationFailingInTheGroupCaptureEndsTheStepWithItsError) {
+// An operation failing as one rank queues it into the group's capture (a call that a CUDA
+// capture does not allow): the peers stop too, the transport is reopened, and that step and
+// every later one run eagerly, to the bit; with overlap, the communication thread's buckets
+// stop with it. Its first, middle or last operation, on the first or the last rank.
+TEST(DataParallel, AnOperationFailingInTheGroupCaptureRunsTheStepsEagerly) {
+  const json configs[] = {{{"allreduce", "naive"}},
+                          {{"allreduce", "ring"}},
+                          {{"allreduce", "tree"}},
+                          {{"allreduce", "ring"}, {"overlap", true}, {"bucket_bytes", 40000}}};
+  for (const json& options : configs)
+    for (const GroupCaptureFault& fault : operation_faults(
+             {0, 1},
+             {GroupCaptureFault::First, GroupCaptureFault::Middle, GroupCaptureFault::Last}))
+      EXPECT_TRUE(failed_group_capture_runs_eagerly("data_parallel", 2, options, fault))
+          << options.dump() << ", " << describe(fault);
+}
+
+// The same where the fabric moves whole collectives (PARALAB_STEP_MOVES=whole, devices of one
+// memory): a broken capture leaves ranks half-way through a meeting of the fabric. (The last
+// rank to reach a step queues its moves, so the rank's count of operations varies: see
+// GroupCaptureFault::Third.)
+TEST(DataParallel, AnOperationFailingInTheGroupCaptureOfWholeStepsRunsTheStepsEagerly) {
+  testing::EnvGuard env("PARALAB_STEP_MOVES");
+  env.set("whole");
+  const json configs[] = {{{"allreduce", "ring"}},
+                          {{"allreduce", "tree"}},
+                          {{"allreduce", "ring"}, {"overlap", true}, {"bucket_bytes", 40000}}};
+  for (const json& options : configs)
+    for (const GroupCaptureFault& fault :
+         operation_faults({1}, {GroupCaptureFault::First, GroupCaptureFault::Third}))
+      EXPECT_TRUE(failed_group_capture_runs_eagerly("data_parallel", 2, options, fault, 0))
+          << options.dump() << ", " << describe(fault);
+}
+
+// An error of the step itself, which an eager step meets too, still ends the run with it.
+TEST(DataParallel, AnErrorOfTheStepItselfEndsTheRunAfterABrokenCapture) {
   for (const char* algorithm : {"naive", "ring", "tree"})
-    EXPECT_TRUE(group_capture_error_ends_the_step("data_parallel", 2, {{"allreduce", algorithm}}))
+    EXPECT_TRUE(group_step_error_ends_the_run("data_parallel", 2, {{"allreduce", algorithm}}))
         << algorithm;
 }
 

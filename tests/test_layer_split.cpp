@@ -492,9 +492,20 @@ TEST(LayerSplit, AFailedGroupCaptureRunsTheStepsEagerly) {
   EXPECT_TRUE(failed_group_capture_runs_eagerly("layer_split", 3, {{"microbatches", 4}}));
 }
 
-// An operation failing in the middle of a group capture ends the step with its own error.
-TEST(LayerSplit, AnOperationFailingInTheGroupCaptureEndsTheStepWithItsError) {
-  EXPECT_TRUE(group_capture_error_ends_the_step("layer_split", 3, {{"microbatches", 4}}));
+// An operation failing as one stage queues it into the group's capture: the other stages stop
+// too (wherever they wait for its hand-offs), the transport is reopened, and that step and
+// every later one run eagerly, to the bit.
+TEST(LayerSplit, AnOperationFailingInTheGroupCaptureRunsTheStepsEagerly) {
+  for (const GroupCaptureFault& fault : operation_faults(
+           {0, 1, 2},
+           {GroupCaptureFault::First, GroupCaptureFault::Middle, GroupCaptureFault::Last}))
+    EXPECT_TRUE(failed_group_capture_runs_eagerly("layer_split", 3, {{"microbatches", 4}}, fault))
+        << describe(fault);
+}
+
+// An error of the step itself, which an eager step meets too, still ends the run with it.
+TEST(LayerSplit, AnErrorOfTheStepItselfEndsTheRunAfterABrokenCapture) {
+  EXPECT_TRUE(group_step_error_ends_the_run("layer_split", 3, {{"microbatches", 4}}));
 }
 
 // read_back "epoch": the pipeline's graph launches are queued and read once, at collect(), to the

@@ -248,6 +248,13 @@ struct LocalFabric::Impl {
       run_depth_ = 0;
       in_run_ = false;
     }
+    // LocalFabric::reopen: nothing of a stopped step stays.
+    void reopen() {
+      drop_steps();
+      run_ = {};
+      reset_bytes_sent();
+      reset_receive_times();
+    }
     void recv(int peer, Tensor& buf) override { receive(peer, buf, false); }
     void recv_reduce(int peer, Tensor& buf) override { receive(peer, buf, true); }
 
@@ -610,6 +617,29 @@ void LocalFabric::abort() {
   }
   std::lock_guard lock(impl_->barrier_mu);
   impl_->barrier_cv.notify_all();
+}
+
+void LocalFabric::reopen() {
+  Impl& f = *impl_;
+  for (auto& box : f.boxes) {
+    std::lock_guard lock(box.mu);
+    box.queue.clear();
+    box.queued.store(0, std::memory_order_relaxed);
+  }
+  {
+    std::lock_guard lock(f.rendezvous.mu);
+    f.rendezvous.arrived = 0;
+    for (auto& a : f.rendezvous.slots) a = {};
+    f.rendezvous.done = {};
+    f.rendezvous.error.clear();
+    f.run = {};
+  }
+  {
+    std::lock_guard lock(f.barrier_mu);
+    f.barrier_count = 0;
+  }
+  for (auto& e : f.endpoints) e->reopen();
+  f.aborted = false;
 }
 
 Transport& LocalFabric::endpoint(int rank) {

@@ -202,6 +202,12 @@ class LocalFabric {
   // Wakes every rank blocked in the fabric with an Error: a rank that failed calls this so that
   // its peers do not wait forever for messages that will never come.
   void abort();
+  // After abort(), once no thread of any rank is inside the fabric any more: forgets every
+  // message, meeting, barrier arrival and run of steps left half-way, and lets the ranks talk
+  // again through the same endpoints (each one's counts of bytes and receives reset). So a
+  // group whose step was stopped part-way on purpose (a capture that broke, CaptureBroken) can
+  // run on.
+  void reopen();
   // Whether collective steps move whole (see StepMoves), whether whole collectives do, and
   // how, for the results.
   bool moves_steps_whole() const;
