@@ -15,6 +15,7 @@
 
 #include "tests/recording_device.h"
 #include "tests/strategy_harness.h"
+#include "tests/test_util.h"
 
 namespace paralab {
 namespace {
@@ -572,6 +573,39 @@ inline ::testing::AssertionResult cuda_graphs_match_eager(const std::string& str
       census.value("longest_chain", json::object()).value("work_nodes", 0) < 1)
     return ::testing::AssertionFailure() << "census " << census.dump();
   return ::testing::AssertionSuccess() << report.value("cuda_graph", json()).dump();
+}
+
+// On CUDA virtual devices (GPU tests; they skip without a GPU): every device synchronises its
+// stream before the at-th event or mark of its capture-th capture (PARALAB_TEST_CAPTURE_FAULT,
+// core/cuda/cuda_device.h), which a CUDA capture does not allow, as a library release that makes
+// such a call would. The step's capture then breaks part-way on every rank; over the group, the
+// ranks stop, the transport is reopened and the step runs eagerly. Every step must equal the same
+// strategy eager ("cuda_graphs": false), to the bit, and the report say why no graph is used.
+// What the CPU stand-in cannot show: that a CUDA capture aborted part-way (the origin's ended,
+// the others' dropped) leaves every device's streams ready for eager work.
+inline ::testing::AssertionResult cuda_broken_capture_runs_eagerly(const std::string& strategy,
+                                                                   int k, json options, int capture,
+                                                                   int at, int steps = 6) {
+  const auto lr = [](int step) { return 0.02f * static_cast<float>(1 + step % 4); };
+  options["cuda_graphs"] = false;
+  Session eager(strategy, k, options, test_initial_parameters(), 24, "cuda");
+  options["cuda_graphs"] = true;
+  testing::EnvGuard fault("PARALAB_TEST_CAPTURE_FAULT");
+  fault.set(std::to_string(capture) + ":" + std::to_string(at));
+  Session graphed(strategy, k, options, test_initial_parameters(), 24, "cuda");
+  for (int step = 0; step < steps; ++step) {
+    const StepResult g = graphed.step(step, lr(step)), e = eager.step(step, lr(step));
+    if (g.loss_sum != e.loss_sum || g.correct != e.correct)
+      return ::testing::AssertionFailure()
+             << "loss " << g.loss_sum << " vs eager " << e.loss_sum << " at step " << step;
+  }
+  if (graphed->parameters() != eager->parameters())
+    return ::testing::AssertionFailure() << "the final parameters differ";
+  const std::string why = graphed->report().value("cuda_graphs", "");
+  if (why.rfind("not used: capture failed: ", 0) != 0 ||
+      why.find("cudaStreamSynchronize") == std::string::npos)
+    return ::testing::AssertionFailure() << "cuda_graphs: " << why;
+  return ::testing::AssertionSuccess() << why;
 }
 
 }  // namespace

@@ -325,6 +325,27 @@ std::unique_ptr<Device> cuda_device_or_skip(const std::string& kernels = "") {
   return std::move(devices[0]);
 }
 
+// PARALAB_TEST_CAPTURE_FAULT (the broken-capture tests' switch, core/cuda/cuda_device.h): a
+// value other than C:N with both >= 1 is an error naming the variable, when a device is made.
+TEST(CudaBackend, AMalformedCaptureFaultIsAnErrorNamingTheVariable) {
+  if (const std::string why = backend_unavailable("cuda"); !why.empty()) GTEST_SKIP() << why;
+  for (const char* bad : {"2", "0:3", "2:", ":1", "a:b", "2:3x", "1:9999999"}) {
+    testing::EnvGuard env("PARALAB_TEST_CAPTURE_FAULT");
+    env.set(bad);
+    try {
+      make_devices("cuda", 1, {});
+      ADD_FAILURE() << "'" << bad << "' was taken";
+    } catch (const Error& e) {
+      EXPECT_EQ(std::string(e.what()),
+                std::string("PARALAB_TEST_CAPTURE_FAULT: '") + bad +
+                    "' is not C:N (the N-th event or mark of the C-th capture, both from 1)");
+    }
+  }
+  testing::EnvGuard env("PARALAB_TEST_CAPTURE_FAULT");
+  env.set("2:4");
+  EXPECT_NO_THROW(make_devices("cuda", 1, {}));
+}
+
 // The measuring switches of the CUDA ops (scripts/gpu-check.sh speed): cuBLASLt without split-K
 // gives the same sums to float32 rounding; a value the switch does not know is an error naming
 // it, raised where the op is planned.

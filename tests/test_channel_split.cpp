@@ -181,6 +181,16 @@ TEST(ChannelSplit, AnErrorOfTheStepItselfEndsTheRunAfterABrokenCapture) {
         << pairing;
 }
 
+// On a GPU: a capture over the group that breaks part-way (each device's 3rd event or mark of
+// its second capture, after the trial's) falls back to eager steps, to the bit.
+TEST(ChannelSplit, CudaBrokenGroupCaptureRunsTheStepsEagerly) {
+  if (const std::string why = backend_unavailable("cuda"); !why.empty())
+    GTEST_SKIP() << "cuda: " << why;
+  for (const char* pairing : {"none", "megatron"})
+    EXPECT_TRUE(cuda_broken_capture_runs_eagerly("channel_split", 2, {{"pairing", pairing}}, 2, 3))
+        << pairing;
+}
+
 // On a GPU: one graph over 2 (or 4) virtual devices computes the eager steps to the bit.
 TEST(ChannelSplit, CudaGroupGraphMatchesEagerStepsBitForBit) {
   if (const std::string why = backend_unavailable("cuda"); !why.empty())

@@ -597,6 +597,22 @@ TEST(DataParallel, CudaOneGraphOutlivesEvaluationsAndShorterBatches) {
       << "ring overlap";
 }
 
+// On a GPU: a capture over the group that breaks part-way (each device's 4th event or mark of
+// its second capture, after the trial's: the first record of the allreduce) falls back to
+// eager steps, to the bit, with overlap too.
+TEST(DataParallel, CudaBrokenGroupCaptureRunsTheStepsEagerly) {
+  if (const std::string why = backend_unavailable("cuda"); !why.empty())
+    GTEST_SKIP() << "cuda: " << why;
+  for (const char* algorithm : {"naive", "ring", "tree"})
+    EXPECT_TRUE(
+        cuda_broken_capture_runs_eagerly("data_parallel", 2, {{"allreduce", algorithm}}, 2, 4))
+        << algorithm;
+  EXPECT_TRUE(cuda_broken_capture_runs_eagerly(
+      "data_parallel", 2, {{"allreduce", "ring"}, {"overlap", true}, {"grouping", "per_tensor"}}, 2,
+      4))
+      << "ring overlap";
+}
+
 // On a GPU: one graph over 2 (or 4) virtual devices computes the eager steps to the bit.
 TEST(DataParallel, CudaGroupGraphMatchesEagerStepsBitForBit) {
   if (const std::string why = backend_unavailable("cuda"); !why.empty())

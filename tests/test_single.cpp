@@ -10,6 +10,7 @@
 
 #include "core/error.h"
 #include "strategies/deferred_steps.h"
+#include "tests/graph_harness.h"
 #include "tests/recording_device.h"
 #include "tests/strategy_harness.h"
 #if PARALAB_HAVE_CUDA
@@ -592,6 +593,14 @@ TEST(Single, SeveralStepsPerLaunchFallBackToEagerStepsWhenTheCaptureFails) {
     }
     expect_eager_after_a_failed_capture(*graphed, *eager, dev, why);
   }
+}
+
+// On a GPU: the step's capture breaks at its second mark (PARALAB_TEST_CAPTURE_FAULT): the
+// steps run eagerly, to the bit of cuda_graphs false, and the device stays ready for them.
+TEST(Single, CudaBrokenCaptureRunsTheStepsEagerly) {
+  if (const std::string why = backend_unavailable("cuda"); !why.empty())
+    GTEST_SKIP() << "cuda: " << why;
+  EXPECT_TRUE(cuda_broken_capture_runs_eagerly("single", 1, json::object(), 1, 2));
 }
 
 TEST(Single, CudaGraphReplayMatchesEagerStepsBitForBit) {

@@ -1,5 +1,6 @@
 #include "core/cuda/cuda_device.h"
 
+#include <cstdlib>
 #include <string>
 #include <utility>
 
@@ -20,6 +21,26 @@ namespace {
 // cudaEventRecord; cuda_runtime_api.h of CUDA 13). Timing reads (elapsed_ms) hold their
 // TimeMarks, so a timing event is not recorded anew while it is read.
 using CudaEvent = PooledEvent<cudaEvent_t>;
+
+// PARALAB_TEST_CAPTURE_FAULT (cuda_device.h: capture_fault_): "C:N", two whole numbers >= 1;
+// unset or empty: {0, 0}. Anything else is an Error naming the variable.
+std::pair<int, int> capture_fault_from_env() {
+  const char* v = std::getenv("PARALAB_TEST_CAPTURE_FAULT");
+  if (!v || !*v) return {0, 0};
+  const std::string s = v;
+  const auto colon = s.find(':');
+  const auto whole = [](const std::string& t) {
+    if (t.empty() || t.size() > 6 || t.find_first_not_of("0123456789") != std::string::npos)
+      return 0;
+    return std::stoi(t);
+  };
+  const int c = colon == std::string::npos ? 0 : whole(s.substr(0, colon));
+  const int n = colon == std::string::npos ? 0 : whole(s.substr(colon + 1));
+  if (c < 1 || n < 1)
+    throw Error("PARALAB_TEST_CAPTURE_FAULT: '" + s +
+                "' is not C:N (the N-th event or mark of the C-th capture, both from 1)");
+  return {c, n};
+}
 
 }  // namespace
 
@@ -70,6 +91,8 @@ CudaDevice::CudaDevice(int ordinal, int gpu, int sharing, bool tf32, SmShare sha
       tf32_(tf32),
       share_(share),
       sm_note_(std::move(sm_note)) {
+  const auto [fault_capture, fault_at] = capture_fault_from_env();
+  capture_fault_ = {fault_capture, fault_at};
   // Backing calls of the caching allocator. Out of memory is nullptr (the allocator then releases
   // its cache and retries once); any other failure throws. Virtual devices sharing a GPU have an
   // allocator each: one device's retry releases its own cache, not its neighbours'.
@@ -401,6 +424,7 @@ class CudaGraph final : public CapturedWork {
 // the event pools set the device when they create one. These calls run once or more per message
 // in the collectives, from every rank's thread.
 Event CudaDevice::record() {
+  capture_fault_point();
   auto event = std::make_shared<CudaEvent>(order_events_);
   PARALAB_CUDA(cudaEventRecord(event->get(), stream()));
   return event;
@@ -439,6 +463,7 @@ const void* CudaDevice::readable(const void* src, std::size_t bytes) {
 // overlapped buckets); its marks then time each replay's allreduces. The flag is invalid on a
 // stream that is not capturing, so that stream is asked.
 TimeMark CudaDevice::mark() {
+  capture_fault_point();
   auto event = std::make_shared<CudaEvent>(timing_events_);
   const auto host = std::chrono::steady_clock::now();
   const cudaStream_t s = stream();
@@ -477,6 +502,8 @@ void CudaDevice::begin_capture() {
   PARALAB_CUDA(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
   allocator_->begin_capture();
   (void)take_capture_marks();
+  ++captures_begun_;
+  taken_in_capture_ = 0;
   capturing_ = true;
 }
 
@@ -484,7 +511,16 @@ void CudaDevice::join_capture(cudaEvent_t fork) {
   PARALAB_CUDA(cudaStreamWaitEvent(stream_, fork, 0));
   allocator_->begin_capture();
   (void)take_capture_marks();
+  ++captures_begun_;
+  taken_in_capture_ = 0;
   capturing_ = true;
+}
+
+void CudaDevice::capture_fault_point() {
+  if (capture_fault_.at == 0 || !capturing_.load(std::memory_order_relaxed) ||
+      captures_begun_.load() != capture_fault_.capture || ++taken_in_capture_ != capture_fault_.at)
+    return;
+  PARALAB_CUDA(cudaStreamSynchronize(stream()));  // not allowed in a capture: it fails
 }
 
 std::vector<Event> CudaDevice::take_capture_marks() {
@@ -605,6 +641,7 @@ nlohmann::json gpu_properties() {
 }
 
 std::vector<std::unique_ptr<Device>> make_cuda_devices(int count, const DeviceOptions& options) {
+  (void)capture_fault_from_env();  // a malformed value fails before anything is made
   std::string why;
   const int gpus = usable_gpus(&why);
   if (gpus == 0) throw Error("cuda: " + why);

@@ -151,6 +151,17 @@ class CudaDevice final : public Device {
   std::mutex capture_marks_mu_;
   std::vector<Event> capture_marks_;
   std::vector<Event> take_capture_marks();
+  // PARALAB_TEST_CAPTURE_FAULT=C:N (tests of the fallback from a broken capture): before the
+  // N-th event or mark of the C-th capture this device takes part in (from 1; a capture over the
+  // group counts once per device, its trial included), the thread synchronises its stream,
+  // which a CUDA capture does not allow, as a library release that makes such a call would: the
+  // capture is invalidated and the call fails (an Error). {0, 0}: never.
+  struct CaptureFault {
+    int capture = 0, at = 0;
+  };
+  CaptureFault capture_fault_;
+  std::atomic<int> captures_begun_{0}, taken_in_capture_{0};
+  void capture_fault_point();
   // Declared before everything that holds its blocks (staging_, ops_): destroyed after them.
   std::unique_ptr<CachingAllocator> allocator_;
   std::shared_ptr<HandlePool<cudaEvent_t>> order_events_;   // record(): ordering only
