@@ -598,8 +598,8 @@ TEST(DataParallel, CudaOneGraphOutlivesEvaluationsAndShorterBatches) {
 }
 
 // On a GPU: a capture over the group that breaks part-way (each device's 4th event or mark of
-// its second capture, after the trial's: the first record of the allreduce) falls back to
-// eager steps, to the bit, with overlap too.
+// its second capture, after the trial's: the step's three phase marks, then where its
+// communication begins) falls back to eager steps, to the bit, with overlap too.
 TEST(DataParallel, CudaBrokenGroupCaptureRunsTheStepsEagerly) {
   if (const std::string why = backend_unavailable("cuda"); !why.empty())
     GTEST_SKIP() << "cuda: " << why;
