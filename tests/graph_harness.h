@@ -544,17 +544,10 @@ inline ::testing::AssertionResult cuda_read_once_matches_read_per_step(const std
   return ::testing::AssertionSuccess();
 }
 
-// On CUDA virtual devices (GPU tests; they skip without a GPU): `strategy` trained with its
-// step as one graph over the group against the same strategy eager ("cuda_graphs": false), the
-// learning rate changing every step: the same losses at every step and the same parameters at
-// the end, to the bit, and the report says the graph was used.
-inline ::testing::AssertionResult cuda_graphs_match_eager(const std::string& strategy, int k,
-                                                          json options, int steps = 12) {
+// `steps` steps of both sessions, the learning rate changing every step: the same loss and
+// correct count at every step and the same parameters at the end, to the bit.
+inline ::testing::AssertionResult same_steps(Session& graphed, Session& eager, int steps) {
   const auto lr = [](int step) { return 0.02f * static_cast<float>(1 + step % 4); };
-  options["cuda_graphs"] = false;
-  Session eager(strategy, k, options, test_initial_parameters(), 24, "cuda");
-  options["cuda_graphs"] = true;
-  Session graphed(strategy, k, options, test_initial_parameters(), 24, "cuda");
   for (int step = 0; step < steps; ++step) {
     const StepResult g = graphed.step(step, lr(step)), e = eager.step(step, lr(step));
     if (g.loss_sum != e.loss_sum || g.correct != e.correct)
@@ -563,6 +556,20 @@ inline ::testing::AssertionResult cuda_graphs_match_eager(const std::string& str
   }
   if (graphed->parameters() != eager->parameters())
     return ::testing::AssertionFailure() << "the final parameters differ";
+  return ::testing::AssertionSuccess();
+}
+
+// On CUDA virtual devices (GPU tests; they skip without a GPU): `strategy` trained with its
+// step as one graph over the group against the same strategy eager ("cuda_graphs": false), the
+// learning rate changing every step: the same losses at every step and the same parameters at
+// the end, to the bit, and the report says the graph was used.
+inline ::testing::AssertionResult cuda_graphs_match_eager(const std::string& strategy, int k,
+                                                          json options, int steps = 12) {
+  options["cuda_graphs"] = false;
+  Session eager(strategy, k, options, test_initial_parameters(), 24, "cuda");
+  options["cuda_graphs"] = true;
+  Session graphed(strategy, k, options, test_initial_parameters(), 24, "cuda");
+  if (auto same = same_steps(graphed, eager, steps); !same) return same;
   const json report = graphed->report();
   if (report.value("cuda_graphs", "") != "used" ||
       report.value("cuda_graph_replays", 0) != steps - 1)
@@ -586,21 +593,13 @@ inline ::testing::AssertionResult cuda_graphs_match_eager(const std::string& str
 inline ::testing::AssertionResult cuda_broken_capture_runs_eagerly(const std::string& strategy,
                                                                    int k, json options, int capture,
                                                                    int at, int steps = 6) {
-  const auto lr = [](int step) { return 0.02f * static_cast<float>(1 + step % 4); };
   options["cuda_graphs"] = false;
   Session eager(strategy, k, options, test_initial_parameters(), 24, "cuda");
   options["cuda_graphs"] = true;
   testing::EnvGuard fault("PARALAB_TEST_CAPTURE_FAULT");
   fault.set(std::to_string(capture) + ":" + std::to_string(at));
   Session graphed(strategy, k, options, test_initial_parameters(), 24, "cuda");
-  for (int step = 0; step < steps; ++step) {
-    const StepResult g = graphed.step(step, lr(step)), e = eager.step(step, lr(step));
-    if (g.loss_sum != e.loss_sum || g.correct != e.correct)
-      return ::testing::AssertionFailure()
-             << "loss " << g.loss_sum << " vs eager " << e.loss_sum << " at step " << step;
-  }
-  if (graphed->parameters() != eager->parameters())
-    return ::testing::AssertionFailure() << "the final parameters differ";
+  if (auto same = same_steps(graphed, eager, steps); !same) return same;
   const std::string why = graphed->report().value("cuda_graphs", "");
   if (why.rfind("not used: capture failed: ", 0) != 0 ||
       why.find("cudaStreamSynchronize") == std::string::npos)
