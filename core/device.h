@@ -5,11 +5,14 @@
 // drives a device calls bind_thread() first (CPU: its thread count; CUDA: the current device).
 #pragma once
 
+#include <algorithm>
 #include <chrono>
+#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <nlohmann/json.hpp>
 #include <span>
 #include <string>
@@ -66,14 +69,46 @@ class GroupCapture {
   // Ends every rank's capture and makes the captured unit; CaptureFailed (core/error.h) on every
   // rank if that fails, with each rank's device ready for eager work.
   virtual void end(int rank, const GroupBarrier& barrier) = 0;
-  // Ends a capture that failed half-way on this rank, dropping what was recorded; no barrier
-  // (peers may be gone).
+  // Ends a capture that failed half-way on this rank, dropping what was recorded. Every rank
+  // calls it once nothing of its own queues into the capture any more (its helpers stopped,
+  // its peers woken from waiting for it: no barrier). Rank 0's, the origin's, ends the capture
+  // for the whole group (a CUDA origin stream's end takes every joined stream out of capture,
+  // after which what a rank still queued would run at once), so it returns only after every
+  // other rank's (GroupAbortGate).
   virtual void abort(int rank) noexcept = 0;
   // Queues the captured unit after each rank's earlier work, and each rank's later work after
   // all of it.
   virtual void launch(int rank, const GroupBarrier& barrier) = 0;
   // What the results record about the captured unit (e.g. its kernels per device context).
   virtual nlohmann::json describe() const { return nullptr; }
+};
+
+// The ranks' aborts of one group capture (GroupCapture::abort): each rank but the origin says
+// it has stopped queueing; the origin waits for all of them before it ends the capture, then the
+// gate is ready for the next capture. A rank whose thread never ran stops through its starter.
+class GroupAbortGate {
+ public:
+  explicit GroupAbortGate(int ranks) : stopped_(static_cast<std::size_t>(ranks), false) {}
+  // Rank `rank` (> 0) queues nothing more into the capture; once per capture (a repeat counts
+  // once).
+  void stopped(int rank) noexcept {
+    std::lock_guard lock(mu_);
+    stopped_[static_cast<std::size_t>(rank)] = true;
+    cv_.notify_all();
+  }
+  // The origin's thread: returns once every other rank has stopped, and resets the gate.
+  void wait_for_peers() noexcept {
+    std::unique_lock lock(mu_);
+    cv_.wait(lock, [&] {
+      return std::all_of(stopped_.begin() + 1, stopped_.end(), [](bool s) { return s; });
+    });
+    std::fill(stopped_.begin(), stopped_.end(), false);
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<bool> stopped_;  // [0] unused: the origin
 };
 
 // One move of a collective step over devices that share one memory (virtual devices of a GPU):

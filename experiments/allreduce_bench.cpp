@@ -334,11 +334,14 @@ void time_ranks(benchmark::State& state, BenchGroup& g, Prepare prepare, Body bo
       Device& dev = g.device(r);
       dev.synchronize();
       try {
-        capture_step(g.graph.get(), r, t, dev, nullptr, [&] {
-          starts[r] = dev.mark();
-          body(r, t);
-          ends[r] = dev.mark();
-        });
+        capture_step(
+            g.graph.get(), r, t, dev, nullptr,
+            [&] {
+              starts[r] = dev.mark();
+              body(r, t);
+              ends[r] = dev.mark();
+            },
+            [&g] { g.spmd->abort(); });  // a rank stopping part-way wakes its peers
       } catch (const CaptureFailed& e) {
         refused[static_cast<std::size_t>(r)] = e.what();
       }

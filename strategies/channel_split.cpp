@@ -845,10 +845,13 @@ class ChannelSplit final : public Strategy {
       return;
     }
     if (next == StepGraph<StepMarks>::Next::Capture &&
-        !me.graph.capture(capture_.get(), me.rank, t, dev, [&] {
-          me.comm_marks.clear();
-          return enqueue_step(me, me.step_indices, 0, count, 0.0f, &me.step);
-        })) {
+        !me.graph.capture(
+            capture_.get(), me.rank, t, dev,
+            [&] {
+              me.comm_marks.clear();
+              return enqueue_step(me, me.step_indices, 0, count, 0.0f, &me.step);
+            },
+            [this] { group_->abort(); })) {          // a rank stopping part-way wakes its peers
       rank_step(me, me.step_indices, 0, count, lr);  // no graph: eagerly
       return;
     }

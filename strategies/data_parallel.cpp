@@ -498,17 +498,18 @@ class DataParallel final : public Strategy {
       rank_step(me, me.step_indices, 0, count, global, lr, offset);
       return;
     }
-    // A rank whose capture breaks stops its communication thread before its capture ends:
-    // the buckets it still holds fail at the aborted transport instead of running eagerly.
-    const auto stop_comm = [this, &me] {
+    // A rank whose capture stops part-way wakes its peers and stops its communication thread
+    // before it drops its part: the buckets it still holds fail at the aborted transport
+    // instead of running eagerly once the capture has ended.
+    const auto stop_rank = [this, &me] {
       group_->abort();
-      me.comm->settle();
+      if (me.comm) me.comm->settle();
     };
     if (next == StepGraph<StepMarks>::Next::Capture &&
         !me.graph.capture(
             capture_.get(), r, t, dev,
             [&] { return enqueue_step(me, me.step_indices, 0, count, 0.0f, &me.step, offset); },
-            me.comm ? std::function<void()>(stop_comm) : std::function<void()>())) {
+            stop_rank)) {
       rank_step(me, me.step_indices, 0, count, global, lr, offset);  // no graph: eagerly
       return;
     }

@@ -472,9 +472,10 @@ class LayerSplit final : public Strategy {
       return;
     }
     if (next == StepGraph<StepMarks>::Next::Capture &&
-        !me.graph.capture(capture_.get(), r, t, dev, [&] {
-          return enqueue_step(me, r, inputs, mb, 0.0f, &me.step, offset);
-        })) {
+        !me.graph.capture(
+            capture_.get(), r, t, dev,
+            [&] { return enqueue_step(me, r, inputs, mb, 0.0f, &me.step, offset); },
+            [this] { group_->abort(); })) {  // a stage stopping part-way wakes its peers
       rank_step(me, r, inputs, count, mb, lr, t0, offset);  // no graph: eagerly
       return;
     }

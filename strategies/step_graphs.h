@@ -47,20 +47,30 @@ inline std::string plan_group_graph(const std::string& what, SpmdGroup& group,
 // Queues enqueue() as rank r's part of a capture: the group's (group non-null), or else the
 // device's own graph into *own (capture_work: a failure is CaptureFailed). A failure ends the
 // capture and is rethrown; in the group's, an Error of this rank's own queueing (not a peer's
-// PeerFailed, not the graph's CaptureFailed) is rethrown as CaptureBroken, after stop_helpers()
-// has stopped whatever else of the rank queues into the capture (data_parallel's communication
-// thread), so that nothing of it runs eagerly once the capture has ended.
+// PeerFailed, not the graph's CaptureFailed) is rethrown as CaptureBroken. Before the rank drops
+// its part of a capture that stopped part-way (GroupCapture::abort), stop_rank() wakes its peers
+// waiting for it in the transport (SpmdGroup::abort) and stops whatever else of the rank queues
+// into the capture (data_parallel's communication thread): the origin's end of the capture waits
+// for every rank's part to stop, and nothing queued after that end may run eagerly. After
+// CaptureFailed every rank has queued all of its part and the transport stays open (the step
+// then runs eagerly on it).
 template <typename Fn>
 void capture_step(GroupCapture* group, int r, Transport& t, Device& dev,
                   std::unique_ptr<CapturedWork>* own, Fn&& enqueue,
-                  const std::function<void()>& stop_helpers = {}) {
+                  const std::function<void()>& stop_rank = {}) {
   PARALAB_REQUIRE(group || own,
                   std::string("capture_step: neither a group's graph nor a device's"));
   if (!group) {
     *own = capture_work(dev, enqueue);
     return;
   }
+  PARALAB_REQUIRE(static_cast<bool>(stop_rank),
+                  std::string("capture_step: a group's capture needs its ranks' stop"));
   const GroupBarrier barrier = [&t] { t.barrier(); };
+  const auto stop = [&] {
+    stop_rank();
+    group->abort(r);
+  };
   try {
     // Inside the try: a begin that fails part-way (rank 0's fork record, a barrier a failed peer
     // breaks) must still end the capture it opened, or every later launch on that stream would
@@ -68,18 +78,17 @@ void capture_step(GroupCapture* group, int r, Transport& t, Device& dev,
     group->begin(r, barrier);
     enqueue();
     group->end(r, barrier);
-  } catch (const PeerFailed&) {
-    group->abort(r);
-    throw;
   } catch (const CaptureFailed&) {
     group->abort(r);
     throw;
+  } catch (const PeerFailed&) {
+    stop();
+    throw;
   } catch (const Error& e) {
-    if (stop_helpers) stop_helpers();
-    group->abort(r);
+    stop();
     throw CaptureBroken(e.what());
   } catch (...) {
-    group->abort(r);
+    stop();
     throw;
   }
 }
@@ -136,17 +145,17 @@ class StepGraph {
   // when the group's graph could not be made (CaptureFailed, which every rank sees alike):
   // nothing was captured or run, failure() says why, and the caller runs this step eagerly and
   // every later one too (the strategy drops its graphs after the step). Any other error throws.
-  // A rank that stopped queueing part-way throws CaptureBroken (capture_step; stop_helpers as
-  // there), which run_step_falling_back turns into an eager step.
+  // A rank that stopped queueing part-way throws CaptureBroken (capture_step; stop_rank as
+  // there: required with a group), which run_step_falling_back turns into an eager step.
   template <typename Enqueue>
   bool capture(GroupCapture* group, int r, Transport& t, Device& dev, Enqueue&& enqueue,
-               const std::function<void()>& stop_helpers = {}) {
+               const std::function<void()>& stop_rank = {}) {
     t.barrier();
     t.reset_bytes_sent();
     t.reset_receive_times();
     try {
       capture_step(
-          group, r, t, dev, &own_, [&] { marks_ = enqueue(); }, stop_helpers);
+          group, r, t, dev, &own_, [&] { marks_ = enqueue(); }, stop_rank);
     } catch (const CaptureFailed& e) {
       if (!group) throw;  // a device's own graph fails on that device only: not every rank's
       drop();

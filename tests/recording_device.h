@@ -203,6 +203,7 @@ class RecordingDevice final : public ForwardingDevice {
   }
   void abort_capture() noexcept override {
     capturing_ = false;
+    orphaned_ = false;
     nodes_.clear();
     comm_nodes_.clear();
     refs_.reset();
@@ -217,6 +218,7 @@ class RecordingDevice final : public ForwardingDevice {
     comm_nodes_.clear();
     refs_ = std::make_shared<Refs>();
     captured_ops_ = 0;
+    orphaned_ = false;
     {
       std::lock_guard lock(refs_mu_);
       std::erase_if(live_refs_, [](const std::weak_ptr<Refs>& w) { return w.expired(); });
@@ -294,6 +296,12 @@ class RecordingDevice final : public ForwardingDevice {
   int fail_in_capture_at = 1;
   bool fail_eagerly_after = false;
   std::atomic<int> failed_in_capture{0};
+  // A group's origin (rank 0) ended the capture this device is part of: as CUDA's
+  // cudaStreamEndCapture on the origin stream takes every joined stream out of capture, whatever
+  // this device queues next would run at once, until its own rank drops its part (abort_capture).
+  void orphan() {
+    if (capturing_) orphaned_ = true;
+  }
   // Operations queued into this device's latest capture, from either queue (so far, while one
   // is under way): where fail_in_capture_at can reach.
   int ops_in_capture() const { return captured_ops_; }
@@ -341,6 +349,10 @@ class RecordingDevice final : public ForwardingDevice {
   }
   // Appends to the calling thread's queue's capture. Each queue is fed by one thread.
   void add(Node n) {
+    if (orphaned_)
+      violation(
+          "queued work into a group's capture that its origin had ended: on a GPU it runs "
+          "eagerly");
     n.refs = refs_;
     if (comm_for_ != this) {
       nodes_.push_back(std::move(n));
@@ -501,6 +513,7 @@ class RecordingDevice final : public ForwardingDevice {
 
   RecordingOps ops_;
   std::atomic<bool> capturing_{false};  // read by both queues' threads
+  std::atomic<bool> orphaned_{false};   // orphan() to abort_capture() or start_capture()
   std::vector<Node> nodes_, comm_nodes_;
   std::shared_ptr<Refs> refs_;        // the capture's (start_capture() to its end)
   std::atomic<int> captured_ops_{0};  // operations queued in this capture so far
@@ -534,8 +547,17 @@ class RecordingGroupCapture final : public GroupCapture {
     }
     ++captures;
   }
+  // Rank 0's thread ends the capture for every rank, as the CUDA origin stream's end does: once
+  // every other rank has dropped its part (what one queued after that end would be a violation).
   void abort(int rank) noexcept override {
-    devices_[static_cast<std::size_t>(rank)]->abort_capture();
+    if (rank != 0) {
+      devices_[static_cast<std::size_t>(rank)]->abort_capture();
+      aborts_.stopped(rank);
+      return;
+    }
+    aborts_.wait_for_peers();
+    devices_.front()->abort_capture();
+    for (std::size_t r = 1; r < devices_.size(); ++r) devices_[r]->orphan();
   }
   // Every rank replays its own recorded work on its own thread, as its eager step runs it (when
   // the CPU ops borrowed oneDNN's scratch memory per thread, replaying rank r's convolutions on
@@ -617,6 +639,7 @@ class RecordingGroupCapture final : public GroupCapture {
   }
 
   std::vector<RecordingDevice*> devices_;
+  GroupAbortGate aborts_{static_cast<int>(devices_.size())};  // declared after devices_
   std::vector<RecordingDevice::Queues> lists_;
   std::mutex mu_;
   std::condition_variable cv_;

@@ -326,10 +326,12 @@ std::unique_ptr<Device> cuda_device_or_skip(const std::string& kernels = "") {
 }
 
 // PARALAB_TEST_CAPTURE_FAULT (the broken-capture tests' switch, core/cuda/cuda_device.h): a
-// value other than C:N with both >= 1 is an error naming the variable, when a device is made.
+// value other than C:N or C:N:D (C and N >= 1, D >= 0) is an error naming the variable, when a
+// device is made.
 TEST(CudaBackend, AMalformedCaptureFaultIsAnErrorNamingTheVariable) {
   if (const std::string why = backend_unavailable("cuda"); !why.empty()) GTEST_SKIP() << why;
-  for (const char* bad : {"2", "0:3", "2:", ":1", "a:b", "2:3x", "1:9999999"}) {
+  for (const char* bad : {"2", "0:3", "2:", ":1", "a:b", "2:3x", "1:9999999", "1:2:", "1:2:-1",
+                          "1:2:x", "1:2:3:4", "1::2"}) {
     testing::EnvGuard env("PARALAB_TEST_CAPTURE_FAULT");
     env.set(bad);
     try {
@@ -338,12 +340,15 @@ TEST(CudaBackend, AMalformedCaptureFaultIsAnErrorNamingTheVariable) {
     } catch (const Error& e) {
       EXPECT_EQ(std::string(e.what()),
                 std::string("PARALAB_TEST_CAPTURE_FAULT: '") + bad +
-                    "' is not C:N (the N-th event or mark of the C-th capture, both from 1)");
+                    "' is not C:N or C:N:D (the N-th event or mark of the C-th capture, both "
+                    "from 1, on every device or on device D only)");
     }
   }
-  testing::EnvGuard env("PARALAB_TEST_CAPTURE_FAULT");
-  env.set("2:4");
-  EXPECT_NO_THROW(make_devices("cuda", 1, {}));
+  for (const char* good : {"2:4", "2:4:0", "1:1:7"}) {
+    testing::EnvGuard env("PARALAB_TEST_CAPTURE_FAULT");
+    env.set(good);
+    EXPECT_NO_THROW(make_devices("cuda", 1, {})) << good;
+  }
 }
 
 // The measuring switches of the CUDA ops (scripts/gpu-check.sh speed): cuBLASLt without split-K

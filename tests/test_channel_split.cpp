@@ -182,13 +182,16 @@ TEST(ChannelSplit, AnErrorOfTheStepItselfEndsTheRunAfterABrokenCapture) {
 }
 
 // On a GPU: a capture over the group that breaks part-way (each device's 3rd event or mark of
-// its second capture, after the trial's) falls back to eager steps, to the bit.
+// its second capture, after the trial's, or one device's alone while the other waits for it)
+// falls back to eager steps, to the bit.
 TEST(ChannelSplit, CudaBrokenGroupCaptureRunsTheStepsEagerly) {
   if (const std::string why = backend_unavailable("cuda"); !why.empty())
     GTEST_SKIP() << "cuda: " << why;
   for (const char* pairing : {"none", "megatron"})
-    EXPECT_TRUE(cuda_broken_capture_runs_eagerly("channel_split", 2, {{"pairing", pairing}}, 2, 3))
-        << pairing;
+    for (int device : {-1, 0, 1})
+      EXPECT_TRUE(cuda_broken_capture_runs_eagerly("channel_split", 2, {{"pairing", pairing}}, 2, 3,
+                                                   6, device))
+          << pairing << ", device " << device;
 }
 
 // On a GPU: one graph over 2 (or 4) virtual devices computes the eager steps to the bit.

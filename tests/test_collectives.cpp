@@ -751,6 +751,34 @@ TEST(RankGroup, AThreadTheSystemRefusesFailsTheGroupWithAnError) {
               "rank group: could not start the thread of rank [1-3] of 4");
 }
 
+// The ranks' aborts of a group's capture (GroupAbortGate, core/device.h): the origin's wait
+// returns only once every other rank has stopped (a repeat counts once), and the gate is then
+// ready for the next capture, whose origin waits again.
+TEST(RankGroup, TheCaptureOriginsAbortWaitsForEveryOtherRank) {
+  const int k = 4;
+  GroupAbortGate gate(k);
+  for (int capture = 0; capture < 2; ++capture) {
+    std::atomic<int> stopped{0};
+    std::atomic<bool> origin_done{false};
+    std::thread origin([&] {
+      gate.wait_for_peers();
+      origin_done = true;
+      EXPECT_EQ(stopped.load(), k - 1) << "capture " << capture;
+    });
+    for (int r = 1; r < k; ++r) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      EXPECT_FALSE(origin_done) << "capture " << capture << ", before rank " << r << " stopped";
+      ++stopped;
+      gate.stopped(r);
+      if (r == 1) gate.stopped(r);  // a repeat
+    }
+    origin.join();
+    EXPECT_TRUE(origin_done);
+  }
+  GroupAbortGate alone(1);
+  alone.wait_for_peers();  // a group of one: nobody to wait for
+}
+
 // A CPU device that says it is a CUDA device: what nccl's prepare() accepts, without a GPU.
 class CudaKindDevice final : public testing::ForwardingDevice {
  public:

@@ -599,7 +599,8 @@ TEST(DataParallel, CudaOneGraphOutlivesEvaluationsAndShorterBatches) {
 
 // On a GPU: a capture over the group that breaks part-way (each device's 4th event or mark of
 // its second capture, after the trial's: the step's three phase marks, then where its
-// communication begins) falls back to eager steps, to the bit, with overlap too.
+// communication begins) falls back to eager steps, to the bit, with overlap too; and so it does
+// where one device alone breaks (the origin, rank 0, or the last rank) while the others wait.
 TEST(DataParallel, CudaBrokenGroupCaptureRunsTheStepsEagerly) {
   if (const std::string why = backend_unavailable("cuda"); !why.empty())
     GTEST_SKIP() << "cuda: " << why;
@@ -607,10 +608,14 @@ TEST(DataParallel, CudaBrokenGroupCaptureRunsTheStepsEagerly) {
     EXPECT_TRUE(
         cuda_broken_capture_runs_eagerly("data_parallel", 2, {{"allreduce", algorithm}}, 2, 4))
         << algorithm;
-  EXPECT_TRUE(cuda_broken_capture_runs_eagerly(
-      "data_parallel", 2, {{"allreduce", "ring"}, {"overlap", true}, {"grouping", "per_tensor"}}, 2,
-      4))
-      << "ring overlap";
+  const json overlap = {{"allreduce", "ring"}, {"overlap", true}, {"grouping", "per_tensor"}};
+  for (int device : {-1, 0, 1})
+    EXPECT_TRUE(cuda_broken_capture_runs_eagerly("data_parallel", 2, overlap, 2, 4, 6, device))
+        << "ring overlap, device " << device;
+  for (int device : {0, 2})
+    EXPECT_TRUE(cuda_broken_capture_runs_eagerly("data_parallel", 3, {{"allreduce", "ring"}}, 2, 4,
+                                                 6, device))
+        << "ring on 3 devices, device " << device;
 }
 
 // On a GPU: one graph over 2 (or 4) virtual devices computes the eager steps to the bit.

@@ -531,12 +531,15 @@ TEST(LayerSplit, ReadBackEpochQueuesTheLaunchesAndReadsThemOnce) {
 // On a GPU: a capture over the group that breaks part-way falls back to eager steps, to the bit.
 // The split is given (as above: no profile, whose own captures would come first and whose
 // split could differ from the eager session's), so each device's second capture, after the
-// trial's, is the step's; every stage breaks at its 3rd event or mark.
+// trial's, is the step's; every stage breaks at its 3rd event or mark, or one stage alone does
+// (the first, the capture's origin, or the last) while the other waits for it.
 TEST(LayerSplit, CudaBrokenGroupCaptureRunsTheStepsEagerly) {
   if (const std::string why = backend_unavailable("cuda"); !why.empty())
     GTEST_SKIP() << "cuda: " << why;
-  EXPECT_TRUE(cuda_broken_capture_runs_eagerly(
-      "layer_split", 2, {{"microbatches", 4}, {"split", json::array({2})}}, 2, 3));
+  for (int device : {-1, 0, 1})
+    EXPECT_TRUE(cuda_broken_capture_runs_eagerly(
+        "layer_split", 2, {{"microbatches", 4}, {"split", json::array({2})}}, 2, 3, 6, device))
+        << "device " << device;
 }
 
 TEST(LayerSplit, CudaGroupGraphMatchesEagerStepsBitForBit) {

@@ -3,6 +3,7 @@
 #include <cstdlib>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "core/cuda/check.h"
 #include "core/cuda/cublas_api.h"
@@ -22,24 +23,34 @@ namespace {
 // TimeMarks, so a timing event is not recorded anew while it is read.
 using CudaEvent = PooledEvent<cudaEvent_t>;
 
-// PARALAB_TEST_CAPTURE_FAULT (cuda_device.h: capture_fault_): "C:N", two whole numbers >= 1;
-// unset or empty: {0, 0}. Anything else is an Error naming the variable.
-std::pair<int, int> capture_fault_from_env() {
+// PARALAB_TEST_CAPTURE_FAULT (cuda_device.h: capture_fault_): "C:N" or "C:N:D", whole numbers,
+// C and N >= 1, D >= 0; unset or empty: {0, 0, -1}. Anything else is an Error naming the variable.
+struct CaptureFaultSpec {
+  int capture = 0, at = 0, device = -1;  // device -1: every device
+};
+
+CaptureFaultSpec capture_fault_from_env() {
   const char* v = std::getenv("PARALAB_TEST_CAPTURE_FAULT");
-  if (!v || !*v) return {0, 0};
+  if (!v || !*v) return {};
   const std::string s = v;
-  const auto colon = s.find(':');
   const auto whole = [](const std::string& t) {
     if (t.empty() || t.size() > 6 || t.find_first_not_of("0123456789") != std::string::npos)
-      return 0;
+      return -1;
     return std::stoi(t);
   };
-  const int c = colon == std::string::npos ? 0 : whole(s.substr(0, colon));
-  const int n = colon == std::string::npos ? 0 : whole(s.substr(colon + 1));
-  if (c < 1 || n < 1)
+  std::vector<int> parts;
+  for (std::size_t from = 0;;) {
+    const auto colon = s.find(':', from);
+    parts.push_back(whole(s.substr(from, colon == std::string::npos ? colon : colon - from)));
+    if (colon == std::string::npos) break;
+    from = colon + 1;
+  }
+  if ((parts.size() != 2 && parts.size() != 3) || parts[0] < 1 || parts[1] < 1 ||
+      (parts.size() == 3 && parts[2] < 0))
     throw Error("PARALAB_TEST_CAPTURE_FAULT: '" + s +
-                "' is not C:N (the N-th event or mark of the C-th capture, both from 1)");
-  return {c, n};
+                "' is not C:N or C:N:D (the N-th event or mark of the C-th capture, both from 1, "
+                "on every device or on device D only)");
+  return {parts[0], parts[1], parts.size() == 3 ? parts[2] : -1};
 }
 
 }  // namespace
@@ -91,8 +102,9 @@ CudaDevice::CudaDevice(int ordinal, int gpu, int sharing, bool tf32, SmShare sha
       tf32_(tf32),
       share_(share),
       sm_note_(std::move(sm_note)) {
-  const auto [fault_capture, fault_at] = capture_fault_from_env();
-  capture_fault_ = {fault_capture, fault_at};
+  if (const CaptureFaultSpec fault = capture_fault_from_env();
+      fault.device < 0 || fault.device == ordinal)
+    capture_fault_ = {fault.capture, fault.at};
   // Backing calls of the caching allocator. Out of memory is nullptr (the allocator then releases
   // its cache and retries once); any other failure throws. Virtual devices sharing a GPU have an
   // allocator each: one device's retry releases its own cache, not its neighbours'.

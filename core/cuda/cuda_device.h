@@ -155,7 +155,9 @@ class CudaDevice final : public Device {
   // N-th event or mark of the C-th capture this device takes part in (from 1; a capture over the
   // group counts once per device, its trial included), the thread synchronises its stream,
   // which a CUDA capture does not allow, as a library release that makes such a call would: the
-  // capture is invalidated and the call fails (an Error). {0, 0}: never.
+  // capture is invalidated and the call fails (an Error). C:N:D: on the device of ordinal D
+  // only (its rank, where a group's devices are made together), the others wait for it.
+  // {0, 0}: never.
   struct CaptureFault {
     int capture = 0, at = 0;
   };

@@ -136,13 +136,17 @@ class CudaGroupCapture final : public GroupCapture {
     }
   }
 
+  // Only the origin's thread can end the capture (it began it in thread-local mode), and its end
+  // takes every joined stream out of capture: it waits until no rank queues into it any more.
   void abort(int rank) noexcept override {
     CudaDevice& d = device(rank);
-    // Only the origin's thread can end the capture; ending it ends every joined stream's part.
-    if (rank == 0)
+    if (rank == 0) {
+      aborts_.wait_for_peers();
       d.abort_capture();
-    else
+    } else {
       d.cancel_capture();
+      aborts_.stopped(rank);
+    }
   }
 
   void launch(int rank, const GroupBarrier& barrier) override {
@@ -249,6 +253,7 @@ class CudaGroupCapture final : public GroupCapture {
           marks[at].second = d.mark();
           end(r, barrier);
         } catch (...) {
+          gate.fail();  // before abort(): the origin's waits for every rank's
           abort(r);
           throw;
         }
@@ -294,6 +299,7 @@ class CudaGroupCapture final : public GroupCapture {
         threads.emplace_back(run_rank, r);
       } catch (const std::system_error& e) {
         unstarted = "could not start the thread of rank " + std::to_string(r) + ": " + e.what();
+        for (int u = std::max(r, 1); u < k; ++u) aborts_.stopped(u);  // none of them queues
         gate.fail();
       }
     }
@@ -457,6 +463,7 @@ class CudaGroupCapture final : public GroupCapture {
   // marks' events, which every replay records; back to the device when the graph goes
   // (drop_graph).
   std::vector<CudaDevice::CaptureHold> holds_;
+  GroupAbortGate aborts_{static_cast<int>(devices_.size())};  // declared after devices_
   std::mutex mu_;
   std::string failure_;
   nlohmann::json described_;
