@@ -970,15 +970,10 @@ Options parse_options(const json& options, const std::string& path) {
     throw Error(path + "." + key + ": " + what);
   };
   for (const auto& [key, v] : options.items()) {
+    if (read_step_option(path, key, v, o.cuda_graphs, o.read_back)) continue;
     if (key == "pairing" || key == "allreduce") {
       if (!v.is_string()) fail(key, "must be a string");
       (key == "pairing" ? o.pairing : o.allreduce) = v.get<std::string>();
-    } else if (key == "cuda_graphs") {
-      if (!v.is_boolean()) fail(key, "must be true or false");
-      o.cuda_graphs = v.get<bool>();
-    } else if (key == "read_back") {
-      if (v != "step" && v != "epoch") fail(key, "must be \"step\" or \"epoch\", got " + v.dump());
-      o.read_back = v.get<std::string>();
     } else {
       fail(key,
            "unknown option for strategy 'channel_split' (known: pairing, allreduce, cuda_graphs, "

@@ -659,15 +659,10 @@ Options parse_options(const json& options, const std::string& path) {
     } else if (key == "bucket_bytes") {
       if (!v.is_number_integer() || v.get<int64_t>() < 0) fail(key, "must be an integer >= 0");
       o.bucket_bytes = v.get<int64_t>();
-    } else if (key == "read_back") {
-      if (v != "step" && v != "epoch") fail(key, "must be \"step\" or \"epoch\", got " + v.dump());
-      o.read_back = v.get<std::string>();
-    } else if (key == "overlap" || key == "uneven_shards" || key == "cuda_graphs") {
+    } else if (key == "overlap" || key == "uneven_shards") {
       if (!v.is_boolean()) fail(key, "must be true or false");
-      (key == "overlap"       ? o.overlap
-       : key == "cuda_graphs" ? o.cuda_graphs
-                              : o.uneven_shards) = v.get<bool>();
-    } else {
+      (key == "overlap" ? o.overlap : o.uneven_shards) = v.get<bool>();
+    } else if (!read_step_option(path, key, v, o.cuda_graphs, o.read_back)) {
       fail(key,
            "unknown option for strategy 'data_parallel' (known: allreduce, grouping, "
            "bucket_bytes, overlap, chunk_bytes, uneven_shards, cuda_graphs, read_back)");

@@ -662,13 +662,7 @@ Options parse_options(const json& options, const std::string& path) {
         fail(key, e.what());
       }
       if (o.schedule == "forward") fail(key, "'forward' is evaluation only (known: 1f1b, gpipe)");
-    } else if (key == "cuda_graphs") {
-      if (!v.is_boolean()) fail(key, "must be true or false");
-      o.cuda_graphs = v.get<bool>();
-    } else if (key == "read_back") {
-      if (v != "step" && v != "epoch") fail(key, "must be \"step\" or \"epoch\", got " + v.dump());
-      o.read_back = v.get<std::string>();
-    } else {
+    } else if (!read_step_option(path, key, v, o.cuda_graphs, o.read_back)) {
       fail(key,
            "unknown option for strategy 'layer_split' (known: split, microbatches, schedule, "
            "cuda_graphs, read_back)");

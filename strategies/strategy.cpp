@@ -45,4 +45,20 @@ std::unique_ptr<Strategy> make_strategy(const std::string& name, const nlohmann:
   return it->second(options, path);
 }
 
+bool read_step_option(const std::string& path, const std::string& key, const nlohmann::json& v,
+                      bool& cuda_graphs, std::string& read_back) {
+  if (key == "cuda_graphs") {
+    if (!v.is_boolean()) throw Error(path + "." + key + ": must be true or false");
+    cuda_graphs = v.get<bool>();
+    return true;
+  }
+  if (key == "read_back") {
+    if (v != "step" && v != "epoch")
+      throw Error(path + "." + key + ": must be \"step\" or \"epoch\", got " + v.dump());
+    read_back = v.get<std::string>();
+    return true;
+  }
+  return false;
+}
+
 }  // namespace paralab

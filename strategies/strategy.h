@@ -128,4 +128,10 @@ std::unique_ptr<Strategy> make_strategy(const std::string& name, const nlohmann:
                                         const std::string& path);
 std::vector<std::string> known_strategies();
 
+// The options that the multi-device strategies read alike: "cuda_graphs" (true or false, into
+// cuda_graphs) and "read_back" ("step" or "epoch", into read_back). True where `key` is one of
+// them; a bad value is an Error naming `path` + key.
+bool read_step_option(const std::string& path, const std::string& key, const nlohmann::json& v,
+                      bool& cuda_graphs, std::string& read_back);
+
 }  // namespace paralab
