@@ -5,9 +5,11 @@
 namespace paralab {
 
 void throw_library_error(const char* library, const std::string& what, const char* call,
-                         const char* file, int line) {
-  throw Error(std::string(library) + ": " + what + " in `" + call + "` at " + file + ":" +
-              std::to_string(line));
+                         const char* file, int line, bool invalidated_capture) {
+  std::string message = std::string(library) + ": " + what + " in `" + call + "` at " + file + ":" +
+                        std::to_string(line);
+  if (invalidated_capture) throw CaptureInvalidated(std::move(message));
+  throw Error(std::move(message));
 }
 
 std::string one_line(std::string m, std::size_t max_chars) {

@@ -51,9 +51,21 @@ class CaptureBroken : public Error {
   using Error::Error;
 };
 
-// Throws Error("<library>: <what> in `<call>` at <file>:<line>").
+// A call on a stream of a capture that an earlier call, on any stream joined to it, had already
+// invalidated (CUDA's cudaErrorStreamCaptureInvalidated: the first call that a capture does not
+// allow invalidates the whole capture, and every later call on its streams fails). A consequence,
+// as PeerFailed is: the call that invalidated the capture failed with its own error, the cause,
+// which is what the group reports (RankGroup::run) and why the step then runs eagerly.
+class CaptureInvalidated : public PeerFailed {
+ public:
+  using PeerFailed::PeerFailed;
+};
+
+// Throws Error("<library>: <what> in `<call>` at <file>:<line>"); as CaptureInvalidated where
+// `invalidated_capture` (the call failed on a capture another call had invalidated).
 [[noreturn]] void throw_library_error(const char* library, const std::string& what,
-                                      const char* call, const char* file, int line);
+                                      const char* call, const char* file, int line,
+                                      bool invalidated_capture = false);
 
 // A message as one printable line of at most max_chars: control characters (a key may hold a
 // newline) become spaces, and a longer message keeps its start and its end around " ... ".

@@ -341,7 +341,10 @@ void time_ranks(benchmark::State& state, BenchGroup& g, Prepare prepare, Body bo
               body(r, t);
               ends[r] = dev.mark();
             },
-            [&g] { g.spmd->abort(); });  // a rank stopping part-way wakes its peers
+            [&g] {  // a rank stopping part-way wakes its peers
+              g.spmd->abort();
+              return std::string();
+            });
       } catch (const CaptureFailed& e) {
         refused[static_cast<std::size_t>(r)] = e.what();
       }

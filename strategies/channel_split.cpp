@@ -851,7 +851,10 @@ class ChannelSplit final : public Strategy {
               me.comm_marks.clear();
               return enqueue_step(me, me.step_indices, 0, count, 0.0f, &me.step);
             },
-            [this] { group_->abort(); })) {          // a rank stopping part-way wakes its peers
+            [this] {  // a rank stopping part-way wakes its peers
+              group_->abort();
+              return std::string();
+            })) {
       rank_step(me, me.step_indices, 0, count, lr);  // no graph: eagerly
       return;
     }

@@ -115,12 +115,20 @@ class CommWorker {
   // After a step stopped part-way (its capture broke, with the transport aborted): waits until
   // every bucket pushed is off the queue (after the first failure the rest are only counted
   // off) and forgets what they left, their error included, so that the next step starts clean.
-  void settle() {
+  // Returns that error's message where it was the thread's own ("" if none, or a PeerFailed).
+  std::string settle() {
     std::unique_lock lock(mu_);
     cv_.wait(lock, [&] { return outstanding_ == 0; });
     marks_.clear();
     done_ = nullptr;
-    error_ = nullptr;
+    std::string own;
+    try {
+      if (const std::exception_ptr e = std::exchange(error_, nullptr)) std::rethrow_exception(e);
+    } catch (const PeerFailed&) {
+    } catch (const std::exception& e) {
+      own = e.what();
+    }
+    return own;
   }
 
  private:
@@ -503,7 +511,7 @@ class DataParallel final : public Strategy {
     // instead of running eagerly once the capture has ended.
     const auto stop_rank = [this, &me] {
       group_->abort();
-      if (me.comm) me.comm->settle();
+      return me.comm ? me.comm->settle() : std::string();
     };
     if (next == StepGraph<StepMarks>::Next::Capture &&
         !me.graph.capture(

@@ -8,13 +8,17 @@
 namespace paralab {
 namespace {
 
-bool is_peer_failure(const std::exception_ptr& e) {
+// How much an error says about the cause: 2 for a rank's own error, 1 for a call on a capture
+// another call invalidated (CaptureInvalidated), 0 for a peer's report that it failed.
+int weight(const std::exception_ptr& e) {
   try {
     std::rethrow_exception(e);
+  } catch (const CaptureInvalidated&) {
+    return 1;
   } catch (const PeerFailed&) {
-    return true;
+    return 0;
   } catch (...) {
-    return false;
+    return 2;
   }
 }
 
@@ -86,7 +90,7 @@ void RankGroup::loop(int rank) {
     }
     {
       std::lock_guard lock(mu_);
-      if (err && (!error_ || (is_peer_failure(error_) && !is_peer_failure(err)))) error_ = err;
+      if (err && (!error_ || weight(err) > weight(error_))) error_ = err;
       // This thread's reference goes under the lock too: the error's last owner is then the
       // caller's thread, which destroys it after catching it (a destructor run here, after the
       // caller read it, is ordered only by the reference count inside the C++ library).

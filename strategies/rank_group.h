@@ -1,7 +1,8 @@
 // RankGroup: one persistent host thread per device of a group (SPMD ranks in one process).
 // run(fn) executes fn(rank) on every rank's thread at once and returns when all are done,
 // rethrowing the first error (the first that is not a PeerFailed, where a rank had one: the
-// cause, not a peer's report that something failed); each thread called bind_thread() on its device
+// cause, not a peer's report that something failed; of PeerFaileds, a CaptureInvalidated before
+// a plain one); each thread called bind_thread() on its device
 // when it started. The constructor throws Error when the system cannot start a rank's thread.
 #pragma once
 

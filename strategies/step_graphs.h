@@ -50,14 +50,16 @@ inline std::string plan_group_graph(const std::string& what, SpmdGroup& group,
 // PeerFailed, not the graph's CaptureFailed) is rethrown as CaptureBroken. Before the rank drops
 // its part of a capture that stopped part-way (GroupCapture::abort), stop_rank() wakes its peers
 // waiting for it in the transport (SpmdGroup::abort) and stops whatever else of the rank queues
-// into the capture (data_parallel's communication thread): the origin's end of the capture waits
-// for every rank's part to stop, and nothing queued after that end may run eagerly. After
-// CaptureFailed every rank has queued all of its part and the transport stays open (the step
-// then runs eagerly on it).
+// into the capture (data_parallel's communication thread), returning that helper's own error
+// ("" if none): the origin's end of the capture waits for every rank's part to stop, and nothing
+// queued after that end may run eagerly. A helper's own error is the rank's cause (CaptureBroken)
+// where the rank itself only met its consequence (a call on the capture that the helper's failure
+// invalidated). After CaptureFailed every rank has queued all of its part and the transport stays
+// open (the step then runs eagerly on it).
 template <typename Fn>
 void capture_step(GroupCapture* group, int r, Transport& t, Device& dev,
                   std::unique_ptr<CapturedWork>* own, Fn&& enqueue,
-                  const std::function<void()>& stop_rank = {}) {
+                  const std::function<std::string()>& stop_rank = {}) {
   PARALAB_REQUIRE(group || own,
                   std::string("capture_step: neither a group's graph nor a device's"));
   if (!group) {
@@ -68,8 +70,9 @@ void capture_step(GroupCapture* group, int r, Transport& t, Device& dev,
                   std::string("capture_step: a group's capture needs its ranks' stop"));
   const GroupBarrier barrier = [&t] { t.barrier(); };
   const auto stop = [&] {
-    stop_rank();
+    std::string helper_error = stop_rank();
     group->abort(r);
+    return helper_error;
   };
   try {
     // Inside the try: a begin that fails part-way (rank 0's fork record, a barrier a failed peer
@@ -82,13 +85,14 @@ void capture_step(GroupCapture* group, int r, Transport& t, Device& dev,
     group->abort(r);
     throw;
   } catch (const PeerFailed&) {
-    stop();
+    if (const std::string helper_error = stop(); !helper_error.empty())
+      throw CaptureBroken(helper_error);
     throw;
   } catch (const Error& e) {
-    stop();
+    (void)stop();
     throw CaptureBroken(e.what());
   } catch (...) {
-    stop();
+    (void)stop();
     throw;
   }
 }
@@ -149,7 +153,7 @@ class StepGraph {
   // there: required with a group), which run_step_falling_back turns into an eager step.
   template <typename Enqueue>
   bool capture(GroupCapture* group, int r, Transport& t, Device& dev, Enqueue&& enqueue,
-               const std::function<void()>& stop_rank = {}) {
+               const std::function<std::string()>& stop_rank = {}) {
     t.barrier();
     t.reset_bytes_sent();
     t.reset_receive_times();
@@ -226,15 +230,22 @@ void run_step_falling_back(SpmdGroup& group, std::string& why_not,
                            std::unique_ptr<GroupCapture>& capture, Run&& run, Step&& step,
                            Settle&& settle) {
   const bool graphed = why_not.empty();
+  std::string broke;
   try {
     run([&](int r) { step(r, graphed); });
     return;
   } catch (const CaptureBroken& e) {
-    for (int r : group.local_ranks()) settle(r);
-    group.reopen();
-    why_not = std::string("capture failed: ") + e.what();
-    capture.reset();
+    broke = e.what();
+  } catch (const CaptureInvalidated& e) {
+    // No rank's own error came back, only calls on a capture over the group that something
+    // else invalidated: every rank stopped all the same (capture_step).
+    if (!graphed || !capture) throw;
+    broke = e.what();
   }
+  for (int r : group.local_ranks()) settle(r);
+  group.reopen();
+  why_not = "capture failed: " + broke;
+  capture.reset();
   run([&](int r) { step(r, false); });
 }
 

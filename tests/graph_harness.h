@@ -341,6 +341,8 @@ inline ::testing::AssertionResult failed_group_capture_runs_eagerly(const std::s
   if (fault.kind == GroupCaptureFault::Operation && failing.failed_in_capture != failed_before + 1)
     return ::testing::AssertionFailure() << failing.failed_in_capture - failed_before
                                          << " group captures failed at operation " << at;
+  // The error that stopped the capture is the failing rank's own, not a peer's failed call on
+  // the capture it invalidated (CaptureInvalidated), whichever rank's thread threw first.
   const json report = graphed->report();
   if (report.value("cuda_graphs", "") != "not used: capture failed: " + why ||
       report.contains("cuda_graph_replays"))

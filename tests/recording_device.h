@@ -76,6 +76,7 @@ class RecordingDevice final : public ForwardingDevice {
     if (capturing_) {
       if (++captured_ops_ == fail_in_capture_at && !fail_in_capture.empty()) {
         ++failed_in_capture;
+        if (std::atomic<bool>* invalid = group_invalid_) *invalid = true;
         throw Error(fail_in_capture);
       }
       add({Node::Run, std::move(fn), 0, nullptr, nullptr});
@@ -190,7 +191,10 @@ class RecordingDevice final : public ForwardingDevice {
   }
 
   // This device's own capture (one graph per device).
-  void begin_capture() override { start_capture(); }
+  void begin_capture() override {
+    group_invalid_ = nullptr;
+    start_capture();
+  }
   std::unique_ptr<CapturedWork> end_capture() override {
     Queues queues = stop_capture();
     if (!fail_end_capture.empty()) {  // as a GPU that cannot make the graph: nothing ran
@@ -204,6 +208,7 @@ class RecordingDevice final : public ForwardingDevice {
   void abort_capture() noexcept override {
     capturing_ = false;
     orphaned_ = false;
+    group_invalid_ = nullptr;
     nodes_.clear();
     comm_nodes_.clear();
     refs_.reset();
@@ -233,6 +238,7 @@ class RecordingDevice final : public ForwardingDevice {
   };
   Queues stop_capture() {
     capturing_ = false;
+    group_invalid_ = nullptr;
     Queues q{std::exchange(nodes_, {}), std::exchange(comm_nodes_, {})};
     refs_.reset();  // its nodes keep it
     // CUDA ends a capture only when every stream that joined it has rejoined the origin
@@ -296,6 +302,13 @@ class RecordingDevice final : public ForwardingDevice {
   int fail_in_capture_at = 1;
   bool fail_eagerly_after = false;
   std::atomic<int> failed_in_capture{0};
+  // What a device's work queued into a group's capture fails with once an operation of
+  // another device has failed in it: as CUDA invalidates a whole capture (every stream joined to
+  // it) at the first call it does not allow, and every later call on any of its streams fails.
+  static constexpr const char* kInvalidated = "cuda: cudaErrorStreamCaptureInvalidated (simulated)";
+  // The flag of the group's capture this device takes part in (RecordingGroupCapture), from its
+  // begin() to this device's end or abort of its part; null otherwise.
+  std::atomic<std::atomic<bool>*> group_invalid_{nullptr};
   // A group's origin (rank 0) ended the capture this device is part of: as CUDA's
   // cudaStreamEndCapture on the origin stream takes every joined stream out of capture, whatever
   // this device queues next would run at once, until its own rank drops its part (abort_capture).
@@ -349,6 +362,8 @@ class RecordingDevice final : public ForwardingDevice {
   }
   // Appends to the calling thread's queue's capture. Each queue is fed by one thread.
   void add(Node n) {
+    if (std::atomic<bool>* invalid = group_invalid_; invalid && *invalid)
+      throw CaptureInvalidated(std::string(kInvalidated));
     if (orphaned_)
       violation(
           "queued work into a group's capture that its origin had ended: on a GPU it runs "
@@ -533,7 +548,9 @@ class RecordingGroupCapture final : public GroupCapture {
   explicit RecordingGroupCapture(std::vector<RecordingDevice*> devices)
       : devices_(std::move(devices)), lists_(devices_.size()), done_(devices_.size()) {}
   void begin(int rank, const GroupBarrier& barrier) override {
+    if (rank == 0) invalid_ = false;  // nobody captures before the barrier
     barrier();
+    devices_[static_cast<std::size_t>(rank)]->group_invalid_ = &invalid_;
     devices_[static_cast<std::size_t>(rank)]->start_capture();
   }
   void end(int rank, const GroupBarrier& barrier) override {
@@ -640,6 +657,7 @@ class RecordingGroupCapture final : public GroupCapture {
 
   std::vector<RecordingDevice*> devices_;
   GroupAbortGate aborts_{static_cast<int>(devices_.size())};  // declared after devices_
+  std::atomic<bool> invalid_{false};  // an operation of a rank failed in this capture
   std::vector<RecordingDevice::Queues> lists_;
   std::mutex mu_;
   std::condition_variable cv_;

@@ -701,6 +701,40 @@ TEST(RankGroup, ReportsTheFailedRanksErrorNotThePeersReportOfIt) {
   }
 }
 
+// run() reports the error that says most about the cause, whatever the order the ranks throw
+// in: a rank's own error over a call on a capture another call invalidated
+// (CaptureInvalidated), and that over a peer's plain report (PeerFailed).
+TEST(RankGroup, ReportsTheOwnErrorThenTheInvalidatedCaptureThenThePeersReport) {
+  auto devices = make_devices("cpu", 3, {});
+  RankGroup group({devices[0].get(), devices[1].get(), devices[2].get()});
+  enum Kind { Peer, Invalidated, Own };
+  const auto report = [&](std::vector<Kind> kinds) {
+    try {
+      group.run([&](int rank) {
+        const std::string m = "rank " + std::to_string(rank);
+        switch (kinds[static_cast<std::size_t>(rank)]) {
+          case Peer:
+            throw PeerFailed(m);
+          case Invalidated:
+            throw CaptureInvalidated(m);
+          case Own:
+            throw Error(m);
+        }
+      });
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("nothing");
+  };
+  for (int round = 0; round < 20; ++round) {
+    EXPECT_EQ(report({Peer, Invalidated, Own}), "rank 2");
+    EXPECT_EQ(report({Own, Peer, Invalidated}), "rank 0");
+    EXPECT_EQ(report({Invalidated, Own, Peer}), "rank 1");
+    EXPECT_EQ(report({Peer, Invalidated, Peer}), "rank 1");
+    EXPECT_EQ(report({Invalidated, Peer, Peer}), "rank 0");
+  }
+}
+
 // The process's address space in bytes (VmSize in /proc/self/status), 0 when unreadable.
 std::size_t address_space_bytes() {
   std::ifstream status("/proc/self/status");

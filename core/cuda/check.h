@@ -19,6 +19,7 @@ const char* cublas_status_name(cublasStatus_t status);
 // A failed call also leaves its error in the thread's last-error slot, where the next
 // PARALAB_CUDA_LAUNCHED on this thread (another run's, another device's) would report it as its
 // own: the slot is cleared before throwing (a sticky error stays: every later call returns it).
+// A call on a capture that another call invalidated throws CaptureInvalidated (core/error.h).
 #define PARALAB_CUDA(call)                                                                  \
   do {                                                                                      \
     const cudaError_t e_ = (call);                                                          \
@@ -26,7 +27,7 @@ const char* cublas_status_name(cublasStatus_t status);
       (void)cudaGetLastError();                                                             \
       ::paralab::throw_library_error(                                                       \
           "CUDA", std::string(cudaGetErrorName(e_)) + ": " + cudaGetErrorString(e_), #call, \
-          __FILE__, __LINE__);                                                              \
+          __FILE__, __LINE__, e_ == cudaErrorStreamCaptureInvalidated);                     \
     }                                                                                       \
   } while (0)
 
