@@ -127,6 +127,8 @@ class CommWorker {
     } catch (const PeerFailed&) {
     } catch (const std::exception& e) {
       own = e.what();
+    } catch (...) {
+      own = "communication thread: an unknown error";
     }
     return own;
   }

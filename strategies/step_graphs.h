@@ -70,7 +70,12 @@ void capture_step(GroupCapture* group, int r, Transport& t, Device& dev,
                   std::string("capture_step: a group's capture needs its ranks' stop"));
   const GroupBarrier barrier = [&t] { t.barrier(); };
   const auto stop = [&] {
-    std::string helper_error = stop_rank();
+    std::string helper_error;
+    try {
+      helper_error = stop_rank();
+    } catch (const std::exception& e) {  // the rank drops its part all the same
+      helper_error = e.what();
+    }
     group->abort(r);
     return helper_error;
   };
