@@ -72,6 +72,7 @@ class RecordingDevice final : public ForwardingDevice {
 
   // Runs fn now, or records it while capturing.
   void queue(std::function<void()> fn) {
+    check_dropped();
     if (fail_eagerly_after && failed_in_capture > 0) throw Error(fail_in_capture);
     if (capturing_) {
       if (++captured_ops_ == fail_in_capture_at && !fail_in_capture.empty()) {
@@ -160,12 +161,14 @@ class RecordingDevice final : public ForwardingDevice {
   }
 
   Event record() override {
+    check_dropped();
     if (!capturing_) return nullptr;  // eager work is done when queued, as on the CPU
     auto e = std::make_shared<RecordedEvent>(++next_event());
     add({Node::Record, nullptr, e->id, nullptr, nullptr});
     return e;
   }
   void wait(const Event& event) override {
+    check_dropped();
     if (!event) return;
     const auto* e = dynamic_cast<const RecordedEvent*>(event.get());
     if (!e) throw Error(name() + ": wait on an event of another backend");
@@ -176,6 +179,7 @@ class RecordingDevice final : public ForwardingDevice {
     if (!ignore_waits) add({Node::Wait, nullptr, e->id, nullptr, nullptr});
   }
   TimeMark mark() override {
+    check_dropped();
     if (!capturing_) return Device::mark();
     auto t = std::make_shared<Timer>();
     add({Node::Mark, nullptr, 0, t, nullptr});
@@ -207,6 +211,7 @@ class RecordingDevice final : public ForwardingDevice {
   }
   void abort_capture() noexcept override {
     capturing_ = false;
+    dropped_ = true;
     orphaned_ = false;
     group_invalid_ = nullptr;
     nodes_.clear();
@@ -359,6 +364,16 @@ class RecordingDevice final : public ForwardingDevice {
         if (a < p + n && p < b) return true;
     }
     return false;
+  }
+  // From the abort of a capture until the compute queue's thread queues again (the step run
+  // eagerly instead): the communication queue's thread must not queue anything. Its rank stops
+  // it before dropping its part (capture_step's stop_rank); on a GPU, what it queued after the
+  // origin's end of the capture would run eagerly, in a step that is run again.
+  void check_dropped() {
+    if (comm_for_ != this)
+      dropped_ = false;
+    else if (dropped_)
+      violation("the communication queue worked after its rank dropped its part of a capture");
   }
   // Appends to the calling thread's queue's capture. Each queue is fed by one thread.
   void add(Node n) {
@@ -529,6 +544,7 @@ class RecordingDevice final : public ForwardingDevice {
   RecordingOps ops_;
   std::atomic<bool> capturing_{false};  // read by both queues' threads
   std::atomic<bool> orphaned_{false};   // orphan() to abort_capture() or start_capture()
+  std::atomic<bool> dropped_{false};    // check_dropped()
   std::vector<Node> nodes_, comm_nodes_;
   std::shared_ptr<Refs> refs_;        // the capture's (start_capture() to its end)
   std::atomic<int> captured_ops_{0};  // operations queued in this capture so far
