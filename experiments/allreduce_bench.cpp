@@ -341,10 +341,7 @@ void time_ranks(benchmark::State& state, BenchGroup& g, Prepare prepare, Body bo
               body(r, t);
               ends[r] = dev.mark();
             },
-            [&g] {  // a rank stopping part-way wakes its peers
-              g.spmd->abort();
-              return std::string();
-            });
+            wake_peers(*g.spmd));
       } catch (const CaptureFailed& e) {
         refused[static_cast<std::size_t>(r)] = e.what();
       }

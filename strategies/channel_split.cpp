@@ -851,10 +851,7 @@ class ChannelSplit final : public Strategy {
               me.comm_marks.clear();
               return enqueue_step(me, me.step_indices, 0, count, 0.0f, &me.step);
             },
-            [this] {  // a rank stopping part-way wakes its peers
-              group_->abort();
-              return std::string();
-            })) {
+            wake_peers(*group_))) {
       rank_step(me, me.step_indices, 0, count, lr);  // no graph: eagerly
       return;
     }

@@ -475,10 +475,7 @@ class LayerSplit final : public Strategy {
         !me.graph.capture(
             capture_.get(), r, t, dev,
             [&] { return enqueue_step(me, r, inputs, mb, 0.0f, &me.step, offset); },
-            [this] {  // a stage stopping part-way wakes its peers
-              group_->abort();
-              return std::string();
-            })) {
+            wake_peers(*group_))) {
       rank_step(me, r, inputs, count, mb, lr, t0, offset);  // no graph: eagerly
       return;
     }

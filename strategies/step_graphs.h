@@ -44,6 +44,15 @@ inline std::string plan_group_graph(const std::string& what, SpmdGroup& group,
   return *capture ? "" : what + " needs one graph over the group: " + why;
 }
 
+// capture_step's stop_rank for a rank with no helpers of its own: it wakes its peers waiting for
+// it in `group`'s transport.
+inline std::function<std::string()> wake_peers(SpmdGroup& group) {
+  return [&group] {
+    group.abort();
+    return std::string();
+  };
+}
+
 // Queues enqueue() as rank r's part of a capture: the group's (group non-null), or else the
 // device's own graph into *own (capture_work: a failure is CaptureFailed). A failure ends the
 // capture and is rethrown; in the group's, an Error of this rank's own queueing (not a peer's

@@ -528,6 +528,15 @@ TEST(LayerSplit, ReadBackEpochQueuesTheLaunchesAndReadsThemOnce) {
 // split is given: each session profiles its own "auto" split (eager on the host's clock, graphed
 // as replays), and another split puts the FC layers' weights at another alignment in the
 // stage's buffer, which cuBLASLt may answer with another kernel and other bits.
+TEST(LayerSplit, CudaGroupGraphMatchesEagerStepsBitForBit) {
+  if (const std::string why = backend_unavailable("cuda"); !why.empty())
+    GTEST_SKIP() << "cuda: " << why;
+  for (const char* schedule : {"gpipe", "1f1b"})
+    EXPECT_TRUE(cuda_graphs_match_eager(
+        "layer_split", 2, {{"microbatches", 4}, {"schedule", schedule}, {"split", {2}}}))
+        << schedule;
+}
+
 // On a GPU: a capture over the group that breaks part-way falls back to eager steps, to the bit.
 // The split is given (as above: no profile, whose own captures would come first and whose
 // split could differ from the eager session's), so each device's second capture, after the
@@ -540,15 +549,6 @@ TEST(LayerSplit, CudaBrokenGroupCaptureRunsTheStepsEagerly) {
     EXPECT_TRUE(cuda_broken_capture_runs_eagerly(
         "layer_split", 2, {{"microbatches", 4}, {"split", json::array({2})}}, 2, 3, 6, device))
         << "device " << device;
-}
-
-TEST(LayerSplit, CudaGroupGraphMatchesEagerStepsBitForBit) {
-  if (const std::string why = backend_unavailable("cuda"); !why.empty())
-    GTEST_SKIP() << "cuda: " << why;
-  for (const char* schedule : {"gpipe", "1f1b"})
-    EXPECT_TRUE(cuda_graphs_match_eager(
-        "layer_split", 2, {{"microbatches", 4}, {"schedule", schedule}, {"split", {2}}}))
-        << schedule;
 }
 
 // On a GPU: one capture serves three rounds of steps, shorter batches and evaluations, with the
