@@ -10,6 +10,7 @@
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -86,9 +87,14 @@ class GroupCapture {
 // The ranks' aborts of one group capture (GroupCapture::abort): each rank but the origin says
 // it has stopped queueing; the origin waits for all of them before it ends the capture, then the
 // gate is ready for the next capture. A rank whose thread never ran stops through its starter.
+// A rank that never stops would hang the origin: after `warn_after` of waiting, the origin says
+// once on stderr which ranks it still waits for (and goes on waiting: ending the capture then
+// would run their later work outside it).
 class GroupAbortGate {
  public:
-  explicit GroupAbortGate(int ranks) : stopped_(static_cast<std::size_t>(ranks), false) {}
+  explicit GroupAbortGate(int ranks,
+                          std::chrono::milliseconds warn_after = std::chrono::seconds(30))
+      : stopped_(static_cast<std::size_t>(ranks), false), warn_after_(warn_after) {}
   // Rank `rank` (> 0) queues nothing more into the capture; once per capture (a repeat counts
   // once).
   void stopped(int rank) noexcept {
@@ -99,9 +105,17 @@ class GroupAbortGate {
   // The origin's thread: returns once every other rank has stopped, and resets the gate.
   void wait_for_peers() noexcept {
     std::unique_lock lock(mu_);
-    cv_.wait(lock, [&] {
+    auto all = [&] {
       return std::all_of(stopped_.begin() + 1, stopped_.end(), [](bool s) { return s; });
-    });
+    };
+    if (!cv_.wait_for(lock, warn_after_, all)) {
+      std::fprintf(stderr, "paralab: a broken group capture's origin has waited %.3g s for rank(s)",
+                   std::chrono::duration<double>(warn_after_).count());
+      for (std::size_t r = 1; r < stopped_.size(); ++r)
+        if (!stopped_[r]) std::fprintf(stderr, " %zu", r);
+      std::fprintf(stderr, " of %zu to stop queueing into it\n", stopped_.size());
+      cv_.wait(lock, all);
+    }
     std::fill(stopped_.begin(), stopped_.end(), false);
   }
 
@@ -109,6 +123,7 @@ class GroupAbortGate {
   std::mutex mu_;
   std::condition_variable cv_;
   std::vector<bool> stopped_;  // [0] unused: the origin
+  std::chrono::milliseconds warn_after_;
 };
 
 // One move of a collective step over devices that share one memory (virtual devices of a GPU):

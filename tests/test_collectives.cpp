@@ -813,6 +813,27 @@ TEST(RankGroup, TheCaptureOriginsAbortWaitsForEveryOtherRank) {
   alone.wait_for_peers();  // a group of one: nobody to wait for
 }
 
+// A rank that does not stop keeps the origin waiting (ending the capture would run that rank's
+// later work outside it), and after the gate's warning time the origin names it on stderr, once.
+TEST(RankGroup, TheCaptureOriginNamesTheRanksItStillWaitsFor) {
+  GroupAbortGate gate(4, std::chrono::milliseconds(50));
+  ::testing::internal::CaptureStderr();
+  std::atomic<bool> origin_done{false};
+  std::thread origin([&] {
+    gate.wait_for_peers();
+    origin_done = true;
+  });
+  gate.stopped(2);
+  std::this_thread::sleep_for(std::chrono::milliseconds(400));
+  EXPECT_FALSE(origin_done);
+  gate.stopped(1);
+  gate.stopped(3);
+  origin.join();
+  EXPECT_EQ(::testing::internal::GetCapturedStderr(),
+            "paralab: a broken group capture's origin has waited 0.05 s for rank(s) 1 3 of 4 to "
+            "stop queueing into it\n");
+}
+
 // A CPU device that says it is a CUDA device: what nccl's prepare() accepts, without a GPU.
 class CudaKindDevice final : public testing::ForwardingDevice {
  public:
