@@ -5,6 +5,7 @@
 // one at a time as a kernel profiler times it. Plain code, tested on any machine.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -32,5 +33,27 @@ struct TraceRecord {
 // Names are cut to 120 characters. Throws Error for launches <= 0 or a record ending before it
 // starts.
 nlohmann::json trace_summary(std::vector<TraceRecord> records, int launches);
+
+// Which graph launches a trace covers (numbers after + 1 to after + count, in the order their
+// queueing began) and when it may end, with launches queued from several threads at once (a
+// step graph per device, each launched by its rank's thread). begin() may be called from any
+// thread; queued() only under the caller's lock.
+class TraceWindow {
+ public:
+  TraceWindow(int64_t after, int64_t count) : after_(after), count_(count) {}
+  // A launch about to be queued: its number (the first traced one starts the trace).
+  int64_t begin() { return ++begun_; }
+  bool first(int64_t n) const { return n == after_ + 1; }
+  bool traced(int64_t n) const { return n > after_ && n <= after_ + count_; }
+  // Launch n has been queued: true once every traced launch has been, for the last of them
+  // (not when the count of begun launches first reaches the window's end: a traced launch of
+  // another thread may still be being queued then).
+  bool queued(int64_t n) { return traced(n) && ++queued_ == count_; }
+
+ private:
+  int64_t after_, count_;
+  std::atomic<int64_t> begun_{0};
+  int64_t queued_ = 0;
+};
 
 }  // namespace paralab

@@ -153,6 +153,27 @@ TEST(StepTraceSummary, SpanBusyIdleAndGapsOfTwoLaunches) {
             (json{{"per_launch", 0.0}, {"bytes_per_launch", 0.0}, {"us_per_launch", 0.0}}));
 }
 
+// The launches a trace covers, queued from several threads (a step graph per rank): the trace
+// ends when its last traced launch has been queued, whichever thread queues it, not when another
+// thread begins the window's last launch while an earlier traced one is still being queued.
+TEST(StepTraceWindow, EndsOnceEveryTracedLaunchIsQueued) {
+  TraceWindow w(2, 2);  // launches 3 and 4
+  const int64_t one = w.begin(), two = w.begin();
+  EXPECT_FALSE(w.first(one) || w.first(two) || w.traced(one) || w.traced(two));
+  EXPECT_FALSE(w.queued(one));
+  EXPECT_FALSE(w.queued(two));
+  const int64_t a = w.begin();  // thread A: the first traced launch, which starts the trace
+  const int64_t b = w.begin();  // thread B: the last traced launch
+  const int64_t c = w.begin();  // thread C: after the window
+  EXPECT_TRUE(w.first(a));
+  EXPECT_FALSE(w.first(b));
+  EXPECT_TRUE(w.traced(a) && w.traced(b));
+  EXPECT_FALSE(w.traced(c));
+  EXPECT_FALSE(w.queued(c));
+  EXPECT_FALSE(w.queued(b)) << "ended while launch " << a << " was still being queued";
+  EXPECT_TRUE(w.queued(a));
+}
+
 TEST(StepTraceSummary, NothingTracedAndBadRecordsAreSaid) {
   EXPECT_EQ(trace_summary({}, 3), (json{{"records", 0}, {"launches", 3}}));
   try {

@@ -557,6 +557,7 @@ void CudaDevice::cancel_capture() noexcept {
   capturing_ = false;
   allocator_->abort_capture();
   (void)take_capture_marks();
+  (void)cudaGetLastError();  // a call refused in the broken capture: not this thread's next error
 }
 
 std::unique_ptr<CapturedWork> CudaDevice::end_capture() {

@@ -223,6 +223,10 @@ class CudaGroupCapture final : public GroupCapture {
             m.phase = phase;
             moves.push_back(m);
           }
+        // Once eagerly: the mover's kernel loaded, and working, before the capture needs it.
+        const GroupMover::Done warm = mover->run(moves, {}, /*timed=*/false);
+        devices_[0]->wait(warm.done);
+        devices_[0]->synchronize();
       }
     } catch (const std::exception& e) {
       return std::string("setting it up: ") + e.what();

@@ -71,12 +71,12 @@ class CudaGroupMover final : public GroupMover {
       PARALAB_REQUIRE(ce != nullptr, std::string("group mover: an event of another backend"));
       waits.push_back(ce->get());
     }
+    auto event = std::make_shared<CudaEvent>(order_events_);  // before the waits: may throw
     for (cudaEvent_t e : waits) PARALAB_CUDA(cudaStreamWaitEvent(stream_, e, 0));
     Done done;
     if (timed) done.can_move = mark();
     group_moves(specs.data(), static_cast<int>(specs.size()), stream_);
     if (timed) done.moved = mark();
-    auto event = std::make_shared<CudaEvent>(order_events_);
     PARALAB_CUDA(cudaEventRecord(event->get(), stream_));
     done.done = event;
     return done;

@@ -10,10 +10,12 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <memory>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "core/error.h"
@@ -62,20 +64,24 @@ class Tracer {
   }
 
   // Launches may come from several threads at once (a step graph per device, each launched by
-  // its rank's thread): starting and finishing hold state_mu_, and the finish waits for a start.
+  // its rank's thread): each launch keeps its number between before() and after() (a thread's
+  // own), starting and finishing hold state_mu_, and the trace ends once every traced launch is
+  // queued (TraceWindow). The first traced launch starts the trace before it is queued, so the
+  // last to be queued finds it started.
   void before() {
     if (path_.empty() || done_) return;
-    if (++launches_ == after_ + 1) start();
+    launch_number_ = window_->begin();
+    if (window_->first(launch_number_)) start();
   }
 
   void after(cudaStream_t stream) {
     if (path_.empty() || done_) return;
-    const int64_t n = launches_.load();
-    if (n <= after_) return;
+    const int64_t n = std::exchange(launch_number_, 0);
+    if (!window_->traced(n)) return;
     std::lock_guard lock(state_mu_);
     if (std::find(streams_.begin(), streams_.end(), stream) == streams_.end())
       streams_.push_back(stream);
-    if (n >= after_ + count_ && started_) finish_locked();
+    if (window_->queued(n) && started_) finish_locked();
   }
 
 #if PARALAB_HAVE_CUPTI_HEADERS
@@ -97,6 +103,7 @@ class Tracer {
     if (path_.empty()) return;
     after_ = env_count("PARALAB_STEP_TRACE_AFTER", 50, 0);
     count_ = env_count("PARALAB_STEP_TRACE_LAUNCHES", 4, 1);
+    window_ = std::make_unique<TraceWindow>(after_, count_);
   }
 
 #if PARALAB_HAVE_CUPTI_HEADERS
@@ -272,7 +279,9 @@ class Tracer {
 
   std::string path_;
   int64_t after_ = 0, count_ = 0;
-  std::atomic<int64_t> launches_{0};
+  std::unique_ptr<TraceWindow> window_;  // queued() under state_mu_
+  // This thread's launch between before() and after().
+  static inline thread_local int64_t launch_number_ = 0;
   std::atomic<bool> done_{false};
   std::mutex state_mu_;                // start and finish
   bool started_ = false;               // under state_mu_
