@@ -96,10 +96,14 @@ class CudaGroupMover final : public GroupMover {
     const auto host = std::chrono::steady_clock::now();
     cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
     PARALAB_CUDA(cudaStreamIsCapturing(stream_, &status));
-    if (status == cudaStreamCaptureStatusActive)
+    if (status == cudaStreamCaptureStatusActive) {
       PARALAB_CUDA(cudaEventRecordWithFlags(event->get(), stream_, cudaEventRecordExternal));
-    else
+      // Every replay records it again: held while the mover lives, so that it never goes back
+      // to the pool (and to another mark) while a graph may replay, whoever keeps the mark.
+      held_.push_back(event);
+    } else {
       PARALAB_CUDA(cudaEventRecord(event->get(), stream_));
+    }
     return {host, event};
   }
 
@@ -108,6 +112,7 @@ class CudaGroupMover final : public GroupMover {
   cudaStream_t stream_ = nullptr;
   std::shared_ptr<HandlePool<cudaEvent_t>> order_events_;
   std::shared_ptr<HandlePool<cudaEvent_t>> timing_events_;
+  std::vector<std::shared_ptr<CudaEvent>> held_;  // the marks recorded in captures (mark())
 };
 
 }  // namespace
