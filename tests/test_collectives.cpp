@@ -28,6 +28,7 @@
 #include "strategies/rank_group.h"
 #include "strategies/spmd_group.h"
 #include "strategies/step_graphs.h"
+#include "tests/fake_gpu.h"
 #include "tests/fake_nccl.h"
 #include "tests/test_util.h"
 
@@ -35,7 +36,12 @@ namespace paralab {
 namespace {
 
 using testing::all_close;
+using testing::collective;
+using testing::FakeGpu;
 using testing::FakeNcclPointToPoint;
+using testing::Op;
+using testing::random_data;
+using testing::StepLog;
 using testing::Wire;
 
 // k devices (CPU, or CUDA devices that may share GPUs) and their SPMD group.
@@ -59,13 +65,6 @@ struct Group {
   std::vector<Device*> ptrs;
   SpmdGroup spmd;
 };
-
-std::vector<float> random_data(int64_t n, uint64_t seed) {
-  Rng rng(seed);
-  std::vector<float> v(static_cast<std::size_t>(n));
-  for (auto& x : v) x = static_cast<float>(rng.normal());
-  return v;
-}
 
 // Each rank's input for exact tests: rank r contributes (r+1) * (i % 5 + 1), whose sums are
 // small integers and so exact in float32 in any order.
@@ -981,30 +980,6 @@ TEST(Transport, OrdersDevicesWithEventsNotHostSynchronisation) {
 // Whole steps (Transport::step, LocalFabric over devices of one memory domain): every rank's
 // moves of a collective step queued at once by the last rank to arrive.
 
-// One collective on k CPU ranks whose fabric moves steps `moves`; every rank's result.
-enum class Op { Allreduce, ReduceScatter, Allgather };
-std::vector<std::vector<float>> collective(std::vector<Device*> devices, StepMoves moves,
-                                           const std::string& algorithm, Op op, int64_t n,
-                                           int64_t chunk_bytes, uint64_t seed) {
-  const int k = static_cast<int>(devices.size());
-  SpmdGroup g(devices, moves);
-  std::vector<std::vector<float>> out(static_cast<std::size_t>(k));
-  auto ar = make_allreduce(algorithm, {chunk_bytes});
-  // Uneven segments with an empty one where k > 2 (channel_split's uneven channel splits).
-  std::vector<int64_t> counts;
-  for (int r = 0; r < k; ++r) counts.push_back(r == 1 && k > 2 ? 0 : n / k + (r < n % k ? 1 : 0));
-  counts.back() += n - std::accumulate(counts.begin(), counts.end(), int64_t{0});
-  const auto bounds = segments_from_counts(counts);
-  g.run([&](int r, Transport& t) {
-    Tensor buf = Tensor::from_host(*devices[r], {n}, random_data(n, seed + r));
-    if (op == Op::Allreduce) ar->run(t, buf);
-    if (op == Op::ReduceScatter) reduce_scatter_ring(t, buf, bounds, chunk_bytes);
-    if (op == Op::Allgather) allgather_ring(t, buf, bounds, chunk_bytes);
-    out[r] = buf.to_host_f32();
-  });
-  return out;
-}
-
 TEST(WholeSteps, EveryCollectiveGivesThePerRankBits) {
   // CPU devices have no group mover: whole steps move on the last rank's device, in order.
   for (int k : {2, 3, 5, 8}) {
@@ -1037,79 +1012,6 @@ TEST(WholeSteps, EveryCollectiveGivesThePerRankBits) {
         }
   }
 }
-
-// Virtual devices of one GPU without a GPU: CPU devices in memory domain 0 whose group mover
-// does each step's moves as the CUDA kernel defines them (core/cuda/group_moves.h) and logs
-// every step it is handed.
-struct StepLog {
-  std::mutex mu;
-  std::vector<std::vector<GroupMove>> steps;
-  std::chrono::milliseconds delay{0};     // how long each step's moves take
-  std::vector<bool> captures_with_moves;  // each capture_group()'s group_moves
-};
-
-class FakeMover final : public GroupMover {
- public:
-  explicit FakeMover(StepLog& log) : log_(log) {}
-  Done run(std::span<const GroupMove> moves, std::span<const Event> after, bool timed) override {
-    (void)after;
-    {
-      std::lock_guard lock(log_.mu);
-      log_.steps.emplace_back(moves.begin(), moves.end());
-    }
-    Done done;
-    if (timed) done.can_move = TimeMark{std::chrono::steady_clock::now(), nullptr};
-    std::this_thread::sleep_for(log_.delay);
-    for (const GroupMove& m : moves)
-      for (int64_t i = 0; i < m.floats; ++i) {
-        float v = m.reduce ? m.dst[i] + m.src[0][i] : m.src[0][i];
-        if (m.reduce && m.sources == 2) v = v + m.src[1][i];
-        m.dst[i] = v;
-      }
-    if (timed) done.moved = TimeMark{std::chrono::steady_clock::now(), nullptr};
-    return done;
-  }
-  std::string describe() const override { return "fake: one unit per call"; }
-
- private:
-  StepLog& log_;
-};
-
-class FakeVirtualDevice final : public testing::ForwardingDevice {
- public:
-  FakeVirtualDevice(Device& inner, StepLog& log) : ForwardingDevice(inner), log_(log) {}
-  int memory_domain() const override { return 0; }
-  std::unique_ptr<GroupMover> group_mover(const std::vector<Device*>& group,
-                                          std::string* why_not) override {
-    (void)group;
-    (void)why_not;
-    return std::make_unique<FakeMover>(log_);
-  }
-  // No graphs here: records what a capture over the group was asked to hold.
-  std::unique_ptr<GroupCapture> capture_group(const std::vector<Device*>& group, bool comm_streams,
-                                              bool group_moves, std::string* why_not) override {
-    (void)group;
-    (void)comm_streams;
-    std::lock_guard lock(log_.mu);
-    log_.captures_with_moves.push_back(group_moves);
-    if (why_not) *why_not = "fake: no graphs";
-    return nullptr;
-  }
-
- private:
-  StepLog& log_;
-};
-
-struct FakeGpu {
-  explicit FakeGpu(int k) : cpus(make_devices("cpu", k, {})) {
-    for (auto& c : cpus) owned.push_back(std::make_unique<FakeVirtualDevice>(*c, log));
-    for (auto& d : owned) devices.push_back(d.get());
-  }
-  StepLog log;
-  std::vector<std::unique_ptr<Device>> cpus;
-  std::vector<std::unique_ptr<FakeVirtualDevice>> owned;
-  std::vector<Device*> devices;
-};
 
 // A collective is one unit on one GPU (Auto: whole collectives), its steps the unit's phases in
 // order; under WholeSteps each step is a unit of its own, with moves of the same shapes. Either way

@@ -15,7 +15,14 @@
 #include <utility>
 #include <vector>
 
+#include "core/cuda/group_move_spec.h"
 #include "tests/reference/reference.h"
+#if !PARALAB_HAVE_CUDA
+// The transport over fake virtual devices (not in a CUDA build: the collectives link the CUDA
+// backend there, whose kernels' host stubs share the emulated kernels' names).
+#include "strategies/spmd_group.h"
+#include "tests/fake_gpu.h"
+#endif
 #include "tests/test_util.h"
 // The emulator, then the kernels it runs.
 #include "tests/cuda_emulator.h"
@@ -374,6 +381,59 @@ TEST(ModelKernels, GroupMovesSplitWhereAStepReadsAnotherStartOfAnEarlierOnesWrit
     for (int r = 0; r < 3; ++r) EXPECT_TRUE(bits_equal(bufs.a[r], bufs.b[r])) << "buffer " << r;
   }
 }
+
+// The group mover of virtual devices as it runs on a GPU: the transport's moves of every
+// collective (naive, ring and tree allreduce; ring reduce-scatter and all-gather over uneven
+// segments with an empty one), whole collectives and whole steps, made into the kernel's
+// arguments (group_move_specs) and run by the emulated kernel in the launches group_launches
+// splits them into, each launch's blocks first to last or last to first. Every rank's result
+// must be the bits of the per-rank path (each message received and added on its own), for sizes
+// no tile divides, several chunk sizes (pieces merged, segments that start apart) and k up to 8.
+// Built without the CUDA backend (the sanitizer builds in CI; on a GPU the kernel itself runs).
+#if !PARALAB_HAVE_CUDA
+TEST(ModelKernels, GroupMovesGiveEveryCollectivesPerRankBits) {
+  using testing::collective;
+  using testing::Op;
+  // Under the sanitizers (every thread of every block a fiber: about 0.4 s a launch under TSan)
+  // one k, size and chunk, whole collectives.
+  const std::vector<int> ks =
+      testing::kSanitizerBuild ? std::vector<int>{3} : std::vector<int>{2, 3, 5, 8};
+  for (int k : ks) {
+    testing::FakeGpu gpu(k);
+    int64_t launches = 0;
+    gpu.log.apply = [&](std::span<const GroupMove> moves) {
+      launches += emulate_group_moves(cuda::group_move_specs(moves));
+    };
+    const std::vector<int64_t> sizes = testing::kSanitizerBuild
+                                           ? std::vector<int64_t>{301}
+                                           : std::vector<int64_t>{1, k - 1, 1001, 5003};
+    const std::vector<int64_t> chunks =
+        testing::kSanitizerBuild ? std::vector<int64_t>{64} : std::vector<int64_t>{0, 64, 4096};
+    const std::vector<StepMoves> modes =
+        testing::kSanitizerBuild ? std::vector<StepMoves>{StepMoves::Whole}
+                                 : std::vector<StepMoves>{StepMoves::Whole, StepMoves::WholeSteps};
+    for (int64_t n : sizes)
+      for (int64_t chunk : chunks)
+        for (StepMoves moves : modes) {
+          const std::string at = " k=" + std::to_string(k) + " n=" + std::to_string(n) +
+                                 " chunk=" + std::to_string(chunk) +
+                                 (moves == StepMoves::Whole ? " whole" : " steps");
+          for (const std::string algorithm : {"naive", "ring", "tree"}) {
+            const auto want =
+                collective(gpu.devices, StepMoves::PerRank, algorithm, Op::Allreduce, n, chunk, 5);
+            const auto got = collective(gpu.devices, moves, algorithm, Op::Allreduce, n, chunk, 5);
+            ASSERT_EQ(got, want) << algorithm << at;
+          }
+          for (Op op : {Op::ReduceScatter, Op::Allgather}) {
+            const auto want = collective(gpu.devices, StepMoves::PerRank, "ring", op, n, chunk, 6);
+            const auto got = collective(gpu.devices, moves, "ring", op, n, chunk, 6);
+            ASSERT_EQ(got, want) << (op == Op::Allgather ? "all-gather" : "reduce-scatter") << at;
+          }
+        }
+    EXPECT_GT(launches, 0) << "k=" << k << ": the kernel never ran";
+  }
+}
+#endif
 
 // set_scalars_k: the first n of its 64 values, each in its place, whatever the block's size
 // (its loop strides by the block); nothing past n written.

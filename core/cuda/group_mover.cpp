@@ -19,6 +19,7 @@
 
 #include "core/cuda/check.h"
 #include "core/cuda/cuda_device.h"
+#include "core/cuda/group_move_spec.h"
 #include "core/cuda/kernels.h"
 #include "core/error.h"
 #include "core/event_pool.h"
@@ -52,17 +53,7 @@ class CudaGroupMover final : public GroupMover {
   Done run(std::span<const GroupMove> moves, std::span<const Event> after, bool timed) override {
     // Everything checked before the stream waits: inside a group capture, a throw after this
     // stream has joined the capture would leave it unjoined and end the capture with it.
-    std::vector<GroupMoveSpec> specs;
-    specs.reserve(moves.size());
-    for (const GroupMove& m : moves) {
-      PARALAB_REQUIRE(
-          m.sources >= 1 && m.sources <= GroupMove::kMaxSources && (m.reduce || m.sources == 1),
-          std::string("group mover: a move with a bad source count"));
-      PARALAB_REQUIRE(specs.empty() || m.phase >= specs.back().phase,
-                      std::string("group mover: phases out of order"));
-      specs.push_back({m.dst, m.src[0], m.sources > 1 ? m.src[1] : nullptr,
-                       m.reduce ? m.sources : 0, m.floats, m.phase});
-    }
+    const std::vector<GroupMoveSpec> specs = group_move_specs(moves);
     std::vector<cudaEvent_t> waits;
     waits.reserve(after.size());
     for (const Event& e : after) {
