@@ -116,6 +116,10 @@ class CudaGroupCapture final : public GroupCapture {
     }
     barrier();
     if (rank != 0) d.join_capture(fork_);
+    // Every stream joined before any rank queues work: a rank's first operation could
+    // otherwise invalidate the capture before a peer joined it, and that peer would fail to join
+    // with an error of its own in place of the operation's.
+    barrier();
   }
 
   void end(int rank, const GroupBarrier& barrier) override {
