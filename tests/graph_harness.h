@@ -585,15 +585,16 @@ inline ::testing::AssertionResult cuda_graphs_match_eager(const std::string& str
 }
 
 // On CUDA virtual devices (GPU tests; they skip without a GPU): every device (device >= 0: the
-// device of that rank alone) synchronises its stream before the at-th event or mark of its
-// capture-th capture (PARALAB_TEST_CAPTURE_FAULT, core/cuda/cuda_device.h), which a CUDA capture
-// does not allow, as a library release that makes such a call would. The step's capture then
-// breaks part-way; over the group, the ranks stop (one device alone: the others where they wait
-// for it, or at the capture it invalidated for all), the origin ends the capture once every
-// rank has, the transport is reopened and the step runs eagerly. Every step must equal the same
-// strategy eager ("cuda_graphs": false), to the bit, and the report say why no graph is used.
-// What the CPU stand-in cannot show: that a CUDA capture aborted part-way (the origin's ended,
-// the others' dropped) leaves every device's streams ready for eager work.
+// device of that rank alone) synchronises its stream before the at-th fault point (an event, a
+// mark, a minibatch gather or an SGD update) of its capture-th capture
+// (PARALAB_TEST_CAPTURE_FAULT, core/cuda/cuda_device.h), which a CUDA capture does not allow, as a
+// library release that makes such a call would. The step's capture then breaks part-way; over the
+// group, the ranks stop (one device alone: the others where they wait for it, or at the capture it
+// invalidated for all), the origin ends the capture once every rank has, the transport is reopened
+// and the step runs eagerly. Every step must equal the same strategy eager ("cuda_graphs": false),
+// to the bit, and the report say why no graph is used. What the CPU stand-in cannot show: that a
+// CUDA capture aborted part-way (the origin's ended, the others' dropped) leaves every device's
+// streams ready for eager work.
 inline ::testing::AssertionResult cuda_broken_capture_runs_eagerly(const std::string& strategy,
                                                                    int k, json options, int capture,
                                                                    int at, int steps = 6,

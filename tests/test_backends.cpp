@@ -340,7 +340,7 @@ TEST(CudaBackend, AMalformedCaptureFaultIsAnErrorNamingTheVariable) {
     } catch (const Error& e) {
       EXPECT_EQ(std::string(e.what()),
                 std::string("PARALAB_TEST_CAPTURE_FAULT: '") + bad +
-                    "' is not C:N or C:N:D (the N-th event or mark of the C-th capture, both "
+                    "' is not C:N or C:N:D (the N-th fault point of the C-th capture, both "
                     "from 1, on every device or on device D only)");
     }
   }

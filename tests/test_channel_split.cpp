@@ -181,7 +181,7 @@ TEST(ChannelSplit, AnErrorOfTheStepItselfEndsTheRunAfterABrokenCapture) {
         << pairing;
 }
 
-// On a GPU: a capture over the group that breaks part-way (each device's 3rd event or mark of
+// On a GPU: a capture over the group that breaks part-way (each device's 3rd fault point of
 // its second capture, after the trial's, or one device's alone while the other waits for it)
 // falls back to eager steps, to the bit.
 TEST(ChannelSplit, CudaBrokenGroupCaptureRunsTheStepsEagerly) {

@@ -597,7 +597,7 @@ TEST(DataParallel, CudaOneGraphOutlivesEvaluationsAndShorterBatches) {
       << "ring overlap";
 }
 
-// On a GPU: a capture over the group that breaks part-way (each device's 4th event or mark of
+// On a GPU: a capture over the group that breaks part-way (each device's 4th fault point of
 // its second capture, after the trial's: the step's three phase marks, then where its
 // communication begins) falls back to eager steps, to the bit, with overlap too; and so it does
 // where one device alone breaks (the origin, rank 0, or the last rank) while the others wait.

@@ -540,7 +540,7 @@ TEST(LayerSplit, CudaGroupGraphMatchesEagerStepsBitForBit) {
 // On a GPU: a capture over the group that breaks part-way falls back to eager steps, to the bit.
 // The split is given (as above: no profile, whose own captures would come first and whose
 // split could differ from the eager session's), so each device's second capture, after the
-// trial's, is the step's; every stage breaks at its 3rd event or mark, or one stage alone does
+// trial's, is the step's; every stage breaks at its 3rd fault point, or one stage alone does
 // (the first, the capture's origin, or the last) while the other waits for it.
 TEST(LayerSplit, CudaBrokenGroupCaptureRunsTheStepsEagerly) {
   if (const std::string why = backend_unavailable("cuda"); !why.empty())

@@ -48,7 +48,7 @@ CaptureFaultSpec capture_fault_from_env() {
   if ((parts.size() != 2 && parts.size() != 3) || parts[0] < 1 || parts[1] < 1 ||
       (parts.size() == 3 && parts[2] < 0))
     throw Error("PARALAB_TEST_CAPTURE_FAULT: '" + s +
-                "' is not C:N or C:N:D (the N-th event or mark of the C-th capture, both from 1, "
+                "' is not C:N or C:N:D (the N-th fault point of the C-th capture, both from 1, "
                 "on every device or on device D only)");
   return {parts[0], parts[1], parts.size() == 3 ? parts[2] : -1};
 }

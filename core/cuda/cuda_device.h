@@ -111,6 +111,9 @@ class CudaDevice final : public Device {
 
   int gpu() const { return gpu_; }
   bool tf32() const { return tf32_; }
+  // A fault point of PARALAB_TEST_CAPTURE_FAULT (below): every event, mark, minibatch gather and
+  // SGD update, so that every step's capture has some (a single device's has no event or mark).
+  void capture_fault_point();
   // The stream the calling thread's work goes to: the communication stream on the thread that
   // called bind_comm_thread(), the compute stream on every other.
   cudaStream_t stream() const { return comm_thread_ == this ? comm_stream_ : stream_; }
@@ -152,7 +155,7 @@ class CudaDevice final : public Device {
   std::vector<Event> capture_marks_;
   std::vector<Event> take_capture_marks();
   // PARALAB_TEST_CAPTURE_FAULT=C:N (tests of the fallback from a broken capture): before the
-  // N-th event or mark of the C-th capture this device takes part in (from 1; a capture over the
+  // N-th fault point of the C-th capture this device takes part in (from 1; a capture over the
   // group counts once per device, its trial included), the thread synchronises its stream,
   // which a CUDA capture does not allow, as a library release that makes such a call would: the
   // capture is invalidated and the call fails (an Error). C:N:D: on the device of ordinal D
@@ -163,7 +166,6 @@ class CudaDevice final : public Device {
   };
   CaptureFault capture_fault_;
   std::atomic<int> captures_begun_{0}, taken_in_capture_{0};
-  void capture_fault_point();
   // Declared before everything that holds its blocks (staging_, ops_): destroyed after them.
   std::unique_ptr<CachingAllocator> allocator_;
   std::shared_ptr<HandlePool<cudaEvent_t>> order_events_;   // record(): ordering only

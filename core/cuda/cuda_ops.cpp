@@ -224,12 +224,14 @@ class CudaOps final : public Ops {
   }
   void sgd(Tensor& params, const Tensor& grads, float step) override {
     PARALAB_REQUIRE(params.numel() == grads.numel(), "sgd: params and grads sizes differ");
+    d_.capture_fault_point();
     cuda::sgd(params.f32(), grads.f32(), step, params.numel(), d_.stream());
   }
   void sgd(Tensor& params, const Tensor& grads, const Tensor& step) override {
     PARALAB_REQUIRE(params.numel() == grads.numel(), "sgd: params and grads sizes differ");
     PARALAB_REQUIRE(step.numel() == 1 && step.dtype() == DType::F32,
                     "sgd: step must be one float, got " + shape_string(step.shape()));
+    d_.capture_fault_point();
     cuda::sgd_at(params.f32(), grads.f32(), step.f32(), params.numel(), d_.stream());
   }
   void set_scalar(Tensor& t, float value) override {
@@ -259,6 +261,7 @@ class CudaOps final : public Ops {
                         x.numel() == count * row && y.numel() == count,
                     "gather: batch of " + std::to_string(count) + " at " + std::to_string(offset) +
                         " does not fit");
+    d_.capture_fault_point();
     gather_rows(images.f32(), labels.i32(), indices.i32() + offset, count, row, x.f32(), y.i32(),
                 d_.stream());
   }
