@@ -154,6 +154,13 @@ class Single final : public Strategy {
       return {{"cuda_graphs", "not used: the model's dropout masks change every step"}};
     if (!capture_failure_.empty())
       return {{"cuda_graphs", "not used: capture failed: " + capture_failure_}};
+    // Nothing captured (yet): a run too short for a graph says so, not "used".
+    if (captures_ == 0)
+      return {{"cuda_graphs", launch_steps_ > 1
+                                  ? "not used: no " + std::to_string(launch_steps_) +
+                                        " consecutive steps of one batch size ran"
+                                  : std::string("not used: no second step of one batch size ran "
+                                                "(the first runs eagerly)")}};
     nlohmann::json out = {{"cuda_graphs", "used"},
                           {"cuda_graph_captures", captures_},
                           {"cuda_graph_replays", replays_}};

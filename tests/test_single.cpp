@@ -139,6 +139,10 @@ TEST(Single, CapturesTheFirstBatchSizeOnceAndReplaysAnyLr) {
   };
   // The first step runs eagerly; the second captures and replays; then replays.
   EXPECT_EQ(replayed(0, 16, 0.1f), 0);
+  // A run that ended here made no graph, and says so.
+  EXPECT_EQ(s->report(), (json{{"cuda_graphs",
+                                "not used: no second step of one batch size ran (the first runs "
+                                "eagerly)"}}));
   EXPECT_EQ(replayed(16, 16, 0.1f), 1);
   EXPECT_EQ(replayed(32, 16, 0.1f), 1);
   EXPECT_EQ(dev.captures, 1);
@@ -533,6 +537,9 @@ TEST(Single, SeveralStepsPerLaunchGiveTheBitsOfEagerSteps) {
   for (int i = 0; i < 9; ++i) {
     if (i == 5) direct_before_second_launch = dev.direct_ops;
     both(16 * i, 0.02f * static_cast<float>(1 + i));  // a warm-up: every step's own lr
+    if (i == 3)  // steps 1-3 are held, not yet launched: no graph made so far
+      EXPECT_EQ(graphed->report(),
+                (json{{"cuda_graphs", "not used: no 4 consecutive steps of one batch size ran"}}));
   }
   EXPECT_EQ(dev.direct_ops - direct_before_second_launch, 3);
   // 9 and 10 are held; 12 does not follow them: they run eagerly, then 12 is held, and runs
@@ -595,8 +602,9 @@ TEST(Single, SeveralStepsPerLaunchFallBackToEagerStepsWhenTheCaptureFails) {
   }
 }
 
-// On a GPU: the step's capture breaks at its second mark (PARALAB_TEST_CAPTURE_FAULT): the
-// steps run eagerly, to the bit of cuda_graphs false, and the device stays ready for them.
+// On a GPU: the step's capture breaks at its second fault point, the SGD update after the
+// minibatch gather (PARALAB_TEST_CAPTURE_FAULT; the step has no event or mark): the steps run
+// eagerly, to the bit of cuda_graphs false, and the device stays ready for them.
 TEST(Single, CudaBrokenCaptureRunsTheStepsEagerly) {
   if (const std::string why = backend_unavailable("cuda"); !why.empty())
     GTEST_SKIP() << "cuda: " << why;
