@@ -8,10 +8,10 @@
 // (a step's own graph, or one over a group) are counted; launches AFTER+1 .. AFTER+N are traced
 // (PARALAB_STEP_TRACE_AFTER, default 50, past the warm-up; PARALAB_STEP_TRACE_LAUNCHES, default
 // 4; numbered in the order their queueing begins), the traced launches' streams are waited for
-// once the last of them is queued (TraceWindow, core/step_trace_summary.h), and the file written. CUPTI is loaded then,
-// not linked: PARALAB_CUPTI_LIBRARY (a path), else libcupti.so.<CUDA major> by name (its
-// directory in LD_LIBRARY_PATH); a build without CUPTI's headers, or a process that cannot load
-// it, writes {"error": why} instead.
+// once the last of them is queued (TraceWindow, core/step_trace_summary.h), and the file
+// written. CUPTI is loaded then, not linked: PARALAB_CUPTI_LIBRARY (a path), else
+// libcupti.so.<CUDA major> by name (its directory in LD_LIBRARY_PATH); a build without CUPTI's
+// headers, or a process that cannot load it, writes {"error": why} instead.
 // The CUPTI library must be of the headers' CUDA minor release (its records are read in their
 // layouts; cupti_version_mismatch), and not 13.0's first (it could deadlock disabling records).
 // Launches may come from several threads; never the whole device is waited for (another thread
