@@ -23,7 +23,7 @@
 
 namespace paralab::testing {
 
-std::vector<float> random_data(int64_t n, uint64_t seed) {
+inline std::vector<float> random_data(int64_t n, uint64_t seed) {
   Rng rng(seed);
   std::vector<float> v(static_cast<std::size_t>(n));
   for (auto& x : v) x = static_cast<float>(rng.normal());
@@ -112,9 +112,9 @@ struct FakeGpu {
 
 // One collective on k CPU ranks whose fabric moves steps `moves`; every rank's result.
 enum class Op { Allreduce, ReduceScatter, Allgather };
-std::vector<std::vector<float>> collective(std::vector<Device*> devices, StepMoves moves,
-                                           const std::string& algorithm, Op op, int64_t n,
-                                           int64_t chunk_bytes, uint64_t seed) {
+inline std::vector<std::vector<float>> collective(std::vector<Device*> devices, StepMoves moves,
+                                                  const std::string& algorithm, Op op, int64_t n,
+                                                  int64_t chunk_bytes, uint64_t seed) {
   const int k = static_cast<int>(devices.size());
   SpmdGroup g(devices, moves);
   std::vector<std::vector<float>> out(static_cast<std::size_t>(k));
