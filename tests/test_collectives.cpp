@@ -41,7 +41,6 @@ using testing::FakeGpu;
 using testing::FakeNcclPointToPoint;
 using testing::Op;
 using testing::random_data;
-using testing::StepLog;
 using testing::Wire;
 
 // k devices (CPU, or CUDA devices that may share GPUs) and their SPMD group.
