@@ -193,6 +193,11 @@ def memcpy_threshold(paths):
     return int(values.pop())
 
 
+def timed(r):
+    """An ok run with a step time (a run whose iterations were all warm-up records null)."""
+    return r["status"] == "ok" and ((r.get("timing") or {}).get("median_iteration_ms") or 0) > 0
+
+
 # ---------------------------------------------------------------------------------------------
 # compute
 
@@ -201,7 +206,7 @@ def _single_steps(path):
     """{per-device batch: median step ms} of a results file's ok single runs."""
     out = {}
     for r in load(path)["runs"]:
-        if r["status"] == "ok" and r["config"]["strategy"] == "single" and r["timing"]["median_iteration_ms"]:
+        if timed(r) and r["config"]["strategy"] == "single":
             out.setdefault(r["config"]["per_device_batch"], []).append(r["timing"]["median_iteration_ms"])
     return {b: median(v) for b, v in out.items()}
 
@@ -242,7 +247,7 @@ def cpu_compute(profile_paths, concurrent_paths=()):
     runs = [r for p in profile_paths for r in load(p)["runs"]]
     steps, layers, fracs = [], [], []
     for r in runs:
-        if r["status"] != "ok":
+        if not timed(r):
             continue
         b = r["config"]["per_device_batch"]
         if r["config"]["strategy"] == "single":
@@ -262,7 +267,7 @@ def cpu_compute(profile_paths, concurrent_paths=()):
     eff = {}
     for r in runs:
         c = r["config"]
-        if r["status"] == "ok" and c["strategy"] == "channel_split":
+        if timed(r) and c["strategy"] == "channel_split":
             per_dev = median([p["compute_ms"] + p["optimizer_ms"] for p in r["timing"]["per_device"]])
             model = sum(comp.layer_ms(c["global_batch"], 1.0 / c["devices"]))
             eff.setdefault(c["devices"], []).append(per_dev / model)
@@ -301,7 +306,7 @@ def width_points(runs):
     out = []
     for r in runs:
         c = r["config"]
-        if r["status"] == "ok" and c["strategy"] == "channel_split" and r["label"].startswith(WIDTH_CALIBRATION):
+        if timed(r) and c["strategy"] == "channel_split" and r["label"].startswith(WIDTH_CALIBRATION):
             per_dev = median([p["compute_ms"] + p["optimizer_ms"] for p in r["timing"]["per_device"]])
             out.append((c["devices"], c["global_batch"], c["global_batch"] * gpu_effective(c), per_dev))
     return out
@@ -344,7 +349,7 @@ def gpu_compute(path):
     group_read_once = None
     shares, sms = set(), set()
     for r in d["runs"]:
-        if r["status"] != "ok":
+        if not timed(r):
             continue
         c = r["config"]
         rep = r.get("strategy_report") or {}
@@ -657,7 +662,7 @@ def validate_runs(kind, path, comp, link, effective=None, own_level=True, kernel
     src = os.path.relpath(path, ROOT)
     points = []
     level = 1.0
-    runs = [r for r in d["runs"] if r["status"] == "ok" and r["timing"]["median_iteration_ms"]]
+    runs = [r for r in d["runs"] if timed(r)]
     if not_predicted is not None:
         # Runs that did not end ok (skipped ones said why they could not run at all) are named,
         # not dropped without a word; so is a file its process did not finish.
@@ -682,9 +687,7 @@ def validate_runs(kind, path, comp, link, effective=None, own_level=True, kernel
             continue
         net = nets.for_config(c, r.get("strategy_report"))
         measured = r["timing"]["median_iteration_ms"]
-        scale = effective(c) if effective else 1.0
-        c["per_device_batch"] = c["per_device_batch"] * scale
-        c["global_batch"] = c["global_batch"] * scale
+        c["batch_scale"] = effective(c) if effective else 1.0
         if c.get("oversubscribed"):
             continue
         if c["strategy"] == "single":
@@ -720,15 +723,24 @@ def validate_runs(kind, path, comp, link, effective=None, own_level=True, kernel
     return points
 
 
-def validate_bench(kind, rows, fit_rows, source, fit=perf.Link.fit):
+def validate_bench(kind, rows, fit_rows, source, fit=perf.Link.fit, not_predicted=None):
     """Each allreduce_bench row predicted by fit(rows) on fit_rows without any row of the same
     algorithm, size and k (leave-one-out within the fitted sweep; for another file's rows, the
     sweep's own measurement of that size is left out too). Rows of other algorithms at the same
-    size stay in (on the H200 the memcpy rows set the copy's per-byte cost)."""
+    size stay in (on the H200 the memcpy rows set the copy's per-byte cost). A row that no fit
+    without it can price (its algorithm measured at that size and k alone) is not predicted:
+    listed in not_predicted (raised without one)."""
     points = []
     for op, n, k, ms in rows:
         rest = [r for r in fit_rows if r[:3] != (op, n, k)]
-        pred = fit(rest).time(op, n, k)
+        try:
+            pred = fit(rest).time(op, n, k)
+        except (KeyError, ValueError, IndexError, ZeroDivisionError) as e:
+            if not_predicted is None:
+                raise
+            not_predicted.append("%s: %s %d B x%d (the rows left without it cannot be fitted for it: %s: %s)" % (
+                source, op, n, k, type(e).__name__, e))
+            continue
         cfg = {"strategy": "allreduce_bench/" + op, "devices": k, "per_device_batch": None}
         p = _point(kind, source, "%s %d B x%d" % (op, n, k), cfg, ms, pred, {"bytes": n},
                    note="fit left out this algorithm, size and k")
@@ -737,6 +749,21 @@ def validate_bench(kind, rows, fit_rows, source, fit=perf.Link.fit):
         # counts as full ones: outside its domain (counted in every summary; also shown without).
         p["in_model_domain"] = not (op in ("ring", "allgather", "reduce_scatter") and n < 4 * k)
         points.append(p)
+    return points
+
+
+def mark_calibration_repeats(points):
+    """A held-out point of the same device kind and configuration as a calibration point is a
+    repeat of it: the fit that reproduces the calibration's time predicts the repeat by
+    construction (on the H200, the graph factor makes single's graphed step at batch 256 equal
+    gpu-check.json's "single gpu epoch", so the 10-epoch runs of that configuration come out
+    within its noise). Such points are calibration too, not counted as held out."""
+    keys = {(p["kind"], p["config_key"]) for p in points if not p["held_out"]}
+    for p in points:
+        if p["held_out"] and p["group"] == "training" and (p["kind"], p["config_key"]) in keys:
+            p["held_out"] = False
+            p["note"] = ("calibration repeat: the configuration of a calibration point, which the "
+                         "fit reproduces by construction")
     return points
 
 

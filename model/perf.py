@@ -697,11 +697,12 @@ def data_parallel(comp, link, k, per_device_batch, allreduce="ring", grouping="b
     """Every device: its shard's forward+backward (the step profile), then the allreduce(s).
 
     overlap: the allreduce of all buckets but the last runs under backward; what does not fit
-    under backward stays exposed.
+    under backward stays exposed. Buckets and tensors in the order backward makes them ready
+    (the last layer's first), so the last one is the first layer's.
     """
     t = comp.step(per_device_batch, k)
     if grouping == "per_tensor":
-        sizes = net.tensor_bytes
+        sizes = tuple(reversed(net.tensor_bytes))
     elif buckets_bytes:
         sizes = buckets_bytes
     else:
@@ -717,7 +718,7 @@ def data_parallel(comp, link, k, per_device_batch, allreduce="ring", grouping="b
 
 
 def layer_split(comp, link, k, batch, microbatches=1, split=None, layer_ms=None, net=LENET,
-                layer_timing="host clock"):
+                layer_timing="host clock", scale=1.0):
     """GPipe fill/drain over k stages: sum of the stage times + (m-1) x the slowest stage.
 
     In the (m-1) steady-state slots every stage computes at once, so they run at the devices'
@@ -734,10 +735,13 @@ def layer_split(comp, link, k, batch, microbatches=1, split=None, layer_ms=None,
     clock" (eager passes, one host thread launching; the fit is such too) is priced with the
     launch contention of k host threads (Compute.contention); "graph replays" holds no host
     launches (each layer timed inside a captured graph, as the stages then run): none.
+    scale: the batch scale of the compute (a virtual device on 1/s of a GPU's SMs computes batch
+    b as the whole GPU computes s*b: calibrate.gpu_effective); the hand-offs carry the
+    micro-batch's own bytes.
     """
     m = microbatches
     mb = batch / m
-    lay = list(layer_ms) if layer_ms else comp.layer_ms(mb)
+    lay = list(layer_ms) if layer_ms else comp.layer_ms(mb * scale)
     if not (layer_ms and layer_timing == "graph replays"):
         lay = [x * comp.contention(k) for x in lay]
     if split is None:
@@ -778,13 +782,15 @@ def best_split(layer_ms, k):
     return best_cut
 
 
-def channel_split(comp, link, k, batch, pairing="none", allreduce="ring", net=LENET):
+def channel_split(comp, link, k, batch, pairing="none", allreduce="ring", net=LENET, scale=1.0):
     """Every device: every layer at 1/k of its channels on the whole batch, plus the collectives
     the strategy_report lists (net.channel_split_ops; LeNet: all-gather of each output,
     reduce-scatter of input gradients; with megatron, conv2 | fc1 paired by two allreduces of fc1's
     128 units). The width efficiency is measured on k devices computing at once, so it holds their
-    sharing (Compute.sharing) too: it is not applied again."""
-    t = sum(comp.layer_ms(batch, 1.0 / k)) * comp.width_factor(k) if k > 1 else comp.step(batch)
+    sharing (Compute.sharing) too: it is not applied again. scale: the batch scale of the
+    compute on virtual devices (as in layer_split); the collectives carry the batch's own bytes."""
+    cb = batch * scale
+    t = sum(comp.layer_ms(cb, 1.0 / k)) * comp.width_factor(k) if k > 1 else comp.step(cb)
     if comp.host:
         t = max(t, comp.host[0] * comp.contention(k))
     f = 4 * batch  # bytes per float per example x batch
@@ -807,8 +813,11 @@ def _predict(comp, link, config, net):
     s = config["strategy"]
     k = config["devices"]
     o = config.get("options") or {}
+    # A virtual device's batch scale (calibrate.gpu_effective): its compute at scale x the
+    # batch, its messages at the batch's own bytes.
+    scale = config.get("batch_scale", 1.0)
     if s == "single" or (s == "data_parallel" and k == 1):
-        t = comp.step(config["global_batch"])
+        t = comp.step(config["global_batch"] * scale)
         graphed = s == "single" or o.get("allreduce") == "nccl"  # overlap too: one graph
         if graphed and o.get("cuda_graphs") and config.get("backend") == "cuda":
             t *= comp.graph_factor
@@ -820,16 +829,16 @@ def _predict(comp, link, config, net):
         if grouping != "per_tensor" and nb > 1:
             cap = o.get("bucket_bytes", 26214400)
             buckets = bucketize(cap, net)
-        return data_parallel(comp, link, k, config["per_device_batch"], o.get("allreduce", "ring"),
+        return data_parallel(comp, link, k, config["per_device_batch"] * scale, o.get("allreduce", "ring"),
                              grouping, bool(o.get("overlap")), buckets, net)
     if s == "layer_split":
         split = o.get("split")
         return layer_split(comp, link, k, config["global_batch"], o.get("microbatches", 1),
                            None if split in (None, "auto") else split, config.get("profiled_layer_ms"), net,
-                           config.get("profiled_layer_timing", "host clock"))
+                           config.get("profiled_layer_timing", "host clock"), scale)
     if s == "channel_split":
         return channel_split(comp, link, k, config["global_batch"], o.get("pairing", "none"),
-                             o.get("allreduce", "ring"), net)
+                             o.get("allreduce", "ring"), net, scale)
     raise ValueError("unknown strategy " + s)
 
 

@@ -49,18 +49,19 @@ def validate(directory):
     fit = functools.partial(calibrate.cpu_link_fit, non_temporal=threshold)
     link = fit(fit_rows, note="fitted on %s/allreduce-*.json (%d rounds)%s" % (
         rel, len(benches), "; memcpy's non-temporal threshold %d B" % threshold if threshold else ""))
-    points = []
+    points, not_predicted = [], []
     for f in strategies:
-        points += calibrate.validate_runs("cpu", f, comp, link, own_level=False)
+        points += calibrate.validate_runs("cpu", f, comp, link, own_level=False, not_predicted=not_predicted)
     for f in benches:  # one sample per round: the median of that round's repetitions
         points += calibrate.validate_bench("cpu", calibrate.bench_rows(f), fit_rows,
-                                           os.path.relpath(f, calibrate.ROOT), fit=fit)
+                                           os.path.relpath(f, calibrate.ROOT), fit=fit,
+                                           not_predicted=not_predicted)
     configs = noise.per_config(points)
     return {"directory": rel, "rounds": {"profile": len(profiles), "allreduce_bench": len(benches),
                                          "strategies": len(strategies), "concurrent": len(concurrent)},
             "summary": calibrate.summarize(points), "summary_per_config": noise.summarize_configs(configs),
             "noise_floor": noise.floor(points), "misses": noise.misses(points, configs),
-            "configs": configs, "points": points,
+            "configs": configs, "points": points, "not_predicted": not_predicted,
             "parameters": {"cpu_compute": comp.to_json(), "cpu_link": link.to_json()}}
 
 
@@ -122,6 +123,8 @@ def main(argv=None):
     for k, v in s["summary_per_config"].items():
         print("  %-20s %3d configurations (medians of the rounds), median |error| %5.1f %%, max %5.1f %%" % (
             k, v["configs"], 100 * v["median_abs_error"], 100 * v["max_abs_error"]))
+    if s["not_predicted"]:
+        print("  not predicted (%d): %s" % (len(s["not_predicted"]), "; ".join(s["not_predicted"])))
     worst = sorted(s["configs"], key=lambda c: -abs(c["relative_error"]))[:5]
     print("  worst configurations: " + "; ".join("%s %+.0f %%" % (c["label"], 100 * c["relative_error"])
                                                  for c in worst))

@@ -443,6 +443,23 @@ class Fits(unittest.TestCase):
                             calibrate.validate_bench("cpu", row, other, "t", fit=calibrate.cpu_link_fit)[0]
                             ["predicted_ms"])
 
+    def test_a_row_no_fit_without_it_can_price_is_listed_not_predicted(self):
+        # An algorithm measured at one size only: leaving that row out leaves nothing to fit it
+        # on. The row is named in not_predicted and the others are still predicted; without a
+        # list to name it in, the error is raised as before.
+        rows = calibrate.bench_rows(os.path.join(calibrate.CPU_REF, "allreduce-sweep.json"))
+        lone = [r for r in rows if r[0] == "tree"][:1]
+        fit_rows = [r for r in rows if r[0] != "tree"] + lone
+        check = [r for r in rows if r[:3] == ("ring", 16777216, 2)] + lone
+        skipped = []
+        pts = calibrate.validate_bench("cpu", check, fit_rows, "t", fit=calibrate.cpu_link_fit,
+                                       not_predicted=skipped)
+        self.assertEqual([p["label"] for p in pts], ["ring 16777216 B x2"])
+        self.assertEqual(len(skipped), 1)
+        self.assertIn("t: tree %d B x%d (the rows left without it cannot be fitted for it" % lone[0][1:3], skipped[0])
+        with self.assertRaises(KeyError):
+            calibrate.validate_bench("cpu", lone, fit_rows, "t", fit=calibrate.cpu_link_fit)
+
     def test_host_bound_link_is_the_slower_of_host_and_device(self):
         # ring on 2 devices, 16 MiB in 256 KiB pieces: 2(k-1) steps x 32 pieces of n/2 = 64
         # messages; host 0.01 + 64 x 0.03 ms, device n x 1e-9 + n/2 x 2e-9 ms.
@@ -834,11 +851,11 @@ class H200Runs(unittest.TestCase):
             k, prof = c["devices"], r["strategy_report"]["profiled_layer_ms"]
             self.assertIn("graph replays", after[r["label"]]["note"])
             self.assertGreater(comp.contention(k), 1.0)
-            b = c["global_batch"] * calibrate.gpu_effective(c)
-            args = (comp, link, k, b, o["microbatches"], None, prof)
-            replays = perf.layer_split(*args, layer_timing="graph replays")[0]
+            args = (comp, link, k, c["global_batch"], o["microbatches"], None, prof)
+            scale = calibrate.gpu_effective(c)
+            replays = perf.layer_split(*args, layer_timing="graph replays", scale=scale)[0]
             self.assertAlmostEqual(after[r["label"]]["predicted_ms"], replays + comp.group_overhead, places=9)
-            self.assertLess(replays, perf.layer_split(*args)[0])  # the host clock's: x contention(k)
+            self.assertLess(replays, perf.layer_split(*args, scale=scale)[0])  # the host clock's: x contention(k)
         # every other run's prediction is unchanged
         for label, p in before.items():
             if label not in {r["label"] for r in graphed} and p["strategy"] != "channel_split":
@@ -1073,7 +1090,7 @@ class GpuKinds(unittest.TestCase):
             for group in ("training", "allreduce_bench"):
                 self.assertEqual(summary["h100/" + group], summary["h200/" + group])
                 self.assertGreater(summary["h100/" + group]["points"], 10)
-            self.assertEqual(set(not_predicted), {"h200", "h100"})
+            self.assertEqual(set(not_predicted), {"cpu", "h200", "h100"})
 
             # The published H100 presets take the H100's measured compute once there is one.
             pres = presets.all_presets((ref_comp, cpu[1]), {k: (g[1], g[2]) for k, g in gpus.items()})
@@ -1097,6 +1114,59 @@ class GpuKinds(unittest.TestCase):
             self.assertEqual(report.stale_h200_prose(), "")
 
 
+class Validation(unittest.TestCase):
+    def test_repeats_of_a_calibration_configuration_are_calibration_too(self):
+        # The H200's graph factor makes single's graphed step at batch 256 equal gpu-check.json's
+        # "single gpu epoch"; the 10-epoch runs of that configuration (the accuracy bar, the
+        # seeds) are then predicted by construction and must not count as held out.
+        d = os.path.join(calibrate.REFERENCE, "h200-2026-12-04")
+        run = calibrate.gpu_run(d)
+        link, rows, fit = calibrate.gpu_link(run.bench)
+        cpu = (calibrate.cpu_compute(os.path.join(ROOT, "report", "data", "profile-cpu.json")),) + calibrate.cpu_link()
+        points = report.validate({"cpu": cpu}, {"h200": (run, calibrate.gpu_compute(run.gpu_check), link, rows, fit)})[0]
+        calibration = {(p["kind"], p["config_key"]) for p in points if not p["held_out"] and p["group"] == "training"}
+        held = [p for p in points if p["held_out"] and p["group"] == "training"]
+        self.assertTrue(held)
+        self.assertFalse([p["label"] for p in held if (p["kind"], p["config_key"]) in calibration])
+        seeds = [p for p in points if p["source"].endswith("lenet-10epochs-seeds-cudnn.json")]
+        self.assertEqual(len(seeds), 5)
+        self.assertTrue(all(not p["held_out"] and p["note"].startswith("calibration repeat") for p in seeds))
+        # a point of another kind or configuration is left as it is
+        pts = [{"kind": "a", "config_key": "x", "held_out": False, "group": "training", "note": ""},
+               {"kind": "b", "config_key": "x", "held_out": True, "group": "training", "note": ""},
+               {"kind": "a", "config_key": "y", "held_out": True, "group": "training", "note": ""},
+               {"kind": "a", "config_key": "x", "held_out": True, "group": "training", "note": ""}]
+        self.assertEqual([p["held_out"] for p in calibrate.mark_calibration_repeats(pts)], [False, True, True, False])
+
+    def test_a_run_whose_iterations_were_all_warm_up_is_left_out(self):
+        # bench_runner records a null median step for a run whose iterations were all warm-up;
+        # the fits and the validation pass over it instead of dividing by it.
+        with open(os.path.join(ROOT, "report", "data", "profile-cpu.json")) as f:
+            prof = json.load(f)
+        with open(os.path.join(calibrate.CPU_REF, "scaling.json")) as f:
+            scaling = json.load(f)
+        for doc in (prof, scaling):
+            for strategy in ("single", "channel_split"):
+                r = next((r for r in doc["runs"] if r["status"] == "ok" and r["config"]["strategy"] == strategy), None)
+                if r:
+                    r["timing"]["median_iteration_ms"] = None
+        before = len([r for r in scaling["runs"] if calibrate.timed(r)])
+        with tempfile.TemporaryDirectory() as t:
+            paths = [os.path.join(t, "profile.json"), os.path.join(t, "scaling.json")]
+            for path, doc in zip(paths, (prof, scaling)):
+                with open(path, "w") as f:
+                    json.dump(doc, f)
+            comp = calibrate.cpu_compute(paths[0])
+            link = calibrate.cpu_link()
+            saved = report.cpu_files
+            report.cpu_files = lambda: [paths[1]]
+            try:
+                points = report.validate({"cpu": (comp,) + link}, {})[0]
+            finally:
+                report.cpu_files = saved
+        self.assertEqual(len([p for p in points if p["source"].endswith("scaling.json")]), before)
+
+
 class Strategies(unittest.TestCase):
     def test_gpipe_bubble_for_equal_stages(self):
         # 4 layers of equal cost, no fixed part, free hand-offs: bubble = (k-1)/(m+k-1).
@@ -1106,6 +1176,44 @@ class Strategies(unittest.TestCase):
             for m in (1, 2, 4, 8):
                 _, bd = perf.layer_split(c, free, k, 256, m)
                 self.assertAlmostEqual(bd["bubble_fraction"], (k - 1) / (m + k - 1), places=9)
+
+    def test_virtual_devices_scale_the_compute_not_the_bytes(self):
+        # A virtual device on 1/s of the SMs computes batch b as the GPU computes s*b, but its
+        # collectives and hand-offs carry batch b's activations.
+        c = perf.Compute((0.1, 0.01), [(0.0, 1.0)] * 5, 0.7)
+        link = perf.Link({"allgather": (0.01, 1e-6, 0.0), "reduce_scatter": (0.01, 1e-6, 1e-7),
+                          "ring": (0.01, 1e-6, 1e-7), "p2p": (0.01, 1e-6, 0.0)})
+        for k in (2, 4):
+            t, bd = perf.channel_split(c, link, k, 256, scale=k)
+            _, real = perf.channel_split(c, link, k, 256)
+            _, big = perf.channel_split(c, link, k, 256 * k)
+            self.assertAlmostEqual(bd["communication"], real["communication"], places=12)
+            self.assertAlmostEqual(bd["compute"], big["compute"], places=12)
+            self.assertLess(bd["communication"], big["communication"])
+            t, bd = perf.layer_split(c, link, k, 256, 8, scale=k)
+            free = perf.Link({"p2p": (0.0, 0.0, 0.0)})
+            _, nolink = perf.layer_split(c, free, k, 256, 8, scale=k)
+            _, big = perf.layer_split(c, free, k, 256 * k, 8)
+            self.assertEqual(nolink["stage_ms"], big["stage_ms"])  # compute at the scaled batch
+            hand = [a - b for a, b in zip(bd["stage_ms"], nolink["stage_ms"])]
+            _, real = perf.layer_split(c, link, k, 256, 8)
+            _, real_free = perf.layer_split(c, free, k, 256, 8)
+            for got, want in zip(hand, [a - b for a, b in zip(real["stage_ms"], real_free["stage_ms"])]):
+                self.assertAlmostEqual(got, want, places=12)
+        # through a results run's config, as validate_runs passes it
+        cfg = {"strategy": "channel_split", "devices": 2, "global_batch": 256, "per_device_batch": 256,
+               "options": {"pairing": "none"}, "batch_scale": 2.0}
+        self.assertEqual(perf.predict(c, link, cfg)[0], perf.channel_split(c, link, 2, 256, scale=2.0)[0] + c.group_overhead)
+
+    def test_overlap_leaves_the_first_layers_tensor_exposed_per_tensor(self):
+        # Per tensor, backward makes the last layer's tensors ready first; what stays exposed
+        # whatever backward hides is the allreduce of the last one ready: the first layer's.
+        c = perf.Compute((1.0, 0.1), [(0.0, 1.0)] * 4, 0.7)
+        link = perf.Link({"ring": (0.0, 1e-6, 0.0)})
+        t, bd = perf.data_parallel(c, link, 2, 64, "ring", grouping="per_tensor", overlap=True)
+        first = link.time("ring", perf.TENSOR_BYTES[0], 2)
+        self.assertNotEqual(first, link.time("ring", perf.TENSOR_BYTES[-1], 2))
+        self.assertAlmostEqual(bd["exposed_communication"], first, places=12)
 
     def test_data_parallel_overlap_never_slower(self):
         c = perf.Compute((1.0, 0.1), [(0.0, 1.0)] * 4, 0.7)
