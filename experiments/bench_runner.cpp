@@ -145,6 +145,27 @@ void print_summary(const json& runs) {
         cell(r["timing"]["samples_per_s"], "%.0f").c_str(),
         cell(r.contains("scaling") ? r["scaling"]["speedup"] : json(nullptr), "%.2f").c_str());
     if (!r["reason"].is_null()) std::printf("    %s\n", r["reason"].get<std::string>().c_str());
+    if (r["status"] == "ok" && r["timing"]["timed_iterations"] == 0)
+      std::printf(
+          "    no step time: all %s iterations were warm-up (training.warmup_iterations %s)\n",
+          r["timing"]["warmup_iterations"].dump().c_str(),
+          r["config"]["warmup_iterations"].dump().c_str());
+  }
+}
+
+// A run whose every iteration is warm-up records accuracy but no step time (nor speedup): say
+// so before it runs, where the descriptor can still be changed.
+void note_untimed_runs(const paralab::Descriptor& d, const paralab::FashionMnist& data,
+                       paralab::Progress& progress) {
+  for (std::size_t i = 0; i < d.runs.size(); ++i) {
+    const auto& run = d.runs[i];
+    const int64_t steps =
+        paralab::iterations_per_epoch(run, data.train.count) * run.training.epochs;
+    if (steps > run.training.warmup_iterations) continue;
+    progress.line("note: run " + std::to_string(i + 1) + " (" + run.label + "): all " +
+                  std::to_string(steps) + " iterations are warm-up (training.warmup_iterations " +
+                  std::to_string(run.training.warmup_iterations) +
+                  "): it will record accuracy but no step time");
   }
 }
 
@@ -311,6 +332,7 @@ int run(int argc, char** argv) {
   paralab::Progress progress(paralab::Progress::wanted(quiet));
   progress.line("data: " + data.dir + " (" + std::to_string(data.train.count) + " train, " +
                 std::to_string(data.test.count) + " test)");
+  note_untimed_runs(d, data, progress);
   json doc;
   doc["schema_version"] = paralab::kResultsSchemaVersion;
   doc["state"] = "running";

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <set>
 #include <sstream>
 
 #include "core/device.h"
@@ -288,6 +289,11 @@ std::string sweep_suffix(const json& point) {
   return s;
 }
 
+// The run keys whose every value shows in default_label.
+const std::set<std::string> kLabelledKeys = {"devices",  "allreduce",     "grouping",
+                                             "overlap",  "pairing",       "microbatches",
+                                             "schedule", "batch_scaling", "lr_scaling"};
+
 std::string default_label(const RunSpec& spec) {
   std::string label = spec.strategy;
   const json& o = spec.options;
@@ -410,6 +416,13 @@ RunSpec parse_run(const Reader& r, json run, const json& training_defaults, cons
     if (!point.empty()) spec.label += " [" + sweep_suffix(point) + "]";
   } else {
     spec.label = default_label(spec);
+    // The swept keys the generated label does not show already, so that a sweep's runs are told
+    // apart: "single x1 [lr_warmup_iterations=2]"; a sweep over devices stays "x2", "x4".
+    json unshown = json::object();
+    for (const auto& [key, value] : point.items())
+      if (!kLabelledKeys.contains(key) || (key == "devices" && !value.is_number_integer()))
+        unshown[key] = value;  // a device list shows only as its count
+    if (!unshown.empty()) spec.label += " [" + sweep_suffix(unshown) + "]";
   }
   return spec;
 }

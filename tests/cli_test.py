@@ -19,6 +19,7 @@ import gzip
 import json
 import math
 import os
+import pty
 import re
 import shutil
 import statistics
@@ -324,6 +325,42 @@ class Output(BenchRunnerCase):
                           "images/s", "speedup"])
         self.assertEqual(lines[1].split()[:4], ["single", "x1", "ok", "1"])
         self.assertEqual(lines[2], "results: out.json")
+
+    def test_a_run_of_warm_up_iterations_only_says_it_has_no_step_time(self):
+        # 2 iterations under a warm-up of 5: the run is ok (accuracy) but times nothing; the
+        # table says why its step time is "-", and on a terminal a note says so before it runs.
+        name = self.write_descriptor(with_training(max_iterations_per_epoch=2, warmup_iterations=5))
+        proc = self.run_bench(name, "--out", "out.json")
+        self.assert_ran(proc)
+        self.assertEqual(proc.stderr, "")
+        self.assertIn("\n    no step time: all 2 iterations were warm-up (training.warmup_iterations 5)\n",
+                      proc.stdout)
+        run = self.load_valid_results("out.json")["runs"][0]
+        self.assertEqual((run["status"], run["timing"]["timed_iterations"], run["timing"]["median_iteration_ms"]),
+                         ("ok", 0, None))
+        master, slave = pty.openpty()
+        p = subprocess.Popen([str(BENCH_RUNNER), name, "--out", "tty.json"], cwd=self.tmp,
+                             stdin=subprocess.DEVNULL, stdout=slave, stderr=subprocess.PIPE)
+        os.close(slave)
+        seen = b""
+        while True:
+            try:
+                chunk = os.read(master, 4096)
+            except OSError:  # EIO: the child closed the terminal
+                break
+            if not chunk:
+                break
+            seen += chunk
+        os.close(master)
+        self.assertEqual(p.wait(timeout=TIMEOUT_S), 0)
+        p.stderr.close()
+        self.assertIn("note: run 1 (single x1): all 2 iterations are warm-up (training.warmup_iterations 5): "
+                      "it will record accuracy but no step time", seen.decode(errors="replace"))
+        # a run with timed iterations gets neither
+        proc = self.run_bench(self.write_descriptor(tiny_descriptor(), "timed.json"), "--out", "timed-out.json")
+        self.assert_ran(proc)
+        self.assertNotIn("no step time", proc.stdout)
+
 
 
 class BadInput(BenchRunnerCase):

@@ -3,6 +3,8 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <string>
+#include <vector>
 
 #include "core/error.h"
 #include "experiments/descriptor.h"
@@ -60,6 +62,33 @@ TEST(Descriptor, RunTrainingOverridesMergeOverTheTopLevel) {
   EXPECT_DOUBLE_EQ(d.runs[1].training.lr, 0.05);
   EXPECT_EQ(d.runs[1].training.epochs, 3);
   EXPECT_EQ(d.runs[1].label, "slow");
+}
+
+TEST(Descriptor, SweepLabelsTellTheRunsApart) {
+  json doc = minimal();
+  doc["runs"] = json::array();
+  // Keys the generated label shows: their values are the label's own.
+  doc["runs"].push_back({{"strategy", "data_parallel"},
+                         {"sweep", {{"devices", {2, 4}}, {"allreduce", {"ring", "tree"}}}}});
+  // Keys it does not show are appended, as they are to a given label.
+  doc["runs"].push_back({{"strategy", "single"}, {"sweep", {{"lr_warmup_iterations", {0, 2}}}}});
+  doc["runs"].push_back(
+      {{"strategy", "single"}, {"label", "mine"}, {"sweep", {{"lr_warmup_iterations", {3}}}}});
+  doc["runs"].push_back(
+      {{"strategy", "data_parallel"},
+       {"devices", 2},
+       {"sweep", {{"bucket_bytes", {65536, 1048576}}, {"overlap", {false, true}}}}});
+  const Descriptor d = parse_descriptor(doc, "d.json");
+  std::vector<std::string> labels;
+  for (const auto& run : d.runs) labels.push_back(run.label);
+  EXPECT_EQ(labels, (std::vector<std::string>{
+                        "data_parallel/ring x2", "data_parallel/ring x4", "data_parallel/tree x2",
+                        "data_parallel/tree x4", "single x1 [lr_warmup_iterations=0]",
+                        "single x1 [lr_warmup_iterations=2]", "mine [lr_warmup_iterations=3]",
+                        "data_parallel x2 [bucket_bytes=65536]",
+                        "data_parallel overlap x2 [bucket_bytes=65536]",
+                        "data_parallel x2 [bucket_bytes=1048576]",
+                        "data_parallel overlap x2 [bucket_bytes=1048576]"}));
 }
 
 TEST(Descriptor, DeviceListsPlaceDevicesOnGpus) {
