@@ -5,6 +5,7 @@
 # killed leaves CMakeCache.txt without build.ninja / Makefile), and starts the folder afresh when
 # it was configured with another generator than the one chosen here (ninja when installed).
 set -euo pipefail
+case "${1:-}" in -h | --help) sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"; exit 0 ;; esac  # the comment above
 cd "$(dirname "$0")/.."
 build_dir=${BUILD_DIR:-build}
 generator="Unix Makefiles"

@@ -14,7 +14,9 @@
 # gzip headers (original file name dropped, new mtime), so their MD5s differ from the sums below
 # and this script would fetch them again: point the program at that directory, don't copy them here.
 set -euo pipefail
+case "${1:-}" in -h | --help) sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"; exit 0 ;; esac  # the comment above
 
+[[ ${1:-} != -* ]] || { echo "fetch-fashion-mnist.sh: unknown option '$1' (usage: scripts/fetch-fashion-mnist.sh [TARGET_DIR]; --help)" >&2; exit 2; }
 readonly target="${1:-./data/fashion-mnist}"
 readonly mirrors=(
   ${FASHION_MNIST_MIRROR:+"$FASHION_MNIST_MIRROR"}

@@ -24,6 +24,7 @@
 # Run it, for each of the four releases above, whenever the dependency list, the build files or
 # the oneDNN calls change; CI (Debian 12 only) does not run it.
 set -euo pipefail
+case "${1:-}" in -h | --help) sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"; exit 0 ;; esac  # the comment above
 cd "$(dirname "$0")/.."
 repo=$PWD
 root="" keep=0 mirror="" suite=bookworm keyring=""

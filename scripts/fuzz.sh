@@ -10,6 +10,7 @@
 #   --grow-corpus   merge the new inputs that add coverage into the committed corpus
 # Installs clang and its runtimes with apt-get when missing (like scripts/install-deps.sh).
 set -euo pipefail
+case "${1:-}" in -h | --help) sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"; exit 0 ;; esac  # the comment above
 cd "$(dirname "$0")/.."
 seconds=60 runs="" grow=0 targets=()
 while (($#)); do

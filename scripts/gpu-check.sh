@@ -68,6 +68,7 @@
 # GPU_CHECK_BUILD_DIR names a finished build to use as it is; by default build-gpu/ is configured
 # once and built in every call (incremental: a warm machine's second call rebuilds what changed).
 set -uo pipefail
+case "${1:-}" in -h | --help) sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"; exit 0 ;; esac  # the comment above
 cd "$(dirname "$0")/.."
 start=$(date +%s)
 known_parts=(determinism pytorch collectives main bench seeds speed sanitizers ncu models sweep)

@@ -15,6 +15,7 @@
 # While hidden, a commit would record the results as deleted: a pre-commit hook refuses it until
 # `restore`. Exit 1 with one line on a refusal.
 set -euo pipefail
+case "${1:-}" in -h | --help) sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"; exit 0 ;; esac  # the comment above
 cd "$(dirname "$0")/.."
 die() { echo "gpu-travel.sh: $*" >&2; exit 1; }
 git rev-parse --git-dir >/dev/null 2>&1 || die "$(pwd) is not a git checkout"

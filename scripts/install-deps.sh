@@ -5,6 +5,7 @@
 #   --with-torch  also Debian's PyTorch (python3-torch), for the baseline benchmark
 #                 (experiments/baselines/compare_pytorch.py); large, so not installed by default.
 set -euo pipefail
+case "${1:-}" in -h | --help) sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"; exit 0 ;; esac  # the comment above
 
 packages=(
   cmake ninja-build g++ git pkg-config

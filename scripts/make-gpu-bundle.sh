@@ -5,6 +5,7 @@
 # files. scripts/gpu-check.sh builds a CUDA-only ParaLab there from it (no oneDNN: the CPU
 # backend's 40 MB library would not fit beside the data). Run scripts/install-deps.sh first.
 set -euo pipefail
+case "${1:-}" in -h | --help) sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"; exit 0 ;; esac  # the comment above
 cd "$(dirname "$0")/.."
 out=gpu-bundle
 multiarch=$(gcc -print-multiarch 2>/dev/null || echo x86_64-linux-gnu)

@@ -38,7 +38,7 @@ while [ $# -gt 0 ]; do
     --label) [ $# -ge 2 ] || die "--label needs a name"; label="$2"; shift ;;
     --out) [ $# -ge 2 ] || die "--out needs a directory"; out="$2"; shift ;;
     --short) short=1 ;;
-    -h|--help) sed -n '2,27p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"; exit 0 ;;
     *) die "unknown argument '$1' (see --help)" ;;
   esac
   shift

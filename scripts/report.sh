@@ -30,7 +30,7 @@ while [ $# -gt 0 ]; do
     --full) mode=full ;;
     --short) mode=short ;;
     --out) [ $# -ge 2 ] || { echo "report.sh: --out needs a directory" >&2; exit 1; }; out="$2"; shift ;;
-    -h|--help) sed -n '2,21p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"; exit 0 ;;
     *) echo "report.sh: unknown argument '$1' (see --help)" >&2; exit 1 ;;
   esac
   shift

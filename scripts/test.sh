@@ -8,6 +8,7 @@
 # build (PARALAB_WITH_CUDA=OFF) is built and tested too, so that the build without CUDA keeps
 # working.
 set -euo pipefail
+case "${1:-}" in -h | --help) sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"; exit 0 ;; esac  # the comment above
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
 scripts/build.sh

@@ -1,0 +1,61 @@
+#!/usr/bin/python3
+"""Every user-facing script answers -h / --help with its usage and does nothing else.
+
+    tests/scripts_help_test.py SOURCE_DIR
+
+Each scripts/*.sh (but child.sh, an internal wrapper whose arguments are a command) runs with
+--help and with -h, with stand-ins first on the PATH for every program the scripts install,
+build, fetch or run with (apt-get, sudo, cmake, ninja, curl, ...): it must exit 0, print the
+comment at its top (its first line at least) and call none of them.
+"""
+import os
+import stat
+import subprocess
+import sys
+import tempfile
+import unittest
+from pathlib import Path
+
+SOURCE = None
+STANDINS = ("apt-get", "sudo", "dpkg-query", "cmake", "ninja", "make", "ctest", "curl", "wget",
+            "git", "debootstrap", "chroot", "mount", "nvcc", "mpirun", "python3", "tar", "mkdir",
+            "mktemp", "bench_runner", "allreduce_bench")
+
+
+class Help(unittest.TestCase):
+    def setUp(self):
+        self.tmp = Path(tempfile.mkdtemp(prefix="paralab-help-test-"))
+        self.calls = self.tmp / "calls"
+        bin_dir = self.tmp / "bin"
+        bin_dir.mkdir()
+        for name in STANDINS:
+            p = bin_dir / name
+            p.write_text('#!/bin/sh\necho "%s $*" >> "%s"\nexit 99\n' % (name, self.calls))
+            p.chmod(p.stat().st_mode | stat.S_IXUSR)
+        self.env = dict(os.environ, PATH="%s:%s" % (bin_dir, os.environ.get("PATH", "")))
+
+    def tearDown(self):
+        subprocess.run(["rm", "-rf", str(self.tmp)], check=False)
+
+    def test_every_script_prints_its_usage_and_does_nothing_else(self):
+        scripts = sorted(p for p in (SOURCE / "scripts").glob("*.sh") if p.name != "child.sh")
+        self.assertGreater(len(scripts), 10)
+        for script in scripts:
+            lines = script.read_text().splitlines()
+            first = lines[1].lstrip("#").strip()
+            self.assertTrue(first, "%s: no comment on its second line" % script.name)
+            for flag in ("--help", "-h"):
+                with self.subTest(script=script.name, flag=flag):
+                    p = subprocess.run(["bash", str(script), flag], cwd=self.tmp, env=self.env,
+                                       stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                                       timeout=30)
+                    self.assertEqual(p.returncode, 0, p.stderr)
+                    self.assertEqual(p.stdout.splitlines()[0], first)
+                    self.assertNotIn("#!/", p.stdout)
+                    self.assertFalse(self.calls.exists(),
+                                     "called: " + (self.calls.read_text() if self.calls.exists() else ""))
+
+
+if __name__ == "__main__":
+    SOURCE = Path(sys.argv.pop(1)).resolve()
+    unittest.main()
