@@ -1167,6 +1167,18 @@ class Validation(unittest.TestCase):
         self.assertEqual(len([p for p in points if p["source"].endswith("scaling.json")]), before)
 
 
+class Interpreter(unittest.TestCase):
+    def test_a_python_without_numpy_gets_one_line_not_a_traceback(self):
+        import subprocess
+        blocked = ("import sys, runpy; sys.modules['numpy'] = None; sys.argv = ['model.session', '.']; "
+                   "runpy.run_module('model.session', run_name='__main__')")
+        p = subprocess.run([sys.executable, "-c", blocked], cwd=ROOT, capture_output=True, text=True, timeout=60)
+        self.assertEqual(p.returncode, 1)
+        self.assertEqual(p.stdout, "")
+        self.assertEqual(len(p.stderr.splitlines()), 1, p.stderr)
+        self.assertIn("has no numpy; use /usr/bin/python3", p.stderr)
+
+
 class Strategies(unittest.TestCase):
     def test_gpipe_bubble_for_equal_stages(self):
         # 4 layers of equal cost, no fixed part, free hand-offs: bubble = (k-1)/(m+k-1).

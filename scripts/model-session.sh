@@ -75,7 +75,7 @@ runner=${BENCH_RUNNER:-$build/bench_runner}
 bench=${ALLREDUCE_BENCH:-$build/allreduce_bench}
 python=${PARALAB_PYTHON:-/usr/bin/python3}
 [ -x "$python" ] || python=python3
-"$python" -c 'import numpy' 2>/dev/null || die "$python has no numpy (scripts/install-deps.sh installs python3-numpy)"
+"$python" -c 'import numpy' 2>/dev/null || die "$python has no numpy (Debian's python3-numpy, which python3-matplotlib from scripts/install-deps.sh brings)"
 for t in "$runner" "$bench"; do
   if [ ! -x "$t" ]; then
     echo "model-session.sh: building $(basename "$t")"
