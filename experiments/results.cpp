@@ -15,6 +15,7 @@
 #include <mutex>
 
 #include "core/error.h"
+#include "core/fashion_mnist.h"
 #include "experiments/descriptor.h"
 
 namespace paralab {
@@ -229,12 +230,39 @@ std::vector<nlohmann::json> resumable_runs_unbounded(const std::string& text,
     throw Error(what + ": schema_version " + version.dump().substr(0, 40) +
                 ", this bench_runner writes " + std::to_string(kResultsSchemaVersion) +
                 " (rerun it whole)");
-  if (old["descriptor"] != d.resolved) {
-    const json diff = json::diff(old["descriptor"], d.resolved);
+  // Where the data lies is not part of the experiment: the descriptors are compared without
+  // dataset.dir (null when found, or a path), and the directories the two invocations read
+  // from, resolved, must be one (other files there could hold other data).
+  json old_descriptor = old["descriptor"], descriptor = d.resolved;
+  for (json* j : {&old_descriptor, &descriptor})
+    if (j->is_object() && j->contains("dataset") && (*j)["dataset"].is_object())
+      (*j)["dataset"].erase("dir");
+  if (old_descriptor != descriptor) {
+    const json diff = json::diff(old_descriptor, descriptor);
     std::string where = diff.empty() ? "" : diff[0].value("path", std::string());
     if (where.size() > 80) where = where.substr(0, 80) + "...";
     throw Error(what + ": made from another descriptor (they differ at " +
                 (where.empty() ? std::string("the top level") : where) + ")");
+  }
+  const json old_dir = old.contains("dataset") && old["dataset"].is_object()
+                           ? old["dataset"].value("dir", json(nullptr))
+                           : json(nullptr);
+  if (old_descriptor.is_object() && old["descriptor"].value("dataset", json::object()) !=
+                                        d.resolved.value("dataset", json::object())) {
+    const std::string dir =
+        d.data_dir ? *d.data_dir : find_fashion_mnist_dir(fashion_mnist_search_dirs(std::nullopt));
+    std::error_code ec1, ec2;
+    const bool same = old_dir.is_string() &&
+                      std::filesystem::weakly_canonical(old_dir.get<std::string>(), ec1) ==
+                          std::filesystem::weakly_canonical(dir, ec2) &&
+                      !ec1 && !ec2;
+    if (!same)
+      throw Error(
+          what + ": its runs read the data in " +
+          (old_dir.is_string() ? old_dir.get<std::string>() : std::string("(not recorded)")) +
+          ", this invocation's is in " + dir + " (give --data-dir " +
+          (old_dir.is_string() ? old_dir.get<std::string>() : std::string("DIR")) +
+          " to resume it)");
   }
   std::vector<json> ok;
   for (json& r : old["runs"])

@@ -256,6 +256,31 @@ class Interruption(Case):
         self.assert_bad_input([name, "--resume", "first.json", "--set", "training.epochs=2"],
                               "--resume first.json", "another descriptor", "/training/epochs")
 
+    def test_resume_reads_the_same_data_wherever_the_descriptor_names_it(self):
+        # The first invocation finds the data itself (dataset.dir null); naming the same
+        # directory with --data-dir, in another spelling, resumes it. Another directory does
+        # not: it could hold other data.
+        doc = descriptor(runs=2)
+        doc["dataset"]["dir"] = None
+        name = self.write(doc)
+        env = dict(os.environ, FASHION_MNIST_DIR=str(DATA))
+        p = subprocess.run([str(BENCH), name, "--out", "first.json", "--quiet"], cwd=self.tmp,
+                           env=env, stdin=subprocess.DEVNULL, capture_output=True, timeout=120)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        code, out, err = self.run_cmd(name, "--resume", "first.json", "--out", "again.json",
+                                      "--quiet", "--data-dir", str(DATA) + "/.")
+        self.assertEqual(code, 0, err)
+        self.assertEqual(self.load_valid(self.tmp / "again.json")["resumed_from"]["runs_kept"], 2)
+        other = self.tmp / "other-data"
+        other.mkdir()
+        for stem in STEMS:
+            shutil.copy(DATA / (stem + ".gz"), other)
+        line = self.assert_bad_input([name, "--resume", "first.json", "--data-dir", str(other)],
+                                     "--resume first.json: its runs read the data in " + str(DATA),
+                                     "this invocation's is in " + str(other),
+                                     "give --data-dir " + str(DATA))
+        self.assertNotIn("another descriptor", line)
+
     def test_an_interrupted_resume_keeps_the_later_runs_of_the_earlier_file(self):
         # Run 2 of 6 is missing from the earlier file; the resume is stopped while it reruns. Its
         # file must hold runs 3-6 too (ok in the earlier file), so that resuming it in turn
