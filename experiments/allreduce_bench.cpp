@@ -646,6 +646,10 @@ void print_help() {
       "  --help                    this text\n"
       "A --benchmark_out file must not exist (results are never overwritten); a\n"
       "--benchmark_filter that selects nothing, or is not a valid regex, is an error.\n"
+      "Each row is one Google Benchmark iteration that times as many collectives as\n"
+      "--max-wall allows (counter ops; time is per collective): --benchmark_min_time\n"
+      "and --benchmark_min_warmup_time do not apply and are refused. algbw and busbw\n"
+      "are in GB/s, printed with a bare \"/s\" (bytes x 1e-9 per second, as nccl-tests).\n"
       "Google Benchmark's flags:\n");
 #if PARALAB_BENCHMARK_PRINTS_HELP
   benchmark::PrintDefaultHelp();
@@ -697,6 +701,11 @@ int allreduce_bench_main(int argc, char** argv,
       if (::lstat(out.c_str(), &st) == 0)
         throw Error("--benchmark_out=" + out + ": file exists (results are never overwritten)");
     }
+    if (a.rfind("--benchmark_min_time", 0) == 0 || a.rfind("--benchmark_min_warmup_time", 0) == 0)
+      throw Error(a.substr(0, a.find('=')) +
+                  ": not used here: each row times collectives for --max-wall=SECONDS "
+                  "(default 0.5; 0.2 s of collectives suffice); --benchmark_repetitions=N "
+                  "repeats rows");
     if (a.rfind("--devices=", 0) == 0) {
       devices = parse_devices(a.substr(10));
       devices_given = true;

@@ -9,7 +9,7 @@ rec="$1"
 bench="$2"
 filter='(allreduce/(ring|tree|naive)|allgather/ring|reduce_scatter/ring|memcpy)/devices:2/bytes:(516272|16)/'
 out=$("$rec" --graphs=on --sizes=lenet --devices=2 --benchmark_filter="$filter" \
-  --benchmark_min_time=0.01 --benchmark_counters_tabular=false 2>&1) || {
+  --max-wall=0.01 --benchmark_counters_tabular=false 2>&1) || {
   echo "$out"; echo "FAIL: recording_allreduce_bench --graphs=on exited non-zero"; exit 1; }
 echo "$out"
 rows=$(echo "$out" | grep -c "manual_time ")
@@ -26,7 +26,7 @@ echo "$out" | grep -q "allreduce/ring.*wrong result before timing: rank" ||
 # A graph the devices cannot make: under auto, said once per group on stderr and timed eagerly
 # (no "graph" label, graph=0), exit 0; under on, each benchmark skipped with the reason, exit 2.
 out=$("$rec" fail-group-end --sizes=lenet --devices=2 --benchmark_filter="$filter" \
-  --benchmark_min_time=0.01 --benchmark_counters_tabular=false 2>&1) || {
+  --max-wall=0.01 --benchmark_counters_tabular=false 2>&1) || {
   echo "$out"; echo "FAIL: a capture that fails under --graphs=auto exited non-zero"; exit 1; }
 echo "$out"
 rows=$(echo "$out" | grep -c "manual_time ")

@@ -32,7 +32,7 @@ def main():
         out = Path(tmp) / "out.json"
         proc = subprocess.run(
             [*args.mpirun, "-np", "2", args.allreduce_bench, "--sizes=lenet",
-             "--benchmark_min_time=0.01", f"--benchmark_out={out}",
+             "--max-wall=0.01", f"--benchmark_out={out}",
              "--benchmark_out_format=json"],
             capture_output=True, text=True, timeout=240, cwd=tmp)
         check(proc.returncode == 0, f"exit {proc.returncode}: {proc.stderr[-2000:]}")

@@ -484,7 +484,7 @@ class AllreduceBenchFlags(Case):
     def test_several_chunk_sizes_are_each_timed_and_reported(self):
         code, out, err = self.run_cmd(
             "--devices=2", "--sizes=lenet", "--chunk-bytes=0,4096,auto",
-            "--benchmark_filter=^allreduce/ring/", "--benchmark_min_time=0.01",
+            "--benchmark_filter=^allreduce/ring/", "--max-wall=0.01",
             "--benchmark_format=json", program=ALLREDUCE)
         self.assertEqual(code, 0, err)
         rows = json.loads(out)["benchmarks"]
@@ -513,7 +513,7 @@ class AllreduceBenchFlags(Case):
     def test_launches_time_a_chain_per_rank_only_when_asked(self):
         code, out, err = self.run_cmd(
             "--devices=2", "--sizes=lenet", "--launches", "--benchmark_filter=^launches",
-            "--benchmark_min_time=0.01", "--benchmark_format=json", program=ALLREDUCE)
+            "--max-wall=0.01", "--benchmark_format=json", program=ALLREDUCE)
         self.assertEqual(code, 0, err)
         rows = json.loads(out)["benchmarks"]
         self.assertEqual([r["name"].split("/iterations")[0] for r in rows], ["launches/devices:2"])
@@ -546,6 +546,11 @@ class AllreduceBenchFlags(Case):
         for bad in ("0", "-1", "abc", "1e3", "7200", ".", "", "0.5.1"):
             self.assert_bad_input(["--max-wall=" + bad], "--max-wall: '%s'" % bad, program=ALLREDUCE)
         self.assert_bad_input(["--devices=2abc"], "--devices", "2abc", program=ALLREDUCE)
+        # Each row times collectives for --max-wall; Google Benchmark's minimum times would be
+        # silently ignored (every row is one iteration), so they are refused.
+        for flag in ("--benchmark_min_time=2", "--benchmark_min_time=2s", "--benchmark_min_warmup_time=1"):
+            self.assert_bad_input([flag, "--devices=2", "--sizes=lenet"], flag.split("=")[0] + ": not used here",
+                                  "--max-wall", program=ALLREDUCE)
         for bad in ("2", "fast", "-4", "", "4,,8"):
             self.assert_bad_input(["--chunk-bytes=" + bad], "--chunk-bytes", program=ALLREDUCE)
         for bad, item in (("6", "'6'"), ("coarse", "'coarse'"), ("0", "'0'"), ("4,,8", "''"),
