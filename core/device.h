@@ -322,7 +322,7 @@ std::unique_ptr<NativePointToPoint> make_native_point_to_point(const std::string
 std::vector<std::string> known_backends();
 std::string resolve_backend(const std::string& backend);
 // Empty when `backend` can make devices here; otherwise why not ("not built", "no usable GPU:
-// CUDA driver version is insufficient ..."). GPU tests skip with this reason.
+// no NVIDIA driver found (libcuda)", ...). GPU tests skip with this reason.
 std::string backend_unavailable(const std::string& backend);
 // GPUs this process can use (0 in builds without the CUDA backend, or without a usable GPU).
 int usable_gpu_count();

@@ -288,6 +288,17 @@ TEST(CudaBackend, CublasIsLoadedOnFirstUseWithEveryFunction) {
   EXPECT_EQ(backend_versions()["cublas"], cuda::blas_version());
 }
 
+// Without an NVIDIA driver the runtime reports cudaErrorInsufficientDriver, "driver version is
+// insufficient", which would send a user to upgrade a driver that is not there.
+TEST(CudaBackend, NoDriverIsNamedAsSuch) {
+  if (void* driver = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL)) {
+    dlclose(driver);
+    GTEST_SKIP() << "an NVIDIA driver is installed here";
+  }
+  EXPECT_EQ(backend_unavailable("cuda"), "no usable GPU: no NVIDIA driver found (libcuda)");
+  EXPECT_EQ(usable_gpu_count(), 0);
+}
+
 // What allreduce_bench records of the GPUs it ran on (the performance model checks it against the
 // directory a file is committed in): each usable GPU's name and SM count, in GPU order.
 TEST(CudaBackend, GpuPropertiesNameEveryUsableGpu) {

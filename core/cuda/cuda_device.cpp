@@ -635,7 +635,23 @@ int usable_gpus(std::string* why_none) {
   int count = 0;
   const cudaError_t e = cudaGetDeviceCount(&count);
   if (e != cudaSuccess) {
-    if (why_none) *why_none = std::string("no usable GPU: ") + cudaGetErrorString(e);
+    if (why_none) {
+      // cudaErrorInsufficientDriver also means no driver at all, where the runtime's words
+      // ("driver version is insufficient") would send the user to upgrade one.
+      int driver = 0, runtime = 0;
+      const bool know = cudaDriverGetVersion(&driver) == cudaSuccess &&
+                        cudaRuntimeGetVersion(&runtime) == cudaSuccess;
+      const auto version = [](int v) {
+        return std::to_string(v / 1000) + "." + std::to_string(v % 1000 / 10);
+      };
+      if (e == cudaErrorInsufficientDriver && know && driver == 0)
+        *why_none = "no usable GPU: no NVIDIA driver found (libcuda)";
+      else if (e == cudaErrorInsufficientDriver && know)
+        *why_none = "no usable GPU: the NVIDIA driver supports CUDA " + version(driver) +
+                    ", this build's runtime needs " + version(runtime);
+      else
+        *why_none = std::string("no usable GPU: ") + cudaGetErrorString(e);
+    }
     cudaGetLastError();  // clear the sticky error for later calls
     return 0;
   }
