@@ -68,7 +68,8 @@ class Reader {
 
   int64_t integer(const json& v, const std::string& path, int64_t min) const {
     if (!(v.is_number_integer() || v.is_number_unsigned()))
-      fail(path, "must be an integer, got " + type_name(v));
+      fail(path, "must be an integer, got " + type_name(v) +
+                     (v.is_number() ? " (" + v.dump() + ")" : std::string()));
     if (v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX))
       fail(path, "is too large");
     const int64_t x = v.get<int64_t>();
@@ -136,20 +137,34 @@ std::string json_error_text(const json::exception& e) {
 }
 
 struct TooDeep {};
+struct DuplicateKey {
+  std::string key;
+};
 
 // Parses JSON no deeper than kMaxDepth. With bare_word_ok (a --set value) text that is not JSON
 // is taken as the string text_if_bare, except a number too large for a double: an error.
 template <typename Input>
 json parse_limited(Input&& input, const std::string& what, bool bare_word_ok,
                    const std::string& text_if_bare) {
-  const json::parser_callback_t limit = [](int depth, json::parse_event_t, json&) {
+  // The keys of each object being read, to refuse a key given twice (the parser would keep the
+  // last silently).
+  std::vector<std::set<std::string>> keys;
+  const json::parser_callback_t limit = [&keys](int depth, json::parse_event_t event,
+                                                json& parsed) {
     if (depth > kMaxDepth) throw TooDeep{};
+    if (event == json::parse_event_t::object_start) keys.emplace_back();
+    if (event == json::parse_event_t::object_end && !keys.empty()) keys.pop_back();
+    if (event == json::parse_event_t::key && !keys.empty() && parsed.is_string() &&
+        !keys.back().insert(parsed.get<std::string>()).second)
+      throw DuplicateKey{parsed.get<std::string>()};
     return true;
   };
   try {
     return json::parse(std::forward<Input>(input), limit);
   } catch (const TooDeep&) {
     throw Error(what + ": nested deeper than " + std::to_string(kMaxDepth) + " levels");
+  } catch (const DuplicateKey& d) {
+    throw Error(what + ": key " + quoted(d.key) + " appears twice in one object");
   } catch (const json::out_of_range& e) {
     throw Error(what + ": " + json_error_text(e));
   } catch (const json::exception& e) {
@@ -401,8 +416,12 @@ RunSpec parse_run(const Reader& r, json run, const json& training_defaults, cons
   }
   spec.options = json::object();
   for (const auto& [key, value] : run.items())
-    if (std::find(kRunCommonKeys.begin(), kRunCommonKeys.end(), key) == kRunCommonKeys.end())
+    if (std::find(kRunCommonKeys.begin(), kRunCommonKeys.end(), key) == kRunCommonKeys.end()) {
+      if (std::find(kTrainingKeys.begin(), kTrainingKeys.end(), key) != kTrainingKeys.end())
+        r.fail(path + "." + key, "is a training key: give it in " + path +
+                                     ".training (a sweep cannot vary it: one run per value)");
       spec.options[key] = value;
+    }
   if (spec.strategy == "single" && spec.devices != 1)
     r.fail(path + ".devices",
            "strategy 'single' runs on 1 device, got " + std::to_string(spec.devices));

@@ -143,7 +143,8 @@ TEST(Descriptor, RejectsBadInputWithFileAndPath) {
       {with("/training/lr", 0), "training.lr: must be > 0"},
       {with("/training/lr", -0.1), "training.lr: must be > 0"},
       {with("/training/epochs", 0), "training.epochs: must be >= 1, got 0"},
-      {with("/training/epochs", 1.5), "training.epochs: must be an integer, got a number"},
+      {with("/training/epochs", 1.5), "training.epochs: must be an integer, got a number (1.5)"},
+      {with("/training/epochs", 2.0), "training.epochs: must be an integer, got a number (2.0)"},
       {with("/training/threads_per_device", 0), "training.threads_per_device: must be >= 1"},
       {with("/dataset/train_limit", 0), "dataset.train_limit: must be >= 1"},
       {with("/dataset/dir", 3), "dataset.dir: must be a string"},
@@ -168,6 +169,10 @@ TEST(Descriptor, RejectsBadInputWithFileAndPath) {
       {with("/runs/0/devices", 0), "runs.0.devices: must be >= 1, got 0"},
       {with("/runs/0/devices", 2), "runs.0.devices: strategy 'single' runs on 1 device, got 2"},
       {with("/runs/0/allreduce", "ring"), "runs.0.allreduce: unknown option for strategy 'single'"},
+      {with("/runs/0/seed", 1),
+       "runs.0.seed: is a training key: give it in runs.0.training (a sweep cannot vary it"},
+      {with("/runs/0/sweep", json{{"lr", {0.1, 0.2}}}),
+       "runs.0[lr=0.1].lr: is a training key: give it in runs.0[lr=0.1].training"},
       {with("/runs/0/training", json{{"lr", "x"}}), "runs.0.training.lr: must be a number"},
       {with("/runs/0/training", json{{"nope", 1}}), "runs.0.training.nope: unknown key"},
       {json{{"runs", json::array({json{{"strategy", "single"}}})}}, "d.json: name: missing"},
@@ -180,6 +185,25 @@ TEST(Descriptor, RejectsBadInputWithFileAndPath) {
         << "'";
     EXPECT_EQ(msg.find('\n'), std::string::npos) << "one line: " << msg;
   }
+}
+
+// A key given twice in one object: JSON parsers keep one silently; a descriptor (or results file,
+// or --set value) that does so is refused naming the key. The same key in two objects is fine.
+TEST(Descriptor, AKeyTwiceInOneObjectIsRefused) {
+  const auto error = [](const std::string& text) {
+    try {
+      parse_json_limited(text, "d.json");
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  EXPECT_EQ(error(R"({"name": "a", "runs": [], "name": "b"})"),
+            "d.json: key 'name' appears twice in one object");
+  EXPECT_EQ(error(R"({"training": {"lr": 0.1, "epochs": 2, "lr": 0.2}})"),
+            "d.json: key 'lr' appears twice in one object");
+  EXPECT_EQ(error(R"({"a": {"x": 1}, "b": {"x": 1}, "c": [{"x": 1}, {"x": 2}]})"), "");
+  EXPECT_EQ(error(R"({"a": {"b": {"c": 1}}, "b": 2, "c": 3})"), "");
 }
 
 TEST(Override, SetsNestedKeysListElementsAndParsesJsonValues) {
