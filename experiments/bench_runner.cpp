@@ -24,6 +24,7 @@
 #include <fstream>
 #include <iterator>
 #include <optional>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -126,13 +127,15 @@ std::string cell(const json& v, const char* fmt) {
   return buf;
 }
 
-void print_summary(const json& runs) {
+// kept: the runs (indices into runs) taken from --resume's file, not run here.
+void print_summary(const json& runs, const std::set<std::size_t>& kept, const std::string& from) {
   int width = 3;
   for (const auto& r : runs)
     width = std::max(width, static_cast<int>(r["label"].get<std::string>().size()));
   std::printf("\n%-*s %-9s %6s %9s %9s %11s %10s %8s\n", width, "run", "status", "epochs",
               "test_acc", "best_acc", "median_ms", "images/s", "speedup");
-  for (const auto& r : runs) {
+  for (std::size_t i = 0; i < runs.size(); ++i) {
+    const json& r = runs[i];
     const json& eps = r["epochs"];
     json last = eps.empty() ? json(nullptr) : eps.back()["test_acc"];
     double best = -1;
@@ -144,6 +147,7 @@ void print_summary(const json& runs) {
         cell(r["timing"]["median_iteration_ms"], "%.2f").c_str(),
         cell(r["timing"]["samples_per_s"], "%.0f").c_str(),
         cell(r.contains("scaling") ? r["scaling"]["speedup"] : json(nullptr), "%.2f").c_str());
+    if (kept.contains(i)) std::printf("    kept from %s (not run again)\n", from.c_str());
     if (!r["reason"].is_null()) std::printf("    %s\n", r["reason"].get<std::string>().c_str());
     if (r["status"] == "ok" && r["timing"]["timed_iterations"] == 0)
       std::printf(
@@ -371,11 +375,13 @@ int run(int argc, char** argv) {
   }
 #endif
   // --resume: run i's ok run in the earlier file, moved into this one; false when it has none.
+  std::set<std::size_t> kept_runs;  // their places in doc["runs"]
   const auto keep = [&](std::size_t i) {
     const auto kept = std::find_if(reusable.begin(), reusable.end(), [&](const json& r) {
       return r["run_spec"] == d.runs[i].expanded;
     });
     if (kept == reusable.end()) return false;
+    kept_runs.insert(doc["runs"].size());
     progress.line("[run " + std::to_string(i + 1) + "/" + std::to_string(d.runs.size()) + "] " +
                   d.runs[i].label + ": ok in " + resume + ", kept");
     doc["runs"].push_back(std::move(*kept));
@@ -407,7 +413,7 @@ int run(int argc, char** argv) {
   // its default action does.
   if (!stop) g_signals_stop_runs = false;
   if (!quiet) {
-    print_summary(doc["runs"]);
+    print_summary(doc["runs"], kept_runs, resume);
     std::printf("\nresults: %s\n", file->path().c_str());
     std::fflush(stdout);
   }

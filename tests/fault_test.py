@@ -271,6 +271,11 @@ class Interruption(Case):
                                       "--quiet", "--data-dir", str(DATA) + "/.")
         self.assertEqual(code, 0, err)
         self.assertEqual(self.load_valid(self.tmp / "again.json")["resumed_from"]["runs_kept"], 2)
+        # The summary table says which runs were kept rather than run.
+        code, out, err = self.run_cmd(name, "--resume", "first.json", "--out", "table.json",
+                                      "--data-dir", str(DATA))
+        self.assertEqual(code, 0, err)
+        self.assertEqual(out.count("\n    kept from first.json (not run again)\n"), 2, out)
         other = self.tmp / "other-data"
         other.mkdir()
         for stem in STEMS:
