@@ -4,8 +4,9 @@
 # corpus (tests/fuzz/corpus/<target>). Prints each target's executions and exits non-zero on any
 # crash, leak, timeout or out-of-memory (the reproducer is saved in build-fuzz/findings/).
 #   scripts/fuzz.sh [--seconds N] [--runs N] [--grow-corpus] [target ...]
-#   --seconds N     run each target N seconds (default 60; CI uses this); as many targets run
-#                   at once as there are cores
+#   --seconds N     give each target N seconds of a core (default 60; CI uses this): with no
+#                   more targets than cores, each runs N seconds on its own core; with more,
+#                   all run at once for N x targets / cores seconds (3 on 2 cores: 90 s)
 #   --runs N        stop each target after N executions instead (e.g. 1000000)
 #   --grow-corpus   merge the new inputs that add coverage into the committed corpus
 # Installs clang and its runtimes with apt-get when missing (like scripts/install-deps.sh).
@@ -43,13 +44,20 @@ CC=clang CXX=clang++ BUILD_DIR=build-fuzz BUILD_TARGETS="${targets[*]}" scripts/
   -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG"
 
 mkdir -p build-fuzz/findings
-# One libFuzzer process per target, as many at once as there are cores (each is single-threaded):
-# on 2 cores the three targets take two slots of N seconds instead of three, each still fuzzed
-# for the full N seconds.
+# One libFuzzer process per target (each is single-threaded). With --seconds and more targets
+# than cores they all run at once, each for N x targets / cores seconds of wall time: the same N
+# seconds of a core each, in 90 s instead of two slots of 60 s for 3 targets on 2 cores (the
+# second slot left a core idle). With --runs, as many at once as there are cores.
+slots=$(nproc)
+wall=$seconds
+if [[ -z $runs ]] && ((${#targets[@]} > slots)); then
+  wall=$(((seconds * ${#targets[@]} + slots - 1) / slots))
+  slots=${#targets[@]}
+fi
 fuzz_one() {
   local t=$1 corpus=tests/fuzz/corpus/${1#fuzz_} work limit log=build-fuzz/findings/$1.log
   work=$(mktemp -d)
-  limit=(-max_total_time="$seconds")
+  limit=(-max_total_time="$wall")
   [[ -z $runs ]] || limit=(-runs="$runs")
   # New inputs go to a scratch directory first; the committed corpus only grows on request.
   if ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
@@ -65,7 +73,6 @@ fuzz_one() {
   fi
   rm -rf "$work"
 }
-slots=$(nproc)
 for t in "${targets[@]}"; do
   rm -f "build-fuzz/findings/$t.verdict"
   while (($(jobs -rp | wc -l) >= slots)); do wait -n || true; done
