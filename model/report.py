@@ -1005,7 +1005,10 @@ def main(argv=None):
                 os.path.relpath(os.path.join(ROOT, o["directory"]), os.path.dirname(calibrate.CPU_REF)),
                 k, v["points"], 100 * v["median_abs_error"],
                 100 * v["max_abs_error"], "(goal met)" if v["meets_goal"] else "(goal NOT met)"))
-    print("report: wrote %s/README.md and predictions.json (%d figures)" % (os.path.relpath(args.out), len(figures)))
+    shown = os.path.relpath(args.out)
+    if shown.startswith(".."):  # outside the working directory: where it is, not how to climb there
+        shown = os.path.abspath(args.out)
+    print("report: wrote %s/README.md and predictions.json (%d figures)" % (shown, len(figures)))
     return 0
 
 
