@@ -83,31 +83,29 @@ def project(name, comp, link, virtual_sms=None, net=perf.LENET, strong_batch=STR
     out = {"strong": {}, "weak": {}}
     ks = [k for k in KS if not virtual_sms or virtual_sms / k >= 8]
 
-    # Virtual devices: a device with 1/k of the SMs computes batch b as the whole GPU computes k*b
-    # (its messages keep batch b's bytes).
-    def eff(b, k):
-        return b * k if virtual_sms else b
-
     for scaling in ("strong", "weak"):
         base = comp.step(strong_batch if scaling == "strong" else weak_batch)
         rows = {}
         for k in ks:
             b = strong_batch / k if scaling == "strong" else weak_batch
             g = b * k
+            # Virtual devices: a device with 1/k of the SMs computes batch b as the whole GPU
+            # computes k*b (its messages keep batch b's bytes).
+            scale = k if virtual_sms else 1.0
             r = {}
             for alg in ("naive", "ring", "tree"):
-                t, bd = perf.data_parallel(comp, link, k, eff(b, k), alg, net=net)
+                t, bd = perf.data_parallel(comp, link, k, b * scale, alg, net=net)
                 r["data_parallel/" + alg] = (t, bd)
-            t, bd = perf.data_parallel(comp, link, k, eff(b, k), "ring", overlap=True,
+            t, bd = perf.data_parallel(comp, link, k, b * scale, "ring", overlap=True,
                                        buckets_bytes=perf.bucketize(overlap_bucket_bytes, net), net=net)
             r["data_parallel/ring overlap"] = (t, bd)
             if k <= len(net.layers):
-                t, bd = perf.layer_split(comp, link, k, g, microbatches=8, net=net, scale=k if virtual_sms else 1.0) \
+                t, bd = perf.layer_split(comp, link, k, g, microbatches=8, net=net, scale=scale) \
                     if k > 1 else (comp.step(g), {"compute": comp.step(g)})
                 r["layer_split m8"] = (t, bd)
             if k <= net.channel_split_max:
                 for pairing in ("none", "megatron"):
-                    t, bd = perf.channel_split(comp, link, k, g, pairing, net=net, scale=k if virtual_sms else 1.0)
+                    t, bd = perf.channel_split(comp, link, k, g, pairing, net=net, scale=scale)
                     r["channel_split/" + pairing] = (t, bd)
             rows[k] = {s: {"step_ms": t, "speedup": (base / t) if scaling == "strong" else (k * base / t),
                            "compute_ms": bd.get("compute"), "communication_ms": bd.get("communication", 0.0),
