@@ -244,25 +244,22 @@ std::vector<nlohmann::json> resumable_runs_unbounded(const std::string& text,
     throw Error(what + ": made from another descriptor (they differ at " +
                 (where.empty() ? std::string("the top level") : where) + ")");
   }
-  const json old_dir = old.contains("dataset") && old["dataset"].is_object()
-                           ? old["dataset"].value("dir", json(nullptr))
-                           : json(nullptr);
-  if (old_descriptor.is_object() && old["descriptor"].value("dataset", json::object()) !=
-                                        d.resolved.value("dataset", json::object())) {
+  // They agree but for dataset.dir: the directories the two invocations read must be one.
+  if (old["descriptor"] != d.resolved) {
+    const json recorded = old.contains("dataset") && old["dataset"].is_object()
+                              ? old["dataset"].value("dir", json(nullptr))
+                              : json(nullptr);
+    const std::string was = recorded.is_string() ? recorded.get<std::string>() : "";
     const std::string dir =
         d.data_dir ? *d.data_dir : find_fashion_mnist_dir(fashion_mnist_search_dirs(std::nullopt));
     std::error_code ec1, ec2;
-    const bool same = old_dir.is_string() &&
-                      std::filesystem::weakly_canonical(old_dir.get<std::string>(), ec1) ==
-                          std::filesystem::weakly_canonical(dir, ec2) &&
-                      !ec1 && !ec2;
-    if (!same)
-      throw Error(
-          what + ": its runs read the data in " +
-          (old_dir.is_string() ? old_dir.get<std::string>() : std::string("(not recorded)")) +
-          ", this invocation's is in " + dir + " (give --data-dir " +
-          (old_dir.is_string() ? old_dir.get<std::string>() : std::string("DIR")) +
-          " to resume it)");
+    if (was.empty() ||
+        std::filesystem::weakly_canonical(was, ec1) !=
+            std::filesystem::weakly_canonical(dir, ec2) ||
+        ec1 || ec2)
+      throw Error(what + ": its runs read the data in " + (was.empty() ? "(not recorded)" : was) +
+                  ", this invocation's is in " + dir + " (give --data-dir " +
+                  (was.empty() ? "DIR" : was) + " to resume it)");
   }
   std::vector<json> ok;
   for (json& r : old["runs"])
