@@ -43,7 +43,7 @@ for kind in "${kinds[@]}"; do
         LSAN_OPTIONS=suppressions=$supp/lsan.supp \
         UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 PARALAB_TEST_MAX_STEPS=3 \
         ctest --output-on-failure --timeout 900 -j "$(nproc)" \
-          -E '^(plotting_test|model_test|baselines_test|report_short|model_session_short|gpu_check_script|committed_results_schema|schema_drafts|install_deps_script|fresh_machine_check_arguments|gpu_results_script|scripts_help)$')
+          -E '^(plotting_test|model_test|baselines_test|report_short|model_session_short|gpu_check_script|gpu_check_script_verdicts|committed_results_schema|schema_drafts|install_deps_script|fresh_machine_check_arguments|gpu_results_script|scripts_help)$')
       ;;
     tsan)
       # Only the binaries that hold the suites run below (the rest of the build is not used).

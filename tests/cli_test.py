@@ -32,7 +32,8 @@ import unittest
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from validate_json import validate  # noqa: E402  (needs the path above)
+import unittest_parts  # noqa: E402  (needs the path above)
+from validate_json import validate  # noqa: E402
 
 BENCH_RUNNER = None  # absolute paths, set in main()
 SOURCE_DIR = None
@@ -732,7 +733,7 @@ def main():
     RESULTS_SCHEMA = SOURCE_DIR / "results" / "results.schema.json"
     DESCRIPTOR_SCHEMA = SOURCE_DIR / "experiments" / "descriptor.schema.json"
     DATA_DIR = find_data_dir()
-    unittest.main(module=__name__, argv=[sys.argv[0], *rest])
+    unittest_parts.main(__name__, rest)
 
 
 if __name__ == "__main__":

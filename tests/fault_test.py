@@ -33,6 +33,7 @@ import unittest
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import unittest_parts  # noqa: E402
 from validate_json import validate  # noqa: E402
 
 BENCH = ALLREDUCE = SOURCE = SCHEMA = DATA = None
@@ -584,7 +585,7 @@ def main():
     SOURCE = Path(args.source_dir).resolve()
     SCHEMA = SOURCE / "results" / "results.schema.json"
     DATA = find_data()
-    unittest.main(module=__name__, argv=[sys.argv[0], *rest])
+    unittest_parts.main(__name__, rest)
 
 
 if __name__ == "__main__":

@@ -19,6 +19,8 @@ import tarfile
 import tempfile
 import unittest
 
+import unittest_parts
+
 SCRIPT = BUILD = None
 
 
@@ -741,7 +743,7 @@ def main():
     args, rest = ap.parse_known_args()
     SCRIPT = os.path.join(args.source_dir, "scripts", "gpu-check.sh")
     BUILD = os.path.abspath(args.build_dir)
-    unittest.main(argv=[sys.argv[0], *rest], verbosity=2)
+    unittest_parts.main(__name__, rest, verbosity=2)
 
 
 if __name__ == "__main__":

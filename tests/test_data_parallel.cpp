@@ -24,10 +24,14 @@ namespace {
 using nlohmann::json;
 
 TEST(DataParallel, TracksSingleDeviceFor20Steps) {
+  // Sanitizer builds (testing::kSanitizerBuild): 2 and 3 devices (4 too in the plain build):
+  // k = 3 already has a rank with two ring neighbours, a second tree level and uneven shards.
   for (const char* algorithm : {"naive", "ring", "tree"})
     for (int k : {2, 3, 4})
-      EXPECT_TRUE(tracks_single("data_parallel", k, {{"allreduce", algorithm}}, 20, 24))
-          << algorithm << " k=" << k;
+      if (!testing::kSanitizerBuild || k < 4) {
+        EXPECT_TRUE(tracks_single("data_parallel", k, {{"allreduce", algorithm}}, 20, 24))
+            << algorithm << " k=" << k;
+      }
 }
 
 TEST(DataParallel, CudaVirtualDevicesMatchSingleDevice) {
@@ -304,10 +308,14 @@ TEST(DataParallel, OverlapOrdersTheCommunicationQueueByEvents) {
 // With the transport's algorithms every rank's step is captured in one graph over the group
 // (GroupCapture; on a GPU, virtual devices of one GPU). See graph_replays_match_eager.
 TEST(DataParallel, OneGraphOverTheGroupReplaysTheEagerStepsBitForBit) {
+  // Sanitizer builds (testing::kSanitizerBuild): each algorithm on 2 devices (3 too in the plain
+  // build); the cases in pieces below capture 3.
   for (const char* algorithm : {"naive", "ring", "tree"})
     for (int k : {2, 3})
-      EXPECT_TRUE(graph_replays_match_eager("data_parallel", k, {{"allreduce", algorithm}}))
-          << algorithm << " k=" << k;
+      if (!testing::kSanitizerBuild || k == 2) {
+        EXPECT_TRUE(graph_replays_match_eager("data_parallel", k, {{"allreduce", algorithm}}))
+            << algorithm << " k=" << k;
+      }
   // Many messages in one graph: the ring and the tree in 4 KiB pieces, per-tensor buckets.
   for (const char* algorithm : {"ring", "tree"})
     EXPECT_TRUE(graph_replays_match_eager(
@@ -323,10 +331,15 @@ TEST(DataParallel, OneGraphOverTheGroupReplaysTheEagerStepsBitForBit) {
 TEST(DataParallel, WholeStepsInOneGraphOverTheGroupReplayTheEagerStepsBitForBit) {
   testing::EnvGuard env("PARALAB_STEP_MOVES");
   env.set("whole");
+  // Sanitizer builds (testing::kSanitizerBuild): each algorithm on 2 devices (3 too in the plain
+  // build); the overlap case below captures 3.
   for (const char* algorithm : {"naive", "ring", "tree"})
     for (int k : {2, 3})
-      EXPECT_TRUE(graph_replays_match_eager("data_parallel", k, {{"allreduce", algorithm}}, 24, 0))
-          << algorithm << " k=" << k;
+      if (!testing::kSanitizerBuild || k == 2) {
+        EXPECT_TRUE(
+            graph_replays_match_eager("data_parallel", k, {{"allreduce", algorithm}}, 24, 0))
+            << algorithm << " k=" << k;
+      }
   EXPECT_TRUE(graph_replays_match_eager(
       "data_parallel", 3, {{"allreduce", "ring"}, {"overlap", true}, {"grouping", "per_tensor"}},
       24, 0))
@@ -339,12 +352,16 @@ TEST(DataParallel, WholeStepsInOneGraphOverTheGroupReplayTheEagerStepsBitForBit)
 // reduced before its gradients are done computes wrong numbers. Per-tensor buckets (8 per step)
 // and the default bucketing, in pieces and whole.
 TEST(DataParallel, OverlapIsOneGraphOverTheGroupThatReplaysTheEagerStepsBitForBit) {
+  // Sanitizer builds (testing::kSanitizerBuild): 3 devices for the ring, 2 for the others (each
+  // on 2 and 3 in the plain build).
   for (const char* algorithm : {"naive", "ring", "tree"})
     for (int k : {2, 3})
-      EXPECT_TRUE(graph_replays_match_eager(
-          "data_parallel", k,
-          {{"allreduce", algorithm}, {"overlap", true}, {"grouping", "per_tensor"}}))
-          << algorithm << " k=" << k;
+      if (!testing::kSanitizerBuild || (k == 3) == (std::string(algorithm) == "ring")) {
+        EXPECT_TRUE(graph_replays_match_eager(
+            "data_parallel", k,
+            {{"allreduce", algorithm}, {"overlap", true}, {"grouping", "per_tensor"}}))
+            << algorithm << " k=" << k;
+      }
   EXPECT_TRUE(graph_replays_match_eager(
       "data_parallel", 2,
       {{"allreduce", "ring"}, {"overlap", true}, {"bucket_bytes", 65536}, {"chunk_bytes", 4096}}))
