@@ -3,7 +3,8 @@
 # BUILD_TARGETS="bench_runner ..." builds only those targets (default: everything).
 # Configures again whenever the build folder has no build system (a configure that failed or was
 # killed leaves CMakeCache.txt without build.ninja / Makefile), and starts the folder afresh when
-# it was configured with another generator than the one chosen here (ninja when installed).
+# it was configured with another generator than the one chosen here (ninja when installed), or,
+# with CXX set, with another C++ compiler (CMake reads CC and CXX only when it first configures).
 set -euo pipefail
 case "${1:-}" in -h | --help) sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"; exit 0 ;; esac  # the comment above
 cd "$(dirname "$0")/.."
@@ -15,6 +16,13 @@ if [[ -f "$cache" ]]; then
   cached=$(sed -n 's/^CMAKE_GENERATOR:INTERNAL=//p' "$cache")
   if [[ -n "$cached" && "$cached" != "$generator" ]]; then
     echo "build.sh: $build_dir was configured for '$cached', not '$generator': configuring it afresh"
+    rm -rf "$cache" "$build_dir/CMakeFiles"
+  fi
+fi
+if [[ -f "$cache" && -n "${CXX:-}" ]] && wanted=$(command -v "$CXX"); then
+  cached=$(sed -n 's/^CMAKE_CXX_COMPILER:[A-Z]*=//p' "$cache")
+  if [[ -n "$cached" && $(realpath -m "$cached") != $(realpath -m "$wanted") ]]; then
+    echo "build.sh: $build_dir was configured with $cached, not $CXX: configuring it afresh"
     rm -rf "$cache" "$build_dir/CMakeFiles"
   fi
 fi

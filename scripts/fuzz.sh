@@ -1,15 +1,16 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer targets (tests/fuzz: the IDX reader, the descriptor parser with --set, the
-# --resume reader) with clang, ASan and UBSan into build-fuzz/, and runs each from its committed
-# corpus (tests/fuzz/corpus/<target>). Prints each target's executions and exits non-zero on any
-# crash, leak, timeout or out-of-memory (the reproducer is saved in build-fuzz/findings/).
+# --resume reader) with clang, ASan and UBSan in scripts/sanitize.sh's ASan build (build-asan/,
+# which CI has built already), and runs each from its committed corpus (tests/fuzz/corpus/<target>).
+# Prints each target's executions and exits non-zero on any crash, leak, timeout or out-of-memory
+# (the reproducer is saved in build-asan/fuzz-findings/).
 #   scripts/fuzz.sh [--seconds N] [--runs N] [--grow-corpus] [target ...]
 #   --seconds N     give each target N seconds of a core (default 60; CI uses this): with no
 #                   more targets than cores, each runs N seconds on its own core; with more,
 #                   all run at once for N x targets / cores seconds (3 on 2 cores: 90 s)
 #   --runs N        stop each target after N executions instead (e.g. 1000000)
 #   --grow-corpus   merge the new inputs that add coverage into the committed corpus
-# Installs clang and its runtimes with apt-get when missing (like scripts/install-deps.sh).
+# Installs clang and its runtimes with apt-get when missing (scripts/install-deps.sh --with-clang).
 set -euo pipefail
 case "${1:-}" in -h | --help) sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"; exit 0 ;; esac  # the comment above
 cd "$(dirname "$0")/.."
@@ -25,25 +26,10 @@ while (($#)); do
 done
 ((${#targets[@]})) || targets=(fuzz_idx fuzz_descriptor fuzz_results)
 
-scripts/install-deps.sh
-missing=()
-for p in clang libclang-rt-14-dev libomp-dev; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-done
-if ((${#missing[@]})); then
-  sudo=(); [[ $(id -u) -eq 0 ]] || sudo=(sudo)
-  echo "fuzz.sh: installing ${missing[*]}"
-  DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"
-fi
-
-# -O1 -g1, as libFuzzer's documentation builds and as scripts/sanitize.sh does (half the compile
-# time of -O2 -g on 2 cores).
-CC=clang CXX=clang++ BUILD_DIR=build-fuzz BUILD_TARGETS="${targets[*]}" scripts/build.sh \
-  -DPARALAB_FUZZ=ON -DPARALAB_WITH_CUDA=OFF -DPARALAB_WITH_MPI=OFF -DPARALAB_BUILD_TESTS=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-  -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG"
-
-mkdir -p build-fuzz/findings
+# The ASan build's configuration (-O1 -g1, as libFuzzer's documentation builds), these targets only.
+BUILD_TARGETS="${targets[*]}" scripts/sanitize.sh --build-only asan
+build=build-asan findings=build-asan/fuzz-findings
+mkdir -p "$findings"
 # One libFuzzer process per target (each is single-threaded). With --seconds and more targets
 # than cores they all run at once, each for N x targets / cores seconds of wall time: the same N
 # seconds of a core each, in 90 s instead of two slots of 60 s for 3 targets on 2 cores (the
@@ -55,35 +41,35 @@ if [[ -z $runs ]] && ((${#targets[@]} > slots)); then
   slots=${#targets[@]}
 fi
 fuzz_one() {
-  local t=$1 corpus=tests/fuzz/corpus/${1#fuzz_} work limit log=build-fuzz/findings/$1.log
+  local t=$1 corpus=tests/fuzz/corpus/${1#fuzz_} work limit log=$findings/$1.log
   work=$(mktemp -d)
   limit=(-max_total_time="$wall")
   [[ -z $runs ]] || limit=(-runs="$runs")
   # New inputs go to a scratch directory first; the committed corpus only grows on request.
   if ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
-     "build-fuzz/$t" "$work" "$corpus" "${limit[@]}" -timeout=10 -rss_limit_mb=2048 \
-       -max_len=65536 -artifact_prefix="build-fuzz/findings/$t-" -print_final_stats=1 \
+     "$build/$t" "$work" "$corpus" "${limit[@]}" -timeout=10 -rss_limit_mb=2048 \
+       -max_len=65536 -artifact_prefix="$findings/$t-" -print_final_stats=1 \
        > "$log" 2>&1; then
-    echo ok > "build-fuzz/findings/$t.verdict"
+    echo ok > "$findings/$t.verdict"
   else
-    echo "FAILED (see $log and build-fuzz/findings/)" > "build-fuzz/findings/$t.verdict"
+    echo "FAILED (see $log and $findings/)" > "$findings/$t.verdict"
   fi
   if ((grow)); then
-    "build-fuzz/$t" -merge=1 "$corpus" "$work" > /dev/null 2>&1
+    "$build/$t" -merge=1 "$corpus" "$work" > /dev/null 2>&1
   fi
   rm -rf "$work"
 }
 for t in "${targets[@]}"; do
-  rm -f "build-fuzz/findings/$t.verdict"
+  rm -f "$findings/$t.verdict"
   while (($(jobs -rp | wc -l) >= slots)); do wait -n || true; done
   fuzz_one "$t" &
 done
 wait
 status=0
 for t in "${targets[@]}"; do
-  verdict=$(cat "build-fuzz/findings/$t.verdict" 2>/dev/null || echo "FAILED (no verdict: see build-fuzz/findings/$t.log)")
+  verdict=$(cat "$findings/$t.verdict" 2>/dev/null || echo "FAILED (no verdict: see $findings/$t.log)")
   [[ $verdict == ok ]] || status=1
-  execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "build-fuzz/findings/$t.log" | tail -1)
+  execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$findings/$t.log" | tail -1)
   echo "fuzz.sh: $t: ${execs:-?} executions, $verdict"
 done
 exit $status

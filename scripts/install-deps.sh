@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Installs what ParaLab needs to build, test and run on Debian 12 or 13 and Ubuntu 22.04 or 24.04
 # (on Ubuntu from universe, which a standard install enables), skipping what is already there.
-# Usage: scripts/install-deps.sh [--with-torch]
+# Usage: scripts/install-deps.sh [--with-torch] [--with-clang]
 #   --with-torch  also Debian's PyTorch (python3-torch), for the baseline benchmark
 #                 (experiments/baselines/compare_pytorch.py); large, so not installed by default.
+#   --with-clang  also clang and its sanitizer and OpenMP runtimes, for the ASan build and the
+#                 libFuzzer targets (scripts/sanitize.sh, scripts/fuzz.sh).
 set -euo pipefail
 case "${1:-}" in -h | --help) sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"; exit 0 ;; esac  # the comment above
 
@@ -25,7 +27,8 @@ packages=(
 for arg in "$@"; do
   case "$arg" in
     --with-torch) packages+=(python3-torch python3-numpy) ;;
-    *) echo "install-deps.sh: unknown option '$arg' (known: --with-torch)" >&2; exit 2 ;;
+    --with-clang) packages+=(clang libclang-rt-dev libomp-dev) ;;  # runtimes of the default clang
+    *) echo "install-deps.sh: unknown option '$arg' (known: --with-torch, --with-clang)" >&2; exit 2 ;;
   esac
 done
 

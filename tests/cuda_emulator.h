@@ -431,7 +431,7 @@ class Launch {
   const void* main_bottom_ = nullptr;
   std::size_t main_size_ = 0;
   int64_t block_number_ = 0, generation_ = 0;
-  void* main_tsan_ = nullptr;
+  [[maybe_unused]] void* main_tsan_ = nullptr;  // TSan builds only
 };
 
 }  // namespace fibers

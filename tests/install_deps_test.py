@@ -2,7 +2,7 @@
 """scripts/install-deps.sh with stand-ins for dpkg-query, apt-cache, apt-get and sudo: it installs
 only what is missing, installs nothing when all is there, and when a package is not in the
 system's sources (Ubuntu 24.04 has no python3-torch) says so in one line naming it, exits 1 and
-installs nothing. A bad option: one line, exit 2.
+installs nothing. --with-clang adds clang's packages. A bad option: one line, exit 2.
 
     tests/install_deps_test.py SOURCE_DIR
 """
@@ -80,13 +80,25 @@ def main():
             failures.append(f"unknown package: exit {proc.returncode}, stderr {proc.stderr!r}, "
                             f"calls {calls}")
 
+        # --with-clang (scripts/sanitize.sh, fuzz.sh): clang and its runtimes, and only those
+        # when the rest is there.
+        base = ("cmake ninja-build g++ git pkg-config libdnnl-dev ocl-icd-opencl-dev zlib1g-dev "
+                "nlohmann-json3-dev libcli11-dev libgtest-dev libbenchmark-dev libopenmpi-dev "
+                "openmpi-bin python3 python3-jsonschema python3-matplotlib dataset-fashion-mnist")
+        proc, calls = run(script, bin_dir, log, ["--with-clang"], installed=base)
+        install = [c for c in calls if " install " in c]
+        if (proc.returncode != 0 or len(install) != 1
+                or install[0].split()[-3:] != ["clang", "libclang-rt-dev", "libomp-dev"]):
+            failures.append(f"--with-clang: exit {proc.returncode}, calls {calls}, "
+                            f"stderr {proc.stderr!r}")
+
         proc, calls = run(script, bin_dir, log, ["--bogus"])
         lines = proc.stderr.splitlines()
         if proc.returncode != 2 or len(lines) != 1 or "--bogus" not in lines[0] or calls:
             failures.append(f"bad option: exit {proc.returncode}, stderr {proc.stderr!r}")
     for f in failures:
         print("FAIL:", f)
-    print(f"install-deps.sh: {4 - len(failures)} of 4 cases as expected")
+    print(f"install-deps.sh: {5 - len(failures)} of 5 cases as expected")
     return 1 if failures else 0
 
 

@@ -55,6 +55,21 @@ class Help(unittest.TestCase):
                     self.assertFalse(self.calls.exists(),
                                      "called: " + (self.calls.read_text() if self.calls.exists() else ""))
 
+    def test_the_sanitizer_and_fuzz_scripts_refuse_an_unknown_argument_before_anything(self):
+        for script, arg, known in (("sanitize.sh", "msan", "--build-only, asan, tsan"),
+                                   ("fuzz.sh", "--wat", "--seconds N")):
+            with self.subTest(script=script):
+                self.calls.unlink(missing_ok=True)
+                p = subprocess.run(["bash", str(SOURCE / "scripts" / script), arg], cwd=self.tmp,
+                                   env=self.env, stdin=subprocess.DEVNULL, capture_output=True,
+                                   text=True, timeout=30)
+                self.assertEqual(p.returncode, 2, p.stderr)
+                self.assertEqual(len(p.stderr.splitlines()), 1, p.stderr)
+                self.assertIn("'%s'" % arg, p.stderr)
+                self.assertIn(known, p.stderr)
+                self.assertFalse(self.calls.exists(),
+                                 "called: " + (self.calls.read_text() if self.calls.exists() else ""))
+
 
 if __name__ == "__main__":
     SOURCE = Path(sys.argv.pop(1)).resolve()

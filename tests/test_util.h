@@ -14,13 +14,20 @@
 
 namespace paralab::testing {
 
-// A build under AddressSanitizer or ThreadSanitizer (scripts/sanitize.sh; GCC's macros). What
-// they look for, a bad access or a race between rank threads, shows in the first case that
-// takes a code path, and their shadow memory makes every fresh allocation costly (page faults
-// took half of a layer_split comparison's time under TSan). Sweeps that repeat one path at
-// other sizes or counts run a subset there, named where they do; the full sweeps run in every
-// other build.
+// A build under AddressSanitizer or ThreadSanitizer (scripts/sanitize.sh: GCC's macros, clang's
+// __has_feature; clang 14 defines no __SANITIZE_ADDRESS__). What they look for, a bad access or a
+// race between rank threads, shows in the first case that takes a code path, and their shadow
+// memory makes every fresh allocation costly (page faults took half of a layer_split comparison's
+// time under TSan). Sweeps that repeat one path at other sizes or counts run a subset there, named
+// where they do; the full sweeps run in every other build.
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define PARALAB_TEST_SANITIZER_BUILD 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+#define PARALAB_TEST_SANITIZER_BUILD 1
+#endif
+#endif
+#ifdef PARALAB_TEST_SANITIZER_BUILD
 inline constexpr bool kSanitizerBuild = true;
 #else
 inline constexpr bool kSanitizerBuild = false;
