@@ -19,9 +19,9 @@
 #      fiber whose switches order nothing but the kernel's barriers: a missing __syncthreads()
 #      is a race TSan reports), all but the exact LeNet-sized stages (35 s there, run under ASan).
 # Any report fails its test. Suppressions, each with why it is a false positive, are in
-# tests/sanitizers/. Part of .ci/run; on 2 cores from scratch, 11.2 minutes at 7675d12 (ASan
-# tests 2.7, TSan tests 2.3, the two builds 5.9) on an AMD EPYC VM, 2026-12-05; more runs in
-# .ci/timings.md. In these builds some suites run a subset of their sweeps
+# tests/sanitizers/. Part of .ci/run; on 2 cores from scratch, 13.1 minutes at d2f7791 (ASan
+# build 4.4 with the fuzz targets, its tests 2.7; TSan build 2.6, its tests 3.2) on an AMD EPYC
+# VM, 2026-12-07; more runs in .ci/timings.md. In these builds some suites run a subset of their sweeps
 # (testing::kSanitizerBuild in tests/test_util.h).
 #   scripts/sanitize.sh [--build-only] [asan|tsan]...   (default: both)
 #   --build-only   configure and build (BUILD_TARGETS="..." limits what), run nothing
