@@ -21,8 +21,8 @@
 # Any report fails its test. Suppressions, each with why it is a false positive, are in
 # tests/sanitizers/. Part of .ci/run; on 2 cores from scratch, 13.1 minutes at d2f7791 (ASan
 # build 4.4 with the fuzz targets, its tests 2.7; TSan build 2.6, its tests 3.2) on an AMD EPYC
-# VM, 2026-12-07; more runs in .ci/timings.md. In these builds some suites run a subset of their sweeps
-# (testing::kSanitizerBuild in tests/test_util.h).
+# VM, 2026-12-07; more runs in .ci/timings.md. In these builds some suites run a subset of their
+# sweeps (testing::kSanitizerBuild in tests/test_util.h).
 #   scripts/sanitize.sh [--build-only] [asan|tsan]...   (default: both)
 #   --build-only   configure and build (BUILD_TARGETS="..." limits what), run nothing
 set -euo pipefail
