@@ -37,7 +37,9 @@ for arg in "$@"; do
   esac
 done
 ((${#kinds[@]})) || kinds=(asan tsan)
-scripts/install-deps.sh
+deps=()  # the ASan build is clang's
+[[ " ${kinds[*]} " != *" asan "* ]] || deps=(--with-clang)
+scripts/install-deps.sh "${deps[@]}"
 supp=$PWD/tests/sanitizers
 # -O1, as the sanitizers' documentation advises, and line tables only (-g1: what a report's stack
 # needs): on 2 cores that halves the compile time of -O2 -g (experiments/descriptor.cpp under
@@ -48,7 +50,6 @@ for kind in "${kinds[@]}"; do
     asan)
       # clang compiles this build in 246 s against GCC's 335 on 2 cores, and its suites run as
       # fast (160 s against 163; an AMD EPYC VM, 2026-12-07).
-      scripts/install-deps.sh --with-clang
       CC=clang CXX=clang++ BUILD_DIR=build-asan scripts/build.sh -DPARALAB_WITH_CUDA=OFF \
         -DPARALAB_WITH_MPI=OFF -DPARALAB_SANITIZE=address,undefined -DPARALAB_FUZZ=ON \
         -DCMAKE_BUILD_TYPE=RelWithDebInfo "${flags[@]}"
