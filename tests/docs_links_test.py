@@ -1,0 +1,121 @@
+#!/usr/bin/env python3
+"""Every relative link in the repository's Markdown files leads somewhere.
+
+A link [text](path) or [text](path#anchor) in a tracked .md file must name a file or folder that
+exists, relative to the linking file, and its anchor must be a heading of the target Markdown
+file (or of the linking file, for a bare #anchor), slugged as GitHub does: lower case, every
+character but letters, digits, spaces, hyphens and underscores dropped, spaces turned into
+hyphens, and -1, -2, ... added to repeats. Links to web addresses are not followed. Code spans
+and fenced code blocks are skipped.
+
+    docs_links_test.py [REPO_ROOT]     (default: this file's repository)
+
+Prints one line per broken link (file:line: link: why) and exits 1 when there is any.
+"""
+import os
+import re
+import subprocess
+import sys
+
+LINK = re.compile(r"\[(?:[^\[\]]|\[[^\]]*\])*\]\(([^()\s]+)(?:\s+\"[^\"]*\")?\)")
+HEADING = re.compile(r"^(#{1,6})\s+(.*?)\s*#*\s*$")
+FENCE = re.compile(r"^\s*(```|~~~)")
+
+
+def slug(heading):
+    text = re.sub(r"`([^`]*)`", r"\1", heading)
+    text = re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", text)  # a link in a heading: its text
+    text = text.lower()
+    text = "".join(c for c in text if c.isalnum() or c in " -_")
+    return text.replace(" ", "-")
+
+
+def lines_outside_code(path):
+    """(line number, text) of every line outside fenced code blocks, code spans removed."""
+    fenced = False
+    with open(path, encoding="utf-8") as f:
+        for number, line in enumerate(f, 1):
+            if FENCE.match(line):
+                fenced = not fenced
+                continue
+            if not fenced:
+                yield number, re.sub(r"`[^`]*`", "", line)
+
+
+def anchors(path, cache={}):
+    if path not in cache:
+        seen = {}
+        found = set()
+        fenced = False
+        with open(path, encoding="utf-8") as f:
+            for line in f:
+                if FENCE.match(line):
+                    fenced = not fenced
+                    continue
+                m = None if fenced else HEADING.match(line)
+                if not m:
+                    continue
+                base = slug(m.group(2))
+                n = seen.get(base, 0)
+                seen[base] = n + 1
+                found.add(base if n == 0 else "%s-%d" % (base, n))
+        cache[path] = found
+    return cache[path]
+
+
+def markdown_files(root):
+    """The tracked .md files; in a copy without git, every .md file outside build folders."""
+    try:
+        listed = subprocess.run(["git", "-C", root, "ls-files", "*.md"], capture_output=True,
+                                text=True)
+        if listed.returncode == 0:
+            return listed.stdout.split()
+    except OSError:
+        pass
+    found = []
+    for folder, subfolders, names in os.walk(root):
+        subfolders[:] = sorted(d for d in subfolders
+                               if not d.startswith((".", "build")) and d != "gpu-bundle")
+        found += [os.path.relpath(os.path.join(folder, n), root) for n in sorted(names)
+                  if n.endswith(".md")]
+    return found
+
+
+def broken_links(root):
+    files = markdown_files(root)
+    problems = []
+    for name in files:
+        path = os.path.join(root, name)
+        if not os.path.exists(path):
+            continue  # deleted in the work tree, not yet in the index
+        for number, line in lines_outside_code(path):
+            for m in LINK.finditer(line):
+                target = m.group(1)
+                if re.match(r"^[a-z][a-z0-9+.-]*:", target):  # http:, https:, mailto:
+                    continue
+                file_part, _, anchor = target.partition("#")
+                where = (os.path.normpath(os.path.join(os.path.dirname(path), file_part))
+                         if file_part else path)
+                if not os.path.exists(where):
+                    problems.append("%s:%d: %s: no such file" % (name, number, target))
+                    continue
+                if anchor and where.endswith(".md") and anchor not in anchors(where):
+                    problems.append("%s:%d: %s: no heading '%s' in %s" %
+                                    (name, number, target, anchor, os.path.relpath(where, root)))
+    return problems
+
+
+def main():
+    root = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), "..")
+    problems = broken_links(os.path.abspath(root))
+    for p in problems:
+        print(p)
+    if problems:
+        print("docs_links_test: %d broken link(s)" % len(problems))
+        return 1
+    print("docs_links_test: every relative link resolves")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
