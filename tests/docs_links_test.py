@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Every relative link in the repository's Markdown files leads somewhere.
+"""Every relative link in the repository's Markdown files leads somewhere, and every path of the
+repository they name exists.
 
 A link [text](path) or [text](path#anchor) in a tracked .md file must name a file or folder that
 exists, relative to the linking file, and its anchor must be a heading of the target Markdown
@@ -7,6 +8,13 @@ file (or of the linking file, for a bare #anchor), slugged as GitHub does: lower
 character but letters, digits, spaces, hyphens and underscores dropped, spaces turned into
 hyphens, and -1, -2, ... added to repeats. Links to web addresses are not followed. Code spans
 and fenced code blocks are skipped.
+
+A path the text names, in prose, code spans or commands (`experiments/scaling.json`,
+`scripts/report.sh --short`), must exist when it starts with one of the repository's folders
+(core/, strategies/, experiments/, scripts/, tests/, model/, plotting/, report/, cmake/, .ci/,
+results/reference/), relative to the repository's root or to the file. Outputs that runs write
+elsewhere (results/<name>.json, build/) are not checked; a name with a wildcard or placeholder
+is checked up to its last folder.
 
     docs_links_test.py [REPO_ROOT]     (default: this file's repository)
 
@@ -18,6 +26,9 @@ import subprocess
 import sys
 
 LINK = re.compile(r"\[(?:[^\[\]]|\[[^\]]*\])*\]\(([^()\s]+)(?:\s+\"[^\"]*\")?\)")
+REPO_PATH = re.compile(
+    r"(?<![A-Za-z0-9_./$-])((?:core|strategies|experiments|scripts|tests|model|plotting|report|cmake|"
+    r"\.ci|results/reference)/[A-Za-z0-9_./+-]*[A-Za-z0-9_/])(?![A-Za-z0-9_*<{$-])")
 HEADING = re.compile(r"^(#{1,6})\s+(.*?)\s*#*\s*$")
 FENCE = re.compile(r"^\s*(```|~~~)")
 
@@ -88,6 +99,13 @@ def broken_links(root):
         path = os.path.join(root, name)
         if not os.path.exists(path):
             continue  # deleted in the work tree, not yet in the index
+        with open(path, encoding="utf-8") as f:
+            for number, line in enumerate(f, 1):
+                for m in REPO_PATH.finditer(line):
+                    named = m.group(1)
+                    if not (os.path.exists(os.path.join(root, named)) or
+                            os.path.exists(os.path.join(os.path.dirname(path), named))):
+                        problems.append("%s:%d: %s: no such file or folder" % (name, number, named))
         for number, line in lines_outside_code(path):
             for m in LINK.finditer(line):
                 target = m.group(1)
@@ -111,9 +129,9 @@ def main():
     for p in problems:
         print(p)
     if problems:
-        print("docs_links_test: %d broken link(s)" % len(problems))
+        print("docs_links_test: %d broken link(s) or missing path(s)" % len(problems))
         return 1
-    print("docs_links_test: every relative link resolves")
+    print("docs_links_test: every relative link resolves, every path named exists")
     return 0
 
 
