@@ -455,6 +455,16 @@ def bench_gpu(path):
     return gpu_of(path, [recorded] if recorded else [], "rows").replace("NVIDIA ", "", 1)
 
 
+def in_model_domain(op, n, k):
+    """Whether the model can price an allreduce_bench row: the ring family (ring, all-gather,
+    reduce-scatter) on fewer floats than ranks exchanges empty messages, which the model counts
+    as full ones. A GPU's link is fitted on the rows in the domain only (on the H200's 2026-12-04
+    sweep the ring on 4 and 16 B x8 took 0.064 and 0.094 ms against 0.14-0.17 from 64 B to
+    1 MiB, and pulled the fixed cost of every ring x8 row down with them); the CPU's rows are on
+    2 devices, where only 4 B is outside."""
+    return not (op in ("ring", "allgather", "reduce_scatter") and n < 4 * k)
+
+
 def gpu_link(path):
     """(link, rows, fit) of a GPU's allreduce_bench file (gpu_bench_path): rows timed as CUDA
     graphs where the file has them, fitted per algorithm and k as start + alpha * messages + beta
@@ -474,7 +484,8 @@ def gpu_link(path):
         steps = whole - collectives
         note = ("device-side collectives fitted on %s (%s virtual devices on one %s, each "
                 "collective one CUDA graph, %s%s%s%s): a fixed cost per collective, alpha per message, "
-                "beta per byte, gamma per byte added, per algorithm and k; other k extrapolated "
+                "beta per byte, gamma per byte added, per algorithm and k, on the rows in the model's "
+                "domain (not the ring family's on fewer floats than ranks); other k extrapolated "
                 "geometrically in k" %
                 (name, ", ".join(str(k) for k in sorted({r[2] for r in rows})), gpu,
                  "whole messages" if chunk == 0 else "%d-byte pieces" % chunk,
@@ -485,8 +496,8 @@ def gpu_link(path):
                  "kernel per collective)" % ", ".join(sorted(collectives)) if collectives else ""))
 
         def fit(r):
-            return perf.Link.fit(r, per_k=True, note=note, chunk=chunk, op_chunk=op_chunk,
-                                 whole_steps=whole, start=True)
+            return perf.Link.fit([x for x in r if in_model_domain(*x[:3])], per_k=True, note=note,
+                                 chunk=chunk, op_chunk=op_chunk, whole_steps=whole, start=True)
     else:
         rows = bench_rows(path)
         # The host-bound fit prices every message as its receiver's own operation, in 256 KiB
@@ -747,7 +758,7 @@ def validate_bench(kind, rows, fit_rows, source, fit=perf.Link.fit, not_predicte
         p["config_key"] = p["label"]
         # The ring family on fewer floats than ranks exchanges empty messages, which the model
         # counts as full ones: outside its domain (counted in every summary; also shown without).
-        p["in_model_domain"] = not (op in ("ring", "allgather", "reduce_scatter") and n < 4 * k)
+        p["in_model_domain"] = in_model_domain(op, n, k)
         points.append(p)
     return points
 
