@@ -20,6 +20,7 @@ is checked up to its last folder.
 
 Prints one line per broken link (file:line: link: why) and exits 1 when there is any.
 """
+import functools
 import os
 import re
 import subprocess
@@ -41,37 +42,35 @@ def slug(heading):
     return text.replace(" ", "-")
 
 
-def lines_outside_code(path):
-    """(line number, text) of every line outside fenced code blocks, code spans removed."""
+def lines_outside_fences(path):
+    """(line number, text) of every line outside fenced code blocks."""
     fenced = False
     with open(path, encoding="utf-8") as f:
         for number, line in enumerate(f, 1):
             if FENCE.match(line):
                 fenced = not fenced
-                continue
-            if not fenced:
-                yield number, re.sub(r"`[^`]*`", "", line)
+            elif not fenced:
+                yield number, line
 
 
-def anchors(path, cache={}):
-    if path not in cache:
-        seen = {}
-        found = set()
-        fenced = False
-        with open(path, encoding="utf-8") as f:
-            for line in f:
-                if FENCE.match(line):
-                    fenced = not fenced
-                    continue
-                m = None if fenced else HEADING.match(line)
-                if not m:
-                    continue
-                base = slug(m.group(2))
-                n = seen.get(base, 0)
-                seen[base] = n + 1
-                found.add(base if n == 0 else "%s-%d" % (base, n))
-        cache[path] = found
-    return cache[path]
+def lines_outside_code(path):
+    """lines_outside_fences with code spans removed."""
+    for number, line in lines_outside_fences(path):
+        yield number, re.sub(r"`[^`]*`", "", line)
+
+
+@functools.lru_cache(maxsize=None)
+def anchors(path):
+    """The anchors of a Markdown file's headings (a code span in one keeps its text)."""
+    seen, found = {}, set()
+    for _, line in lines_outside_fences(path):
+        m = HEADING.match(line)
+        if m:
+            base = slug(m.group(2))
+            n = seen.get(base, 0)
+            seen[base] = n + 1
+            found.add(base if n == 0 else "%s-%d" % (base, n))
+    return frozenset(found)
 
 
 def markdown_files(root):
