@@ -66,7 +66,8 @@ class Reader {
     return path.empty() ? key : path + "." + key;
   }
 
-  int64_t integer(const json& v, const std::string& path, int64_t min) const {
+  int64_t integer(const json& v, const std::string& path, int64_t min,
+                  int64_t max = INT64_MAX) const {
     if (!(v.is_number_integer() || v.is_number_unsigned()))
       fail(path, "must be an integer, got " + type_name(v) +
                      (v.is_number() ? " (" + v.dump() + ")" : std::string()));
@@ -74,6 +75,7 @@ class Reader {
       fail(path, "is too large");
     const int64_t x = v.get<int64_t>();
     if (x < min) fail(path, "must be >= " + std::to_string(min) + ", got " + std::to_string(x));
+    if (x > max) fail(path, "must be <= " + std::to_string(max) + ", got " + std::to_string(x));
     return x;
   }
 
@@ -251,11 +253,16 @@ const std::vector<std::string> kRunCommonKeys = {"strategy",
                                                  "allow_oversubscription",
                                                  "sweep"};
 
+// Upper bounds that keep every count derived from them (a weak-scaling global batch of up to 4,096
+// devices, iterations times epochs, the results file's expected size) far inside int64_t.
+constexpr int64_t kMaxBatch = int64_t{1} << 24;
+constexpr int64_t kMaxEpochs = 1'000'000;
+
 TrainingConfig read_training(const Reader& r, const json& t, const std::string& path) {
   r.only_keys(t, path, kTrainingKeys);
   TrainingConfig c;
-  c.epochs = r.integer(t.at("epochs"), path + ".epochs", 1);
-  c.batch_size = r.integer(t.at("batch_size"), path + ".batch_size", 1);
+  c.epochs = r.integer(t.at("epochs"), path + ".epochs", 1, kMaxEpochs);
+  c.batch_size = r.integer(t.at("batch_size"), path + ".batch_size", 1, kMaxBatch);
   c.lr = r.positive_float(t.at("lr"), path + ".lr");
   c.seed = static_cast<uint64_t>(r.integer(t.at("seed"), path + ".seed", 0));
   c.max_iterations_per_epoch =
@@ -264,7 +271,7 @@ TrainingConfig read_training(const Reader& r, const json& t, const std::string& 
   const int64_t threads = r.integer(t.at("threads_per_device"), path + ".threads_per_device", 1);
   if (threads > 1024) r.fail(path + ".threads_per_device", "must be <= 1024");
   c.threads_per_device = static_cast<int>(threads);
-  c.eval_batch_size = r.integer(t.at("eval_batch_size"), path + ".eval_batch_size", 1);
+  c.eval_batch_size = r.integer(t.at("eval_batch_size"), path + ".eval_batch_size", 1, kMaxBatch);
   return c;
 }
 

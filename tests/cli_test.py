@@ -431,6 +431,19 @@ class BadInput(BenchRunnerCase):
     def test_epochs_zero(self):
         self.assert_rejected([], ["training.epochs: must be >= 1"], doc=with_training(epochs=0))
 
+    def test_counts_too_large(self):
+        # Near INT64_MAX they overflowed the counts derived from them (the iterations of an
+        # epoch, the evaluation's batches, a weak-scaling global batch) and ran as `ok` with
+        # nothing trained or evaluated.
+        for key, most in (("batch_size", 16777216), ("eval_batch_size", 16777216),
+                          ("epochs", 1000000)):
+            with self.subTest(key=key):
+                self.assert_rejected([], [f"training.{key}: must be <= {most}, got {most + 1}"],
+                                     doc=with_training(**{key: most + 1}))
+        self.assert_rejected(["--set", "training.batch_size=9223372036854775807"],
+                             ["training.batch_size: must be <= 16777216"], doc=tiny_descriptor(),
+                             schema_rejects=None)
+
     def test_threads_too_many(self):
         self.assert_rejected([], ["training.threads_per_device: must be <= 1024"],
                              doc=with_training(threads_per_device=1025))
