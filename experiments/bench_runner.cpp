@@ -320,11 +320,25 @@ int run(int argc, char** argv) {
   if (!out.empty()) paralab::check_utf8("--out", out);
   const paralab::Descriptor d = paralab::load_descriptor(
       descriptor_file, sets, data_dir.empty() ? std::nullopt : std::optional(data_dir));
+  json environment = paralab::describe_environment(argc, argv, utc);
+  environment["launcher"] = {{"name", mpi ? "mpi" : "threads"}};
+#if PARALAB_HAVE_MPI
+  if (mpi) {
+    auto& w = paralab::MpiWorld::get();
+    environment["launcher"]["world_size"] = world;
+    environment["launcher"]["library"] = w.library();
+    environment["launcher"]["hosts"] = w.gather(environment["hostname"]);
+  }
+#endif
   std::vector<json> reusable;  // --resume: ok runs, each used once
   if (!resume.empty()) {
     paralab::check_utf8("--resume", resume);
-    const std::string what = "--resume " + resume;
-    reusable = paralab::resumable_runs(paralab::read_text_file(resume, what), what, d);
+    const std::string data_dir_here =
+        d.data_dir
+            ? *d.data_dir
+            : paralab::find_fashion_mnist_dir(paralab::fashion_mnist_search_dirs(std::nullopt));
+    reusable = paralab::resumable_runs(paralab::read_text_file(resume, "--resume " + resume),
+                                       resume, d, data_dir_here, environment);
   }
   const std::string path =
       rank != 0 ? std::string()
@@ -340,16 +354,7 @@ int run(int argc, char** argv) {
   json doc;
   doc["schema_version"] = paralab::kResultsSchemaVersion;
   doc["state"] = "running";
-  doc["environment"] = paralab::describe_environment(argc, argv, utc);
-  doc["environment"]["launcher"] = {{"name", mpi ? "mpi" : "threads"}};
-#if PARALAB_HAVE_MPI
-  if (mpi) {
-    auto& w = paralab::MpiWorld::get();
-    doc["environment"]["launcher"]["world_size"] = world;
-    doc["environment"]["launcher"]["library"] = w.library();
-    doc["environment"]["launcher"]["hosts"] = w.gather(doc["environment"]["hostname"]);
-  }
-#endif
+  doc["environment"] = std::move(environment);
   doc["descriptor"] = d.resolved;
   doc["dataset"] = {
       {"dir", data.dir}, {"train_examples", data.train.count}, {"test_examples", data.test.count}};

@@ -15,7 +15,6 @@
 #include <mutex>
 
 #include "core/error.h"
-#include "core/fashion_mnist.h"
 #include "experiments/descriptor.h"
 
 namespace paralab {
@@ -204,22 +203,91 @@ void ResultsFile::update(const nlohmann::json& doc) {
 
 namespace {
 std::vector<nlohmann::json> resumable_runs_unbounded(const std::string& text,
-                                                     const std::string& what, const Descriptor& d);
+                                                     const std::string& path, const Descriptor& d,
+                                                     const std::string& data_dir,
+                                                     const nlohmann::json& environment);
 }  // namespace
 
-std::vector<nlohmann::json> resumable_runs(const std::string& text, const std::string& what,
-                                           const Descriptor& d) {
+std::vector<nlohmann::json> resumable_runs(const std::string& text, const std::string& path,
+                                           const Descriptor& d, const std::string& data_dir,
+                                           const nlohmann::json& environment) {
   try {
-    return resumable_runs_unbounded(text, what, d);
+    return resumable_runs_unbounded(text, path, d, data_dir, environment);
   } catch (const Error& e) {
     throw Error(one_line(e.what()));
   }
 }
 
 namespace {
-std::vector<nlohmann::json> resumable_runs_unbounded(const std::string& text,
-                                                     const std::string& what, const Descriptor& d) {
+// What bench_runner reads of a kept run (the summary table, the speedups, the plots' inputs),
+// each with its type: a run edited by hand, or cut short, is refused here, before anything is
+// written, instead of failing after the new results file exists. `where` is "runs[i]".
+void check_kept_run(const nlohmann::json& r, const std::string& what, const std::string& where) {
   using nlohmann::json;
+  const auto bad = [&](const std::string& key, const char* must) {
+    throw Error(
+        what + ": " + where + "." + key + ": " + must +
+        " (every ok run bench_runner writes has it; remove that run from the file to rerun it)");
+  };
+  const auto member = [&](const json& parent, const std::string& key,
+                          const std::string& name) -> const json& {
+    const auto it = parent.find(key);
+    if (it == parent.end()) bad(name, "missing");
+    return *it;
+  };
+  const auto need = [&](const json& parent, const std::string& key, const std::string& name,
+                        bool (json::*is)() const noexcept, const char* must) -> const json& {
+    const json& v = member(parent, key, name);
+    if (!(v.*is)()) bad(name, must);
+    return v;
+  };
+  const auto count = [&](const json& parent, const std::string& key, const std::string& name,
+                         int64_t least) {
+    const json& v = member(parent, key, name);
+    if (!(v.is_number_integer() || v.is_number_unsigned()) || v.get<int64_t>() < least)
+      bad(name, least ? "must be an integer >= 1" : "must be an integer >= 0");
+  };
+  const auto number_or_null = [&](const json& parent, const std::string& key,
+                                  const std::string& name) {
+    const json& v = member(parent, key, name);
+    if (!v.is_number() && !v.is_null()) bad(name, "must be a number or null");
+  };
+  need(r, "label", "label", &json::is_string, "must be a string");
+  const json& reason = member(r, "reason", "reason");
+  if (!reason.is_null()) bad("reason", "must be null in an ok run");
+  const json& c = need(r, "config", "config", &json::is_object, "must be an object");
+  for (const char* key : {"strategy", "backend", "batch_scaling"})
+    need(c, key, std::string("config.") + key, &json::is_string, "must be a string");
+  count(c, "devices", "config.devices", 1);
+  count(c, "global_batch", "config.global_batch", 1);
+  count(c, "per_device_batch", "config.per_device_batch", 1);
+  count(c, "warmup_iterations", "config.warmup_iterations", 0);
+  member(c, "model", "config.model");
+  const json& t = need(r, "timing", "timing", &json::is_object, "must be an object");
+  number_or_null(t, "median_iteration_ms", "timing.median_iteration_ms");
+  number_or_null(t, "samples_per_s", "timing.samples_per_s");
+  count(t, "timed_iterations", "timing.timed_iterations", 0);
+  count(t, "warmup_iterations", "timing.warmup_iterations", 0);
+  for (const char* key : {"iterations", "warmup"})
+    need(r, key, key, &json::is_array, "must be an array");
+  const json& epochs = need(r, "epochs", "epochs", &json::is_array, "must be an array");
+  for (std::size_t e = 0; e < epochs.size(); ++e) {
+    const std::string name = "epochs[" + std::to_string(e) + "]";
+    if (!epochs[e].is_object()) bad(name, "must be an object");
+    need(epochs[e], "test_acc", name + ".test_acc", &json::is_number, "must be a number");
+  }
+}
+
+// The machine a run was measured on, as its results file's environment names it: a run kept
+// from another machine would be compared (speedups, the summary) with runs measured on this one.
+constexpr const char* kSameMachine[] = {"cpu_model", "cpu_cores"};
+
+std::vector<nlohmann::json> resumable_runs_unbounded(const std::string& text,
+                                                     const std::string& path, const Descriptor& d,
+                                                     const std::string& data_dir,
+                                                     const nlohmann::json& environment) {
+  using nlohmann::json;
+  const std::string what = "--resume " + path;
   // Depth-limited like a descriptor: comparing and diffing below recurse once per level.
   json old = parse_json_limited(text, what);
   if (!old.is_object() || !old.contains("runs") || !old["runs"].is_array() ||
@@ -244,27 +312,47 @@ std::vector<nlohmann::json> resumable_runs_unbounded(const std::string& text,
     throw Error(what + ": made from another descriptor (they differ at " +
                 (where.empty() ? std::string("the top level") : where) + ")");
   }
-  // They agree but for dataset.dir: the directories the two invocations read must be one.
-  if (old["descriptor"] != d.resolved) {
-    const json recorded = old.contains("dataset") && old["dataset"].is_object()
-                              ? old["dataset"].value("dir", json(nullptr))
-                              : json(nullptr);
-    const std::string was = recorded.is_string() ? recorded.get<std::string>() : "";
-    const std::string dir =
-        d.data_dir ? *d.data_dir : find_fashion_mnist_dir(fashion_mnist_search_dirs(std::nullopt));
-    std::error_code ec1, ec2;
-    if (was.empty() ||
-        std::filesystem::weakly_canonical(was, ec1) !=
-            std::filesystem::weakly_canonical(dir, ec2) ||
-        ec1 || ec2)
-      throw Error(what + ": its runs read the data in " + (was.empty() ? "(not recorded)" : was) +
-                  ", this invocation's is in " + dir + " (give --data-dir " +
-                  (was.empty() ? "DIR" : was) + " to resume it)");
+  // The directory its runs read, recorded whether the descriptor named it or it was found: a
+  // directory found by the search (FASHION_MNIST_DIR, the installed package) can differ between
+  // two invocations of one descriptor.
+  const json recorded = old.contains("dataset") && old["dataset"].is_object()
+                            ? old["dataset"].value("dir", json(nullptr))
+                            : json(nullptr);
+  const std::string was = recorded.is_string() ? recorded.get<std::string>() : "";
+  std::error_code ec1, ec2;
+  if (was.empty() ||
+      std::filesystem::weakly_canonical(was, ec1) !=
+          std::filesystem::weakly_canonical(data_dir, ec2) ||
+      ec1 || ec2)
+    throw Error(what + ": its runs read the data in " + (was.empty() ? "(not recorded)" : was) +
+                ", this invocation's is in " + data_dir + " (give --data-dir " +
+                (was.empty() ? "DIR" : was) + " to resume it)");
+  const json& old_environment = old.contains("environment") && old["environment"].is_object()
+                                    ? old["environment"]
+                                    : json(nullptr);
+  for (const char* key : kSameMachine) {
+    const json was_key =
+        old_environment.is_object() ? old_environment.value(key, json(nullptr)) : json(nullptr);
+    const json now_key = environment.value(key, json(nullptr));
+    if (was_key != now_key)
+      throw Error(what + ": its runs ran on another machine (environment." + key + " " +
+                  (was_key.is_null() ? std::string("not recorded") : was_key.dump().substr(0, 80)) +
+                  ", here " + now_key.dump().substr(0, 80) +
+                  "): their times do not compare with this machine's (rerun it whole here)");
   }
   std::vector<json> ok;
-  for (json& r : old["runs"])
-    if (r.is_object() && r.value("status", json()) == "ok" && r.contains("run_spec"))
-      ok.push_back(std::move(r));
+  json& runs = old["runs"];
+  for (std::size_t i = 0; i < runs.size(); ++i) {
+    json& r = runs[i];
+    if (!r.is_object() || r.value("status", json()) != "ok" || !r.contains("run_spec")) continue;
+    check_kept_run(r, what, "runs[" + std::to_string(i) + "]");
+    // Where and in which environment it ran (library versions, setting variables, the build),
+    // which this file's own environment block does not describe; kept from the first file
+    // when it was kept before.
+    if (!r.contains("kept_from"))
+      r["kept_from"] = {{"path", path}, {"environment", old_environment}};
+    ok.push_back(std::move(r));
+  }
   return ok;
 }
 }  // namespace

@@ -47,13 +47,18 @@ void remove_temporary_results_file() noexcept;
 
 struct Descriptor;
 
-// The ok runs of an earlier results file (its text; `what` starts messages, e.g. "--resume
-// FILE") made from the same descriptor `d`, for --resume. The descriptor must be the same after
-// --set and defaults, so it expands to the same runs; the runs are matched to d's by their
-// expanded configuration (run_spec), not their position, so a file with the runs in any order,
-// or only some of them, resumes. An Error naming `what` otherwise.
-std::vector<nlohmann::json> resumable_runs(const std::string& text, const std::string& what,
-                                           const Descriptor& d);
+// The ok runs of an earlier results file (its text, read from `path`; messages start
+// "--resume PATH") made from the same descriptor `d`, for --resume. The descriptor must be the
+// same after --set and defaults, so it expands to the same runs; the runs are matched to d's by
+// their expanded configuration (run_spec), not their position, so a file with the runs in any
+// order, or only some of them, resumes. The file's runs must have read the data in `data_dir`
+// (this invocation's, resolved) and run on this machine (`environment`'s cpu_model and
+// cpu_cores), and each ok run must hold what bench_runner reads of it. An Error naming the file
+// (and the key) otherwise. Each run returned records in kept_from the file it was measured for
+// and that file's environment (its own kept_from if it was kept before).
+std::vector<nlohmann::json> resumable_runs(const std::string& text, const std::string& path,
+                                           const Descriptor& d, const std::string& data_dir,
+                                           const nlohmann::json& environment);
 
 // Environment block: CPU, cores, compiler, library versions, oneDNN's instruction set, the
 // commit the binary was built from and the source tree's, argv, the setting variables, UTC time.

@@ -59,6 +59,11 @@ def descriptor(runs=1, iterations=3, epochs=1, train=512, test=256, **training):
             "training": t, "runs": [{"strategy": "single"} for _ in range(runs)]}
 
 
+def without_kept_from(run):
+    """A run as the results file it was measured for holds it (--resume adds kept_from)."""
+    return {k: v for k, v in run.items() if k != "kept_from"}
+
+
 def can_mount():
     if os.geteuid() != 0:
         return "needs root to mount a tmpfs"
@@ -250,9 +255,15 @@ class Interruption(Case):
         self.assertEqual(len(specs), 6)
         self.assertEqual(len(set(specs)), 6, "a run twice")
         self.assertTrue(all(r["status"] == "ok" for r in full["runs"]))
-        # The kept runs are the earlier file's, unchanged.
+        # The kept runs are the earlier file's, unchanged, and say where they were measured.
         for r in kept:
-            self.assertIn(r, full["runs"])
+            self.assertIn(r, [without_kept_from(k) for k in full["runs"]])
+        for r in full["runs"]:
+            if without_kept_from(r) in kept:
+                self.assertEqual(r["kept_from"], {"path": "first.json",
+                                                  "environment": first["environment"]})
+            else:
+                self.assertNotIn("kept_from", r)
         # Another descriptor cannot resume it.
         self.assert_bad_input([name, "--resume", "first.json", "--set", "training.epochs=2"],
                               "--resume first.json", "another descriptor", "/training/epochs")
@@ -287,6 +298,67 @@ class Interruption(Case):
                                      "give --data-dir " + str(DATA))
         self.assertNotIn("another descriptor", line)
 
+    def test_resume_refuses_runs_of_other_data_another_machine_or_an_edited_file(self):
+        # Both invocations find the data themselves (dataset.dir null), the first through
+        # FASHION_MNIST_DIR in a copy, the second in its usual place: the descriptors agree, the
+        # data need not, and the runs were kept all the same.
+        doc = descriptor(runs=3)
+        doc["dataset"]["dir"] = None
+        name = self.write(doc)
+        copy = self.tmp / "copy-data"
+        copy.mkdir()
+        for stem in STEMS:
+            shutil.copy(DATA / (stem + ".gz"), copy)
+        env = dict(os.environ, FASHION_MNIST_DIR=str(copy))
+        p = subprocess.run([str(BENCH), name, "--out", "first.json", "--quiet"], cwd=self.tmp,
+                           env=env, stdin=subprocess.DEVNULL, capture_output=True, timeout=120)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        here = dict(os.environ, FASHION_MNIST_DIR=str(DATA))
+        p = subprocess.run([str(BENCH), name, "--resume", "first.json", "--out", "x.json"],
+                           cwd=self.tmp, env=here, stdin=subprocess.DEVNULL, capture_output=True,
+                           timeout=120, text=True)
+        self.assertEqual(p.returncode, 1, p.stderr)
+        self.assertEqual(p.stderr.strip(), f"bench_runner: --resume first.json: its runs read "
+                         f"the data in {copy}, this invocation's is in {DATA} (give --data-dir "
+                         f"{copy} to resume it)")
+        self.assertFalse((self.tmp / "x.json").exists())
+        first = json.loads((self.tmp / "first.json").read_text())
+
+        def edited(change):
+            doc = json.loads(json.dumps(first))
+            change(doc)
+            (self.tmp / "edited.json").write_text(json.dumps(doc))
+            return [name, "--resume", "edited.json", "--data-dir", str(copy)]
+
+        def set_in(path, value):
+            def change(doc):
+                *parents, last = path
+                target = doc
+                for key in parents:
+                    target = target[key]
+                target[last] = value
+            return change
+
+        self.assert_bad_input(edited(set_in(["environment", "cpu_model"], "Another CPU")),
+                              "--resume edited.json: its runs ran on another machine",
+                              'environment.cpu_model "Another CPU"')
+        self.assert_bad_input(edited(set_in(["environment", "cpu_cores"], 4096)),
+                              "environment.cpu_cores 4096")
+        for path, value, needle in (
+                (["runs", 1, "config"], "x", "runs[1].config: must be an object"),
+                (["runs", 2, "config", "devices"], 0, "runs[2].config.devices: must be an integer >= 1"),
+                (["runs", 0, "epochs", 0, "test_acc"], None, "runs[0].epochs[0].test_acc: must be a number"),
+                (["runs", 0, "timing"], [], "runs[0].timing: must be an object"),
+                (["runs", 2, "reason"], "why", "runs[2].reason: must be null")):
+            with self.subTest(path=path):
+                self.assert_bad_input(edited(set_in(path, value)), "--resume edited.json: " + needle)
+        self.assert_bad_input(edited(lambda doc: doc["runs"][2].pop("label")),
+                              "runs[2].label: missing")
+        # The file as written resumes, with the data it read.
+        code, _, err = self.run_cmd(*edited(lambda doc: None), "--out", "all.json", "--quiet")
+        self.assertEqual(code, 0, err)
+        self.assertEqual(self.load_valid(self.tmp / "all.json")["resumed_from"]["runs_kept"], 3)
+
     def test_an_interrupted_resume_keeps_the_later_runs_of_the_earlier_file(self):
         # Run 2 of 6 is missing from the earlier file; the resume is stopped while it reruns. Its
         # file must hold runs 3-6 too (ok in the earlier file), so that resuming it in turn
@@ -311,7 +383,7 @@ class Interruption(Case):
         self.assertEqual([r["status"] for r in second["runs"]], ["ok", "interrupted"] + ["ok"] * 4)
         self.assertEqual(second["resumed_from"]["runs_kept"], 5)
         for i in (0, 2, 3, 4, 5):
-            self.assertIn(earlier["runs"][i], second["runs"])
+            self.assertIn(earlier["runs"][i], [without_kept_from(r) for r in second["runs"]])
         code, _, err = self.run_cmd(name, "--resume", "second.json", "--out", "third.json", "--quiet")
         self.assertEqual(code, 0, err)
         third = self.load_valid(self.tmp / "third.json")
@@ -319,6 +391,10 @@ class Interruption(Case):
         self.assertEqual(third["resumed_from"], {"path": "second.json", "runs_kept": 5})
         self.assertEqual([r["run_spec"] for r in third["runs"]], [r["run_spec"] for r in earlier["runs"]])
         self.assertTrue(all(r["status"] == "ok" for r in third["runs"]))
+        # Each kept run names the first file that kept it (first.json, through second.json);
+        # run 2, interrupted in second.json, ran in third.json itself.
+        self.assertEqual([r.get("kept_from", {}).get("path") for r in third["runs"]],
+                         ["first.json", None] + ["first.json"] * 4)
         self.no_temporaries(self.tmp)
 
 
