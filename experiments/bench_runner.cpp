@@ -346,6 +346,13 @@ int run(int argc, char** argv) {
                                                d.name, paralab::utc_timestamp());
   const paralab::FashionMnist data =
       paralab::load_fashion_mnist(d.data_dir, d.train_limit, d.test_limit, paralab::kImageSide);
+  // What a strategy's setup would refuse (a batch not divisible by the devices, more stages
+  // than layers, more devices than channels) is refused here, before the first run trains.
+  try {
+    paralab::check_plans(d, data.train.count);
+  } catch (const paralab::Error& e) {
+    throw paralab::Error(descriptor_file + ": " + e.what());
+  }
 
   paralab::Progress progress(paralab::Progress::wanted(quiet));
   progress.line("data: " + data.dir + " (" + std::to_string(data.train.count) + " train, " +

@@ -206,6 +206,29 @@ int64_t iterations_per_epoch(const RunSpec& run, int64_t train_examples) {
   return cap ? std::min(full, *cap) : full;
 }
 
+std::vector<int64_t> minibatch_sizes(const RunSpec& run, int64_t train_examples) {
+  const int64_t global = global_batch(run);
+  std::vector<int64_t> sizes = {std::min(global, train_examples)};
+  const int64_t full = (train_examples + global - 1) / global;
+  if (iterations_per_epoch(run, train_examples) == full && train_examples % global != 0 && full > 1)
+    sizes.push_back(train_examples % global);
+  return sizes;
+}
+
+void check_plans(const Descriptor& d, int64_t train_examples) {
+  const std::shared_ptr<const Model> model = make_model(d.model, "model");
+  for (const RunSpec& run : d.runs) {
+    try {
+      make_strategy(run.strategy, run.options, run.path)
+          ->check_plan(*model, run.devices, minibatch_sizes(run, train_examples));
+    } catch (const Error& e) {
+      const std::string what = e.what();
+      if (what.starts_with(run.path + ".")) throw;  // it names the run's key already
+      throw Error(run.path + " (" + run.label + "): " + what);
+    }
+  }
+}
+
 int stop_signal(const RunContext& ctx) {
   const int mine = ctx.stop ? ctx.stop->load() : 0;
 #if PARALAB_HAVE_MPI
@@ -349,6 +372,10 @@ json run_training(const RunSpec& run, const RunContext& ctx) {
     ctx.progress->line(prefix + ": skipped: " + reason);
   } else
     try {
+      // Tests fail a run here, as an error inside a library would (tests/cli_test.py, FailedRun):
+      // every input a run could fail on is checked before the first run (check_plans).
+      if (const char* fault = std::getenv("PARALAB_TEST_RUN_FAULT"); fault && run.label == fault)
+        throw Error("PARALAB_TEST_RUN_FAULT: a fault injected into run '" + run.label + "'");
       if (oversubscribed && !ctx.quiet)
         std::fprintf(stderr,
                      "bench_runner: warning: %s: %lld device threads on %d cores; its times "
@@ -405,12 +432,9 @@ json run_training(const RunSpec& run, const RunContext& ctx) {
       config["options"] = strategy->options();  // as setup() resolved them ("auto" chunks)
 
       Rng shuffle(tc.seed ^ kShuffleStream);
-      const int64_t full = (train.count + global - 1) / global;
       const int64_t per_epoch = iterations_per_epoch(run, train.count);
       // Every minibatch size this run will use, checked before the first step.
-      strategy->check_batch(std::min(global, train.count));
-      if (per_epoch == full && train.count % global != 0)
-        strategy->check_batch(train.count % global);
+      for (const int64_t count : minibatch_sizes(run, train.count)) strategy->check_batch(count);
       const int64_t total_iters = per_epoch * tc.epochs;
       int64_t done = 0;
       double timed_seconds = 0;  // for the ETA

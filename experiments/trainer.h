@@ -5,6 +5,7 @@
 #include <atomic>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 #include "core/fashion_mnist.h"
 #include "experiments/descriptor.h"
@@ -40,6 +41,15 @@ int64_t global_batch(const RunSpec& run);
 // Iterations per epoch over `train_examples`: ceil(examples / global batch), capped by
 // max_iterations_per_epoch.
 int64_t iterations_per_epoch(const RunSpec& run, int64_t train_examples);
+// Every global minibatch size a run trains over `train_examples`: the global batch (or all the
+// examples, when fewer), and the smaller last one of an epoch where the run reaches it.
+std::vector<int64_t> minibatch_sizes(const RunSpec& run, int64_t train_examples);
+
+// Checks that each run's strategy can train the descriptor's model on its devices with its
+// minibatches (Strategy::check_plan), before any run starts; an Error naming the run's path
+// and label otherwise, e.g. "runs.1 (data_parallel/ring x2): data_parallel: global batch 63 is
+// not divisible by 2 devices ...".
+void check_plans(const Descriptor& d, int64_t train_examples);
 
 // "4 virtual devices on 1 GPU" when device_list (the devices' describe()) has virtual devices
 // (CUDA devices sharing a GPU), else "".

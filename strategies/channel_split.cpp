@@ -140,6 +140,14 @@ class ChannelSplit final : public Strategy {
     if (count < 1) throw Error("channel_split: an empty global batch");
   }
 
+  void check_plan(const Model& model, int devices, std::span<const int64_t> batches) override {
+    // The plan of setup() on this strategy, which is not set up and is not used after.
+    model_ = std::shared_ptr<const Model>(std::shared_ptr<const Model>(), &model);
+    plan(devices);
+    model_.reset();
+    for (const int64_t count : batches) check_batch(count);
+  }
+
   void begin_epoch(std::span<const int32_t> order) override {
     ++epoch_;
     run([&](int r) {

@@ -248,14 +248,12 @@ class DataParallel final : public Strategy {
 
   void check_batch(int64_t count) const override {
     PARALAB_REQUIRE(!ranks_.empty(), "data_parallel: check_batch() before setup()");
-    const int64_t k = static_cast<int64_t>(ranks_.size());
-    if (count < k)
-      throw Error("data_parallel: a global batch of " + std::to_string(count) +
-                  " cannot be split over " + std::to_string(k) + " devices");
-    if (count % k != 0 && !o_.uneven_shards)
-      throw Error("data_parallel: global batch " + std::to_string(count) + " is not divisible by " +
-                  std::to_string(k) +
-                  " devices (set \"uneven_shards\": true to allow shards that differ by one)");
+    check_shards(count, static_cast<int64_t>(ranks_.size()));
+  }
+
+  void check_plan(const Model& model, int devices, std::span<const int64_t> batches) override {
+    (void)model;
+    for (const int64_t count : batches) check_shards(count, devices);
   }
 
   void begin_epoch(std::span<const int32_t> order) override {
@@ -433,6 +431,17 @@ class DataParallel final : public Strategy {
   }
 
  private:
+  // A global batch of `count` examples cut into k shards (equal, unless uneven_shards).
+  void check_shards(int64_t count, int64_t k) const {
+    if (count < k)
+      throw Error("data_parallel: a global batch of " + std::to_string(count) +
+                  " cannot be split over " + std::to_string(k) + " devices");
+    if (count % k != 0 && !o_.uneven_shards)
+      throw Error("data_parallel: global batch " + std::to_string(count) + " is not divisible by " +
+                  std::to_string(k) +
+                  " devices (set \"uneven_shards\": true to allow shards that differ by one)");
+  }
+
   struct Rank {
     Transport* transport = nullptr;
     std::unique_ptr<ModelReplica> model;

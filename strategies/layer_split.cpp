@@ -72,13 +72,7 @@ class LayerSplit final : public Strategy {
     seed_ = s.seed;
     const Model& model = *model_;
     const int k = group_->size(), layers = model.layers();
-    if (k > layers)
-      throw Error("layer_split: " + std::to_string(k) + " devices, but " + model.name() +
-                  " has only " + std::to_string(layers) + " layers (" + layer_names(model) +
-                  ") to cut into stages: at most " + std::to_string(layers) + " devices");
-    if (o_.split.is_array() && !o_.split.empty() && o_.split.back().get<int>() >= layers)
-      throw Error(o_.path + ".split: boundaries must be increasing integers in 1.." +
-                  std::to_string(layers - 1) + ", got " + o_.split.dump());
+    check_stages(model, k);
     const int m = o_.microbatches;
     if (o_.read_back == "epoch" && static_cast<int>(group_->local_ranks().size()) != k)
       throw Error("layer_split " + mpi_unsupported());
@@ -87,10 +81,6 @@ class LayerSplit final : public Strategy {
     // their own, so that one capture serves the run (StepGraph).
     sets_ = graphs_.empty() ? kPassSlots : 1;
     if (o_.split.is_array()) {
-      if (static_cast<int>(o_.split.size()) != k - 1)
-        throw Error(o_.path + ".split: " + std::to_string(o_.split.size()) + " boundaries make " +
-                    std::to_string(o_.split.size() + 1) + " stages, but the run has " +
-                    std::to_string(k) + " devices");
       bounds_ = {0};
       for (const auto& b : o_.split) bounds_.push_back(b.get<int>());
       bounds_.push_back(layers);
@@ -149,6 +139,11 @@ class LayerSplit final : public Strategy {
     if (count < m || count % m != 0)
       throw Error("layer_split: global batch " + std::to_string(count) + " is not divisible into " +
                   std::to_string(m) + " equal micro-batches");
+  }
+
+  void check_plan(const Model& model, int devices, std::span<const int64_t> batches) override {
+    check_stages(model, devices);
+    for (const int64_t count : batches) check_batch(count);
   }
 
   void begin_epoch(std::span<const int32_t> order) override {
@@ -317,6 +312,23 @@ class LayerSplit final : public Strategy {
   }
 
  private:
+  // k stages of `model`: at most one per layer, and the split option's boundaries, where given,
+  // inside the model and one fewer than the stages.
+  void check_stages(const Model& model, int k) const {
+    const int layers = model.layers();
+    if (k > layers)
+      throw Error("layer_split: " + std::to_string(k) + " devices, but " + model.name() +
+                  " has only " + std::to_string(layers) + " layers (" + layer_names(model) +
+                  ") to cut into stages: at most " + std::to_string(layers) + " devices");
+    if (!o_.split.is_array()) return;
+    if (!o_.split.empty() && o_.split.back().get<int>() >= layers)
+      throw Error(o_.path + ".split: boundaries must be increasing integers in 1.." +
+                  std::to_string(layers - 1) + ", got " + o_.split.dump());
+    if (static_cast<int>(o_.split.size()) != k - 1)
+      throw Error(o_.path + ".split: " + std::to_string(o_.split.size()) + " boundaries make " +
+                  std::to_string(o_.split.size() + 1) + " stages, but the run has " +
+                  std::to_string(k) + " devices");
+  }
   // The figures of the step every stage has read (finish_step): loss and correct count from the
   // last stage, each stage's times, the phases summed over stages, the measured bubble and the
   // bytes moved; the pipeline's events kept for the report. Between processes, gathered.

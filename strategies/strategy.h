@@ -101,6 +101,13 @@ class Strategy {
   // Whether this strategy can train a global batch of `count` examples on its group; the
   // message says why not (e.g. data_parallel with a batch not divisible by the device count).
   virtual void check_batch(int64_t count) const { (void)count; }
+  // The Error that setup() or check_batch() would raise for `model` on a group of `devices`
+  // devices training global minibatches of each size in `batches`, raised on a strategy that
+  // has not been set up (no device is touched): bench_runner checks every run of a descriptor
+  // so before the first one starts. The default has nothing to check.
+  virtual void check_plan(const Model& model, int devices, std::span<const int64_t> batches) {
+    (void)model, (void)devices, (void)batches;
+  }
   // Loss and accuracy over the whole test set.
   virtual EvalResult evaluate() = 0;
   // The model's parameters (flat, book order), as the host sees them after the last step.

@@ -648,20 +648,52 @@ class FailedRun(BenchRunnerCase):
     needs_data = True
 
     def test_failed_run_is_recorded_and_exits_3(self):
-        name = self.write_descriptor(tiny_descriptor())
-        # 2 devices, and 257 examples leave a last minibatch of 1 that cannot be split: known
-        # only once the data is loaded, so the run fails instead of the descriptor.
+        # A run that fails inside (a library's error: injected here) is recorded as failed
+        # with the reason, and the next run still runs.
+        name = self.write_descriptor(tiny_descriptor(
+            runs=[{"strategy": "single", "label": "first"}, {"strategy": "single"}]))
         proc = self.run_bench(name, "--out", "out.json", "--quiet",
-                              "--set", "runs.0.strategy=data_parallel", "--set", "runs.0.devices=2",
-                              "--set", "dataset.train_limit=257", "--set", "training.batch_size=256",
-                              "--set", "training.max_iterations_per_epoch=null")
+                              env={"PARALAB_TEST_RUN_FAULT": "first"})
         self.assert_ran(proc, rc=3)
         self.assertEqual((proc.stdout, proc.stderr), ("", ""))
-        run = self.load_valid_results("out.json")["runs"][0]
+        run, after = self.load_valid_results("out.json")["runs"]
         self.assertEqual(run["status"], "failed")
-        self.assertIn("a global batch of 1 cannot be split over 2 devices", run["reason"])
+        self.assertEqual(run["reason"], "PARALAB_TEST_RUN_FAULT: a fault injected into run 'first'")
         self.assertNotIn("wall_seconds", run)
         self.assertEqual((run["epochs"], run["iterations"], run["warmup"]), ([], [], []))
+        self.assertEqual(after["status"], "ok")
+
+    def test_what_a_strategy_cannot_run_is_refused_before_the_first_run(self):
+        # Each of these failed its run only once it started, after the runs before it had
+        # trained; the model, the devices and the data's size say so before any run.
+        # 257 examples at batch 256 leave a last minibatch of 1, which 2 devices cannot split.
+        first = {"strategy": "single"}
+        for run, training, limit, needle in (
+                ({"strategy": "data_parallel", "devices": 2}, {"batch_size": 63}, None,
+                 "runs.1 (data_parallel x2): data_parallel: global batch 63 is not divisible "
+                 "by 2 devices"),
+                ({"strategy": "data_parallel", "devices": 2},
+                 {"batch_size": 256, "max_iterations_per_epoch": None}, 257,
+                 "runs.1 (data_parallel x2): data_parallel: a global batch of 1 cannot be split "
+                 "over 2 devices"),
+                ({"strategy": "layer_split", "devices": 5}, {}, None,
+                 "runs.1 (layer_split x5): layer_split: 5 devices, but lenet has only 4 layers"),
+                ({"strategy": "layer_split", "devices": 2, "microbatches": 5}, {}, None,
+                 "runs.1 (layer_split m5 x2): layer_split: global batch 64 is not divisible "
+                 "into 5 equal micro-batches"),
+                ({"strategy": "layer_split", "devices": 2, "split": [1, 2]}, {}, None,
+                 "runs.1.split: 2 boundaries make 3 stages, but the run has 2 "
+                 "devices"),
+                ({"strategy": "channel_split", "devices": 11, "allow_oversubscription": True},
+                 {}, None, "runs.1 (channel_split x11): channel_split: 11 devices, but fc2 has "
+                 "only 10 output channels to split (at most 10 devices)")):
+            with self.subTest(run=run, training=training):
+                doc = tiny_descriptor(runs=[first, run])
+                doc["training"].update(training)
+                if limit:
+                    doc["dataset"]["train_limit"] = limit
+                BadInput.assert_rejected(self, [], ["bench_runner: descriptor.json: " + needle], doc=doc,
+                                         schema_rejects=False)
 
 
 class Environment(BenchRunnerCase):

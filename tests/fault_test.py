@@ -552,8 +552,9 @@ class HostileInput(Case):
 
     def test_nothing_could_run_exits_4_with_the_file(self):
         # Runs that need more cores than the machine has are skipped (as is cuda without a GPU).
-        doc = descriptor(runs=2)
-        doc["runs"] = [{"strategy": "data_parallel", "devices": 4096}] * 2
+        # One example per device: a plan the strategy accepts (4,096 devices cannot split 64).
+        doc = descriptor(runs=2, train=8192, batch_size=1)
+        doc["runs"] = [{"strategy": "data_parallel", "devices": 4096, "batch_scaling": "weak"}] * 2
         name = self.write(doc)
         code, out, err = self.run_cmd(name, "--out", "r.json", "--quiet")
         self.assertEqual(code, 4, err)
