@@ -264,9 +264,8 @@ bool draw_plots(const std::string& results, bool quiet) {
                           shell_quote(results) + (quiet ? " > /dev/null" : "");
   const int rc = paralab::run_shell(cmd);
   if (rc != 0) {
-    std::fprintf(stderr,
-                 "bench_runner: --plot: plot_all.py failed (status %d); results are in %s\n", rc,
-                 results.c_str());
+    std::fprintf(stderr, "bench_runner: --plot: plot_all.py failed (%s); results are in %s\n",
+                 paralab::describe_status(rc).c_str(), results.c_str());
     return false;
   }
   return true;
@@ -302,6 +301,15 @@ int run(int argc, char** argv) {
     std::fprintf(stderr, "bench_runner: %s (see --help)\n", e.what());
     return 1;
   }
+  // An empty value given (a shell variable left unset) is a mistake, not the option left out:
+  // `--out ""` wrote to the default place, `--resume ""` resumed nothing.
+  for (const auto& [name, value] : {std::pair<const char*, const std::string*>{"--out", &out},
+                                    {"--resume", &resume},
+                                    {"--data-dir", &data_dir}})
+    if (app.count(name) > 0 && value->empty()) {
+      std::fprintf(stderr, "bench_runner: %s: an empty path (see --help)\n", name);
+      return 1;
+    }
 
   // Under mpirun every process is one rank of each run; rank 0 alone prints and writes results.
   const bool mpi = paralab::launched_by_mpi();
@@ -424,6 +432,14 @@ int run(int argc, char** argv) {
   // The results are final: a signal now (while the plots are drawn, say) ends bench_runner as
   // its default action does.
   if (!stop) g_signals_stop_runs = false;
+  // A signal taken after the last run ended, while this version was written, asked to stop as
+  // well: the file is complete, and bench_runner ends here (no summary, no plots) with its
+  // status, as it would had the signal come a moment later.
+  if (const int late = g_stop.load(); !stop && late != 0) {
+    std::fprintf(stderr, "bench_runner: %s after the last run: all %zu runs are in %s\n",
+                 paralab::signal_name(late).c_str(), doc["runs"].size(), file->path().c_str());
+    return 128 + late;
+  }
   if (!quiet) {
     print_summary(doc["runs"], kept_runs, resume);
     std::printf("\nresults: %s\n", file->path().c_str());

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstring>
 
 extern char** environ;
 
@@ -52,6 +53,15 @@ int wait_for(pid_t pid) {
 int run_shell(const std::string& cmd) {
   const pid_t pid = spawn_shell(cmd, -1);
   return pid < 0 ? -1 : wait_for(pid);
+}
+
+std::string describe_status(int status) {
+  if (status == -1) return "could not be started";
+  if (WIFEXITED(status)) return "exit status " + std::to_string(WEXITSTATUS(status));
+  if (WIFSIGNALED(status))
+    return "killed by signal " + std::to_string(WTERMSIG(status)) + " (" +
+           strsignal(WTERMSIG(status)) + ")";
+  return "wait status " + std::to_string(status);
 }
 
 std::optional<std::string> shell_output(const std::string& cmd) {

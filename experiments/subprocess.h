@@ -12,6 +12,9 @@ namespace paralab {
 // `sh -c cmd` to its end, with stdin, stdout and stderr inherited. Its wait status, as
 // std::system returns it (0 on success); -1 when it could not be started.
 int run_shell(const std::string& cmd);
+// A run_shell() status in words: "exit status 1", "killed by signal 15 (Terminated)", "could not
+// be started".
+std::string describe_status(int status);
 
 // The standard output of `sh -c cmd` (stdin and stderr inherited), trailing newlines removed;
 // nullopt when it could not be started or did not exit with status 0.

@@ -392,6 +392,17 @@ class BadInput(BenchRunnerCase):
                 self.assertEqual(self.files(), before, "a results or temporary file was created")
         return lines[0]
 
+    def test_empty_paths(self):
+        # `--out ""` wrote to results/<name>-<time>.json, `--resume ""` resumed nothing.
+        name = self.write_descriptor(tiny_descriptor())
+        before = self.files()
+        for option in ("--out", "--resume", "--data-dir"):
+            with self.subTest(option=option):
+                proc = self.run_bench(name, option, "")
+                self.assertEqual(proc.returncode, 1, proc.stderr)
+                self.assertEqual(proc.stderr, f"bench_runner: {option}: an empty path (see --help)\n")
+                self.assertEqual(self.files(), before)
+
     def test_missing_descriptor(self):
         self.assert_rejected(["missing.json"], ["missing.json", "cannot open"])
 

@@ -28,6 +28,10 @@ TEST(Subprocess, RunShellGivesTheWaitStatus) {
   const int killed = run_shell("kill -TERM $$");
   ASSERT_TRUE(WIFSIGNALED(killed));
   EXPECT_EQ(WTERMSIG(killed), SIGTERM);
+  // In words, as bench_runner reports a plotting script's end (not the raw 768 or 15).
+  EXPECT_EQ(describe_status(status), "exit status 3");
+  EXPECT_EQ(describe_status(killed), "killed by signal 15 (Terminated)");
+  EXPECT_EQ(describe_status(-1), "could not be started");
 }
 
 // The child's blocked signals (SigBlk in /proc/self/status, hex), as the spawned program runs with
