@@ -2,7 +2,10 @@
 # measurement runs as a child the script waits for, so that a signal trapped by the script (Ctrl-C,
 # a timeout's SIGTERM) stops the measurement too instead of leaving it running, orphaned, after the
 # script has gone.
-#   in_child CMD...  runs CMD in the background and waits for it; CMD's exit status
+#   in_child CMD...  runs CMD in the background, in a session of its own, and waits for it; CMD's
+#                    exit status. A terminal's Ctrl-C reaches the script's process group only,
+#                    so CMD gets one signal, stop_child's: a second one would make bench_runner
+#                    stop at once, without writing the run in progress as interrupted.
 #   stop_child       for a signal trap: SIGTERM to that child, if one runs, and waits for it
 #   stop_on_signals LINE
 #                    INT, TERM and HUP stop the child and exit 128 + the signal's number after
@@ -10,7 +13,8 @@
 #                    stderr, which it opens: a child's may go to a log); EXIT traps still run
 child_pid=""
 in_child() {
-  "$@" &
+  # setsid(1) execs CMD in the same process (a script's background job leads no group).
+  setsid "$@" &
   child_pid=$!
   local rc=0
   wait "$child_pid" || rc=$?

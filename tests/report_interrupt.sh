@@ -49,6 +49,23 @@ kept=$(runs "$profile.partial" ok)
 [ "$kept" -ge 2 ] || fail "$profile.partial kept $kept finished runs, not at least 2"
 running "$tmp/r/data/profile-cpu\.json" && fail "report.sh left bench_runner running"
 
+# Ctrl-C in a terminal reaches the whole process group, bench_runner too, before report.sh's
+# trap stops it: a second signal, which made bench_runner stop at once and left a file in state
+# running that report.sh did not keep (every finished run lost). Each measurement now runs in a
+# session of its own (scripts/child.sh), so that it gets one signal, from report.sh.
+rm -rf "$tmp/c"
+cprofile="$tmp/c/data/profile-cpu.json"
+profiled_two_c() { [ "$(runs "$cprofile.next" ok)" -ge 2 ]; }
+in_own_group "$root/scripts/report.sh" --out "$tmp/c" --short >"$tmp/ctrl-c.log" 2>&1 &
+ctrl_c_when $! "$tmp/ctrl-c.log" "the profile finishing two runs" profiled_two_c
+rc=$interrupted_rc
+[ "$rc" -eq 130 ] || { cat "$tmp/ctrl-c.log"; fail "report.sh on Ctrl-C exited $rc, not 130"; }
+[ "$(tail -n 1 "$tmp/ctrl-c.log")" = "report.sh: interrupted by SIGINT; the finished runs are in $cprofile.partial, which the next scripts/report.sh resumes" ] ||
+  { cat "$tmp/ctrl-c.log"; fail "on Ctrl-C, the finished runs were not kept"; }
+[ "$(state "$cprofile.partial")" = interrupted ] || fail "$cprofile.partial is not an interrupted results file"
+[ "$(runs "$cprofile.partial" ok)" -ge 2 ] || fail "on Ctrl-C, $cprofile.partial kept fewer than 2 runs"
+running "$tmp/c/data/profile-cpu\.json" && fail "report.sh left bench_runner running after Ctrl-C"
+
 # The next report.sh resumes it: the finished runs kept, the rest measured, the report written.
 out=$("$root/scripts/report.sh" --short --out "$tmp/r" 2>&1) || { echo "$out"; fail "the second report.sh exited non-zero"; }
 echo "$out" | grep -q "report.sh: resuming $profile.partial (its finished runs are kept)" ||
