@@ -10,8 +10,10 @@ import glob
 import json
 import math
 import os
+import shutil
 import statistics
 import sys
+import tempfile
 
 from . import accuracy, calibrate, nets, noise, perf, presets, session
 
@@ -972,14 +974,23 @@ def main(argv=None):
         o.pop("points")  # its configs (medians of the rounds) stay; the samples are in its files
     if others:
         report["other_sessions"] = others
-    figures = [] if args.no_plots else plots(args.out, points, projections, acc, ar_x,
-                                             {n: l for n, (c, l) in pres.items()},
-                                             {k: g[0].gpu for k, g in gpus.items()})
-    if alex and not args.no_plots:
-        figures += projection_plots(args.out, alex["projections"], "alexnet_", "AlexNet")
-    with open(os.path.join(args.out, "predictions.json"), "w") as f:
-        json.dump(report, f, indent=1, default=float)
-    write_readme(args.out, report, figures)
+    # Everything is written beside the report first and moved into place at the end, each file
+    # in one step, README.md last: a failure or a Ctrl-C on the way leaves the earlier report
+    # whole, never new figures beside an old README or a cut predictions.json.
+    stage = tempfile.mkdtemp(prefix=".report-", dir=args.out)
+    try:
+        figures = [] if args.no_plots else plots(stage, points, projections, acc, ar_x,
+                                                 {n: l for n, (c, l) in pres.items()},
+                                                 {k: g[0].gpu for k, g in gpus.items()})
+        if alex and not args.no_plots:
+            figures += projection_plots(stage, alex["projections"], "alexnet_", "AlexNet")
+        with open(os.path.join(stage, "predictions.json"), "w") as f:
+            json.dump(report, f, indent=1, default=float)
+        write_readme(stage, report, figures)
+        for name in figures + ["predictions.json", "README.md"]:
+            os.replace(os.path.join(stage, name), os.path.join(args.out, name))
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)
     for k, v in summary.items():
         print("report: %-22s %3d held-out points, median |error| %5.1f %%, max %6.1f %% %s" % (
             k, v["points"], 100 * v["median_abs_error"], 100 * v["max_abs_error"],

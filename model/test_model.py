@@ -1499,6 +1499,33 @@ class CommittedReport(unittest.TestCase):
             self.assertTrue(math.isfinite(proj["weak"]["1024"]["data_parallel/ring"]["step_ms"]))
 
 
+class ReportWriting(unittest.TestCase):
+    """report.main writes its files beside the report and moves them in at the end."""
+
+    def test_a_failure_while_writing_leaves_the_earlier_report_whole(self):
+        with tempfile.TemporaryDirectory() as out:
+            earlier = {"README.md": "earlier README\n", "predictions.json": "{}\n"}
+            for name, text in earlier.items():
+                with open(os.path.join(out, name), "w") as f:
+                    f.write(text)
+
+            def fail(*args, **kwargs):
+                raise RuntimeError("stopped while writing the README")
+
+            saved = report.write_readme
+            report.write_readme = fail
+            try:
+                with self.assertRaises(RuntimeError):
+                    report.main(["--out", out, "--no-plots"])
+            finally:
+                report.write_readme = saved
+            # predictions.json was written before the README failed: not in the report's place.
+            self.assertEqual(sorted(os.listdir(out)), sorted(earlier))
+            for name, text in earlier.items():
+                with open(os.path.join(out, name)) as f:
+                    self.assertEqual(f.read(), text, name)
+
+
 def _results(runs, epochs=10):
     """A results file of the accuracy sweep as bench_runner writes it, reduced to what the report
     reads: runs = [(label, global batch, seed, final test accuracy)]."""
