@@ -321,13 +321,41 @@ def parse_args(argv):
     return args
 
 
+def unwritable(path):
+    """Why the results cannot be written to `path` (a new file), or None: checked before the
+    runs, which take minutes, rather than after them."""
+    directory = os.path.dirname(os.path.abspath(path))
+    existing = directory
+    while not os.path.exists(existing):  # write_atomically makes the missing directories
+        existing = os.path.dirname(existing)
+    if not os.path.isdir(existing):
+        return f"{existing} is not a directory"
+    try:  # a file made and removed: permissions alone do not say it (root, /proc, read-only mounts)
+        fd, probe = tempfile.mkstemp(dir=existing, prefix=".compare-pytorch-probe.")
+        os.close(fd)
+        os.remove(probe)
+    except OSError as e:
+        return f"cannot write in {existing} ({e.strerror})"
+    return None
+
+
 def main(argv=None):
     args = parse_args(sys.argv[1:] if argv is None else argv)
-    if not os.access(args.bench_runner, os.X_OK):
+    if not os.path.isfile(args.bench_runner) or not os.access(args.bench_runner, os.X_OK):
         return fail(f"{args.bench_runner}: not built (run scripts/build.sh)")
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    out = args.out or os.path.join("results", f"compare-pytorch-{stamp}.json")
+    if os.path.lexists(out):
+        return fail(f"{out}: exists (results are never overwritten)")
+    why = unwritable(out)
+    if why:
+        return fail(f"{out}: {why}")
     probe = "import torch, sys; sys.exit(0 if '%s' == 'cpu' or torch.cuda.is_available() else 3)"
-    probed = subprocess.run([args.python, "-c", probe % args.device], capture_output=True,
-                            text=True)
+    try:
+        probed = subprocess.run([args.python, "-c", probe % args.device], capture_output=True,
+                                text=True)
+    except OSError as e:
+        return fail(f"{args.python}: cannot run it ({e.strerror})")
     if probed.returncode == 3:
         return fail(f"{args.python}: torch sees no CUDA device")
     if probed.returncode:
@@ -336,10 +364,6 @@ def main(argv=None):
             return fail(f"{args.python}: torch is not installed "
                         "(scripts/install-deps.sh --with-torch)")
         return fail(f"{args.python}: importing torch failed: {said}")
-    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-    out = args.out or os.path.join("results", f"compare-pytorch-{stamp}.json")
-    if os.path.exists(out):
-        return fail(f"{out}: exists (results are never overwritten)")
 
     cuda = args.device == "cuda"
     keys = ["graphed", "book"] if cuda else ["book"]

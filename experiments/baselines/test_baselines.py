@@ -508,6 +508,30 @@ class CompareTest(unittest.TestCase):
         self.assertIn("threads 1, repeat 1/2: graphed FAILED: ", p.stderr)
         self.assertIn("threads 1, repeat 2/2: book 150000 images/s", p.stderr)
 
+    def test_paths_it_cannot_use_are_refused_before_any_run(self):
+        # Each used to fail with a traceback: --out only after every run had been measured.
+        file = self.script("a-file", "")
+        for bad, said in ((["--out", os.path.join(file, "x.json")], f": {file} is not a directory"),
+                          (["--out", "/proc/x.json"], ": cannot write in /proc ("),
+                          (["--python", "/nonexistent/python"],
+                           "/nonexistent/python: cannot run it (No such file or directory)"),
+                          (["--bench-runner", self.tmp.name], ": not built (run scripts/build.sh)")):
+            with self.subTest(bad=bad):
+                args = {"--bench-runner": self.runner, "--python": self.python,
+                        "--out": os.path.join(self.tmp.name, "new", "out.json")}
+                args.update(dict(zip(bad[::2], bad[1::2])))
+                if os.path.exists(self.log):
+                    os.remove(self.log)
+                p = subprocess.run([sys.executable, COMPARE, *sum(args.items(), ())],
+                                   capture_output=True, text=True, timeout=60,
+                                   env=dict(os.environ, FAKE_LOG=self.log))
+                self.assertEqual(p.returncode, 1, p.stderr)
+                self.assertEqual(len(p.stderr.splitlines()), 1, p.stderr)
+                self.assertTrue(p.stderr.startswith("compare_pytorch.py: "), p.stderr)
+                self.assertIn(said, p.stderr)
+                self.assertFalse(os.path.exists(self.log), "a program ran")
+        self.assertFalse(os.path.exists(os.path.join(self.tmp.name, "new")))
+
     def test_argument_errors(self):
         for bad in (["--repeats", "0"], ["--iterations", "-3"], ["--goal", "0"],
                     ["--epoch-goal-ms", "nan"], ["--warmup", "x"]):
