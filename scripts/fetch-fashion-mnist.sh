@@ -16,6 +16,7 @@
 set -euo pipefail
 case "${1:-}" in -h | --help) sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"; exit 0 ;; esac  # the comment above
 
+(($# <= 1)) || { echo "fetch-fashion-mnist.sh: one TARGET_DIR at most, got $# arguments (see --help)" >&2; exit 2; }
 [[ ${1:-} != -* ]] || { echo "fetch-fashion-mnist.sh: unknown option '$1' (usage: scripts/fetch-fashion-mnist.sh [TARGET_DIR]; --help)" >&2; exit 2; }
 readonly target="${1:-./data/fashion-mnist}"
 readonly mirrors=(

@@ -25,25 +25,29 @@
 # the oneDNN calls change; CI (Debian 12 only) does not run it.
 set -euo pipefail
 case "${1:-}" in -h | --help) sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"; exit 0 ;; esac  # the comment above
+start=$PWD  # a relative --root or --keyring is read from here, where the command was typed
 cd "$(dirname "$0")/.."
 repo=$PWD
 root="" keep=0 mirror="" suite=bookworm keyring=""
 say() { echo "fresh-machine-check: $*"; }
 die() { echo "fresh-machine-check.sh: $*" >&2; exit 2; }
-value() { [[ -n $2 ]] || die "$1 needs $3"; }  # value OPTION "${2-}" WHAT
+value() { [[ -n $2 && $2 != -* ]] || die "$1 needs $3"; }  # value OPTION "${2-}" WHAT
+here() { [[ $1 == /* ]] && echo "$1" || echo "$start/$1"; }
 while (($#)); do
   case "$1" in
-    --root) value "$1" "${2-}" "a directory"; root=$2; shift 2 ;;
+    -h | --help) sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"; exit 0 ;;
+    --root) value "$1" "${2-}" "a directory"; root=$(here "$2"); shift 2 ;;
     --keep) keep=1; shift ;;
     --mirror) value "$1" "${2-}" "a URL"; mirror=$2; shift 2 ;;
     --suite) value "$1" "${2-}" "a name"; suite=$2; shift 2 ;;
-    --keyring) value "$1" "${2-}" "a file"; keyring=$2; shift 2 ;;
+    --keyring) value "$1" "${2-}" "a file"; keyring=$(here "$2"); shift 2 ;;
     *) die "unknown option '$1' (known: --root, --keep, --mirror, --suite, --keyring)" ;;
   esac
 done
 case "$suite" in
   focal | jammy | noble | oracular | plucky | questing) distro=Ubuntu ;;
-  *) distro=Debian ;;
+  bullseye | bookworm | trixie | forky | sid) distro=Debian ;;
+  *) die "--suite '$suite': not a release this script knows (Debian: bullseye, bookworm, trixie, forky, sid; Ubuntu: focal, jammy, noble, oracular, plucky, questing)" ;;
 esac
 if [[ $distro == Ubuntu ]]; then
   mirror=${mirror:-http://archive.ubuntu.com/ubuntu}

@@ -15,10 +15,15 @@ set -euo pipefail
 case "${1:-}" in -h | --help) sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"; exit 0 ;; esac  # the comment above
 cd "$(dirname "$0")/.."
 seconds=60 runs="" grow=0 targets=()
+# count OPTION "${2-}": a whole number > 0 follows the option (0 is no limit to libFuzzer).
+count() {
+  [[ ${2-} =~ ^[1-9][0-9]*$ ]] ||
+    { echo "fuzz.sh: $1 needs a whole number > 0, not '${2-}'" >&2; exit 2; }
+}
 while (($#)); do
   case "$1" in
-    --seconds) seconds=${2:?}; shift 2 ;;
-    --runs) runs=${2:?}; shift 2 ;;
+    --seconds) count "$1" "${2-}"; seconds=$2; shift 2 ;;
+    --runs) count "$1" "${2-}"; runs=$2; shift 2 ;;
     --grow-corpus) grow=1; shift ;;
     fuzz_idx|fuzz_descriptor|fuzz_results) targets+=("$1"); shift ;;
     *) echo "fuzz.sh: unknown argument '$1' (known: --seconds N, --runs N, --grow-corpus, fuzz_idx, fuzz_descriptor, fuzz_results)" >&2; exit 2 ;;

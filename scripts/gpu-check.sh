@@ -109,7 +109,8 @@ parts=()
 while (($#)); do
   case $1 in
     --budget) (($# >= 2)) || die "--budget needs a number of seconds"; budget=$2; shift 2 ;;
-    --budget=*) budget=${1#--budget=}; shift ;;
+    --budget=*) budget=${1#--budget=}; [[ -n $budget ]] || die "--budget= needs a number of seconds"; shift ;;
+    -h | --help) sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"; exit 0 ;;
     --list) list=1; shift ;;
     --build-only) build_only=1; shift ;;
     --skip-tests) skip_tests=1; shift ;;

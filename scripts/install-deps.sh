@@ -28,6 +28,7 @@ for arg in "$@"; do
   case "$arg" in
     --with-torch) packages+=(python3-torch python3-numpy) ;;
     --with-clang) packages+=(clang libclang-rt-dev libomp-dev) ;;  # runtimes of the default clang
+    -h | --help) sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"; exit 0 ;;
     *) echo "install-deps.sh: unknown option '$arg' (known: --with-torch, --with-clang)" >&2; exit 2 ;;
   esac
 done

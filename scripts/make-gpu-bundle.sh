@@ -6,11 +6,18 @@
 # backend's 40 MB library would not fit beside the data). Run scripts/install-deps.sh first.
 set -euo pipefail
 case "${1:-}" in -h | --help) sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"; exit 0 ;; esac  # the comment above
+(($# == 0)) || { echo "make-gpu-bundle.sh: unknown argument '$1' (it takes none; see --help)" >&2; exit 2; }
 cd "$(dirname "$0")/.."
 out=gpu-bundle
 multiarch=$(gcc -print-multiarch 2>/dev/null || echo x86_64-linux-gnu)
 libdir=/usr/lib/$multiarch
+data=${FASHION_MNIST_DIR:-/usr/share/datasets/fashion-mnist}
+for f in {train,t10k}-{images-idx3,labels-idx1}-ubyte.gz; do
+  [[ -f $data/$f ]] || { echo "make-gpu-bundle.sh: $data/$f missing (apt-get install dataset-fashion-mnist, or set FASHION_MNIST_DIR)" >&2; exit 1; }
+done
+# Built in gpu-bundle.tmp and renamed when whole; a failure on the way removes it.
 rm -rf "$out.tmp"
+trap 'rm -rf "$out.tmp"' EXIT
 mkdir -p "$out.tmp/include" "$out.tmp/lib" "$out.tmp/data/fashion-mnist"
 for d in nlohmann CLI gtest benchmark; do
   [[ -d /usr/include/$d ]] || { echo "make-gpu-bundle.sh: /usr/include/$d missing (run scripts/install-deps.sh)" >&2; exit 1; }
@@ -32,7 +39,6 @@ for l in libz.a libgtest.a libgtest_main.a "${bench_soname:-libbenchmark.so}"; d
   [[ -f $libdir/$l ]] || { echo "make-gpu-bundle.sh: $libdir/$l missing" >&2; exit 1; }
   cp -L "$libdir/$l" "$out.tmp/lib/"
 done
-data=${FASHION_MNIST_DIR:-/usr/share/datasets/fashion-mnist}
 cp "$data"/{train,t10k}-{images-idx3,labels-idx1}-ubyte.gz "$out.tmp/data/fashion-mnist/"
 rm -rf "$out"
 mv "$out.tmp" "$out"

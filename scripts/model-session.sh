@@ -26,17 +26,19 @@
 # unfinished session and exits 128 + the signal's number. Needs build/bench_runner and
 # build/allreduce_bench (built if missing) and python3 with numpy.
 set -euo pipefail
+start=$PWD  # a relative --out is read from here, where the command was typed
 cd "$(dirname "$0")/.."
 rounds=4
 label=""
 out=""
 short=0
 die() { echo "model-session.sh: $*" >&2; exit 1; }
+value() { [ $# -ge 3 ] && [ -n "$3" ] && [[ $3 != -* ]] || die "$1 needs $2"; }  # value OPTION WHAT "${2-}"
 while [ $# -gt 0 ]; do
   case "$1" in
-    --rounds) [ $# -ge 2 ] || die "--rounds needs a number"; rounds="$2"; shift ;;
-    --label) [ $# -ge 2 ] || die "--label needs a name"; label="$2"; shift ;;
-    --out) [ $# -ge 2 ] || die "--out needs a directory"; out="$2"; shift ;;
+    --rounds) value "$1" "a number" "${2-}"; rounds="$2"; shift ;;
+    --label) value "$1" "a name" "${2-}"; label="$2"; shift ;;
+    --out) value "$1" "a directory" "${2-}"; out="$2"; [[ $out == /* ]] || out="$start/$out"; shift ;;
     --short) short=1 ;;
     -h|--help) sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"; exit 0 ;;
     *) die "unknown argument '$1' (see --help)" ;;

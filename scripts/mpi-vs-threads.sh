@@ -17,11 +17,16 @@ set -euo pipefail
 rounds=3
 build=build
 out=""
+# value OPTION WHAT "${2-}": the option's value is there and is not another option.
+value() {
+  [[ $# -ge 3 && -n $3 && $3 != -* ]] ||
+    { echo "mpi-vs-threads.sh: $1 needs $2 (see --help)" >&2; exit 1; }
+}
 while [[ $# -gt 0 ]]; do
   case "$1" in
-    --rounds) rounds="$2"; shift 2 ;;
-    --build) build="$2"; shift 2 ;;
-    --out) out="$2"; shift 2 ;;
+    --rounds) value "$1" "a number" "${2-}"; rounds="$2"; shift 2 ;;
+    --build) value "$1" "a directory" "${2-}"; build="$2"; shift 2 ;;
+    --out) value "$1" "a directory" "${2-}"; out="$2"; shift 2 ;;
     -h|--help) sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"; exit 0 ;;
     *) echo "mpi-vs-threads.sh: unknown argument '$1' (see --help)" >&2; exit 1 ;;
   esac

@@ -22,6 +22,7 @@
 # finished runs in DIR/data/FILE.partial, which the next run resumes.
 # Needs build/bench_runner (built here if missing) and python3 with numpy (matplotlib for figures).
 set -euo pipefail
+start=$PWD  # a relative --out is read from here, where the command was typed
 cd "$(dirname "$0")/.."
 mode=default
 out=""
@@ -29,7 +30,9 @@ while [ $# -gt 0 ]; do
   case "$1" in
     --full) mode=full ;;
     --short) mode=short ;;
-    --out) [ $# -ge 2 ] || { echo "report.sh: --out needs a directory" >&2; exit 1; }; out="$2"; shift ;;
+    --out)
+      [ $# -ge 2 ] && [ -n "$2" ] && [[ $2 != -* ]] || { echo "report.sh: --out needs a directory" >&2; exit 1; }
+      out="$2"; [[ $out == /* ]] || out="$start/$out"; shift ;;
     -h|--help) sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"; exit 0 ;;
     *) echo "report.sh: unknown argument '$1' (see --help)" >&2; exit 1 ;;
   esac

@@ -5,6 +5,7 @@
 # right before copying, e.g. before a device run that carries gpu-bundle and this file.
 set -euo pipefail
 case "${1:-}" in -h | --help) sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"; exit 0 ;; esac  # the comment above
+(($# == 0)) || { echo "stamp-source.sh: unknown argument '$1' (it takes none; see --help)" >&2; exit 2; }
 cd "$(dirname "$0")/.."
 top=$(git rev-parse --show-toplevel 2>/dev/null) || { echo "stamp-source.sh: $PWD is not a git checkout" >&2; exit 1; }
 [[ $top -ef . ]] || { echo "stamp-source.sh: $PWD is inside another repository ($top)" >&2; exit 1; }

@@ -9,6 +9,7 @@
 # working.
 set -euo pipefail
 case "${1:-}" in -h | --help) sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"; exit 0 ;; esac  # the comment above
+(($# == 0)) || { echo "test.sh: unknown argument '$1' (it takes none; see --help)" >&2; exit 2; }
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
 scripts/build.sh
