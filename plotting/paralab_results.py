@@ -159,10 +159,16 @@ def series_name(run):
       channel_split: pairing and allreduce when non-default
                                                'channel_split', 'channel_split/megatron',
                                                'channel_split/megatron/tree'
-    Any other strategy is named like data_parallel."""
+    Any other strategy is named like data_parallel. A run without CUDA graphs (option
+    cuda_graphs false: the eager GPU path) gets ' eager' after its name: its steps pay the host's
+    launches, which a graphed run of the same options does not."""
     c = config(run)
     options = _dict(c.get("options"))
-    strategy = str(c.get("strategy") or "unknown")
+    name = _strategy_name(str(c.get("strategy") or "unknown"), options)
+    return name + " eager" if options.get("cuda_graphs") is False else name
+
+
+def _strategy_name(strategy, options):
     parts = [strategy]
 
     def non_default(key, default):
@@ -197,14 +203,42 @@ def series_name(run):
 
 def series_order(name):
     """Sort key for series names: 'single' first, then by name with numbers compared as numbers
-    ('layer_split/m=2' before 'layer_split/m=16')."""
-    return name != "single", [(0, int(t), "") if t.isdigit() else (1, 0, t)
+    ('layer_split/m=2' before 'layer_split/m=16'); 'single b32' and 'single eager' first too."""
+    return name.split(" ")[0] != "single", [(0, int(t), "") if t.isdigit() else (1, 0, t)
                               for t in re.split(r"(\d+)", name) if t]
 
 
 def series_key(run):
-    """(batch_scaling, series_name): the runs that one line of a plot connects."""
+    """(batch_scaling, series_name): the runs that one line of a plot connects, where a file
+    compares them at one batch (series_keys tells batches apart)."""
     return batch_scaling(run), series_name(run)
+
+
+def compared_batch(run):
+    """The batch a run's series compares device counts at: the global batch under strong
+    scaling, the per-device batch under weak scaling; None when not recorded."""
+    key = "per_device_batch" if batch_scaling(run) == "weak" else "global_batch"
+    value = config(run).get(key)
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def series_keys(runs):
+    """{id(run): (batch_scaling, series name)} for the runs one figure draws: series_key, and
+    where the runs of one batch scaling come at more than one batch (AlexNet's comparison at 32
+    and 128, a session's single step at 256 and 512), the batch after the name
+    ('layer_split/m=4 b32'; weak scaling: 'b256/device'): runs of different batches are never
+    one line, nor one group of bars."""
+    batches = {}
+    for run in runs:
+        batches.setdefault(batch_scaling(run), set()).add(compared_batch(run))
+    out = {}
+    for run in runs:
+        scaling, name = series_key(run)
+        batch = compared_batch(run)
+        if len(batches[scaling]) > 1 and batch is not None:
+            name += f" b{batch}" + ("/device" if scaling == "weak" else "")
+        out[id(run)] = (scaling, name)
+    return out
 
 
 def samples_per_s(run):
@@ -327,9 +361,12 @@ def scaling_title(scaling):
 
 
 def series_colors(names):
-    """A fixed colour per series name, so every plot of one file colours a series the same."""
+    """A fixed colour per series name, so every plot of one file colours a series the same; 20
+    distinct ones (matplotlib's tab20 order: the ten strong ones, then their light tints), since
+    a full sweep draws 11 series in one panel, and colour is what tells its lines apart."""
     palette = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
-               "#7f7f7f", "#bcbd22", "#17becf"]
+               "#7f7f7f", "#bcbd22", "#17becf", "#aec7e8", "#ffbb78", "#98df8a", "#ff9896",
+               "#c5b0d5", "#c49c94", "#f7b6d2", "#c7c7c7", "#dbdb8d", "#9edae5"]
     ordered = sorted(set(names), key=series_order)
     return {n: palette[i % len(palette)] for i, n in enumerate(ordered)}
 

@@ -16,12 +16,13 @@ from collections import namedtuple
 
 import paralab_results as pr
 
-AccuracyLine = namedtuple("AccuracyLine", "label series devices status points")
+# planned: the epochs the run was set to train (config.epochs; None when not recorded).
+AccuracyLine = namedtuple("AccuracyLine", "label series devices status points planned")
 
 
 def accuracy_lines(results):
-    """{batch_scaling: [AccuracyLine(label, series, devices, status, [(epoch, test_acc), ...])]}
-    in file order; runs without epochs are left out."""
+    """{batch_scaling: [AccuracyLine(label, series, devices, status, [(epoch, test_acc), ...],
+    planned)]} in file order; runs without epochs are left out."""
     out = {}
     for run in results["runs"]:
         points = []
@@ -36,16 +37,20 @@ def accuracy_lines(results):
         points.sort()
         out.setdefault(pr.batch_scaling(run), []).append(
             AccuracyLine(pr.label(run), pr.series_name(run), pr.devices(run), pr.status(run),
-                         points))
+                         points, pr.number(pr.config(run).get("epochs"))))
     return out
 
 
 def curves(lines):
     """accuracy_lines' result without the one-epoch runs where any run has more epochs (a
-    panel left with none is dropped)."""
-    if max((len(line.points) for ls in lines.values() for line in ls), default=0) < 2:
+    panel left with none is dropped). One epoch is what a run was set to train: a longer run
+    stopped after its first (interrupted, diverged) stays, drawn as far as it got."""
+    def epochs(line):
+        return max(line.planned or 0, len(line.points))
+
+    if max((epochs(line) for ls in lines.values() for line in ls), default=0) < 2:
         return lines
-    out = {s: [line for line in ls if len(line.points) > 1] for s, ls in lines.items()}
+    out = {s: [line for line in ls if epochs(line) > 1] for s, ls in lines.items()}
     return {s: ls for s, ls in out.items() if ls}
 
 

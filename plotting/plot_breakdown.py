@@ -32,14 +32,13 @@ STACK = (("compute_ms", "compute", "#4c72b0"),
 def breakdown_bars(results):
     """{batch_scaling: {series: [BreakdownBar, ...] sorted by devices}}: every ok run that has
     timing to split."""
+    runs = [r for r in results["runs"]
+            if pr.is_ok(r) and pr.devices(r) is not None and pr.breakdown(r) is not None]
+    keys = pr.series_keys(runs)
     out = {}
-    for run in results["runs"]:
-        if not pr.is_ok(run) or pr.devices(run) is None:
-            continue
+    for run in runs:
         b = pr.breakdown(run)
-        if b is None:
-            continue
-        scaling, series = pr.series_key(run)
+        scaling, series = keys[id(run)]
         out.setdefault(scaling, {}).setdefault(series, []).append(BreakdownBar(
             pr.devices(run), pr.label(run), b["compute_ms"], b["exposed_communication_ms"],
             b["optimizer_ms"], b["idle_ms"], b["total_ms"], b["max_total_ms"],

@@ -23,15 +23,13 @@ SpeedupPoint = namedtuple("SpeedupPoint", "devices speedup oversubscribed label 
 def speedup_points(results):
     """{batch_scaling: {series: [SpeedupPoint, ...] sorted by devices}}: every ok run with a
     speedup."""
-    runs = results["runs"]
+    runs = [r for r in results["runs"]
+            if pr.is_ok(r) and pr.devices(r) is not None and pr.speedup(r) is not None]
+    keys = pr.series_keys(runs)
     out = {}
     for run in runs:
-        if not pr.is_ok(run) or pr.devices(run) is None:
-            continue
         s = pr.speedup(run)
-        if s is None:
-            continue
-        scaling, series = pr.series_key(run)
+        scaling, series = keys[id(run)]
         out.setdefault(scaling, {}).setdefault(series, []).append(
             SpeedupPoint(pr.devices(run), s, pr.oversubscribed(run), pr.label(run),
                          pr.virtual_placement(run) is not None))
@@ -56,7 +54,9 @@ def make_figure(results):
     from matplotlib.lines import Line2D
     from matplotlib.ticker import FixedLocator, NullLocator
 
-    plotted_runs = [r for r in results["runs"] if pr.is_ok(r) and pr.batch_scaling(r) in points]
+    # The runs drawn (an ok run without a speedup is not, nor is its batch in the title).
+    plotted_runs = [r for r in results["runs"] if pr.is_ok(r) and pr.devices(r) is not None
+                    and pr.speedup(r) is not None]
     scalings = pr.ordered_scalings(plotted_runs)
     colors = pr.series_colors(name for by in points.values() for name in by)
     fig, axes = pr.new_figure(len(scalings))

@@ -340,6 +340,47 @@ class DataTest(unittest.TestCase):
                   if "virtual devices" in t.get_text()] for ax in fig.axes]
         self.assertEqual([len(n) for n in notes], [1, 0], "legend note only where squares are")
 
+    def test_runs_of_other_batches_or_without_graphs_are_other_series(self):
+        # AlexNet's comparison at global batch 32 and 128 drew one line through both (the
+        # speedup their mean), and eager GPU runs shared the graphed runs' line.
+        runs = []
+        for batch in (32, 128):
+            for devices in (1, 2):
+                run = make_run("single" if devices == 1 else "layer_split", devices, "strong",
+                               1000.0 * devices, options=None if devices == 1 else
+                               {"microbatches": 4, "schedule": "gpipe", "split": "auto"})
+                run["config"]["global_batch"] = batch
+                run["config"]["per_device_batch"] = batch // devices
+                runs.append(run)
+        keys = pr.series_keys(runs)
+        self.assertEqual([keys[id(r)] for r in runs],
+                         [("strong", "single b32"), ("strong", "layer_split/m=4 b32"),
+                          ("strong", "single b128"), ("strong", "layer_split/m=4 b128")])
+        self.assertEqual(sorted({k[1] for k in keys.values()}, key=pr.series_order),
+                         ["single b32", "single b128", "layer_split/m=4 b32",
+                          "layer_split/m=4 b128"])
+        points = plot_speedup.speedup_points({"runs": runs})["strong"]
+        self.assertEqual(sorted(points), ["layer_split/m=4 b128", "layer_split/m=4 b32",
+                                          "single b128", "single b32"])
+        bars = plot_breakdown.breakdown_bars({"runs": runs})["strong"]
+        self.assertEqual(len(bars), 4)
+        # One batch in the file: the names as they were.
+        one = [r for r in runs if r["config"]["global_batch"] == 32]
+        self.assertEqual([pr.series_keys(one)[id(r)][1] for r in one], ["single", "layer_split/m=4"])
+        graphed = make_run("data_parallel", 2, "strong", 1900.0, allreduce="ring")
+        eager = copy.deepcopy(graphed)
+        eager["config"]["options"]["cuda_graphs"] = False
+        graphed["config"]["options"]["cuda_graphs"] = True
+        self.assertEqual((pr.series_name(graphed), pr.series_name(eager)),
+                         ("data_parallel/ring", "data_parallel/ring eager"))
+
+    def test_every_series_of_a_full_sweep_has_its_own_colour(self):
+        names = ["single"] + [f"data_parallel/{a}{o}" for a in ("naive", "ring", "tree")
+                              for o in ("", "/per_tensor", "+overlap")] + ["layer_split/m=8",
+                                                                          "channel_split"]
+        self.assertEqual(len(names), 12)
+        self.assertEqual(len(set(pr.series_colors(names).values())), 12)
+
     def test_series_names(self):
         run = make_run("data_parallel", 2, "strong", 1.0, allreduce="tree")
         self.assertEqual(pr.series_name(run), "data_parallel/tree")
@@ -548,15 +589,24 @@ class DataTest(unittest.TestCase):
         for run in results["runs"]:
             if run["config"]["batch_scaling"] == "weak" or run["config"]["devices"] == 4:
                 run["epochs"] = run.get("epochs", [])[:1]
+                run["config"]["epochs"] = 1
         got = plot_accuracy.curves(plot_accuracy.accuracy_lines(results))
         self.assertEqual(sorted(got), ["strong"])
         self.assertTrue(got["strong"])
         self.assertTrue(all(len(line.points) == 2 for line in got["strong"]))
         fig, _ = plot_accuracy.make_figure(results)
         self.assertEqual(len(fig.axes), 1)
+        # A run set to train longer and stopped after its first epoch is drawn, as far as it
+        # got (it was dropped as a one-epoch run).
+        stopped = next(r for r in results["runs"] if r["config"]["batch_scaling"] == "weak")
+        stopped["config"]["epochs"] = 10
+        stopped["status"] = "interrupted"
+        got = plot_accuracy.curves(plot_accuracy.accuracy_lines(results))
+        self.assertEqual([line.label for line in got["weak"]], [stopped["label"]])
         # Where every run has one epoch, they are all drawn.
         for run in results["runs"]:
             run["epochs"] = run.get("epochs", [])[:1]
+            run["config"]["epochs"] = 1
         got = plot_accuracy.curves(plot_accuracy.accuracy_lines(results))
         self.assertEqual(sorted(got), ["strong", "weak"])
 
