@@ -288,7 +288,9 @@ def breakdown(run):
 
     From timing.per_device when present. Otherwise from the iterations list (rank 0's view):
     compute = forward + backward, all communication counted as exposed, idle = total - the rest
-    (timer overhead on one device)."""
+    (timer overhead on one device). An iteration replayed as one CUDA graph
+    (detail.cuda_graph_replay) has no phases (its forward_ms and backward_ms read 0): it is not
+    split, rather than shown as a step of idle time."""
     per_device = _dict(run.get("timing")).get("per_device")
     if isinstance(per_device, list) and per_device:
         phases = [_device_phases(e) for e in per_device]
@@ -300,6 +302,8 @@ def breakdown(run):
     iterations = [i for i in run.get("iterations") or [] if isinstance(i, dict)]
     rows = []
     for it in iterations:
+        if _dict(it.get("detail")).get("cuda_graph_replay"):
+            continue
         f, b, t = (number(it.get(k)) for k in ("forward_ms", "backward_ms", "total_ms"))
         if f is None or b is None or t is None:
             continue

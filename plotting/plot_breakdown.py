@@ -52,7 +52,7 @@ def breakdown_bars(results):
 def make_figure(results):
     bars = breakdown_bars(results)
     if not bars:
-        return None, "no ok run has timed iterations"
+        return None, "no ok run has timed iterations split into phases (a step replayed as one CUDA graph has none)"
     from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
     from matplotlib.transforms import blended_transform_factory

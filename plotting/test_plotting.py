@@ -569,6 +569,19 @@ class DataTest(unittest.TestCase):
         labels = [b.label for by in bars.values() for bs in by.values() for b in bs]
         self.assertEqual(len(labels), 14)  # 2 single + 12 data_parallel; skipped/failed left out
 
+    def test_a_step_replayed_as_one_cuda_graph_is_not_split_into_idle_time(self):
+        # Its phases read 0 (not measured): the H200's graphed single step came out 98 % idle.
+        results = make_results()
+        single = results["runs"][0]
+        for it in single["iterations"]:
+            it.update(forward_ms=0.0, backward_ms=0.0, optimizer_ms=0.0,
+                      detail={"cuda_graph_replay": 1})
+        self.assertIsNone(pr.breakdown(single))
+        self.assertNotIn("single", plot_breakdown.breakdown_bars(results)["strong"])
+        single["iterations"][0]["detail"] = {}  # one eager step among them: that one is split
+        self.assertAlmostEqual(pr.breakdown(single)["idle_ms"],
+                               single["iterations"][0]["total_ms"])
+
     def test_accuracy_lines(self):
         results = make_results()
         results["runs"][2]["epochs"] = []
