@@ -194,7 +194,11 @@ def make_figure(results):
                    fontsize=8, loc="lower left", bbox_to_anchor=(1.0, 1.0), borderaxespad=0.2,
                    title="micro-batch pass", title_fontsize=8)
     plotted = [r for r in results["runs"] if pr.label(r) in {t.label for t in lines}]
-    pr.suptitle(fig, "Pipeline timeline of the last timed iteration", results, plotted)
+    # A run whose iterations were all warm-up recorded its last one, which no timing counted.
+    what = ("Pipeline timeline of the last timed iteration"
+            if any(t.timed_iterations for t in lines)
+            else "Pipeline timeline of the last iteration (all were warm-up)")
+    pr.suptitle(fig, what, results, plotted)
     return fig, None
 
 

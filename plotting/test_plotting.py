@@ -512,6 +512,14 @@ class DataTest(unittest.TestCase):
         fig, _ = plot_timeline.make_figure(results)
         self.assertEqual(len(fig.axes[1].texts), 0)
         self.assertEqual(len(fig.axes[0].texts), 4)
+        self.assertTrue(fig._suptitle.get_text().startswith(
+            "Pipeline timeline of the last timed iteration"))
+        # Runs whose every iteration was warm-up: the iteration shown was not timed.
+        for run in results["runs"]:
+            run["timing"]["timed_iterations"] = 0
+        fig, _ = plot_timeline.make_figure(results)
+        self.assertTrue(fig._suptitle.get_text().startswith(
+            "Pipeline timeline of the last iteration (all were warm-up)"))
 
     def test_timeline_malformed_entries(self):
         cases = {  # what is done to entry 2 of the m=4 run -> what the message says
