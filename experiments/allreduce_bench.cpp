@@ -33,10 +33,15 @@
 #include "experiments/allreduce_bench.h"
 
 #include <benchmark/benchmark.h>
+#include <fcntl.h>
 #include <link.h>
+#include <signal.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -44,6 +49,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -561,15 +567,16 @@ int64_t whole_number(const std::string& item, std::size_t max_digits) {
   return digits ? std::stoll(item) : -1;
 }
 
-// "auto" or comma-separated byte counts (0: whole messages; else >= 4).
+// "auto" or comma-separated byte counts (0: whole messages; else whole floats, >= 4), each once.
 std::vector<int64_t> parse_chunks(const std::string& list) {
   std::vector<int64_t> out;
   for (const std::string& item : split_commas(list)) {
     const int64_t v = item == "auto" ? -1 : whole_number(item, 12);
-    if ((v == -1 && item != "auto") || (v > 0 && v < 4))
+    if ((v == -1 && item != "auto") || (v > 0 && v < 4) || (v > 0 && v % 4 != 0))
       throw Error("--chunk-bytes: '" + item.substr(0, 20) +
-                  "' is not auto, 0 (whole messages) or a byte count >= 4");
-    out.push_back(v);
+                  "' is not auto, 0 (whole messages) or a byte count >= 4 and a multiple of 4 "
+                  "(pieces are whole floats)");
+    if (std::find(out.begin(), out.end(), v) == out.end()) out.push_back(v);
   }
   return out;
 }
@@ -618,10 +625,100 @@ std::vector<int> parse_devices(const std::string& list) {
     const int64_t k = whole_number(item, 2);
     if (k < 1 || k > 64)
       throw Error("--devices: '" + item.substr(0, 20) + "' is not a device count in 1..64");
-    out.push_back(static_cast<int>(k));
+    // Each once (--devices=2,2 timed every row twice under one name).
+    if (std::find(out.begin(), out.end(), k) == out.end()) out.push_back(static_cast<int>(k));
   }
   return out;
 }
+
+// Google Benchmark also takes its flags from BENCHMARK_* variables (BENCHMARK_OUT=FILE for
+// --benchmark_out=FILE), read before main(): such a file was overwritten, and written by every
+// rank under mpirun, past the checks here. Each one set becomes its flag, placed before the
+// command line's (whose own flags win), so that the checks see it and it is given explicitly.
+std::vector<std::string> flags_from_environment() {
+  std::vector<std::string> out;
+  for (char** e = environ; e && *e; ++e) {
+    const std::string entry = *e;
+    const auto eq = entry.find('=');
+    if (entry.rfind("BENCHMARK_", 0) != 0 || eq == std::string::npos) continue;
+    std::string name = entry.substr(0, eq);
+    std::transform(name.begin(), name.end(), name.begin(),
+                   [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+    out.push_back("--" + name + "=" + entry.substr(eq + 1));
+  }
+  return out;
+}
+
+// Values of Google Benchmark's flags that it would take by printing its usage and exiting 0
+// (an unknown --benchmark_format, say), or take silently (--benchmark_repetitions=0: no row):
+// one line naming the flag instead.
+void check_benchmark_flag(const std::string& a) {
+  const auto eq = a.find('=');
+  const std::string name = a.substr(0, eq), value = eq == std::string::npos ? "" : a.substr(eq + 1);
+  const auto one_of = [&](std::initializer_list<const char*> known) {
+    std::string list;
+    for (const char* k : known) {
+      if (value == k) return;
+      list += (list.empty() ? "" : ", ") + std::string(k);
+    }
+    throw Error(name + ": '" + value.substr(0, 20) + "' (known: " + list + ")");
+  };
+  if (name == "--benchmark_format" || name == "--benchmark_out_format")
+    one_of({"console", "json", "csv"});
+  else if (name == "--benchmark_time_unit")
+    one_of({"ns", "us", "ms", "s"});
+  else if (name == "--benchmark_repetitions" && whole_number(value, 6) < 1)
+    throw Error(name + ": '" + value.substr(0, 20) + "' is not a whole number >= 1");
+}
+
+// --benchmark_out: the rows go to a hidden file beside it, which becomes FILE once every row
+// is written (never over a file that appeared meanwhile). A failure, or SIGINT or SIGTERM, on
+// the way removes it: no cut-off JSON is left, nor one that would block the rerun.
+char g_partial[4096] = {};  // the hidden file's path while it is written (read by the handler)
+
+void remove_partial_and_exit(int sig) {
+  if (g_partial[0] != 0) ::unlink(g_partial);
+  ::_exit(128 + sig);
+}
+
+struct PartialOut {
+  std::string final_path;
+  explicit PartialOut(const std::string& out) : final_path(out) {
+    const auto slash = out.rfind('/');
+    const std::string dir = slash == std::string::npos ? "." : out.substr(0, slash);
+    const std::string base = slash == std::string::npos ? out : out.substr(slash + 1);
+    std::string tmpl = dir + "/." + base + ".partial-XXXXXX";
+    if (tmpl.size() >= sizeof g_partial) throw Error("--benchmark_out=" + out + ": path too long");
+    const int fd = ::mkstemp(tmpl.data());
+    if (fd < 0)
+      throw Error("--benchmark_out=" + out + ": cannot write in " + dir + ": " +
+                  std::strerror(errno));
+    ::close(fd);
+    std::snprintf(g_partial, sizeof g_partial, "%s", tmpl.c_str());
+    for (int sig : {SIGINT, SIGTERM}) ::signal(sig, remove_partial_and_exit);
+  }
+  std::string path() const { return g_partial; }
+  // The rows are all written: FILE (link(): fails rather than replace a file made meanwhile).
+  void commit() {
+    if (::link(g_partial, final_path.c_str()) != 0) {
+      const int err = errno;
+      const std::string kept = g_partial;
+      g_partial[0] = 0;
+      throw Error("--benchmark_out=" + final_path + ": " + std::strerror(err) +
+                  " (the rows are in " + kept + ")");
+    }
+    ::unlink(g_partial);
+    g_partial[0] = 0;
+  }
+  ~PartialOut() {
+    for (int sig : {SIGINT, SIGTERM}) ::signal(sig, SIG_DFL);
+    if (g_partial[0] != 0) ::unlink(g_partial);
+    g_partial[0] = 0;
+  }
+};
+
+bool g_setup_done =
+    false;  // the flags checked and agreed by every rank (allreduce_bench_setup_done)
 
 void print_help() {
   std::printf(
@@ -644,8 +741,10 @@ void print_help() {
       "                            at least one collective; it also stops once 0.2 s, or\n"
       "                            SECONDS if less, of collectives are measured)\n"
       "  --help                    this text\n"
-      "A --benchmark_out file must not exist (results are never overwritten); a\n"
-      "--benchmark_filter that selects nothing, or is not a valid regex, is an error.\n"
+      "A --benchmark_out file must not exist (results are never overwritten); it is\n"
+      "written whole, or not at all. A --benchmark_filter that selects nothing, or is\n"
+      "not a valid regex, is an error. BENCHMARK_* variables count as their flags;\n"
+      "under mpirun every rank needs rank 0's arguments.\n"
       "Each row is one Google Benchmark iteration that times as many collectives as\n"
       "--max-wall allows (counter ops; time is per collective): --benchmark_min_time\n"
       "and --benchmark_min_warmup_time do not apply and are refused. algbw and busbw\n"
@@ -665,6 +764,8 @@ void print_help() {
 }
 
 }  // namespace
+
+bool allreduce_bench_setup_done() { return g_setup_done; }
 
 int allreduce_bench_main(int argc, char** argv,
                          const std::map<std::string, AllreduceFactory>& extra, DeviceWrapper wrap) {
@@ -687,31 +788,53 @@ int allreduce_bench_main(int argc, char** argv,
   bool devices_given = false;
   bool oversubscribe = false;
   std::string sizes = "sweep";
-  std::vector<char*> rest{argv[0]};
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
+  std::vector<std::string> args = flags_from_environment();
+  for (int i = 1; i < argc; ++i) args.emplace_back(argv[i]);
+#if PARALAB_HAVE_MPI
+  // Every rank runs every row together: ranks given other arguments (another filter, size or
+  // algorithm) timed other collectives under rank 0's labels, or waited for each other forever.
+  if (g_mpi) {
+    std::string mine;
+    for (const auto& a : args) mine += a + '\n';
+    const std::string root = MpiWorld::get().broadcast(mine);
+    const std::string why =
+        mine == root ? ""
+                     : "its arguments (or BENCHMARK_* variables) differ from rank 0's: under "
+                       "mpirun every rank runs every row, with rank 0's arguments";
+    if (const std::string first = MpiWorld::get().first_reason(why); !first.empty())
+      throw Error(first);
+  }
+#endif
+  std::string out;  // --benchmark_out
+  std::vector<std::string> rest;
+  for (const std::string& a : args) {
     if (a == "--help" || a == "-h") {
       print_help();
       return 0;
     }
     if (a.rfind("--benchmark_out=", 0) == 0) {
-      const std::string out = a.substr(16);
+      out = a.substr(16);
       struct stat st {};
       if (out.empty()) throw Error("--benchmark_out: needs a file name");
       if (::lstat(out.c_str(), &st) == 0)
         throw Error("--benchmark_out=" + out + ": file exists (results are never overwritten)");
+      continue;  // given to Google Benchmark below, as the hidden file it becomes
     }
     if (a.rfind("--benchmark_min_time", 0) == 0 || a.rfind("--benchmark_min_warmup_time", 0) == 0)
       throw Error(a.substr(0, a.find('=')) +
                   ": not used here: each row times collectives for --max-wall=SECONDS "
                   "(default 0.5; 0.2 s of collectives suffice); --benchmark_repetitions=N "
                   "repeats rows");
+    if (a.rfind("--benchmark_", 0) == 0) check_benchmark_flag(a);
+    if (g_mpi && a.rfind("--benchmark_enable_random_interleaving", 0) == 0 &&
+        a != "--benchmark_enable_random_interleaving=false")
+      throw Error(
+          "--benchmark_enable_random_interleaving: not under mpirun (each rank would shuffle "
+          "the rows its own way, and the collectives of different rows would meet)");
     if (a.rfind("--devices=", 0) == 0) {
       devices = parse_devices(a.substr(10));
       devices_given = true;
-    } else if (g_mpi && world_rank != 0 && a.rfind("--benchmark_out", 0) == 0)
-      continue;  // under MPI only rank 0 writes
-    else if (a.rfind("--backend=", 0) == 0)
+    } else if (a.rfind("--backend=", 0) == 0)
       g_backend = resolve_backend(a.substr(10));
     else if (a == "--oversubscribe")
       oversubscribe = true;
@@ -719,9 +842,13 @@ int allreduce_bench_main(int argc, char** argv,
       sizes = a.substr(8);
     else if (a.rfind("--chunk-bytes=", 0) == 0)
       g_chunks = parse_chunks(a.substr(14));
-    else if (a == "--launches")
+    else if (a == "--launches") {
+      if (g_mpi)
+        throw Error(
+            "--launches: not under mpirun (the chain of launches is timed in one "
+            "process's group)");
       g_launches = true;
-    else if (a.rfind("--max-wall=", 0) == 0) {
+    } else if (a.rfind("--max-wall=", 0) == 0) {
       g_max_wall = parse_max_wall(a.substr(11));
       g_min_time = std::min(kDefaultMinTime, g_max_wall);
     } else if (a.rfind("--graphs=", 0) == 0) {
@@ -729,7 +856,7 @@ int allreduce_bench_main(int argc, char** argv,
       if (g_graphs != "auto" && g_graphs != "on" && g_graphs != "off")
         throw Error("--graphs: '" + g_graphs.substr(0, 20) + "' (known: auto, on, off)");
     } else
-      rest.push_back(argv[i]);
+      rest.push_back(a);
   }
   const std::vector<int64_t> byte_sizes = message_sizes(sizes);
   std::string lacking = backend_unavailable(g_backend);
@@ -789,9 +916,17 @@ int allreduce_bench_main(int argc, char** argv,
     benchmark::AddCustomContext("mpi_library", MpiWorld::get().library());
   }
 #endif
-  int rest_argc = static_cast<int>(rest.size());
-  benchmark::Initialize(&rest_argc, rest.data());
-  if (benchmark::ReportUnrecognizedArguments(rest_argc, rest.data())) return 1;
+  // Under MPI only rank 0 writes; the others are told so explicitly (a BENCHMARK_OUT variable
+  // would be their default otherwise).
+  std::optional<PartialOut> partial;
+  if (!out.empty() && world_rank == 0) partial.emplace(out);
+  rest.push_back("--benchmark_out=" + (partial ? partial->path() : std::string()));
+  std::vector<char*> rest_argv{argv[0]};
+  for (std::string& a : rest) rest_argv.push_back(a.data());
+  int rest_argc = static_cast<int>(rest_argv.size());
+  benchmark::Initialize(&rest_argc, rest_argv.data());
+  if (benchmark::ReportUnrecognizedArguments(rest_argc, rest_argv.data())) return 1;
+  g_setup_done = true;
 
   const int cores = host_cores();
 
@@ -861,7 +996,9 @@ int allreduce_bench_main(int argc, char** argv,
             ->Iterations(1)
             ->Unit(benchmark::kMicrosecond);
   }
-  if (2 <= cores || oversubscribe || g_mpi)
+  if (2 <= cores || oversubscribe || g_mpi) {
+    // Its group now: what it lacks for --graphs=on is then said before any row runs.
+    if (g_graphs == "on") (void)group(g_mpi ? world : 2);
     for (int64_t b : byte_sizes)
       benchmark::RegisterBenchmark("memcpy", run_memcpy)
           ->Args({g_mpi ? world : 2, b})
@@ -869,6 +1006,7 @@ int allreduce_bench_main(int argc, char** argv,
           ->UseManualTime()
           ->Iterations(1)
           ->Unit(benchmark::kMicrosecond);
+  }
   // Under MPI every rank runs every benchmark (they are collective); rank 0 alone reports.
   struct Silent final : benchmark::BenchmarkReporter {
     bool ReportContext(const Context&) override { return true; }
@@ -878,6 +1016,7 @@ int allreduce_bench_main(int argc, char** argv,
                                           : benchmark::RunSpecifiedBenchmarks(&silent);
   benchmark::Shutdown();
   if (world_rank != 0) return g_failed ? 2 : ran == 0 ? 1 : 0;
+  if (partial && ran > 0) partial->commit();
   if (ran == 0) {
     std::fprintf(stderr,
                  "allreduce_bench: no benchmark ran (--benchmark_filter selects none, or is not a "

@@ -23,4 +23,8 @@ int allreduce_bench_main(int argc, char** argv,
                          const std::map<std::string, AllreduceFactory>& extra = {},
                          DeviceWrapper wrap = nullptr);
 
+// Whether allreduce_bench_main got past its arguments (checked, and the same on every rank
+// under mpirun): an error after that may be one rank's alone, and that rank says it.
+bool allreduce_bench_setup_done();
+
 }  // namespace paralab

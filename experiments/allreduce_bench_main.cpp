@@ -11,13 +11,17 @@ int main(int argc, char** argv) {
   try {
     return paralab::allreduce_bench_main(argc, argv);
   } catch (const std::exception& e) {
-    // Under mpirun only rank 0 speaks for the group (every rank meets the same bad flag), and a
-    // rank that fails alone ends the others rather than leave them waiting in a collective.
+    // Under mpirun only rank 0 speaks for the group about the arguments (every rank meets the
+    // same bad flag: they are checked to be the same); after them an error may be one rank's
+    // alone, and it names itself. A rank that fails ends the others rather than leave them
+    // waiting in a collective.
     const bool mpi = paralab::launched_by_mpi();
     const char* rank = std::getenv("OMPI_COMM_WORLD_RANK");
     if (!rank) rank = std::getenv("PMIX_RANK");
     if (!mpi || !rank || std::string(rank) == "0")
       std::fprintf(stderr, "allreduce_bench: %s\n", e.what());
+    else if (paralab::allreduce_bench_setup_done())
+      std::fprintf(stderr, "allreduce_bench: rank %s: %s\n", rank, e.what());
 #if PARALAB_HAVE_MPI
     if (mpi) paralab::MpiWorld::get().abort(1);
 #endif

@@ -62,6 +62,27 @@ def main():
         check(len(lines) == 1 and "under mpirun the group is the world's 2 processes" in lines[0],
               f"--devices=4 under -np 2: {bad.stderr!r}")
 
+        # Each was taken: ranks with other arguments (rank 1 timed tree under rank 0's naive
+        # label, or hung in another collective), a BENCHMARK_OUT on rank 1 (it wrote its own
+        # file), --launches (dropped without a word), a shuffled order (each rank its own).
+        app = [args.allreduce_bench, "--sizes=4096", "--max-wall=0.01"]
+        for argv, said in (
+                ([*args.mpirun, "-np", "1", *app, "--benchmark_filter=allreduce/naive", ":",
+                  "-np", "1", *app, "--benchmark_filter=allreduce/tree"],
+                 "rank 1: its arguments (or BENCHMARK_* variables) differ from rank 0's"),
+                ([*args.mpirun, "-np", "1", *app, ":", "-np", "1", "env",
+                  f"BENCHMARK_OUT={Path(tmp) / 'rank1.json'}", *app],
+                 "rank 1: its arguments (or BENCHMARK_* variables) differ from rank 0's"),
+                ([*args.mpirun, "-np", "2", *app, "--launches"], "--launches: not under mpirun"),
+                ([*args.mpirun, "-np", "2", *app, "--benchmark_enable_random_interleaving=true"],
+                 "--benchmark_enable_random_interleaving: not under mpirun")):
+            bad = subprocess.run(argv, capture_output=True, text=True, timeout=120, cwd=tmp)
+            lines = [l for l in bad.stderr.splitlines() if l.startswith("allreduce_bench:")]
+            check(bad.returncode != 0 and len(lines) == 1 and said in lines[0],
+                  f"{said}: exit {bad.returncode}, {bad.stderr[-600:]!r}")
+        check(sorted(p.name for p in Path(tmp).iterdir()) == ["out.json"],
+              "files written by refused runs: " + str(list(Path(tmp).iterdir())))
+
     for f in failures:
         print("FAIL:", f, file=sys.stderr)
     print(f"allreduce_bench_mpi_test: {len(failures)} failure(s)")

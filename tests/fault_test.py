@@ -648,6 +648,54 @@ class AllreduceBenchFlags(Case):
                                           "--benchmark_filter=" + bad, program=ALLREDUCE)
             self.assertEqual(code, 1, err)
             self.assertIn("no benchmark ran", err)
+        # Google Benchmark's own flags, whose bad values it took by printing its usage and
+        # exiting 0, or silently (no row, exit 0); pieces that are not whole floats (labelled
+        # chunk:5, timed as 4-byte pieces); --graphs=on where no graph can be made (it failed
+        # at the first memcpy row, after the file was opened).
+        for args, said in ((["--benchmark_format=xml"], "--benchmark_format: 'xml' (known: "),
+                           (["--benchmark_out_format=xml", "--benchmark_out=x.json"],
+                            "--benchmark_out_format: 'xml'"),
+                           (["--benchmark_time_unit=fs"], "--benchmark_time_unit: 'fs'"),
+                           (["--benchmark_repetitions=0", "--benchmark_out=x.json"],
+                            "--benchmark_repetitions: '0' is not a whole number >= 1"),
+                           (["--benchmark_repetitions=-3"], "--benchmark_repetitions: '-3'"),
+                           (["--chunk-bytes=6"], "--chunk-bytes: '6'"),
+                           (["--graphs=on", "--devices=4", "--oversubscribe",
+                             "--benchmark_out=x.json"], "--graphs=on: cpu:0 cannot capture")):
+            with self.subTest(args=args):
+                self.assert_bad_input(["--sizes=4", "--devices=2", *args], said,
+                                      program=ALLREDUCE)
+
+    def test_bench_out_is_whole_or_absent(self):
+        # The rows go to a hidden file that becomes --benchmark_out's once all are written.
+        code, out, err = self.run_cmd("--devices=2", "--sizes=4,1024", "--max-wall=0.01",
+                                      "--benchmark_out=rows.json", program=ALLREDUCE)
+        self.assertEqual(code, 0, err)
+        self.assertEqual(sorted(p.name for p in self.tmp.iterdir()), ["rows.json"])
+        rows = json.loads((self.tmp / "rows.json").read_text())["benchmarks"]
+        self.assertEqual(sorted(r["name"] for r in rows if r["name"].startswith("memcpy/")),
+                         ["memcpy/devices:2/bytes:1024/iterations:1/manual_time",
+                          "memcpy/devices:2/bytes:4/iterations:1/manual_time"])
+        # BENCHMARK_OUT, which Google Benchmark reads too, obeys the same rules: an existing
+        # file is refused (it was overwritten), a new one is written whole.
+        env = dict(os.environ, BENCHMARK_OUT="rows.json")
+        p = subprocess.run([str(ALLREDUCE), "--devices=2", "--sizes=4"], cwd=self.tmp, env=env,
+                           stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60)
+        self.assertEqual(p.returncode, 1, p.stderr)
+        self.assertEqual(p.stderr, "allreduce_bench: --benchmark_out=rows.json: file exists "
+                                   "(results are never overwritten)\n")
+        # Stopped by SIGINT while it times: exit 130, no file, not even a hidden one.
+        p = self.start("--devices=2", "--sizes=sweep", "--max-wall=0.05",
+                       "--benchmark_out=stopped.json", program=ALLREDUCE)
+        deadline = time.time() + 30
+        while not any(f.name.startswith(".stopped.json.partial-") for f in self.tmp.iterdir()):
+            self.assertLess(time.time(), deadline, "no hidden file appeared")
+            time.sleep(0.05)
+        time.sleep(0.3)
+        p.send_signal(signal.SIGINT)
+        p.communicate(timeout=60)
+        self.assertEqual(p.returncode, 130)
+        self.assertEqual(sorted(f.name for f in self.tmp.iterdir()), ["rows.json"])
 
 
 def main():
