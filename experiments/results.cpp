@@ -98,10 +98,9 @@ std::string choose_results_path(const std::optional<std::string>& out, const std
                     " (use --out)");
       return "results/" + name + "-" + timestamp + ".json";
     }
-    const std::string stem = "results/" + name + "-" + timestamp;
-    path = stem + ".json";
-    for (int i = 2; fs::exists(fs::symlink_status(path)); ++i)
-      path = stem + "-" + std::to_string(i) + ".json";
+    // Taken already (two runs in one second): create() moves on to -2, -3, ... itself (a name
+    // chosen here as -2 became -2-2 there when a third invocation took it meanwhile).
+    path = "results/" + name + "-" + timestamp + ".json";
   }
   const std::string dir = directory_of(path);
   std::error_code ec;
@@ -124,33 +123,62 @@ ResultsFile ResultsFile::create(const std::string& path, bool may_rename, const 
     fs::create_directories(directory_of(path), ec);
     if (ec) throw Error(directory_of(path) + "/: cannot create directory: " + ec.message());
   }
-  int fd = -1;
-  for (int i = 2;; ++i) {
-    // O_EXCL (with O_NOFOLLOW): never an existing file, never through a symbolic link; a
-    // second invocation with the same --out stops here, before it trains.
-    fd = ::open(final_path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666);
-    if (fd >= 0) break;
-    const int err = errno;
-    if (err != EEXIST || !may_rename || i > 1000)
-      throw Error(final_path + ": cannot create results file: " + std::strerror(err) +
-                  (err == EEXIST ? " (results are never overwritten)" : ""));
-    final_path = stem + "-" + std::to_string(i) + ".json";
-  }
+  // The first version as every later one (update): written and flushed in a hidden temporary
+  // file beside it, then hard-linked to its name. link() fails rather than replace a file (nor
+  // does it follow a symbolic link there): a second invocation with the same --out stops here,
+  // before it trains, and a reader never sees a half-written first version.
+  const fs::path target(path);
+  std::string tmpl =
+      (fs::path(directory_of(path)) / ("." + target.filename().string() + ".XXXXXX")).string();
+  const int fd = mkostemp(tmpl.data(), O_CLOEXEC);
+  if (fd < 0) throw Error(path + ": cannot create results file: " + std::strerror(errno));
+  const mode_t mask = ::umask(0);
+  ::umask(mask);
   struct statvfs vfs {};
   const bool have_space = ::fstatvfs(fd, &vfs) != 0 ||
                           uint64_t{vfs.f_bavail} * vfs.f_frsize >= 2 * expected_bytes + text.size();
-  if (!have_space || !write_all(fd, text)) {
+  if (!have_space || ::fchmod(fd, 0666 & ~mask) != 0 || !write_all(fd, text)) {
     const int err = have_space ? errno : ENOSPC;
     ::close(fd);
-    ::unlink(final_path.c_str());
+    ::unlink(tmpl.c_str());
     const uint64_t free_bytes = uint64_t{vfs.f_bavail} * vfs.f_frsize;
-    throw Error(final_path + ": cannot write results file: " + std::strerror(err) +
+    throw Error(path + ": cannot write results file: " + std::strerror(err) +
                 (have_space ? ""
                             : " (" + std::to_string(free_bytes >> 20) +
                                   " MiB free, the results need about " +
                                   std::to_string((2 * expected_bytes) >> 20) + " MiB)"));
   }
   ::close(fd);
+  for (int i = 2;; ++i) {
+    if (::link(tmpl.c_str(), final_path.c_str()) == 0) break;
+    int err = errno;
+    if (err == EPERM || err == EOPNOTSUPP || err == ENOSYS) {
+      // A file system without hard links: the name taken with O_EXCL (never an existing file,
+      // never through a symbolic link), then the written file renamed over it.
+      const int placeholder =
+          ::open(final_path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666);
+      if (placeholder >= 0) {
+        ::close(placeholder);
+        if (::rename(tmpl.c_str(), final_path.c_str()) == 0) break;
+        err = errno;
+        ::unlink(final_path.c_str());
+      } else {
+        err = errno;
+      }
+    }
+    if (err != EEXIST || !may_rename || i > 1000) {
+      ::unlink(tmpl.c_str());
+      throw Error(final_path + ": cannot create results file: " + std::strerror(err) +
+                  (err == EEXIST ? " (results are never overwritten)" : ""));
+    }
+    final_path = stem + "-" + std::to_string(i) + ".json";
+  }
+  ::unlink(tmpl.c_str());  // the name is a link to it now (or, renamed, it is gone already)
+  const int dir = ::open(directory_of(final_path).c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dir >= 0) {
+    ::fsync(dir);
+    ::close(dir);
+  }
   ResultsFile f;
   f.path_ = final_path;
   return f;

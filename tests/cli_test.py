@@ -221,6 +221,25 @@ class HappyPath(BenchRunnerCase):
         self.assertRegex(second[2], r"^results/clitest-\d{8}T\d{6}Z(-2)?\.json$")
         self.assertEqual((self.tmp / path).read_bytes(), content)
 
+    def test_a_taken_default_name_moves_on_to_the_next_free_number(self):
+        # The names of the next seconds taken, and their -2: the run takes -3 of its second
+        # (never -2-2, which a name chosen as -2 became when another run took it meanwhile).
+        name = self.write_descriptor(tiny_descriptor())
+        (self.tmp / "results").mkdir()
+        now = time.time()
+        for t in range(int(now) - 1, int(now) + 30):
+            stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(t))
+            for suffix in ("", "-2"):
+                (self.tmp / f"results/clitest-{stamp}{suffix}.json").write_text("{}")
+        before = set(self.files())
+        self.assert_ran(self.run_bench(name, "--quiet"))
+        new = sorted(set(self.files()) - before)
+        self.assertEqual(len(new), 1, new)
+        self.assertRegex(new[0], r"^results/clitest-\d{8}T\d{6}Z-3\.json$")
+        self.load_valid_results(new[0])
+        self.assertEqual(sorted(p.name for p in (self.tmp / "results").iterdir()
+                                if p.name.startswith(".")), [], "a temporary file was left")
+
     def test_existing_out_is_never_overwritten(self):
         name = self.write_descriptor(tiny_descriptor())
         self.assert_ran(self.run_bench(name, "--out", "out.json", "--quiet"))
