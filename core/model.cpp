@@ -1,10 +1,13 @@
 #include "core/model.h"
 
 #include <algorithm>
+#include <cstdint>
+#include <limits>
 #include <map>
 #include <mutex>
 
 #include "core/error.h"
+#include "core/lenet.h"
 #include "core/models/builtin.h"
 #include "core/ops.h"
 #include "core/rng.h"
@@ -84,6 +87,10 @@ Shape output_of(const LayerSpec& l, const Shape& in, std::vector<Shape>& params)
     }
     case LayerOp::kPool:
       spatial();
+      // As pool2d requires (core/ops.cpp): a window that could lie wholly in the padding.
+      if (2 * static_cast<int64_t>(l.padding) > l.kernel)
+        fail("padding " + std::to_string(l.padding) + " is more than half the window " +
+             std::to_string(l.kernel));
       return {in[0], window(in[1]), window(in[2])};
     case LayerOp::kLinear:
       if (l.out < 1) fail("out must be >= 1");
@@ -203,6 +210,12 @@ Model::Model(std::string name, Shape input, std::vector<LayerSpec> layers, json 
   PARALAB_REQUIRE(activations_.back().size() == 1, "model " + name_ + ": the last layer's output " +
                                                        shape_string(activations_.back()) +
                                                        " is not a vector of logits");
+  // One logit per Fashion-MNIST class: the loss reads the logit of each example's label (a
+  // model of 5 outputs read and wrote past them).
+  if (activations_.back()[0] != kClasses)
+    throw Error("model " + name_ + ": the last layer has " +
+                std::to_string(activations_.back()[0]) + " outputs; it needs " +
+                std::to_string(kClasses) + ", one per class");
 }
 
 const LayerSpec& Model::layer(int l) const {
@@ -317,6 +330,7 @@ LayerSpec layer_from_json(const json& j, const std::string& path) {
   auto fail = [&](const std::string& what) { throw Error(path + ": " + what); };
   if (!j.is_object()) fail("a layer must be an object");
   LayerSpec l;
+  if (j.contains("op") && !j["op"].is_string()) fail("op: must be a string");
   const std::string op = j.value("op", "");
   static const std::map<std::string, LayerOp> ops = {{"conv_relu_pool", LayerOp::kConvReluPool},
                                                      {"conv", LayerOp::kConv},
@@ -331,10 +345,18 @@ LayerSpec layer_from_json(const json& j, const std::string& path) {
   l.split = has_weights(l.op)          ? SplitMode::kOutput
             : l.op == LayerOp::kResize ? SplitMode::kReplicated
                                        : SplitMode::kChannelwise;
+  // Into its field's type, or an error: kernel 4294967301 became 5 in an int.
   auto integer = [&](const std::string& key, auto& into) {
+    using T = std::remove_reference_t<decltype(into)>;
     const auto& v = j.at(key);
-    if (!v.is_number_integer()) fail(key + ": must be an integer");
-    into = v.template get<std::remove_reference_t<decltype(into)>>();
+    if (!v.is_number_integer() && !v.is_number_unsigned()) fail(key + ": must be an integer");
+    const bool fits =
+        v.is_number_unsigned()
+            ? v.template get<uint64_t>() <= static_cast<uint64_t>(std::numeric_limits<T>::max())
+            : v.template get<int64_t>() >= std::numeric_limits<T>::min() &&
+                  v.template get<int64_t>() <= std::numeric_limits<T>::max();
+    if (!fits) fail(key + ": " + v.dump() + " is out of range");
+    into = v.template get<T>();
   };
   for (const auto& [key, v] : j.items()) {
     if (key == "op") continue;
@@ -444,8 +466,13 @@ std::shared_ptr<const Model> make_model(const json& config, const std::string& p
           key == "init_scale")
         continue;
       if (key == "input") {
-        if (!v.is_array() || v.size() != 3) throw Error(path + ".input: must be [C, H, W]");
-        input = v.get<Shape>();
+        // The data is Fashion-MNIST's: other shapes reshaped its images silently, or failed at
+        // run time. A resize layer changes the side.
+        if (v != json::array({1, 28, 28}))
+          throw Error(path +
+                      ".input: must be [1, 28, 28] (Fashion-MNIST's images; a resize "
+                      "layer changes their side), got " +
+                      v.dump().substr(0, 40));
       } else if (key == "init") {
         // "normal" | "xavier_uniform" (+ "init_scale"), or describe()'s {"rule", "scale"}.
         const bool object = v.is_object();
@@ -460,6 +487,8 @@ std::shared_ptr<const Model> make_model(const json& config, const std::string& p
     }
     if (config.contains("init_scale") && !config.contains("init"))
       throw Error(path + ".init_scale: only with \"init\": \"normal\"");
+    if (config.contains("name") && !config["name"].is_string())
+      throw Error(path + ".name: must be a string");
     const std::string name = config.value("name", "custom");
     try {
       return std::make_shared<Model>(name, input, std::move(specs), config, init);
@@ -744,8 +773,8 @@ ModelReplica::ModelReplica(std::shared_ptr<const Model> model, Device& device, i
       device_(device),
       params_(Tensor::zeros(device, {model_->parameters()})),
       grads_(Tensor::zeros(device, {model_->parameters()})),
-      layers_(std::make_unique<ModelStages>(*model_, device, 0, model_->layers(), params_,
-                                            slots)) {}
+      layers_(std::make_unique<ModelStages>(*model_, device, 0, model_->layers(), params_, slots)) {
+}
 
 ModelReplica::~ModelReplica() = default;
 
@@ -768,9 +797,9 @@ void ModelReplica::forward(const Tensor& x, const Tensor& labels, Tensor& stats,
   PARALAB_REQUIRE(labels.numel() == x.dim(0), model_->name() + ": " +
                                                   std::to_string(labels.numel()) + " labels for " +
                                                   std::to_string(x.dim(0)) + " images");
-  PARALAB_REQUIRE(slot >= 0 && slot < layers_->slots(),
-                  model_->name() + ": slot " + std::to_string(slot) + " of " +
-                      std::to_string(layers_->slots()));
+  PARALAB_REQUIRE(slot >= 0 && slot < layers_->slots(), model_->name() + ": slot " +
+                                                            std::to_string(slot) + " of " +
+                                                            std::to_string(layers_->slots()));
   logits_ = layers_->forward(slot, x, training, key);
   layers_->loss(slot, labels, stats, training);
   // An evaluation in another slot leaves the training pass's state for backward.
@@ -781,8 +810,7 @@ void ModelReplica::forward(const Tensor& x, const Tensor& labels, Tensor& stats,
 }
 
 void ModelReplica::backward(const std::function<void(int)>& on_ready) {
-  PARALAB_REQUIRE(trained_slot_ >= 0,
-                  model_->name() + ": backward() without a training forward()");
+  PARALAB_REQUIRE(trained_slot_ >= 0, model_->name() + ": backward() without a training forward()");
   layers_->backward(trained_slot_, nullptr, grads_, on_ready);
 }
 

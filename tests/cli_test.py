@@ -517,6 +517,33 @@ class BadInput(BenchRunnerCase):
                                     schema_rejects=False)
         self.assertNotIn("model: model", line)
 
+    def test_layer_lists_that_ran_wrong_are_refused(self):
+        # Each was taken: 1 or 5 outputs (the loss read and wrote past the logits: a double
+        # free, or a run 'ok' with a garbage loss), a kernel of 2^32 + 5 (run as 5), an input
+        # shape other than the images' (reshaped silently, or failed at run time), a pool whose
+        # padding passes half its window (failed at run time), op and name not strings (the JSON
+        # library's message, naming no key).
+        linear10 = {"op": "linear", "out": 10}
+        for model, said in (
+                ({"layers": [{"op": "linear", "out": 1}]},
+                 "model: the last layer has 1 outputs; it needs 10, one per class"),
+                ({"layers": [{"op": "linear", "out": 5}]}, "model: the last layer has 5 outputs"),
+                ({"layers": [{"op": "conv", "out": 4, "kernel": 4294967301}, linear10]},
+                 "model.layers.0: kernel: 4294967301 is out of range"),
+                ({"layers": [{"op": "conv", "out": 4, "kernel": 3,
+                              "stride": 18446744073709551615}, linear10]},
+                 "model.layers.0: stride: 18446744073709551615 is out of range"),
+                ({"layers": [linear10], "input": [4, 14, 14]},
+                 "model.input: must be [1, 28, 28]"),
+                ({"layers": [linear10], "input": [1, 28.7, 28]}, "model.input: must be [1, 28, 28]"),
+                ({"layers": [{"op": "pool", "kernel": 2, "padding": 5}, linear10]},
+                 "model: layer pool1 (pool) on input (1,28,28): padding 5 is more than half the window 2"),
+                ({"layers": [{"op": 5}]}, "model.layers.0: op: must be a string"),
+                ({"name": 5, "layers": [linear10]}, "model.name: must be a string")):
+            with self.subTest(model=model):
+                self.assert_rejected([], ["descriptor.json: " + said],
+                                     doc=tiny_descriptor(model=model), schema_rejects=None)
+
     def test_runs_empty(self):
         self.assert_rejected([], ["descriptor.json: runs: must hold at least one run"],
                              doc=tiny_descriptor(runs=[]))
