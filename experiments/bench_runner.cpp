@@ -22,6 +22,7 @@
 #include <ctime>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iterator>
 #include <optional>
 #include <set>
@@ -51,6 +52,35 @@ std::atomic<int> g_stop{0};
 // Whether a signal stops the runs (above) or, before the results file exists and after its last
 // version is written, takes its default action (the process ends by that signal).
 std::atomic<bool> g_signals_stop_runs{false};
+// This process's rank under mpirun (0 otherwise): rank 0 alone speaks for the group.
+std::atomic<int> g_rank{0};
+
+// An error every rank of the group met, agreed (agreed() below): each rank ends with it, and
+// rank 0 alone prints it.
+struct AgreedError : paralab::Error {
+  using paralab::Error::Error;
+};
+
+// Runs `step`; under mpirun every rank then learns whether any rank's step failed, and all
+// throw the first failing rank's error ("rank R: ..." unless R is 0). A rank that failed alone
+// (a data directory its node lacks, an --out that exists where rank 0 writes) used to end while
+// its peers waited for it in their first collective, forever.
+void agreed(bool mpi, const std::function<void()>& step) {
+  std::string why;
+  try {
+    step();
+  } catch (const paralab::Error& e) {
+    if (!mpi) throw;
+    why = e.what();
+  }
+#if PARALAB_HAVE_MPI
+  if (mpi) {
+    why = paralab::MpiWorld::get().first_reason(why);
+    if (why.rfind("rank 0: ", 0) == 0) why.erase(0, 8);
+    if (!why.empty()) throw AgreedError(why);
+  }
+#endif
+}
 
 // SIGINT and SIGTERM are never handled on a thread that computes: every thread blocks them (the
 // mask is set in main() before any thread starts, and each thread inherits it), and one thread
@@ -94,8 +124,10 @@ sigset_t stop_signals() {
     static const char msg[] =
         "\nbench_runner: stopping after the current iteration to write the results (signal again "
         "to stop at once)\n";
-    const ssize_t ignored = ::write(STDERR_FILENO, msg, sizeof msg - 1);
-    (void)ignored;
+    if (g_rank.load() == 0) {  // under mpirun every rank gets the signal: rank 0 says it
+      const ssize_t ignored = ::write(STDERR_FILENO, msg, sizeof msg - 1);
+      (void)ignored;
+    }
   }
 }
 
@@ -297,8 +329,12 @@ int run(int argc, char** argv) {
   } catch (const CLI::CallForHelp& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
-    // Bad command lines are bad input like any other: one line, exit status 1.
-    std::fprintf(stderr, "bench_runner: %s (see --help)\n", e.what());
+    // Bad command lines are bad input like any other: one line, exit status 1 (under mpirun
+    // every rank meets it: rank 0 says it).
+    const char* r = std::getenv("OMPI_COMM_WORLD_RANK");
+    if (!r) r = std::getenv("PMIX_RANK");
+    if (!r || std::string(r) == "0")
+      std::fprintf(stderr, "bench_runner: %s (see --help)\n", e.what());
     return 1;
   }
   // An empty value given (a shell variable left unset) is a mistake, not the option left out:
@@ -320,14 +356,14 @@ int run(int argc, char** argv) {
     world = paralab::MpiWorld::get().size();
   }
 #endif
+  g_rank = rank;
   if (rank != 0) {
     quiet = true;
     plot = false;
   }
   const std::string utc = paralab::utc_now("%Y-%m-%dT%H:%M:%SZ");
-  if (!out.empty()) paralab::check_utf8("--out", out);
-  const paralab::Descriptor d = paralab::load_descriptor(
-      descriptor_file, sets, data_dir.empty() ? std::nullopt : std::optional(data_dir));
+  // The environment first: gathering the hosts is a collective, which no rank may miss by
+  // failing before it.
   json environment = paralab::describe_environment(argc, argv, utc);
   environment["launcher"] = {{"name", mpi ? "mpi" : "threads"}};
 #if PARALAB_HAVE_MPI
@@ -338,29 +374,55 @@ int run(int argc, char** argv) {
     environment["launcher"]["hosts"] = w.gather(environment["hostname"]);
   }
 #endif
+  std::optional<paralab::Descriptor> loaded;
+  std::optional<paralab::FashionMnist> loaded_data;
   std::vector<json> reusable;  // --resume: ok runs, each used once
-  if (!resume.empty()) {
-    paralab::check_utf8("--resume", resume);
-    const std::string data_dir_here =
-        d.data_dir
-            ? *d.data_dir
-            : paralab::find_fashion_mnist_dir(paralab::fashion_mnist_search_dirs(std::nullopt));
-    reusable = paralab::resumable_runs(paralab::read_text_file(resume, "--resume " + resume),
-                                       resume, d, data_dir_here, environment);
+  std::string path;            // rank 0's results file
+  agreed(mpi, [&] {
+    if (!out.empty()) paralab::check_utf8("--out", out);
+    loaded.emplace(paralab::load_descriptor(
+        descriptor_file, sets, data_dir.empty() ? std::nullopt : std::optional(data_dir)));
+    const paralab::Descriptor& d = *loaded;
+    if (!resume.empty()) {
+      paralab::check_utf8("--resume", resume);
+      const std::string data_dir_here =
+          d.data_dir
+              ? *d.data_dir
+              : paralab::find_fashion_mnist_dir(paralab::fashion_mnist_search_dirs(std::nullopt));
+      reusable = paralab::resumable_runs(paralab::read_text_file(resume, "--resume " + resume),
+                                         resume, d, data_dir_here, environment);
+    }
+    if (rank == 0)
+      path = paralab::choose_results_path(out.empty() ? std::nullopt : std::optional(out), d.name,
+                                          paralab::utc_timestamp());
+    loaded_data.emplace(
+        paralab::load_fashion_mnist(d.data_dir, d.train_limit, d.test_limit, paralab::kImageSide));
+    // What a strategy's setup would refuse (a batch not divisible by the devices, more stages
+    // than layers, more devices than channels) is refused here, before the first run trains.
+    try {
+      paralab::check_plans(d, loaded_data->train.count);
+    } catch (const paralab::Error& e) {
+      throw paralab::Error(descriptor_file + ": " + e.what());
+    }
+  });
+  const paralab::Descriptor& d = *loaded;
+  const paralab::FashionMnist& data = *loaded_data;
+#if PARALAB_HAVE_MPI
+  // Every rank trains its part of each run from its own descriptor: ranks given another one (or
+  // another --set) trained another experiment under rank 0's record of it.
+  if (mpi) {
+    json mine = d.resolved;
+    if (mine.contains("dataset") && mine["dataset"].is_object()) mine["dataset"].erase("dir");
+    mine["examples"] = {data.train.count, data.test.count};
+    const std::string root = paralab::MpiWorld::get().broadcast(mine.dump());
+    agreed(mpi, [&] {
+      if (root != mine.dump())
+        throw paralab::Error(
+            "its descriptor (after --set and defaults, or its data) differs from rank 0's: "
+            "under mpirun every rank runs rank 0's experiment");
+    });
   }
-  const std::string path =
-      rank != 0 ? std::string()
-                : paralab::choose_results_path(out.empty() ? std::nullopt : std::optional(out),
-                                               d.name, paralab::utc_timestamp());
-  const paralab::FashionMnist data =
-      paralab::load_fashion_mnist(d.data_dir, d.train_limit, d.test_limit, paralab::kImageSide);
-  // What a strategy's setup would refuse (a batch not divisible by the devices, more stages
-  // than layers, more devices than channels) is refused here, before the first run trains.
-  try {
-    paralab::check_plans(d, data.train.count);
-  } catch (const paralab::Error& e) {
-    throw paralab::Error(descriptor_file + ": " + e.what());
-  }
+#endif
 
   paralab::Progress progress(paralab::Progress::wanted(quiet));
   progress.line("data: " + data.dir + " (" + std::to_string(data.train.count) + " train, " +
@@ -378,10 +440,11 @@ int run(int argc, char** argv) {
   // From here on a signal stops the run in progress and the file keeps every finished run.
   g_signals_stop_runs = true;
   std::optional<paralab::ResultsFile> file;
-  if (rank == 0) {
-    file = paralab::ResultsFile::create(path, out.empty(), doc, expected_results_bytes(d, data));
-    progress.line("results: " + file->path() + " (rewritten after each run)");
-  }
+  agreed(mpi, [&] {
+    if (rank == 0)
+      file = paralab::ResultsFile::create(path, out.empty(), doc, expected_results_bytes(d, data));
+  });
+  if (file) progress.line("results: " + file->path() + " (rewritten after each run)");
   paralab::RunContext base{&d,    &data,  &progress, 0, static_cast<int>(d.runs.size()),
                            quiet, &g_stop};
   base.mpi = mpi;
@@ -478,9 +541,22 @@ int main(int argc, char** argv) {
                  "bench_runner: out of memory outside a run (reading the descriptor or "
                  "the data, or writing the results)\n");
     return 1;
+  } catch (const AgreedError& e) {  // every rank met it: rank 0 says it
+    std::fflush(stdout);
+    if (g_rank.load() == 0)
+      std::fprintf(stderr, "bench_runner: %s\n", paralab::one_line(e.what()).c_str());
+    return 1;
   } catch (const std::exception& e) {
     std::fflush(stdout);
-    std::fprintf(stderr, "bench_runner: %s\n", paralab::one_line(e.what()).c_str());
+    if (g_rank.load() == 0 || !paralab::launched_by_mpi())
+      std::fprintf(stderr, "bench_runner: %s\n", paralab::one_line(e.what()).c_str());
+    else
+      std::fprintf(stderr, "bench_runner: rank %d: %s\n", g_rank.load(),
+                   paralab::one_line(e.what()).c_str());
+#if PARALAB_HAVE_MPI
+    // Under mpirun an error one rank met alone would leave the others waiting in a collective.
+    if (paralab::launched_by_mpi()) paralab::MpiWorld::get().abort(1);
+#endif
     return 1;
   }
 }

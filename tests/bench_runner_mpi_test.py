@@ -208,6 +208,35 @@ def main():
             job.kill()
             job.communicate()
 
+        # Bad input on one rank or all: every rank ends, within seconds, with one line of
+        # bench_runner's (rank 0's, or the rank that met it alone), nothing written. An --out
+        # that exists (checked by rank 0 alone) and data missing on one rank's node hung the
+        # job; another --set on rank 1 trained another experiment under rank 0's record.
+        (tmp / "exists.json").write_text("{}")
+        one = [args.bench_runner, "d2.json", "--out", "bad.json", "--quiet"]
+        for argv, said in (
+                ([*mpirun, "-np", "2", args.bench_runner, "d2.json", "--out", "exists.json"],
+                 "bench_runner: --out exists.json: file exists"),
+                ([*mpirun, "-np", "1", *one, ":", "-np", "1", *one, "--data-dir",
+                  str(tmp / "nowhere")], "bench_runner: rank 1: " + str(tmp / "nowhere")),
+                ([*mpirun, "-np", "1", *one, ":", "-np", "1", *one, "--set", "training.lr=5"],
+                 "bench_runner: rank 1: its descriptor (after --set and defaults, or its data) "
+                 "differs from rank 0's"),
+                ([*mpirun, "-np", "2", *one, "--set", "training.batch_size=0"],
+                 "bench_runner: d2.json: training.batch_size: must be >= 1, got 0")):
+            t0 = time.time()
+            try:
+                bad = subprocess.run(argv, cwd=tmp, capture_output=True, text=True, timeout=60)
+            except subprocess.TimeoutExpired:
+                check(False, f"{said}: the job did not end in 60 s")
+                continue
+            lines = [l for l in bad.stderr.splitlines() if l.startswith("bench_runner:")]
+            check(bad.returncode != 0 and len(lines) == 1 and lines[0].startswith(said),
+                  f"{said}: exit {bad.returncode} after {time.time() - t0:.0f} s: "
+                  f"{bad.stderr[-800:]!r}")
+        check(not (tmp / "bad.json").exists(), "a refused job wrote bad.json")
+        check((tmp / "exists.json").read_text() == "{}", "exists.json was changed")
+
     for f in failures:
         print("FAIL:", f, file=sys.stderr)
     print(f"bench_runner_mpi_test: {len(failures)} failure(s)")
