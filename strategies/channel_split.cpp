@@ -705,17 +705,23 @@ class ChannelSplit final : public Strategy {
   const Tensor& whole(Rank& me, int b) {
     return b == 0 ? me.x : me.full[static_cast<std::size_t>(b)];
   }
-  // A channelwise layer's input: this device's shard, or the whole activation.
-  const Tensor& input(Rank& me, int b) {
-    return sharded_[static_cast<std::size_t>(b)] ? me.own[static_cast<std::size_t>(b)]
-                                                 : whole(me, b);
+  // Whether layer b (a pool or dropout) works on this device's channels of activation b: a
+  // channelwise layer on a sharded activation. A replicated one reads the whole activation,
+  // which plan() gathers for it (it read the shard, and failed on the whole-sized output).
+  bool reads_shard(int b) const {
+    const auto at = static_cast<std::size_t>(b);
+    return sharded_[at] && mode_[at] == SplitMode::kChannelwise;
   }
-  // Dropout's mask over this device's features of activation b (GLOBAL example and feature
+  // A pool's or dropout's input: this device's shard, or the whole activation.
+  const Tensor& input(Rank& me, int b) {
+    return reads_shard(b) ? me.own[static_cast<std::size_t>(b)] : whole(me, b);
+  }
+  // Dropout's mask over the features of activation b it reads (GLOBAL example and feature
   // indices: the same mask as one device's).
   DropoutKey dropout_key(Rank& me, int b) const {
     const auto at = static_cast<std::size_t>(b);
     return {dropout_layer_seed(key_.seed, b), key_.example_offset,
-            sharded_[at] ? first_channel(b, me.rank) * per_channel_[at] : 0};
+            reads_shard(b) ? first_channel(b, me.rank) * per_channel_[at] : 0};
   }
   Tensor& output(Rank& me, int b) {
     const auto at = static_cast<std::size_t>(b);

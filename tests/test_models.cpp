@@ -225,6 +225,21 @@ TEST(Models, TinyModelTracksSingleDeviceWithEveryStrategy) {
         << c.strategy << " x" << c.devices << " " << c.options.dump();
 }
 
+// A pool and a dropout told to run whole ("split": "replicated") after an output-split conv:
+// channel_split gathers the conv's output for them. They read this device's channels instead,
+// and the run failed ("dropout forward: x (32,2,26,26) and y (32,4,26,26)").
+TEST(Models, ReplicatedPoolAndDropoutAfterAnOutputSplitLayerTrackSingleDevice) {
+  const auto m = make_model(json{{"layers",
+                                  {{{"op", "conv"}, {"out", 4}, {"kernel", 3}, {"relu", true}},
+                                   {{"op", "dropout"}, {"p", 0.25}, {"split", "replicated"}},
+                                   {{"op", "pool"}, {"kernel", 2}, {"split", "replicated"}},
+                                   {{"op", "linear"}, {"out", 10}}}}},
+                            "replicated");
+  for (const char* pairing : {"none", "megatron"})
+    EXPECT_TRUE(tracks_single("channel_split", 2, {{"pairing", pairing}}, 3, 16, "cpu", m))
+        << pairing;
+}
+
 TEST(Models, ChannelSplitBytesFollowTheTinyModelsSplitModes) {
   const auto m = tiny();
   Session s("channel_split", 2, {{"pairing", "megatron"}}, m->initial_parameters(1), 8, "cpu", m);
