@@ -149,7 +149,9 @@ def decide(groups):
 
 
 def load(paths):
-    paths = [p for p in (paths or []) if p and os.path.exists(p)]
+    """The accuracy sweep's answer from its results files (each must exist: model.report checks
+    them first), or None without any."""
+    paths = [p for p in (paths or []) if p]
     if not paths:
         return None
     rows, meta = runs_of(paths)

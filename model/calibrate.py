@@ -68,6 +68,35 @@ def load(path):
         return json.load(f)
 
 
+# The errors a fit meets on a results file of the wrong kind or shape (a file of another
+# descriptor, a truncated run): the command-line entry points say them in one line.
+INPUT_ERRORS = (OSError, ValueError, KeyError, IndexError, TypeError)
+
+
+def results_file_problem(path, kind="bench_runner"):
+    """None when `path` is a readable JSON results file of that kind ('bench_runner': a "runs"
+    list; 'allreduce_bench': a "benchmarks" list), else what is wrong, in a few words."""
+    if not os.path.exists(path):
+        return "no such file"
+    if os.path.isdir(path):
+        return "a directory, not a results file"
+    try:
+        doc = load(path)
+    except OSError as e:
+        return "cannot read it (%s)" % e.strerror
+    except ValueError as e:  # JSONDecodeError, UnicodeDecodeError
+        return "not JSON (%s)" % str(e).splitlines()[0][:80]
+    if not isinstance(doc, dict):
+        return "not a results file (its top level is not an object)"
+    if kind == "bench_runner" and not isinstance(doc.get("runs"), list):
+        return ("an allreduce_bench file, not bench_runner's results" if "benchmarks" in doc
+                else "not a bench_runner results file (no runs)")
+    if kind == "allreduce_bench" and not isinstance(doc.get("benchmarks"), list):
+        return ("bench_runner's results, not an allreduce_bench file" if "runs" in doc
+                else "not an allreduce_bench file (no benchmarks)")
+    return None
+
+
 def median(xs):
     return statistics.median(xs) if xs else float("nan")
 

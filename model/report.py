@@ -888,15 +888,41 @@ def main(argv=None):
     ap.add_argument("--profile", default=os.path.join(ROOT, "report", "data", "profile-cpu.json"))
     ap.add_argument("--accuracy", nargs="+", default=None,
                     help="results files of the accuracy sweep (default: report/data/lr-batch-10ep*.json)")
-    ap.add_argument("--profile-alexnet", default=os.path.join(ROOT, "report", "data", "profile-cpu-alexnet.json"),
-                    help="AlexNet's CPU profile (experiments/model-profile-alexnet.json); missing: no AlexNet")
+    ap.add_argument("--profile-alexnet", default=None,
+                    help="AlexNet's CPU profile (experiments/model-profile-alexnet.json; default "
+                         "report/data/profile-cpu-alexnet.json, and no AlexNet where that is missing)")
     ap.add_argument("--out", default=os.path.join(ROOT, "report"))
     ap.add_argument("--no-plots", action="store_true")
     args = ap.parse_args(argv)
+    alexnet_named = args.profile_alexnet is not None
+    if not alexnet_named:
+        args.profile_alexnet = os.path.join(ROOT, "report", "data", "profile-cpu-alexnet.json")
     if args.accuracy is None:
         args.accuracy = sorted(glob.glob(os.path.join(ROOT, "report", "data", "lr-batch-10ep*.json")))
-    os.makedirs(args.out, exist_ok=True)
+    # Each input, before any work: one line naming it (it was a traceback, and an empty --out
+    # left behind). A missing AlexNet profile leaves AlexNet out, unless it was named.
+    inputs = [("--profile", args.profile)] + [("--accuracy", p) for p in args.accuracy]
+    if alexnet_named or os.path.exists(args.profile_alexnet):
+        inputs.append(("--profile-alexnet", args.profile_alexnet))
+    for option, path in inputs:
+        problem = calibrate.results_file_problem(path)
+        if problem:
+            print("model.report: %s %s: %s" % (option, path, problem), file=sys.stderr)
+            return 1
+    if os.path.exists(args.out) and not os.path.isdir(args.out):
+        print("model.report: --out %s: exists and is not a directory" % args.out, file=sys.stderr)
+        return 1
+    try:
+        return _report(args)
+    except calibrate.INPUT_ERRORS as e:
+        named = ["%s %s" % (o, p) for o, p in inputs if o != "--accuracy"]
+        named.append("--accuracy (%d files)" % len(args.accuracy))
+        print("model.report: cannot fit the model from %s (%s: %s); is each the file its option "
+              "names?" % (", ".join(named), type(e).__name__, str(e)[:120]), file=sys.stderr)
+        return 1
 
+
+def _report(args):
     cpu_comp = calibrate.cpu_compute(args.profile)
     cpu_link, cpu_rows = calibrate.cpu_link()
     gpus = {}
@@ -977,6 +1003,7 @@ def main(argv=None):
     # Everything is written beside the report first and moved into place at the end, each file
     # in one step, README.md last: a failure or a Ctrl-C on the way leaves the earlier report
     # whole, never new figures beside an old README or a cut predictions.json.
+    os.makedirs(args.out, exist_ok=True)
     stage = tempfile.mkdtemp(prefix=".report-", dir=args.out)
     try:
         figures = [] if args.no_plots else plots(stage, points, projections, acc, ar_x,

@@ -68,7 +68,8 @@ def validate(directory):
 def check(directory):
     """None when directory holds a session's three kinds of files, else one line saying what lacks."""
     if not os.path.isdir(directory):
-        return "%s: no such directory" % directory
+        return "%s: %s" % (directory, "not a directory" if os.path.exists(directory)
+                           else "no such directory")
     missing = [stem + "-<i>.json" for stem in ("profile", "allreduce", "strategies") if not files(directory, stem)]
     return "%s: no %s" % (directory, ", no ".join(missing)) if missing else None
 
@@ -100,12 +101,22 @@ def main(argv=None):
     ap.add_argument("--json", help="also write the whole validation (points, fits) to this file")
     args = ap.parse_args(argv)
     problem = check(args.directory)
+    if not problem:  # each file readable and of its kind: the line names the one that is not
+        for stem in ("profile", "allreduce", "strategies", "concurrent"):
+            for path in files(args.directory, stem):
+                why = calibrate.results_file_problem(
+                    path, "allreduce_bench" if stem == "allreduce" else "bench_runner")
+                if why:
+                    problem = "%s: %s" % (path, why)
+                    break
+            if problem:
+                break
     if problem:
         print("model.session: " + problem, file=sys.stderr)
         return 1
     try:
         s = validate(args.directory)
-    except (KeyError, ValueError, TypeError, IndexError) as e:
+    except calibrate.INPUT_ERRORS as e:
         print("model.session: %s: not a usable session (%s: %s)" % (args.directory, type(e).__name__, e),
               file=sys.stderr)
         return 1
@@ -130,10 +141,23 @@ def main(argv=None):
                                                  for c in worst))
     if args.json:
         import json
-        tmp = args.json + ".tmp"
-        with open(tmp, "w") as f:
-            json.dump(s, f, indent=1, default=float)
-        os.replace(tmp, args.json)
+        import tempfile
+        # Beside it, then renamed: a failure leaves neither a cut file nor the temporary one.
+        try:
+            fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(args.json)),
+                                       prefix="." + os.path.basename(args.json) + ".")
+        except OSError as e:
+            print("model.session: --json %s: cannot write beside it (%s)" % (args.json, e.strerror),
+                  file=sys.stderr)
+            return 1
+        try:
+            with os.fdopen(fd, "w") as f:
+                json.dump(s, f, indent=1, default=float)
+            os.replace(tmp, args.json)
+        except OSError as e:
+            os.unlink(tmp)
+            print("model.session: --json %s: %s" % (args.json, e.strerror), file=sys.stderr)
+            return 1
     return 0
 
 

@@ -1526,6 +1526,71 @@ class ReportWriting(unittest.TestCase):
                     self.assertEqual(f.read(), text, name)
 
 
+class CommandLineInputs(unittest.TestCase):
+    """model.report and model.session name a bad input in one line (they printed tracebacks),
+    exit 1, and leave nothing behind."""
+
+    def run_main(self, main, argv):
+        import contextlib
+        import io
+        err = io.StringIO()
+        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+            rc = main(argv)
+        return rc, err.getvalue()
+
+    def test_report_inputs(self):
+        bench = os.path.join(calibrate.CPU_REF, "allreduce-sweep.json")
+        with tempfile.TemporaryDirectory() as tmp:
+            out = os.path.join(tmp, "r")
+            empty = os.path.join(tmp, "empty.json")
+            open(empty, "w").close()
+            a_file = os.path.join(tmp, "a-file")
+            open(a_file, "w").close()
+            for argv, said in (
+                    (["--profile", os.path.join(tmp, "none.json")], "--profile %s: no such file"),
+                    (["--profile", tmp], "--profile %s: a directory, not a results file"),
+                    (["--profile", empty], "--profile %s: not JSON"),
+                    (["--profile", bench], "--profile %s: an allreduce_bench file"),
+                    (["--accuracy", os.path.join(tmp, "none.json")], "--accuracy %s: no such file"),
+                    (["--profile-alexnet", os.path.join(tmp, "none.json")],
+                     "--profile-alexnet %s: no such file")):
+                with self.subTest(argv=argv):
+                    rc, err = self.run_main(report.main, argv + ["--out", out, "--no-plots"])
+                    self.assertEqual(rc, 1)
+                    self.assertEqual(err.count("\n"), 1, err)
+                    self.assertIn("model.report: " + said % argv[1], err)
+                    self.assertFalse(os.path.exists(out), "the output directory was made")
+            rc, err = self.run_main(report.main, ["--out", a_file, "--no-plots"])
+            self.assertEqual((rc, err), (1, "model.report: --out %s: exists and is not a directory\n"
+                                         % a_file))
+
+    def test_session_inputs(self):
+        import shutil
+        session = os.path.join(calibrate.CPU_REF, "session-2026-12-01")
+        with tempfile.TemporaryDirectory() as tmp:
+            copy = os.path.join(tmp, "s")
+            shutil.copytree(session, copy)
+            os.remove(os.path.join(copy, "profile-1.json"))
+            os.mkdir(os.path.join(copy, "profile-1.json"))
+            rc, err = self.run_main(session_main, [copy])
+            self.assertEqual((rc, err), (1, "model.session: %s: a directory, not a results file\n"
+                                         % os.path.join(copy, "profile-1.json")))
+            os.rmdir(os.path.join(copy, "profile-1.json"))
+            with open(os.path.join(copy, "strategies-2.json"), "w") as f:
+                f.write('{"runs": [')
+            rc, err = self.run_main(session_main, [copy])
+            self.assertEqual(rc, 1)
+            self.assertIn("model.session: %s: not JSON" % os.path.join(copy, "strategies-2.json"), err)
+            a_file = os.path.join(tmp, "a-file")
+            open(a_file, "w").close()
+            rc, err = self.run_main(session_main, [a_file])
+            self.assertEqual((rc, err), (1, "model.session: %s: not a directory\n" % a_file))
+
+
+def session_main(argv):
+    return session.main(argv)
+
+
 def _results(runs, epochs=10):
     """A results file of the accuracy sweep as bench_runner writes it, reduced to what the report
     reads: runs = [(label, global batch, seed, final test accuracy)]."""

@@ -35,14 +35,23 @@ def load_benchmark(path):
             doc = json.load(f)
     except FileNotFoundError:
         raise pr.ResultsError(f"{path}: no such file")
+    except IsADirectoryError:
+        raise pr.ResultsError(f"{path}: a directory, not a results file")
+    except OSError as e:
+        raise pr.ResultsError(f"{path}: cannot read it ({e.strerror})")
     except json.JSONDecodeError as e:
         raise pr.ResultsError(f"{path}: not JSON ({e.msg} at line {e.lineno} column {e.colno})")
+    except UnicodeDecodeError:
+        raise pr.ResultsError(f"{path}: not JSON (not UTF-8 text)")
     if not isinstance(doc, dict) or not isinstance(doc.get("benchmarks"), list):
         raise pr.ResultsError(f"{path}: not a Google Benchmark results file (no 'benchmarks' list)")
     entries = doc["benchmarks"]
+    for i, b in enumerate(entries):
+        if not isinstance(b, dict):
+            raise pr.ResultsError(f"{path}: benchmarks[{i}] is not an object")
     has_median = any(b.get("aggregate_name") == "median" for b in entries)
     rows = []
-    for b in entries:
+    for i, b in enumerate(entries):
         if b.get("error_occurred"):
             continue
         if has_median and b.get("aggregate_name") != "median":
@@ -55,9 +64,11 @@ def load_benchmark(path):
         if not m and not c:
             continue
         unit = {"ns": 1e-3, "us": 1.0, "ms": 1e3, "s": 1e6}.get(b.get("time_unit", "ns"), 1e-3)
+        if pr.number(b.get("real_time")) is None:
+            raise pr.ResultsError(f"{path}: benchmarks[{i}] ({name}): no real_time")
         rows.append({"op": "memcpy" if c else m["op"], "algo": "memcpy" if c else m["algo"],
                      "devices": int((c or m)["k"]), "bytes": int((c or m)["bytes"]),
-                     "us": float(b["real_time"]) * unit, "busbw": float(b.get("busbw", 0.0)),
+                     "us": float(b["real_time"]) * unit, "busbw": pr.number(b.get("busbw")) or 0.0,
                      "time_shared": "time-shared" in str(b.get("label", ""))})
     if not rows:
         raise pr.ResultsError(f"{path}: no allreduce_bench rows in it")

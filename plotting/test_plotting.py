@@ -908,15 +908,31 @@ class AllreducePlots(PlotTestCase):
 
     def test_bad_files_fail_with_one_line_and_write_nothing(self):
         out = os.path.join(self.tmp, "plots")
+        row = bench_row("allreduce/ring/devices:4/bytes:4", 3.0, 1.0)
+        del row["real_time"]
         for content, what in (("{", "not JSON"), ({"runs": []}, "not a Google Benchmark"),
-                              ({"benchmarks": []}, "no allreduce_bench rows")):
-            path = self.write("bad.json", content)
+                              ({"benchmarks": []}, "no allreduce_bench rows"),
+                              # each of these was a traceback:
+                              ({"benchmarks": [1]}, "benchmarks[0] is not an object"),
+                              ({"benchmarks": [row]}, "benchmarks[0] (allreduce/ring/devices:4/"
+                                                      "bytes:4/manual_time): no real_time"),
+                              (b"\xff\xfe\x00garbage", "not JSON (not UTF-8 text)")):
+            path = os.path.join(self.tmp, "bad.json")
+            if isinstance(content, bytes):
+                with open(path, "wb") as f:
+                    f.write(content)
+            else:
+                path = self.write("bad.json", content)
             proc = self.run_script("plot_allreduce.py", path, "--out-dir", out)
             self.assertEqual(proc.returncode, 1)
             self.assertEqual(len(proc.stderr.strip().splitlines()), 1, proc.stderr)
             self.assertIn(what, proc.stderr)
             self.assertIn("bad.json", proc.stderr)
             self.assertFalse(os.path.exists(out))
+        proc = self.run_script("plot_allreduce.py", self.tmp, "--out-dir", out)
+        self.assertEqual(proc.returncode, 1)
+        self.assertEqual(len(proc.stderr.strip().splitlines()), 1, proc.stderr)
+        self.assertIn("a directory, not a results file", proc.stderr)
 
 
 if __name__ == "__main__":
