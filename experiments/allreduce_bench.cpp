@@ -717,8 +717,8 @@ struct PartialOut {
   }
 };
 
-bool g_setup_done =
-    false;  // the flags checked and agreed by every rank (allreduce_bench_setup_done)
+// The flags checked, and agreed by every rank (allreduce_bench_setup_done).
+bool g_setup_done = false;
 
 void print_help() {
   std::printf(
