@@ -166,7 +166,10 @@ for s in "${sweep[@]}"; do
 done
 
 # 3. Fit, validate, project, write.
-"$python" -m model.report --profile "$profile" --profile-alexnet "$alex_profile" --accuracy "${acc[@]}" --out "$out"
+# (model.report refuses a named --profile-alexnet that is missing: name it only where it is.)
+alex=()
+[ -f "$alex_profile" ] && alex=(--profile-alexnet "$alex_profile")
+"$python" -m model.report --profile "$profile" "${alex[@]}" --accuracy "${acc[@]}" --out "$out"
 for f in README.md predictions.json; do
   [ -s "$out/$f" ] || { echo "report.sh: $out/$f was not written" >&2; exit 1; }
 done
