@@ -16,12 +16,11 @@ int main(int argc, char** argv) {
     // alone, and it names itself. A rank that fails ends the others rather than leave them
     // waiting in a collective.
     const bool mpi = paralab::launched_by_mpi();
-    const char* rank = std::getenv("OMPI_COMM_WORLD_RANK");
-    if (!rank) rank = std::getenv("PMIX_RANK");
-    if (!mpi || !rank || std::string(rank) == "0")
+    const int rank = paralab::launcher_rank();
+    if (rank == 0)
       std::fprintf(stderr, "allreduce_bench: %s\n", e.what());
     else if (paralab::allreduce_bench_setup_done())
-      std::fprintf(stderr, "allreduce_bench: rank %s: %s\n", rank, e.what());
+      std::fprintf(stderr, "allreduce_bench: rank %d: %s\n", rank, e.what());
 #if PARALAB_HAVE_MPI
     if (mpi) paralab::MpiWorld::get().abort(1);
 #endif

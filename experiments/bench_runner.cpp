@@ -331,9 +331,7 @@ int run(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     // Bad command lines are bad input like any other: one line, exit status 1 (under mpirun
     // every rank meets it: rank 0 says it).
-    const char* r = std::getenv("OMPI_COMM_WORLD_RANK");
-    if (!r) r = std::getenv("PMIX_RANK");
-    if (!r || std::string(r) == "0")
+    if (paralab::launcher_rank() == 0)
       std::fprintf(stderr, "bench_runner: %s (see --help)\n", e.what());
     return 1;
   }

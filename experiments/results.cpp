@@ -66,6 +66,28 @@ std::string directory_of(const std::string& path) {
   return parent.empty() ? "." : parent.string();
 }
 
+// mkostemp's template for a hidden temporary file beside `path`: DIR/.NAME.XXXXXX.
+std::string temporary_beside(const std::string& path) {
+  return (fs::path(directory_of(path)) / ("." + fs::path(path).filename().string() + ".XXXXXX"))
+      .string();
+}
+
+// mkstemp creates 0600; results are meant to be shared like any file the user creates.
+bool share_like_a_new_file(int fd) {
+  const mode_t mask = ::umask(0);
+  ::umask(mask);
+  return ::fchmod(fd, 0666 & ~mask) == 0;
+}
+
+// A rename or link into path's directory is durable once the directory is synced.
+void sync_directory_of(const std::string& path) {
+  const int dir = ::open(directory_of(path).c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dir >= 0) {
+    ::fsync(dir);
+    ::close(dir);
+  }
+}
+
 }  // namespace
 
 void remove_temporary_results_file() noexcept {
@@ -127,17 +149,13 @@ ResultsFile ResultsFile::create(const std::string& path, bool may_rename, const 
   // file beside it, then hard-linked to its name. link() fails rather than replace a file (nor
   // does it follow a symbolic link there): a second invocation with the same --out stops here,
   // before it trains, and a reader never sees a half-written first version.
-  const fs::path target(path);
-  std::string tmpl =
-      (fs::path(directory_of(path)) / ("." + target.filename().string() + ".XXXXXX")).string();
+  std::string tmpl = temporary_beside(path);
   const int fd = mkostemp(tmpl.data(), O_CLOEXEC);
   if (fd < 0) throw Error(path + ": cannot create results file: " + std::strerror(errno));
-  const mode_t mask = ::umask(0);
-  ::umask(mask);
   struct statvfs vfs {};
   const bool have_space = ::fstatvfs(fd, &vfs) != 0 ||
                           uint64_t{vfs.f_bavail} * vfs.f_frsize >= 2 * expected_bytes + text.size();
-  if (!have_space || ::fchmod(fd, 0666 & ~mask) != 0 || !write_all(fd, text)) {
+  if (!have_space || !share_like_a_new_file(fd) || !write_all(fd, text)) {
     const int err = have_space ? errno : ENOSPC;
     ::close(fd);
     ::unlink(tmpl.c_str());
@@ -174,11 +192,7 @@ ResultsFile ResultsFile::create(const std::string& path, bool may_rename, const 
     final_path = stem + "-" + std::to_string(i) + ".json";
   }
   ::unlink(tmpl.c_str());  // the name is a link to it now (or, renamed, it is gone already)
-  const int dir = ::open(directory_of(final_path).c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dir >= 0) {
-    ::fsync(dir);
-    ::close(dir);
-  }
+  sync_directory_of(final_path);
   ResultsFile f;
   f.path_ = final_path;
   return f;
@@ -186,9 +200,7 @@ ResultsFile ResultsFile::create(const std::string& path, bool may_rename, const 
 
 void ResultsFile::update(const nlohmann::json& doc) {
   const std::string text = results_text(doc);
-  const fs::path target(path_);
-  std::string tmpl =
-      (fs::path(directory_of(path_)) / ("." + target.filename().string() + ".XXXXXX")).string();
+  std::string tmpl = temporary_beside(path_);
   int fd = -1, create_err = 0;
   {
     std::lock_guard lock(g_temporary_mu);
@@ -203,11 +215,8 @@ void ResultsFile::update(const nlohmann::json& doc) {
     throw Error(path_ + ": cannot create a temporary file beside it: " + std::strerror(err) +
                 " (the file holds the runs written before)");
   }
-  // mkstemp creates 0600; results are meant to be shared like any file the user creates.
-  const mode_t mask = ::umask(0);
-  ::umask(mask);
   int err = 0;
-  if (::fchmod(fd, 0666 & ~mask) != 0 || !write_all(fd, text)) err = errno;
+  if (!share_like_a_new_file(fd) || !write_all(fd, text)) err = errno;
   ::close(fd);
   bool ok;
   {
@@ -221,12 +230,7 @@ void ResultsFile::update(const nlohmann::json& doc) {
   if (!ok)
     throw Error(path_ + ": cannot update results file: " + std::strerror(err) +
                 " (the file holds the runs written before)");
-  // The rename itself is durable once the directory is synced.
-  const int dir = ::open(directory_of(path_).c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dir >= 0) {
-    ::fsync(dir);
-    ::close(dir);
-  }
+  sync_directory_of(path_);
 }
 
 namespace {

@@ -85,7 +85,7 @@ class ChannelSplit final : public Strategy {
       throw Error("channel_split " + mpi_unsupported());
     model_ = s.model ? s.model : default_model();
     seed_ = s.seed;
-    plan(group_->size());
+    plan(*model_, group_->size());
     // Pieces as data_parallel cuts them (auto_chunk_bytes): whole messages between virtual
     // devices of one GPU, where cutting pipelines nothing and multiplies the messages.
     chunk_bytes_ = auto_chunk_bytes(s.devices);
@@ -142,9 +142,7 @@ class ChannelSplit final : public Strategy {
 
   void check_plan(const Model& model, int devices, std::span<const int64_t> batches) override {
     // The plan of setup() on this strategy, which is not set up and is not used after.
-    model_ = std::shared_ptr<const Model>(std::shared_ptr<const Model>(), &model);
-    plan(devices);
-    model_.reset();
+    plan(model, devices);
     for (const int64_t count : batches) check_batch(count);
   }
 
@@ -449,8 +447,7 @@ class ChannelSplit final : public Strategy {
   //   backward, at each boundary, the conjugate: a partial gradient of a sharded activation is
   //   reduce-scattered, of a whole one allreduced; a replicated gradient of a sharded
   //   activation is sliced (no communication).
-  void plan(int k) {
-    const Model& m = *model_;
+  void plan(const Model& m, int k) {
     const int L = m.layers();
     const auto n = static_cast<std::size_t>(L);
     mode_.assign(n, SplitMode::kOutput);

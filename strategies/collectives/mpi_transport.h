@@ -19,6 +19,10 @@ namespace paralab {
 // Whether this process was started by mpirun/mpiexec (Open MPI, MPICH or PMIx environment), and
 // so should run as one rank of an MPI world. False in builds without MPI.
 bool launched_by_mpi();
+// This process's rank as the launcher's environment names it (OMPI_COMM_WORLD_RANK, PMIX_RANK,
+// PMI_RANK), without MPI started; 0 when none does. For what is said before MPI is, or when it
+// cannot be: rank 0 alone speaks for the group.
+int launcher_rank();
 
 #if PARALAB_HAVE_MPI
 
